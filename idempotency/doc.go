@@ -1,0 +1,62 @@
+// Package idempotency defines operation identity and the durable dedup
+// record that surely claims before a business effect and completes after it.
+//
+// # Operation identity
+//
+// Every message carries an operation key. An [Extractor] tries its
+// [KeySource]s in order: by default the metadata entry [DefaultMetadataKey]
+// ("idempotency_key"), then the Watermill message UUID. Other sources read
+// the CloudEvents ce_source/ce_id pair, a field of a JSON payload, or call a
+// user function. A key longer than [MaxKeyLen] bytes, not UTF-8 or with
+// control characters is rejected ([ErrInvalidKey]), never stored. The
+// fingerprint is the SHA-256 of the payload (and optionally selected
+// metadata): the same key with another fingerprint is a conflict.
+//
+// # The state machine
+//
+// One record per (namespace, key), the same in every [Store]:
+//
+//	            claim                         complete (token matches)
+//	 (none) ─────────────▶ IN_PROGRESS ─────────────────────────────▶ DONE (kept for the retention)
+//	                         │   ▲  lease expires / release(failure)
+//	                         ▼   │
+//	                       FAILED ── claim again ──▶ IN_PROGRESS
+//	         release(final) or budget spent ──▶ EXHAUSTED ─▶ dead letter
+//
+// Claim returns exactly one [Status]:
+//
+//   - [Acquired]: the caller owns a lease (a fresh fencing token). Attempt
+//     counts every claim ever made, so a message that kills its process is
+//     counted too. [ClaimResult.Previous] says how the previous attempt ended;
+//     [PreviousUnknown] means its lease expired: the owner died mid-effect.
+//   - [Completed]: DONE; the stored [Outcome] (with the produced messages) is returned.
+//   - [InProgress]: a live lease is held by another owner; do not run, do not
+//     count a failure, nack with a delay.
+//   - [Conflict]: the key was claimed with another fingerprint.
+//   - [Exhausted]: a final failure was released, or the budget is spent:
+//     the claim is refused when Attempts-Canceled >= MaxAttempts.
+//
+// The checks run in this order: a fingerprint that differs from the stored
+// one is a Conflict whatever the state (a DONE record must not ack another
+// payload as its duplicate); then DONE, a live lease, the budget.
+//
+// Complete, Release and Extend succeed only while the lease's token is the
+// record's current one; otherwise they return [ErrLeaseLost] and change
+// nothing, so a stale owner can neither overwrite nor delete its successor's
+// record. Fencing is by token, not by time: an owner whose lease expired
+// but that nobody has claimed since still holds the current token, and its
+// Complete, Release or Extend succeed (the effect did commit; reviving the
+// lease is safe because nobody else runs). Lease times come from the store's
+// clock, never the caller's.
+//
+// Records are kept for a retention window (per store): a DONE record is
+// forgotten after it, and so is a FAILED or EXHAUSTED one that was not
+// touched for that long. The attempt history is bounded to [MaxHistory]
+// entries, newest kept; error texts to [MaxErrorLen] and stacks to [MaxStackLen].
+//
+// # Stores
+//
+// idempotency/redisstore (lease mode on Redis), idempotency/memstore (tests
+// and examples only). Every store runs the conformance suite in
+// idempotency/idempotencytest.
+package idempotency

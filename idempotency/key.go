@@ -1,0 +1,212 @@
+package idempotency
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// DefaultMetadataKey is the metadata key the default Extractor reads the
+// operation key from, before falling back to the message UUID.
+const DefaultMetadataKey = "idempotency_key"
+
+// MaxKeyLen is the longest operation key accepted, in bytes.
+const MaxKeyLen = 512
+
+var (
+	// ErrNoKey: no source produced an operation key for the message.
+	ErrNoKey = errors.New("idempotency: message has no operation key")
+	// ErrInvalidKey: a key was found but is unusable (too long, control
+	// characters, not UTF-8). It is rejected, never stored.
+	ErrInvalidKey = errors.New("idempotency: invalid operation key")
+	// ErrInvalidOption wraps every option error of this package.
+	ErrInvalidOption = errors.New("idempotency: invalid option")
+)
+
+// ValidateKey checks an operation key: non-empty, at most MaxKeyLen bytes,
+// valid UTF-8 and free of control characters.
+func ValidateKey(key string) error {
+	if key == "" {
+		return ErrNoKey
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	if !utf8.ValidString(key) {
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidKey)
+	}
+	for i, r := range key {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: control character %U at byte %d", ErrInvalidKey, r, i)
+		}
+	}
+	return nil
+}
+
+// A KeySource reads an operation key from a message. It returns "" with a
+// nil error when the message does not carry its kind of key, so that the next
+// source is tried; an error stops the extraction (the message is malformed).
+type KeySource func(msg *message.Message) (string, error)
+
+// FromMetadata reads the key from a metadata entry.
+func FromMetadata(name string) KeySource {
+	return func(msg *message.Message) (string, error) {
+		return msg.Metadata.Get(name), nil
+	}
+}
+
+// FromCloudEvents builds the key from the CloudEvents binary-mode attributes
+// ce_source and ce_id (their pair is unique by the CloudEvents spec). It
+// yields nothing unless both are present.
+func FromCloudEvents() KeySource {
+	return func(msg *message.Message) (string, error) {
+		src, id := msg.Metadata.Get("ce_source"), msg.Metadata.Get("ce_id")
+		if src == "" || id == "" {
+			return "", nil
+		}
+		return src + "/" + id, nil
+	}
+}
+
+// FromUUID uses the Watermill message UUID. It is only as stable as the
+// producer makes it: a producer that retries a publish with a new UUID
+// defeats deduplication.
+func FromUUID() KeySource {
+	return func(msg *message.Message) (string, error) {
+		return msg.UUID, nil
+	}
+}
+
+// FromJSONField reads a top-level field of a JSON object payload (a string,
+// or a number used by its literal text). A payload that is not a JSON object
+// is an error: the message is malformed.
+func FromJSONField(field string) KeySource {
+	return func(msg *message.Message) (string, error) {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(msg.Payload, &obj); err != nil {
+			return "", fmt.Errorf("%w: payload is not a JSON object: %w", ErrInvalidKey, err)
+		}
+		raw, ok := obj[field]
+		if !ok || string(raw) == "null" {
+			return "", nil
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err == nil {
+			return s, nil
+		}
+		var n json.Number
+		if err := json.Unmarshal(raw, &n); err == nil {
+			return n.String(), nil
+		}
+		return "", fmt.Errorf("%w: field %q is neither a string nor a number", ErrInvalidKey, field)
+	}
+}
+
+// FromFunc adapts a user function.
+func FromFunc(fn func(msg *message.Message) (string, error)) KeySource {
+	return KeySource(fn)
+}
+
+// Identity is the operation identity of a message.
+type Identity struct {
+	Key         string
+	Fingerprint string
+}
+
+// Extractor derives the Identity of a message: the first source that yields
+// a key wins, and the fingerprint is the SHA-256 of the payload plus the
+// selected metadata entries.
+type Extractor struct {
+	sources []KeySource
+	fpMeta  []string
+}
+
+// ExtractorOption configures an Extractor.
+type ExtractorOption func(*Extractor) error
+
+// WithSources sets the key sources, tried in order. The default is
+// FromMetadata(DefaultMetadataKey), then FromUUID().
+func WithSources(sources ...KeySource) ExtractorOption {
+	return func(e *Extractor) error {
+		if len(sources) == 0 {
+			return fmt.Errorf("%w: WithSources needs at least one source", ErrInvalidOption)
+		}
+		for _, src := range sources {
+			if src == nil {
+				return fmt.Errorf("%w: WithSources got a nil source", ErrInvalidOption)
+			}
+		}
+		e.sources = sources
+		return nil
+	}
+}
+
+// WithFingerprintMetadata adds metadata entries to the fingerprint, so that
+// the same key arriving with, say, another "amount" header is a conflict.
+func WithFingerprintMetadata(keys ...string) ExtractorOption {
+	return func(e *Extractor) error {
+		e.fpMeta = slices.Sorted(slices.Values(keys))
+		e.fpMeta = slices.Compact(e.fpMeta)
+		return nil
+	}
+}
+
+// NewExtractor builds an Extractor.
+func NewExtractor(opts ...ExtractorOption) (*Extractor, error) {
+	e := &Extractor{sources: []KeySource{FromMetadata(DefaultMetadataKey), FromUUID()}}
+	for _, o := range opts {
+		if err := o(e); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// Extract returns the identity of msg. Errors wrap ErrNoKey or ErrInvalidKey.
+func (e *Extractor) Extract(msg *message.Message) (Identity, error) {
+	var key string
+	for _, src := range e.sources {
+		k, err := src(msg)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidKey) {
+				err = fmt.Errorf("%w: %w", ErrInvalidKey, err)
+			}
+			return Identity{}, err
+		}
+		if k != "" {
+			key = k
+			break
+		}
+	}
+	if err := ValidateKey(key); err != nil {
+		return Identity{}, err
+	}
+	return Identity{Key: key, Fingerprint: e.Fingerprint(msg)}, nil
+}
+
+// Fingerprint is the hex SHA-256 of the payload and the selected metadata
+// (each entry length-prefixed, so no two inputs collide by concatenation).
+func (e *Extractor) Fingerprint(msg *message.Message) string {
+	if len(e.fpMeta) == 0 {
+		sum := sha256.Sum256(msg.Payload)
+		return hex.EncodeToString(sum[:])
+	}
+	h := sha256.New()
+	h.Write(msg.Payload)
+	for _, k := range e.fpMeta {
+		v := msg.Metadata.Get(k)
+		var n [24]byte
+		b := fmt.Appendf(n[:0], "\x00%d:%s=%d:", len(k), k, len(v))
+		h.Write(b)
+		h.Write([]byte(v))
+	}
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0]))
+}

@@ -1,0 +1,287 @@
+// Package memstore is an in-memory idempotency.Store for tests and examples
+// only.
+//
+// It keeps records in the process's memory: a crash or a restart forgets
+// every record, so it offers none of the durability that surely exists for.
+// Use idempotency/redisstore or idempotency/sqlstore in production.
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/surely-dev/surely/idempotency"
+)
+
+// DefaultRetention is how long records are kept unless WithRetention is given.
+const DefaultRetention = 24 * time.Hour
+
+// Store is an in-memory idempotency.Store. The zero value is not usable; call New.
+type Store struct {
+	mu        sync.Mutex
+	now       func() time.Time
+	retention time.Duration
+	records   map[recordKey]*idempotency.Record
+	seq       uint64
+}
+
+type recordKey struct{ ns, key string }
+
+// Option configures a Store.
+type Option func(*Store) error
+
+// WithClock replaces the store's clock (for deterministic tests).
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) error {
+		if now == nil {
+			return fmt.Errorf("%w: nil clock", idempotency.ErrInvalidOption)
+		}
+		s.now = now
+		return nil
+	}
+}
+
+// WithRetention sets how long DONE, FAILED and EXHAUSTED records are kept.
+func WithRetention(d time.Duration) Option {
+	return func(s *Store) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: retention must be positive, got %v", idempotency.ErrInvalidOption, d)
+		}
+		s.retention = d
+		return nil
+	}
+}
+
+// New returns an empty store.
+func New(opts ...Option) (*Store, error) {
+	s := &Store{now: time.Now, retention: DefaultRetention, records: map[recordKey]*idempotency.Record{}}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+var _ idempotency.Store = (*Store)(nil)
+
+// get returns the live record, forgetting it when its retention has passed.
+func (s *Store) get(k recordKey, now time.Time) *idempotency.Record {
+	r := s.records[k]
+	if r == nil {
+		return nil
+	}
+	if !r.ExpiresAt.IsZero() && !now.Before(r.ExpiresAt) {
+		delete(s.records, k)
+		return nil
+	}
+	return r
+}
+
+// Claim implements idempotency.Store.
+func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+	if err := ctx.Err(); err != nil {
+		return idempotency.ClaimResult{}, err
+	}
+	if err := req.Validate(); err != nil {
+		return idempotency.ClaimResult{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	k := recordKey{req.Namespace, req.Key}
+	r := s.get(k, now)
+	prev := idempotency.Previous{}
+	if r != nil {
+		if r.Fingerprint != req.Fingerprint {
+			return idempotency.ClaimResult{Status: idempotency.Conflict, StoredFingerprint: r.Fingerprint}, nil
+		}
+		switch r.State {
+		case idempotency.StateDone:
+			return idempotency.ClaimResult{Status: idempotency.Completed, Outcome: cloneOutcome(r.Outcome)}, nil
+		case idempotency.StateExhausted:
+			return exhausted(r), nil
+		case idempotency.StateInProgress:
+			if now.Before(r.LeaseUntil) {
+				return idempotency.ClaimResult{Status: idempotency.InProgress, Until: r.LeaseUntil}, nil
+			}
+			// The owner's lease expired without Complete or Release.
+			if n := len(r.History); n > 0 && r.History[n-1].Result == idempotency.ResultInProgress {
+				r.History[n-1].Result = idempotency.ResultUnknown
+				r.History[n-1].Ended = r.LeaseUntil
+			}
+			r.State = idempotency.StateFailed
+			prev = idempotency.Previous{Result: idempotency.PreviousUnknown}
+		case idempotency.StateFailed:
+			if n := len(r.History); n > 0 {
+				last := r.History[n-1]
+				switch last.Result {
+				case idempotency.ResultCanceled:
+					prev = idempotency.Previous{Result: idempotency.PreviousCanceled}
+				default:
+					prev = idempotency.Previous{Result: idempotency.PreviousFailed, Error: last.Error}
+				}
+			}
+		}
+		if r.Attempts-r.Canceled >= req.MaxAttempts {
+			r.State = idempotency.StateExhausted
+			r.ExpiresAt = now.Add(s.retention)
+			return exhausted(r), nil
+		}
+	} else {
+		r = &idempotency.Record{Namespace: req.Namespace, Key: req.Key, Fingerprint: req.Fingerprint}
+		s.records[k] = r
+	}
+	s.seq++
+	r.Attempts++
+	r.State = idempotency.StateInProgress
+	r.Token = strconv.FormatUint(s.seq, 36) + "." + strconv.Itoa(r.Attempts)
+	r.LeaseUntil = now.Add(req.Lease)
+	r.ExpiresAt = time.Time{}
+	r.History = appendHistory(r.History, idempotency.AttemptRecord{
+		Attempt: r.Attempts, Started: now, Result: idempotency.ResultInProgress,
+		TraceID: req.TraceID, SpanID: req.SpanID,
+	})
+	return idempotency.ClaimResult{
+		Status:   idempotency.Acquired,
+		Lease:    idempotency.Lease{Namespace: req.Namespace, Key: req.Key, Token: r.Token, Attempt: r.Attempts, Until: r.LeaseUntil},
+		Previous: prev,
+	}, nil
+}
+
+func exhausted(r *idempotency.Record) idempotency.ClaimResult {
+	return idempotency.ClaimResult{Status: idempotency.Exhausted, Attempts: r.Attempts, History: append([]idempotency.AttemptRecord(nil), r.History...)}
+}
+
+func appendHistory(h []idempotency.AttemptRecord, a idempotency.AttemptRecord) []idempotency.AttemptRecord {
+	h = append(h, a)
+	if len(h) > idempotency.MaxHistory {
+		h = append(h[:0:0], h[len(h)-idempotency.MaxHistory:]...)
+	}
+	return h
+}
+
+// owned returns the record if lease is its current, live lease.
+func (s *Store) owned(lease idempotency.Lease, now time.Time) (*idempotency.Record, error) {
+	r := s.get(recordKey{lease.Namespace, lease.Key}, now)
+	if r == nil || r.State != idempotency.StateInProgress || r.Token != lease.Token || lease.Token == "" {
+		return nil, idempotency.ErrLeaseLost
+	}
+	return r, nil
+}
+
+// Complete implements idempotency.Store.
+//
+// A Complete after the lease expired still succeeds while nobody else has
+// claimed the key (the token is still current): the effect did commit.
+func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	r, err := s.owned(lease, now)
+	if err != nil {
+		return err
+	}
+	r.State = idempotency.StateDone
+	r.Outcome = cloneOutcome(&outcome)
+	r.LeaseUntil = time.Time{}
+	r.ExpiresAt = now.Add(s.retention)
+	if n := len(r.History); n > 0 {
+		r.History[n-1].Result = idempotency.ResultDone
+		r.History[n-1].Ended = now
+	}
+	return nil
+}
+
+// Release implements idempotency.Store.
+func (s *Store) Release(ctx context.Context, lease idempotency.Lease, f idempotency.Failure) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	r, err := s.owned(lease, now)
+	if err != nil {
+		return err
+	}
+	r.State = idempotency.StateFailed
+	result := idempotency.ResultFailed
+	if f.Canceled {
+		r.Canceled++
+		result = idempotency.ResultCanceled
+	} else if f.Final {
+		r.State = idempotency.StateExhausted
+	}
+	r.LeaseUntil = time.Time{}
+	r.ExpiresAt = now.Add(s.retention)
+	if n := len(r.History); n > 0 {
+		h := &r.History[n-1]
+		h.Result, h.Ended = result, now
+		h.Error = idempotency.Truncate(f.Error, idempotency.MaxErrorLen)
+		h.Type = f.ErrorType
+		h.Reason = f.Reason
+		h.Stack = idempotency.Truncate(f.Stack, idempotency.MaxStackLen)
+	}
+	return nil
+}
+
+// Extend implements idempotency.Store.
+func (s *Store) Extend(ctx context.Context, lease idempotency.Lease, d time.Duration) (idempotency.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return lease, err
+	}
+	if d <= 0 {
+		return lease, fmt.Errorf("%w: extension must be positive, got %v", idempotency.ErrInvalidRequest, d)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	r, err := s.owned(lease, now)
+	if err != nil {
+		return lease, err
+	}
+	r.LeaseUntil = now.Add(d)
+	lease.Until = r.LeaseUntil
+	return lease, nil
+}
+
+// Get implements idempotency.Store.
+func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return idempotency.Record{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.get(recordKey{namespace, key}, s.now())
+	if r == nil {
+		return idempotency.Record{}, idempotency.ErrNotFound
+	}
+	out := *r
+	out.Outcome = cloneOutcome(r.Outcome)
+	out.History = append([]idempotency.AttemptRecord(nil), r.History...)
+	return out, nil
+}
+
+func cloneOutcome(o *idempotency.Outcome) *idempotency.Outcome {
+	if o == nil {
+		return nil
+	}
+	c := &idempotency.Outcome{Messages: make([]idempotency.StoredMessage, len(o.Messages))}
+	for i, m := range o.Messages {
+		c.Messages[i] = idempotency.StoredMessage{UUID: m.UUID, Payload: append([]byte(nil), m.Payload...)}
+		if m.Metadata != nil {
+			c.Messages[i].Metadata = make(map[string]string, len(m.Metadata))
+			for k, v := range m.Metadata {
+				c.Messages[i].Metadata[k] = v
+			}
+		}
+	}
+	return c
+}

@@ -1,0 +1,296 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+	"unicode/utf8"
+)
+
+// Errors returned by every Store.
+var (
+	// ErrLeaseLost is returned by Complete, Release and Extend when the token is no
+	// longer the current one: the lease expired and another owner claimed the key,
+	// or the record is gone. Nothing was changed.
+	ErrLeaseLost = errors.New("idempotency: lease lost")
+
+	// ErrNotFound is returned by Get when no record exists for the key.
+	ErrNotFound = errors.New("idempotency: record not found")
+
+	// ErrInvalidRequest wraps every validation error of a request (empty key,
+	// bad namespace, non-positive lease or budget).
+	ErrInvalidRequest = errors.New("idempotency: invalid request")
+)
+
+// Status is the result of a Claim.
+type Status int
+
+// The five results of Claim, as in the state machine of the package doc.
+const (
+	// Acquired: the caller owns a lease on the key and must run the handler,
+	// then Complete or Release with the lease's token.
+	Acquired Status = iota + 1
+	// Completed: the operation already committed. Do not run the handler; ack.
+	Completed
+	// InProgress: another live owner holds the lease. Do not run, do not count a
+	// failure; nack with a delay (never ack).
+	InProgress
+	// Conflict: the key was first seen with another payload fingerprint.
+	Conflict
+	// Exhausted: the attempt budget is spent (or a final failure was recorded).
+	// Dead-letter without running.
+	Exhausted
+)
+
+func (s Status) String() string {
+	switch s {
+	case Acquired:
+		return "acquired"
+	case Completed:
+		return "completed"
+	case InProgress:
+		return "in_progress"
+	case Conflict:
+		return "conflict"
+	case Exhausted:
+		return "exhausted"
+	default:
+		return fmt.Sprintf("Status(%d)", int(s))
+	}
+}
+
+// State is the state of a stored record.
+type State string
+
+// Record states.
+const (
+	StateInProgress State = "in_progress"
+	StateDone       State = "done"
+	StateFailed     State = "failed"
+	StateExhausted  State = "exhausted"
+)
+
+// ClaimRequest asks for a lease on one operation.
+type ClaimRequest struct {
+	// Namespace separates handlers (and consumer groups) sharing one store, so
+	// that two handlers never share a record. It must match [A-Za-z0-9._-]{1,128}.
+	Namespace string
+	// Key is the operation key (see Extractor).
+	Key string
+	// Fingerprint of the payload; a later claim with another fingerprint gets Conflict.
+	Fingerprint string
+	// Lease is how long the claim is held without Extend.
+	Lease time.Duration
+	// MaxAttempts is the durable attempt budget: a claim made when the record
+	// has already been charged MaxAttempts attempts returns Exhausted.
+	MaxAttempts int
+	// TraceID and SpanID of the attempt (hex, may be empty) are kept in the
+	// attempt history so a redelivery chain can be followed across processes.
+	TraceID, SpanID string
+}
+
+// Validate reports whether the request is well formed.
+func (r ClaimRequest) Validate() error {
+	if err := ValidateNamespace(r.Namespace); err != nil {
+		return err
+	}
+	if err := ValidateKey(r.Key); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	if r.Lease <= 0 {
+		return fmt.Errorf("%w: lease must be positive, got %v", ErrInvalidRequest, r.Lease)
+	}
+	if r.MaxAttempts <= 0 {
+		return fmt.Errorf("%w: max attempts must be positive, got %d", ErrInvalidRequest, r.MaxAttempts)
+	}
+	return nil
+}
+
+var namespaceRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// ValidateNamespace checks that ns can be used as a namespace.
+func ValidateNamespace(ns string) error {
+	if !namespaceRE.MatchString(ns) {
+		return fmt.Errorf("%w: namespace %q must match [A-Za-z0-9._-]{1,128}", ErrInvalidRequest, ns)
+	}
+	return nil
+}
+
+// Lease identifies an owned claim. Complete, Release and Extend succeed only
+// while Token is the record's current token (fencing).
+type Lease struct {
+	Namespace string
+	Key       string
+	Token     string
+	// Attempt is the number of this claim for the key, counting every claim
+	// ever made (also those of processes that crashed).
+	Attempt int
+	// Until is when the lease expires, by the store's clock.
+	Until time.Time
+}
+
+// PreviousResult tells how the attempt before an Acquired one ended.
+type PreviousResult string
+
+// How the previous attempt ended.
+const (
+	// PreviousNone: this is the first attempt.
+	PreviousNone PreviousResult = ""
+	// PreviousFailed: the previous attempt released its claim with an error.
+	PreviousFailed PreviousResult = "failed"
+	// PreviousCanceled: the previous attempt was canceled (shutdown); it was not
+	// charged to the budget.
+	PreviousCanceled PreviousResult = "canceled"
+	// PreviousUnknown: the previous owner's lease expired without Complete or
+	// Release: the process died or hung, so an external effect may or may not
+	// have happened. Reconcile with the external system before acting again.
+	PreviousUnknown PreviousResult = "unknown"
+)
+
+// Previous describes the attempt before the current one.
+type Previous struct {
+	Result PreviousResult
+	// Error is the error text of a failed previous attempt.
+	Error string
+}
+
+// ClaimResult is what Claim returns. Exactly one Status is set; the fields
+// that belong to it are filled.
+type ClaimResult struct {
+	Status Status
+	// Lease is set when Status is Acquired.
+	Lease Lease
+	// Previous is set when Status is Acquired.
+	Previous Previous
+	// Outcome is set when Status is Completed.
+	Outcome *Outcome
+	// Until is when the live owner's lease expires, when Status is InProgress.
+	Until time.Time
+	// StoredFingerprint is the fingerprint the key was first claimed with, when
+	// Status is Conflict.
+	StoredFingerprint string
+	// Attempts and History are set when Status is Exhausted.
+	Attempts int
+	History  []AttemptRecord
+}
+
+// StoredMessage is a message produced by a handler, kept in the outcome so a
+// duplicate re-emits exactly the same messages (same UUIDs).
+type StoredMessage struct {
+	UUID     string            `json:"uuid"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	Payload  []byte            `json:"payload,omitempty"`
+}
+
+// Outcome is what a completed operation produced.
+type Outcome struct {
+	Messages []StoredMessage `json:"messages,omitempty"`
+}
+
+// Failure describes a failed attempt for Release.
+type Failure struct {
+	// Error is the (already redacted) error text.
+	Error string
+	// ErrorType is the chain of Go error types, outermost first.
+	ErrorType string
+	// Reason is a short classification: "error", "panic", "permanent", ...
+	Reason string
+	// Stack is a (bounded) stack trace, for panics.
+	Stack string
+	// Final marks the record EXHAUSTED: later claims return Exhausted without
+	// running the handler (permanent error, or the last attempt of the budget).
+	Final bool
+	// Canceled marks an attempt that was interrupted by its context (shutdown):
+	// it is not charged to the budget and Final is ignored.
+	Canceled bool
+}
+
+// AttemptRecord is one entry of the bounded per-key attempt history.
+type AttemptRecord struct {
+	Attempt  int       `json:"attempt"`
+	Started  time.Time `json:"started"`
+	Ended    time.Time `json:"ended,omitzero"`
+	Result   string    `json:"result"` // in_progress, done, failed, canceled, unknown
+	Error    string    `json:"error,omitempty"`
+	Type     string    `json:"type,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Stack    string    `json:"stack,omitempty"`
+	TraceID  string    `json:"trace_id,omitempty"`
+	SpanID   string    `json:"span_id,omitempty"`
+}
+
+// Attempt results recorded in AttemptRecord.Result.
+const (
+	ResultInProgress = "in_progress"
+	ResultDone       = "done"
+	ResultFailed     = "failed"
+	ResultCanceled   = "canceled"
+	ResultUnknown    = "unknown"
+)
+
+// Bounds shared by every store.
+const (
+	// MaxHistory is how many attempt records a store keeps per key (newest kept).
+	MaxHistory = 20
+	// MaxErrorLen bounds the error text kept per attempt, in bytes.
+	MaxErrorLen = 2048
+	// MaxStackLen bounds the stack kept per attempt, in bytes.
+	MaxStackLen = 4096
+)
+
+// Record is the stored state of one operation, as returned by Get.
+type Record struct {
+	Namespace   string
+	Key         string
+	State       State
+	Fingerprint string
+	// Token is the current (or last) lease token.
+	Token string
+	// Attempts counts every claim ever made; Canceled counts those refunded by
+	// a canceled release. The budget is charged Attempts-Canceled.
+	Attempts int
+	Canceled int
+	// LeaseUntil is the lease expiry of an in-progress record.
+	LeaseUntil time.Time
+	Outcome    *Outcome
+	History    []AttemptRecord
+	// ExpiresAt is when the store forgets the record (retention).
+	ExpiresAt time.Time
+}
+
+// Store keeps one record per operation and implements the state machine of
+// the package doc. Implementations must be safe for concurrent use by many
+// processes: the records are the only shared state, and lease times come from
+// the store's clock, never the caller's.
+//
+// Run idempotencytest.Run against every implementation.
+type Store interface {
+	// Claim tries to take a lease on the operation. An error means the store
+	// could not be asked (outage); nothing is known about the record then.
+	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
+	// Complete marks the operation DONE with its outcome, kept for the
+	// store's retention. ErrLeaseLost if the token is no longer current.
+	Complete(ctx context.Context, lease Lease, outcome Outcome) error
+	// Release ends the lease with a failure, so that the next claim acquires
+	// again at once. ErrLeaseLost if the token is no longer current.
+	Release(ctx context.Context, lease Lease, failure Failure) error
+	// Extend moves the lease expiry to now+d (store clock) and returns the
+	// extended lease. ErrLeaseLost if the token is no longer current.
+	Extend(ctx context.Context, lease Lease, d time.Duration) (Lease, error)
+	// Get returns the record of an operation, or ErrNotFound.
+	Get(ctx context.Context, namespace, key string) (Record, error)
+}
+
+// Truncate shortens s to at most n bytes without splitting a UTF-8 sequence.
+// Stores use it to bound error and stack texts.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
