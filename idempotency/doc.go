@@ -16,12 +16,12 @@
 //
 // One record per (namespace, key), the same in every [Store]:
 //
-//	            claim                         complete (token matches)
-//	 (none) ─────────────▶ IN_PROGRESS ─────────────────────────────▶ DONE (kept for the retention)
-//	                         │   ▲  lease expires / release(failure)
-//	                         ▼   │
-//	                       FAILED ── claim again ──▶ IN_PROGRESS
-//	         release(final) or budget spent ──▶ EXHAUSTED ─▶ dead letter
+//	           claim                         complete (token matches)
+//	(none) ─────────────▶ IN_PROGRESS ─────────────────────────────▶ DONE (kept for the retention)
+//	                        │   ▲  lease expires / release(failure)
+//	                        ▼   │
+//	                      FAILED ── claim again ──▶ IN_PROGRESS
+//	        release(final) or budget spent ──▶ EXHAUSTED ─▶ dead letter
 //
 // Claim returns exactly one [Status]:
 //

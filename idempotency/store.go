@@ -209,16 +209,16 @@ type Failure struct {
 
 // AttemptRecord is one entry of the bounded per-key attempt history.
 type AttemptRecord struct {
-	Attempt  int       `json:"attempt"`
-	Started  time.Time `json:"started"`
-	Ended    time.Time `json:"ended,omitzero"`
-	Result   string    `json:"result"` // in_progress, done, failed, canceled, unknown
-	Error    string    `json:"error,omitempty"`
-	Type     string    `json:"type,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
-	Stack    string    `json:"stack,omitempty"`
-	TraceID  string    `json:"trace_id,omitempty"`
-	SpanID   string    `json:"span_id,omitempty"`
+	Attempt int       `json:"attempt"`
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended,omitzero"`
+	Result  string    `json:"result"` // in_progress, done, failed, canceled, unknown
+	Error   string    `json:"error,omitempty"`
+	Type    string    `json:"type,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
+	Stack   string    `json:"stack,omitempty"`
+	TraceID string    `json:"trace_id,omitempty"`
+	SpanID  string    `json:"span_id,omitempty"`
 }
 
 // Attempt results recorded in AttemptRecord.Result.
