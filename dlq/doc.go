@@ -1,0 +1,22 @@
+// Package dlq is surely's dead letter: the failure envelope, the publisher
+// that writes it, and the FinalError that tells the middleware a message must
+// not be retried.
+//
+// # Envelope
+//
+// A dead-lettered message keeps the original UUID, payload and metadata byte
+// for byte. surely adds metadata keys, all prefixed "surely_" and versioned
+// by KeyVersion ("1"): the reason (exhausted, permanent, conflict, no_key,
+// panic, decode, lease_lost), the error text and its Go type chain, the
+// durable attempt count, the first and last failure times, the per-attempt
+// history as JSON (bounded to MaxHistoryBytes), the original topic, handler,
+// consumer group, operation key, payload fingerprint, trace and span ID, and
+// the host. Every error text passes through a Redactor first, so secrets in
+// error messages can be kept out.
+//
+// # Acking
+//
+// The dead-letter step acks the source message only after Publish returned
+// nil. When the publish fails, the step returns both errors joined and the
+// router nacks: the message is redelivered, nothing is lost.
+package dlq

@@ -1,0 +1,261 @@
+package dlq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/idempotency"
+)
+
+// Metadata keys surely adds to a dead-lettered message. The original
+// metadata is kept as it was; these keys are all prefixed "surely_".
+const (
+	KeyVersion        = "surely_dlq_version"
+	KeyReason         = "surely_reason"
+	KeyError          = "surely_error"
+	KeyErrorTypes     = "surely_error_types"
+	KeyAttempts       = "surely_attempts"
+	KeyFirstFailureAt = "surely_first_failure_at"
+	KeyLastFailureAt  = "surely_last_failure_at"
+	KeyDeadLetteredAt = "surely_dead_lettered_at"
+	KeyHistory        = "surely_history"
+	KeyOriginalTopic  = "surely_original_topic"
+	KeyHandler        = "surely_handler"
+	KeyConsumerGroup  = "surely_consumer_group"
+	KeyOperationKey   = "surely_operation_key"
+	KeyFingerprint    = "surely_fingerprint"
+	KeyTraceID        = "surely_trace_id"
+	KeySpanID         = "surely_span_id"
+	KeyHost           = "surely_host"
+)
+
+// MaxHistoryBytes bounds the JSON of KeyHistory: oldest entries, then
+// stacks of all but the newest entry, are dropped to fit.
+const MaxHistoryBytes = 16 << 10
+
+// Failure is the context of a final failure, written into the envelope.
+type Failure struct {
+	Reason Reason
+	Err    error
+	// Attempts is the durable attempt count (0 if unknown).
+	Attempts int
+	// History is the per-attempt ledger (may be empty).
+	History []idempotency.AttemptRecord
+	// OperationKey and Fingerprint identify the operation (may be empty for no_key).
+	OperationKey, Fingerprint string
+	// Topic and Handler default to the Watermill values in the message context.
+	Topic, Handler string
+	// TraceID and SpanID of the failing attempt, hex (may be empty).
+	TraceID, SpanID string
+	// At is when the message was dead-lettered (default: now).
+	At time.Time
+}
+
+// FailureFrom builds a Failure from an error: the FinalError in its chain
+// gives reason, attempts and history; any other error is ReasonPermanent.
+func FailureFrom(err error) Failure {
+	f := Failure{Reason: ReasonPermanent, Err: err}
+	if fe, ok := AsFinal(err); ok {
+		f.Reason, f.Err, f.Attempts, f.History = fe.Reason, fe.Err, fe.Attempts, fe.History
+		f.OperationKey, f.Fingerprint = fe.OperationKey, fe.Fingerprint
+	}
+	return f
+}
+
+// Redactor rewrites an error text before it is written anywhere (envelope,
+// history). Use it to strip secrets such as connection strings or tokens.
+type Redactor func(text string) string
+
+// Envelope returns the dead-letter message for msg: the same UUID, payload
+// and metadata byte for byte, plus the surely_* keys describing f. Error
+// texts pass through redact (nil: unchanged). host and group may be empty.
+func Envelope(msg *message.Message, f Failure, redact Redactor, host, group string) *message.Message {
+	if redact == nil {
+		redact = func(s string) string { return s }
+	}
+	out := message.NewMessage(msg.UUID, msg.Payload)
+	for k, v := range msg.Metadata {
+		out.Metadata[k] = v
+	}
+	ctx := msg.Context()
+	if f.Topic == "" {
+		f.Topic = message.SubscribeTopicFromCtx(ctx)
+	}
+	if f.Handler == "" {
+		f.Handler = message.HandlerNameFromCtx(ctx)
+	}
+	if f.At.IsZero() {
+		f.At = time.Now()
+	}
+	errText := ""
+	if f.Err != nil {
+		errText = redact(f.Err.Error())
+	}
+	md := out.Metadata
+	md[KeyVersion] = Version
+	md[KeyReason] = string(f.Reason)
+	md[KeyError] = idempotency.Truncate(errText, idempotency.MaxErrorLen)
+	md[KeyErrorTypes] = ErrorTypes(f.Err)
+	md[KeyAttempts] = strconv.Itoa(f.Attempts)
+	md[KeyDeadLetteredAt] = f.At.UTC().Format(time.RFC3339Nano)
+	first, last := f.At, f.At
+	seen := false
+	for _, h := range f.History {
+		if h.Result != idempotency.ResultFailed && h.Result != idempotency.ResultUnknown {
+			continue
+		}
+		t := h.Ended
+		if t.IsZero() {
+			t = h.Started
+		}
+		if !seen || t.Before(first) {
+			first = t
+		}
+		if !seen || t.After(last) {
+			last = t
+		}
+		seen = true
+	}
+	md[KeyFirstFailureAt] = first.UTC().Format(time.RFC3339Nano)
+	md[KeyLastFailureAt] = last.UTC().Format(time.RFC3339Nano)
+	md[KeyHistory] = historyJSON(f.History, redact)
+	md[KeyOriginalTopic] = f.Topic
+	md[KeyHandler] = f.Handler
+	md[KeyConsumerGroup] = group
+	md[KeyOperationKey] = f.OperationKey
+	md[KeyFingerprint] = f.Fingerprint
+	md[KeyTraceID] = f.TraceID
+	md[KeySpanID] = f.SpanID
+	md[KeyHost] = host
+	return out
+}
+
+func historyJSON(h []idempotency.AttemptRecord, redact Redactor) string {
+	h = append([]idempotency.AttemptRecord(nil), h...)
+	for i := range h {
+		h[i].Error = redact(h[i].Error)
+		h[i].Stack = redact(h[i].Stack)
+	}
+	for {
+		b, err := json.Marshal(h)
+		if err != nil {
+			return "[]"
+		}
+		if len(b) <= MaxHistoryBytes || len(h) == 0 {
+			return string(b)
+		}
+		// Drop stacks of older entries first, then the oldest entries.
+		dropped := false
+		for i := 0; i < len(h)-1; i++ {
+			if h[i].Stack != "" {
+				h[i].Stack = ""
+				dropped = true
+			}
+		}
+		if !dropped {
+			if len(h) == 1 {
+				h[0].Stack = ""
+				h[0].Error = idempotency.Truncate(h[0].Error, 512)
+			} else {
+				h = h[1:]
+			}
+		}
+	}
+}
+
+// ParseHistory decodes KeyHistory of a dead-lettered message.
+func ParseHistory(md message.Metadata) ([]idempotency.AttemptRecord, error) {
+	var h []idempotency.AttemptRecord
+	s := md.Get(KeyHistory)
+	if s == "" {
+		return nil, nil
+	}
+	if err := json.Unmarshal([]byte(s), &h); err != nil {
+		return nil, fmt.Errorf("dlq: %s: %w", KeyHistory, err)
+	}
+	return h, nil
+}
+
+// ErrInvalidOption wraps every option error of this package.
+var ErrInvalidOption = errors.New("dlq: invalid option")
+
+// Publisher publishes dead letters to one topic through any Watermill
+// publisher. It never closes the publisher it was given.
+type Publisher struct {
+	pub    message.Publisher
+	topic  string
+	redact Redactor
+	host   string
+	group  string
+}
+
+// Option configures a Publisher.
+type Option func(*Publisher) error
+
+// WithRedactor sets the hook every error text passes through before it is written.
+func WithRedactor(r Redactor) Option {
+	return func(p *Publisher) error {
+		if r == nil {
+			return fmt.Errorf("%w: nil redactor", ErrInvalidOption)
+		}
+		p.redact = r
+		return nil
+	}
+}
+
+// WithConsumerGroup names the consumer group written to KeyConsumerGroup.
+func WithConsumerGroup(group string) Option {
+	return func(p *Publisher) error { p.group = group; return nil }
+}
+
+// WithHost overrides the host name written to KeyHost (default os.Hostname).
+func WithHost(host string) Option {
+	return func(p *Publisher) error { p.host = host; return nil }
+}
+
+// NewPublisher returns a dead-letter publisher to topic.
+func NewPublisher(pub message.Publisher, topic string, opts ...Option) (*Publisher, error) {
+	if pub == nil {
+		return nil, fmt.Errorf("%w: nil publisher", ErrInvalidOption)
+	}
+	if topic == "" {
+		return nil, fmt.Errorf("%w: empty dead-letter topic", ErrInvalidOption)
+	}
+	host, _ := os.Hostname()
+	p := &Publisher{pub: pub, topic: topic, host: host}
+	for _, o := range opts {
+		if err := o(p); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Topic is the dead-letter topic.
+func (p *Publisher) Topic() string { return p.topic }
+
+// Redact applies the publisher's redaction hook (identity when none is set).
+func (p *Publisher) Redact(s string) string {
+	if p.redact == nil {
+		return s
+	}
+	return p.redact(s)
+}
+
+// Publish writes the envelope of msg. The source message may be acked only
+// after Publish returned nil.
+func (p *Publisher) Publish(ctx context.Context, msg *message.Message, f Failure) error {
+	env := Envelope(msg, f, p.redact, p.host, p.group)
+	env.SetContext(ctx)
+	if err := p.pub.Publish(p.topic, env); err != nil {
+		return fmt.Errorf("dlq: publish to %q: %w", p.topic, err)
+	}
+	return nil
+}

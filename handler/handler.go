@@ -1,0 +1,271 @@
+// Package handler assembles surely's reliable handler chain in an order that
+// cannot be got wrong.
+//
+// # Order
+//
+// handler.New wraps a Watermill handler in these steps, outermost first:
+//
+//  1. observe: outcome report, structured log, OnOutcome callback
+//  2. dead letter: a final failure is published with its context, and only
+//     then acked; a failed publish nacks (nothing lost)
+//  3. retry: in-process attempts with backoff and jitter inside one delivery;
+//     the outage breaker pauses the consumer while most attempts fail transiently
+//  4. identity: operation key and payload fingerprint
+//  5. dedup: claim, then complete (or release) with fencing; lease extension
+//  6. your handler, with idempotency.OperationFrom(ctx): key, attempt,
+//     fencing token, and how the previous attempt ended
+//
+// The router acks only when the chain returns nil: after Complete, or after
+// the dead-letter publish.
+//
+// # Required options
+//
+// WithStore and WithDeadLetter are required: without a store nothing is
+// deduplicated, and without a dead letter a final failure could only be
+// dropped or redelivered forever. New returns an error wrapping
+// ErrInvalidOption when either is missing.
+package handler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/middleware"
+	"github.com/surely-dev/surely/retry"
+)
+
+// ErrInvalidOption wraps every configuration error of New.
+var ErrInvalidOption = errors.New("handler: invalid option")
+
+type config struct {
+	store      idempotency.Store
+	namespace  string
+	dlqPub     message.Publisher
+	dlqTopic   string
+	policy     *retry.Policy
+	breaker    *retry.Breaker
+	noBreaker  bool
+	lease      time.Duration
+	extractor  *idempotency.Extractor
+	missingKey middleware.MissingKeyPolicy
+	logger     *slog.Logger
+	onOutcome  func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult
+	redact     dlq.Redactor
+	group      string
+}
+
+// Option configures New.
+type Option func(*config) error
+
+// WithStore sets the dedup store and the namespace of this handler's records
+// (required). Use the handler name, with the consumer group when several
+// groups consume one topic. surely never closes the store's client.
+func WithStore(store idempotency.Store, namespace string) Option {
+	return func(c *config) error {
+		if store == nil {
+			return fmt.Errorf("%w: nil store", ErrInvalidOption)
+		}
+		if err := idempotency.ValidateNamespace(namespace); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
+		c.store, c.namespace = store, namespace
+		return nil
+	}
+}
+
+// WithDeadLetter publishes final failures to topic through pub (required).
+// surely never closes pub.
+func WithDeadLetter(pub message.Publisher, topic string) Option {
+	return func(c *config) error {
+		if pub == nil || topic == "" {
+			return fmt.Errorf("%w: dead letter needs a publisher and a topic", ErrInvalidOption)
+		}
+		c.dlqPub, c.dlqTopic = pub, topic
+		return nil
+	}
+}
+
+// WithPolicy sets the retry policy (default retry.NewPolicy()). Its
+// MaxInProcessTime must fit inside the lease.
+func WithPolicy(p *retry.Policy) Option {
+	return func(c *config) error {
+		if p == nil {
+			return fmt.Errorf("%w: nil policy", ErrInvalidOption)
+		}
+		c.policy = p
+		return nil
+	}
+}
+
+// WithBreaker sets the outage breaker (default retry.NewBreaker()); nil
+// turns it off.
+func WithBreaker(b *retry.Breaker) Option {
+	return func(c *config) error {
+		c.breaker, c.noBreaker = b, b == nil
+		return nil
+	}
+}
+
+// WithLease sets the dedup lease (default middleware.DefaultLease).
+func WithLease(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: lease must be positive", ErrInvalidOption)
+		}
+		c.lease = d
+		return nil
+	}
+}
+
+// WithIdentity sets the key extractor and the missing-key policy (default:
+// idempotency.NewExtractor(), middleware.RejectMissingKey).
+func WithIdentity(ex *idempotency.Extractor, missing middleware.MissingKeyPolicy) Option {
+	return func(c *config) error {
+		if ex == nil {
+			return fmt.Errorf("%w: nil extractor", ErrInvalidOption)
+		}
+		c.extractor, c.missingKey = ex, missing
+		return nil
+	}
+}
+
+// WithLogger sets the structured logger (default: discard).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithOnOutcome calls fn once per delivery with its outcome.
+func WithOnOutcome(fn func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return fmt.Errorf("%w: nil callback", ErrInvalidOption)
+		}
+		c.onOutcome = fn
+		return nil
+	}
+}
+
+// WithRedactor passes every error text through r before it is stored in the
+// attempt history or written to a dead letter.
+func WithRedactor(r dlq.Redactor) Option {
+	return func(c *config) error {
+		if r == nil {
+			return fmt.Errorf("%w: nil redactor", ErrInvalidOption)
+		}
+		c.redact = r
+		return nil
+	}
+}
+
+// WithConsumerGroup names the consumer group in dead letters.
+func WithConsumerGroup(group string) Option {
+	return func(c *config) error { c.group = group; return nil }
+}
+
+// New returns fn wrapped in surely's chain (see the package doc), ready for
+// router.AddHandler / AddConsumerHandler.
+func New(fn message.HandlerFunc, opts ...Option) (message.HandlerFunc, error) {
+	if fn == nil {
+		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOption)
+	}
+	c := config{lease: middleware.DefaultLease, logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	if c.store == nil {
+		return nil, fmt.Errorf("%w: WithStore is required", ErrInvalidOption)
+	}
+	if c.dlqPub == nil {
+		return nil, fmt.Errorf("%w: WithDeadLetter is required", ErrInvalidOption)
+	}
+	var err error
+	if c.policy == nil {
+		if c.policy, err = retry.NewPolicy(); err != nil {
+			return nil, err
+		}
+	}
+	if c.policy.MaxInProcessTime() >= c.lease {
+		return nil, fmt.Errorf("%w: the retry policy's in-process time %v must be shorter than the lease %v",
+			ErrInvalidOption, c.policy.MaxInProcessTime(), c.lease)
+	}
+	if c.breaker == nil && !c.noBreaker {
+		if c.breaker, err = retry.NewBreaker(); err != nil {
+			return nil, err
+		}
+	}
+	if c.extractor == nil {
+		if c.extractor, err = idempotency.NewExtractor(); err != nil {
+			return nil, err
+		}
+	}
+	dopts := []dlq.Option{dlq.WithConsumerGroup(c.group)}
+	dedupOpts := []middleware.DedupOption{
+		middleware.WithLease(c.lease), middleware.WithMaxAttempts(c.policy.MaxAttempts()),
+		middleware.WithDedupLogger(c.logger),
+	}
+	if c.redact != nil {
+		dopts = append(dopts, dlq.WithRedactor(c.redact))
+		dedupOpts = append(dedupOpts, middleware.WithHistoryRedactor(c.redact))
+	}
+	pub, err := dlq.NewPublisher(c.dlqPub, c.dlqTopic, dopts...)
+	if err != nil {
+		return nil, err
+	}
+	obsOpts := []middleware.ObserveOption{middleware.WithLogger(c.logger)}
+	if c.onOutcome != nil {
+		obsOpts = append(obsOpts, middleware.WithOnOutcome(c.onOutcome))
+	}
+
+	observe, err := middleware.Observe(obsOpts...)
+	if err != nil {
+		return nil, err
+	}
+	deadLetter, err := middleware.DeadLetter(pub)
+	if err != nil {
+		return nil, err
+	}
+	retrier, err := middleware.Retry(c.policy, c.breaker)
+	if err != nil {
+		return nil, err
+	}
+	identity, err := middleware.Identity(c.extractor, c.missingKey)
+	if err != nil {
+		return nil, err
+	}
+	dedup, err := middleware.Dedup(c.store, c.namespace, dedupOpts...)
+	if err != nil {
+		return nil, err
+	}
+	// Innermost first, so that observe ends up outermost.
+	h := fn
+	for _, m := range []message.HandlerMiddleware{dedup, identity, retrier, deadLetter, observe} {
+		h = m(h)
+	}
+	return h, nil
+}
+
+// NoPublish adapts a chain built by New for router.AddConsumerHandler, for
+// handlers that produce no messages. Messages the chain returns (including
+// those re-emitted for a duplicate) are dropped, so use it only when fn
+// never produces any.
+func NoPublish(h message.HandlerFunc) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		_, err := h(msg)
+		return err
+	}
+}

@@ -1,0 +1,63 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/retry"
+)
+
+// DefaultDeadLetterRetryWait is how long DeadLetter waits before nacking
+// when the dead-letter publish failed, so a broken dead letter does not spin.
+const DefaultDeadLetterRetryWait = time.Second
+
+// DeadLetter publishes a message whose chain ended in a final failure (a
+// *dlq.FinalError, or an error marked retry.Permanent) to pub, and returns
+// nil only after that publish succeeded, so the router acks the source
+// after its dead letter is durable. If the publish fails, it waits
+// DefaultDeadLetterRetryWait and returns both errors joined: the router
+// nacks and nothing is lost. Transient errors pass through untouched.
+//
+// Returning nil is what makes Watermill ack; Observe (outside this step)
+// still reports the delivery as dead_lettered, not processed.
+func DeadLetter(pub *dlq.Publisher) (message.HandlerMiddleware, error) {
+	if pub == nil {
+		return nil, fmt.Errorf("%w: nil dead-letter publisher", ErrInvalidOption)
+	}
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			msgs, err := h(msg)
+			if err == nil {
+				return msgs, nil
+			}
+			ctx := msg.Context()
+			_, final := dlq.AsFinal(err)
+			if !final && !(retry.IsPermanent(err) && !errors.Is(err, ErrStoreUnavailable)) {
+				return msgs, err
+			}
+			f := dlq.FailureFrom(err)
+			if op, ok := idempotency.OperationFrom(ctx); ok && f.OperationKey == "" {
+				f.OperationKey, f.Fingerprint = op.Key, op.Fingerprint
+			}
+			if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+				f.TraceID, f.SpanID = sc.TraceID().String(), sc.SpanID().String()
+			}
+			if perr := pub.Publish(ctx, msg, f); perr != nil {
+				setOutcome(ctx, OutcomeDeadLetterFailed)
+				sleep(ctx, DefaultDeadLetterRetryWait)
+				return nil, errors.Join(perr, err)
+			}
+			setOutcome(ctx, OutcomeDeadLettered)
+			if r := reportFrom(ctx); r != nil {
+				r.reason = string(f.Reason)
+			}
+			return nil, nil
+		}
+	}, nil
+}

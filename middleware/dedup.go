@@ -1,0 +1,433 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/retry"
+)
+
+// Dedup defaults.
+const (
+	DefaultLease        = 30 * time.Second
+	DefaultMaxAttempts  = 5
+	DefaultStoreTimeout = 5 * time.Second
+)
+
+type dedupConfig struct {
+	lease        time.Duration
+	maxAttempts  int
+	extendEvery  time.Duration
+	maxHeld      time.Duration
+	storeTimeout time.Duration
+	redact       dlq.Redactor
+	logger       *slog.Logger
+}
+
+// DedupOption configures Dedup.
+type DedupOption func(*dedupConfig) error
+
+// WithLease sets the lease of a claim (default 30s). The lease is extended
+// while the handler runs (see WithExtension); it bounds how long a crashed
+// owner blocks the operation.
+func WithLease(d time.Duration) DedupOption {
+	return func(c *dedupConfig) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("%w: lease must be at least 10ms, got %v", ErrInvalidOption, d)
+		}
+		c.lease = d
+		return nil
+	}
+}
+
+// WithMaxAttempts sets the durable attempt budget (default 5), counted by the
+// store across deliveries and process crashes.
+func WithMaxAttempts(n int) DedupOption {
+	return func(c *dedupConfig) error {
+		if n < 1 {
+			return fmt.Errorf("%w: max attempts must be at least 1, got %d", ErrInvalidOption, n)
+		}
+		c.maxAttempts = n
+		return nil
+	}
+}
+
+// WithExtension sets how often the lease is extended while the handler runs
+// (default lease/3) and the longest total time one attempt may hold it
+// (default 10×lease). Past that the lease is left to expire: the handler is
+// deemed hung and another consumer may take the operation over.
+func WithExtension(every, maxHeld time.Duration) DedupOption {
+	return func(c *dedupConfig) error {
+		if every <= 0 || maxHeld <= 0 {
+			return fmt.Errorf("%w: extension interval and max held time must be positive", ErrInvalidOption)
+		}
+		c.extendEvery, c.maxHeld = every, maxHeld
+		return nil
+	}
+}
+
+// WithStoreTimeout bounds each store call (default 5s).
+func WithStoreTimeout(d time.Duration) DedupOption {
+	return func(c *dedupConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: store timeout must be positive", ErrInvalidOption)
+		}
+		c.storeTimeout = d
+		return nil
+	}
+}
+
+// WithHistoryRedactor passes every error text through r before it is stored
+// in the attempt history.
+func WithHistoryRedactor(r dlq.Redactor) DedupOption {
+	return func(c *dedupConfig) error {
+		if r == nil {
+			return fmt.Errorf("%w: nil redactor", ErrInvalidOption)
+		}
+		c.redact = r
+		return nil
+	}
+}
+
+// WithDedupLogger sets the logger (default: discard).
+func WithDedupLogger(l *slog.Logger) DedupOption {
+	return func(c *dedupConfig) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// Dedup claims the operation in store before the handler runs and completes
+// it after the handler returned nil, so the router acks only after Complete.
+// namespace separates this handler's records from every other handler's
+// (use the handler name, plus the consumer group when several groups
+// consume one topic).
+//
+// It reads the operation from the message context (put there by Identity);
+// without one it extracts it with the default idempotency.Extractor and
+// rejects messages without a key.
+//
+// Per claim result: Acquired runs the handler with the lease (Complete on
+// success, Release on failure, so a failed message is never mistaken for a
+// duplicate); Completed re-emits the stored produced messages and returns
+// nil; InProgress returns *InProgressError (nack with a delay, not a
+// failure); Conflict and Exhausted return a *dlq.FinalError. A store outage
+// returns an error wrapping ErrStoreUnavailable. A handler panic is
+// recovered and recorded (reason "panic", with the stack).
+func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (message.HandlerMiddleware, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
+	}
+	if err := idempotency.ValidateNamespace(namespace); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	c := dedupConfig{
+		lease: DefaultLease, maxAttempts: DefaultMaxAttempts, storeTimeout: DefaultStoreTimeout,
+		logger: slog.New(slog.DiscardHandler),
+	}
+	for _, o := range opts {
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	if c.extendEvery == 0 {
+		c.extendEvery, c.maxHeld = c.lease/3, 10*c.lease
+	}
+	if c.extendEvery >= c.lease {
+		return nil, fmt.Errorf("%w: extension interval %v must be shorter than the lease %v", ErrInvalidOption, c.extendEvery, c.lease)
+	}
+	ex, err := idempotency.NewExtractor()
+	if err != nil {
+		return nil, err
+	}
+	d := &dedup{store: store, ns: namespace, cfg: c, ex: ex}
+	return d.middleware, nil
+}
+
+type dedup struct {
+	store idempotency.Store
+	ns    string
+	cfg   dedupConfig
+	ex    *idempotency.Extractor
+}
+
+func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) (_ []*message.Message, err error) {
+		ctx := msg.Context()
+		op, ok := idempotency.OperationFrom(ctx)
+		if !ok {
+			id, err := d.ex.Extract(msg)
+			if err != nil {
+				return nil, dlq.Final(dlq.ReasonNoKey, err)
+			}
+			op = &idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
+			msg.SetContext(idempotency.WithOperation(ctx, op))
+			defer msg.SetContext(ctx)
+			defer func() { annotate(err, op) }()
+		}
+		if op.Key == "" { // ProcessWithoutDedup
+			msgs, err := runHandler(h, msg)
+			if err == nil {
+				setOutcome(ctx, OutcomeUnprocessed)
+			}
+			return msgs, err
+		}
+		return d.handle(ctx, h, msg, op)
+	}
+}
+
+// storeCtx bounds a store call and keeps it alive past the message
+// context's cancellation, so that a shutdown still releases its claims.
+func (d *dedup) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), d.cfg.storeTimeout)
+}
+
+func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
+	op.Namespace = d.ns
+	req := idempotency.ClaimRequest{
+		Namespace: d.ns, Key: op.Key, Fingerprint: op.Fingerprint,
+		Lease: d.cfg.lease, MaxAttempts: d.cfg.maxAttempts,
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		req.TraceID, req.SpanID = sc.TraceID().String(), sc.SpanID().String()
+	}
+	sctx, cancel := d.storeCtx(ctx)
+	res, err := d.store.Claim(sctx, req)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err)
+	}
+	switch res.Status {
+	case idempotency.Acquired:
+		return d.run(ctx, h, msg, op, res)
+	case idempotency.Completed:
+		setOutcome(ctx, OutcomeDuplicate)
+		return replay(res.Outcome), nil
+	case idempotency.InProgress:
+		setOutcome(ctx, OutcomeInProgress)
+		return nil, &InProgressError{Key: op.Key, Until: res.Until}
+	case idempotency.Conflict:
+		return nil, dlq.Final(dlq.ReasonConflict, fmt.Errorf("%w: key %q, stored fingerprint %s, message fingerprint %s",
+			ErrConflict, op.Key, res.StoredFingerprint, op.Fingerprint))
+	case idempotency.Exhausted:
+		return nil, exhaustedError(op.Key, res)
+	default:
+		return nil, fmt.Errorf("%w: claim %q returned unknown status %v", ErrStoreUnavailable, op.Key, res.Status)
+	}
+}
+
+func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
+	reason := dlq.ReasonExhausted
+	last := "none recorded"
+	if n := len(res.History); n > 0 {
+		h := res.History[n-1]
+		if h.Reason == string(dlq.ReasonPanic) {
+			reason = dlq.ReasonPanic
+		}
+		if h.Reason == string(dlq.ReasonPermanent) {
+			reason = dlq.ReasonPermanent
+		}
+		last = h.Result
+		if h.Error != "" {
+			last += ": " + h.Error
+		}
+	}
+	fe := dlq.Final(reason, fmt.Errorf("%w: key %q after %d attempts; last attempt %s", ErrExhausted, key, res.Attempts, last))
+	fe.Attempts, fe.History = res.Attempts, res.History
+	return fe
+}
+
+func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult) ([]*message.Message, error) {
+	lease := res.Lease
+	op.Attempt, op.Token, op.Previous = lease.Attempt, lease.Token, res.Previous
+	if r := reportFrom(ctx); r != nil {
+		r.attempt = lease.Attempt
+	}
+
+	ext := d.startExtender(ctx, lease)
+	msgs, herr := runHandler(h, msg)
+	lease = ext.stop()
+
+	if herr == nil {
+		outcome := idempotency.Outcome{Messages: store(msgs)}
+		if err := d.complete(ctx, lease, outcome); err != nil {
+			if errors.Is(err, idempotency.ErrLeaseLost) {
+				setOutcome(ctx, OutcomeLeaseLost)
+				return nil, &LeaseLostError{Key: op.Key, Err: err}
+			}
+			return nil, fmt.Errorf("%w: complete %q: %w", ErrStoreUnavailable, op.Key, err)
+		}
+		setOutcome(ctx, OutcomeProcessed)
+		return msgs, nil
+	}
+
+	f := d.failure(ctx, herr)
+	sctx, cancel := d.storeCtx(ctx)
+	rerr := d.store.Release(sctx, lease, f)
+	cancel()
+	if rerr != nil && !errors.Is(rerr, idempotency.ErrLeaseLost) {
+		rerr = fmt.Errorf("%w: release %q: %w", ErrStoreUnavailable, op.Key, rerr)
+	}
+	switch {
+	case f.Canceled:
+		setOutcome(ctx, OutcomeCanceled)
+		return nil, errors.Join(herr, rerr)
+	case f.Final && rerr == nil:
+		fe := dlq.Final(dlq.ReasonPermanent, herr)
+		fe.Attempts = lease.Attempt
+		gctx, cancel := d.storeCtx(ctx)
+		if got, err := d.store.Get(gctx, d.ns, op.Key); err == nil {
+			fe.History = got.History
+		}
+		cancel()
+		return nil, fe
+	}
+	if rerr != nil {
+		return nil, errors.Join(herr, rerr)
+	}
+	return nil, herr
+}
+
+// complete commits the DONE mark, retrying a failing store a few times
+// inside the lease: a lost Complete means the effect runs again later.
+func (d *dedup) complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
+	wait := 50 * time.Millisecond
+	for i := 0; ; i++ {
+		sctx, cancel := d.storeCtx(ctx)
+		err := d.store.Complete(sctx, lease, outcome)
+		cancel()
+		if err == nil || errors.Is(err, idempotency.ErrLeaseLost) || i == 3 {
+			return err
+		}
+		d.cfg.logger.WarnContext(ctx, "surely: complete failed, retrying", "key", lease.Key, "error", err)
+		t := time.NewTimer(wait)
+		<-t.C
+		wait *= 2
+	}
+}
+
+func (d *dedup) failure(ctx context.Context, err error) idempotency.Failure {
+	redact := d.cfg.redact
+	if redact == nil {
+		redact = func(s string) string { return s }
+	}
+	f := idempotency.Failure{
+		Error:     redact(err.Error()),
+		ErrorType: dlq.ErrorTypes(err),
+		Reason:    "error",
+	}
+	var pe *PanicError
+	switch {
+	case errors.As(err, &pe):
+		f.Reason = string(dlq.ReasonPanic)
+		f.Stack = redact(pe.Stack)
+	case retry.Classify(ctx, err) == retry.ClassCanceled:
+		f.Canceled, f.Reason = true, "canceled"
+	case retry.IsPermanent(err):
+		f.Final, f.Reason = true, string(dlq.ReasonPermanent)
+	}
+	return f
+}
+
+// runHandler runs h, turning a panic into a *PanicError.
+func runHandler(h message.HandlerFunc, msg *message.Message) (msgs []*message.Message, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			msgs, err = nil, &PanicError{Value: v, Stack: idempotency.Truncate(string(debug.Stack()), idempotency.MaxStackLen)}
+		}
+	}()
+	return h(msg)
+}
+
+func store(msgs []*message.Message) []idempotency.StoredMessage {
+	if len(msgs) == 0 {
+		return nil
+	}
+	out := make([]idempotency.StoredMessage, len(msgs))
+	for i, m := range msgs {
+		out[i] = idempotency.StoredMessage{UUID: m.UUID, Metadata: m.Metadata, Payload: m.Payload}
+	}
+	return out
+}
+
+// replay rebuilds the messages a completed operation produced, with their
+// original UUIDs, so downstream consumers dedup them.
+func replay(o *idempotency.Outcome) []*message.Message {
+	if o == nil || len(o.Messages) == 0 {
+		return nil
+	}
+	out := make([]*message.Message, len(o.Messages))
+	for i, m := range o.Messages {
+		msg := message.NewMessage(m.UUID, m.Payload)
+		for k, v := range m.Metadata {
+			msg.Metadata[k] = v
+		}
+		out[i] = msg
+	}
+	return out
+}
+
+// extender keeps a lease alive while the handler runs, bounded by maxHeld.
+type extender struct {
+	d       *dedup
+	ctx     context.Context
+	mu      sync.Mutex
+	lease   idempotency.Lease
+	start   time.Time
+	timer   *time.Timer
+	stopped bool
+}
+
+func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease) *extender {
+	e := &extender{d: d, ctx: ctx, lease: lease, start: time.Now()}
+	e.timer = time.AfterFunc(d.cfg.extendEvery, e.tick)
+	return e
+}
+
+func (e *extender) tick() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return
+	}
+	if time.Since(e.start)+e.d.cfg.lease > e.d.cfg.maxHeld {
+		e.d.cfg.logger.WarnContext(e.ctx, "surely: handler exceeded the longest lease hold; letting the lease expire",
+			"key", e.lease.Key, "attempt", e.lease.Attempt, "max_held", e.d.cfg.maxHeld)
+		return
+	}
+	sctx, cancel := e.d.storeCtx(e.ctx)
+	l, err := e.d.store.Extend(sctx, e.lease, e.d.cfg.lease)
+	cancel()
+	switch {
+	case err == nil:
+		e.lease = l
+	case errors.Is(err, idempotency.ErrLeaseLost):
+		e.d.cfg.logger.WarnContext(e.ctx, "surely: lease lost while the handler runs", "key", e.lease.Key, "attempt", e.lease.Attempt)
+		return
+	default:
+		e.d.cfg.logger.WarnContext(e.ctx, "surely: lease extension failed", "key", e.lease.Key, "error", err)
+	}
+	e.timer.Reset(e.d.cfg.extendEvery)
+}
+
+// stop ends the extension and returns the current lease.
+func (e *extender) stop() idempotency.Lease {
+	e.timer.Stop()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stopped = true
+	return e.lease
+}

@@ -1,0 +1,61 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrInvalidOption wraps every option error of this package.
+	ErrInvalidOption = errors.New("middleware: invalid option")
+	// ErrStoreUnavailable wraps a store error (outage, timeout): the
+	// message is nacked and no attempt is charged.
+	ErrStoreUnavailable = errors.New("surely: idempotency store unavailable")
+	// ErrConflict: the operation key was first seen with another payload.
+	ErrConflict = errors.New("surely: operation key reused with a different payload")
+	// ErrExhausted: the durable attempt budget is spent.
+	ErrExhausted = errors.New("surely: attempt budget exhausted")
+	// ErrPaused: the outage breaker held the message back without an attempt.
+	ErrPaused = errors.New("surely: paused by the outage breaker")
+)
+
+// InProgressError is returned when another owner holds a live lease on the
+// operation. It is not a failure of the message: nack it with a delay.
+type InProgressError struct {
+	Key   string
+	Until time.Time
+}
+
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("surely: operation %q is in progress elsewhere until %s", e.Key, e.Until.Format(time.RFC3339Nano))
+}
+
+// LeaseLostError is returned when Complete found the lease taken over: the
+// effect may have run twice; the new owner decides the record. Nack.
+type LeaseLostError struct {
+	Key string
+	Err error
+}
+
+func (e *LeaseLostError) Error() string {
+	return fmt.Sprintf("surely: lease on %q lost before complete: %v", e.Key, e.Err)
+}
+
+func (e *LeaseLostError) Unwrap() error { return e.Err }
+
+// PanicError is a recovered handler panic.
+type PanicError struct {
+	Value any
+	Stack string
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("surely: handler panicked: %v", e.Value) }
+
+// Unwrap returns the panic value when it is an error.
+func (e *PanicError) Unwrap() error {
+	if err, ok := e.Value.(error); ok {
+		return err
+	}
+	return nil
+}

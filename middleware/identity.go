@@ -1,0 +1,65 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/idempotency"
+)
+
+// MissingKeyPolicy says what happens to a message without an operation key.
+type MissingKeyPolicy int
+
+const (
+	// RejectMissingKey dead-letters a message without a key (reason no_key).
+	// It is the default: a message that cannot be deduplicated is not
+	// processed silently.
+	RejectMissingKey MissingKeyPolicy = iota
+	// ProcessWithoutDedup runs the handler without a dedup record when the
+	// key is missing. A redelivery then runs the effect again. Invalid keys
+	// (too long, control characters) are still rejected.
+	ProcessWithoutDedup
+)
+
+// Identity extracts the operation identity of each message and puts it in
+// the message context as an *idempotency.Operation (see
+// idempotency.OperationFrom), where Dedup finds it. A message without a key
+// follows policy; an invalid key is a final failure with reason no_key.
+func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.HandlerMiddleware, error) {
+	if ex == nil {
+		return nil, fmt.Errorf("%w: nil extractor", ErrInvalidOption)
+	}
+	if policy != RejectMissingKey && policy != ProcessWithoutDedup {
+		return nil, fmt.Errorf("%w: unknown missing-key policy %d", ErrInvalidOption, policy)
+	}
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			id, err := ex.Extract(msg)
+			ctx := msg.Context()
+			op := &idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
+			switch {
+			case err == nil:
+			case errors.Is(err, idempotency.ErrNoKey) && policy == ProcessWithoutDedup:
+				op.Key = ""
+			default:
+				return nil, dlq.Final(dlq.ReasonNoKey, err)
+			}
+			msg.SetContext(idempotency.WithOperation(ctx, op))
+			defer msg.SetContext(ctx)
+			msgs, err := h(msg)
+			annotate(err, op)
+			return msgs, err
+		}
+	}, nil
+}
+
+// annotate names the operation in a final error, for the dead letter that
+// runs outside this step (where the operation is no longer in the context).
+func annotate(err error, op *idempotency.Operation) {
+	if fe, ok := dlq.AsFinal(err); ok && fe.OperationKey == "" {
+		fe.OperationKey, fe.Fingerprint = op.Key, op.Fingerprint
+	}
+}

@@ -1,0 +1,133 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// OutcomeParams describes one delivery's end, for an OnOutcome callback.
+type OutcomeParams struct {
+	Msg     *message.Message
+	Outcome Outcome
+	// Attempts is how many attempts ran in this delivery (0 for a paused one).
+	Attempts int
+	// Attempt is the durable attempt number of the last attempt (0 if no claim).
+	Attempt int
+	// Reason is the dead-letter reason, for OutcomeDeadLettered.
+	Reason string
+	// Err is what the chain returned (nil when it acked).
+	Err      error
+	Duration time.Duration
+}
+
+// OutcomeResult is what an OnOutcome callback returns; empty for now, it
+// leaves room to grow.
+type OutcomeResult struct{}
+
+type observeConfig struct {
+	logger    *slog.Logger
+	onOutcome func(context.Context, OutcomeParams) OutcomeResult
+}
+
+// ObserveOption configures Observe.
+type ObserveOption func(*observeConfig) error
+
+// WithLogger sets the structured logger (default: discard). Records are
+// logged with the message context, so trace IDs correlate.
+func WithLogger(l *slog.Logger) ObserveOption {
+	return func(c *observeConfig) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithOnOutcome calls fn once per delivery with its outcome.
+func WithOnOutcome(fn func(context.Context, OutcomeParams) OutcomeResult) ObserveOption {
+	return func(c *observeConfig) error {
+		if fn == nil {
+			return fmt.Errorf("%w: nil outcome callback", ErrInvalidOption)
+		}
+		c.onOutcome = fn
+		return nil
+	}
+}
+
+// Observe is the outermost surely step: it gives the inner steps a place to
+// report how the delivery ended (so a dead-lettered message, which the
+// router acks, is still reported as dead_lettered, not processed), logs the
+// outcome and calls the OnOutcome callback.
+func Observe(opts ...ObserveOption) (message.HandlerMiddleware, error) {
+	c := observeConfig{logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			ctx := msg.Context()
+			rep := &report{started: time.Now()}
+			msg.SetContext(context.WithValue(ctx, reportKey{}, rep))
+			msgs, err := h(msg)
+			msg.SetContext(ctx)
+			if rep.outcome == "" || (err != nil && (rep.outcome == OutcomeProcessed || rep.outcome == OutcomeDuplicate)) {
+				rep.outcome = fallbackOutcome(ctx, err)
+			}
+			c.log(ctx, msg, rep, err)
+			if c.onOutcome != nil {
+				c.onOutcome(ctx, OutcomeParams{
+					Msg: msg, Outcome: rep.outcome, Attempts: rep.attempts, Attempt: rep.attempt,
+					Reason: rep.reason, Err: err, Duration: time.Since(rep.started),
+				})
+			}
+			return msgs, err
+		}
+	}, nil
+}
+
+func fallbackOutcome(ctx context.Context, err error) Outcome {
+	switch {
+	case err == nil:
+		return OutcomeProcessed
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return OutcomeCanceled
+	default:
+		return OutcomeRetry
+	}
+}
+
+func (c *observeConfig) log(ctx context.Context, msg *message.Message, rep *report, err error) {
+	level := slog.LevelDebug
+	switch rep.outcome {
+	case OutcomeDeadLettered, OutcomeDeadLetterFailed, OutcomeLeaseLost, OutcomePaused:
+		level = slog.LevelWarn
+	case OutcomeRetry:
+		level = slog.LevelInfo
+	}
+	if !c.logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("outcome", string(rep.outcome)),
+		slog.String("message_uuid", msg.UUID),
+		slog.String("topic", message.SubscribeTopicFromCtx(ctx)),
+		slog.String("handler", message.HandlerNameFromCtx(ctx)),
+		slog.Int("attempts", rep.attempts),
+		slog.Int("attempt", rep.attempt),
+	}
+	if rep.reason != "" {
+		attrs = append(attrs, slog.String("reason", rep.reason))
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	c.logger.LogAttrs(ctx, level, "surely: delivery ended", attrs...)
+}

@@ -1,0 +1,127 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/retry"
+)
+
+// MaxInProgressWait bounds how long Retry waits before nacking a message
+// whose operation is in progress elsewhere.
+const MaxInProgressWait = 5 * time.Second
+
+// Retry runs the inner chain up to policy.InProcessAttempts() times per
+// delivery, with backoff and full jitter between attempts, while the total
+// stays inside policy.MaxInProcessTime(). Classification decides:
+//
+//   - nil: done.
+//   - a *dlq.FinalError, retry.Permanent: no retry; returned for the dead letter.
+//   - cancellation of the message context: returned at once (not a failure).
+//   - *InProgressError, *LeaseLostError: not a failure; nacked after a wait.
+//   - anything else is transient: retried in process, then nacked after the
+//     backoff delay, so the broker redelivers it for the next durable attempt.
+//
+// Watermill has no portable nack-with-delay, so a "delayed nack" is a wait
+// before the error is returned: it paces the consumer, which is the point
+// when a dependency is down.
+//
+// breaker may be nil. When it is open, no attempt runs: the message is
+// nacked after the breaker's wait (ErrPaused), so an outage does not spend
+// attempt budgets nor flood the dead letter; one probe at a time tests
+// whether the dependency is back.
+func Retry(policy *retry.Policy, breaker *retry.Breaker) (message.HandlerMiddleware, error) {
+	if policy == nil {
+		return nil, fmt.Errorf("%w: nil retry policy", ErrInvalidOption)
+	}
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			ctx := msg.Context()
+			rep := reportFrom(ctx)
+			start := time.Now()
+			for n := 1; ; n++ {
+				permit := retry.Permit{Allowed: true}
+				if breaker != nil {
+					permit = breaker.Allow()
+					if !permit.Allowed {
+						setOutcome(ctx, OutcomePaused)
+						sleep(ctx, permit.Wait)
+						return nil, ErrPaused
+					}
+				}
+				if rep != nil {
+					rep.attempts++
+				}
+				msgs, err := h(msg)
+				msg.SetContext(ctx)
+				result, again := classify(ctx, err)
+				if breaker != nil {
+					breaker.Record(permit, result)
+				}
+				if !again {
+					return msgs, err
+				}
+				var ip *InProgressError
+				var ll *LeaseLostError
+				if errors.As(err, &ip) || errors.As(err, &ll) {
+					wait := MaxInProgressWait
+					if ip != nil {
+						wait = min(max(time.Until(ip.Until), 10*time.Millisecond), MaxInProgressWait)
+					}
+					sleep(ctx, wait)
+					return nil, err
+				}
+				setOutcome(ctx, OutcomeRetry)
+				delay := policy.Delay(n, err)
+				if n >= policy.InProcessAttempts() || time.Since(start)+delay > policy.MaxInProcessTime() {
+					sleep(ctx, min(delay, policy.MaxInProcessTime()))
+					return nil, err
+				}
+				if !sleep(ctx, delay) {
+					return nil, err
+				}
+			}
+		}
+	}, nil
+}
+
+// classify maps an attempt's error to the breaker's result, and says whether
+// the delivery may go on (true) or must return now.
+func classify(ctx context.Context, err error) (retry.Result, bool) {
+	if err == nil {
+		return retry.ResultSuccess, false
+	}
+	if _, ok := dlq.AsFinal(err); ok {
+		return retry.ResultNeutral, false
+	}
+	switch retry.Classify(ctx, err) {
+	case retry.ClassPermanent, retry.ClassCanceled:
+		return retry.ResultNeutral, false
+	}
+	var ip *InProgressError
+	var ll *LeaseLostError
+	if errors.As(err, &ip) || errors.As(err, &ll) {
+		return retry.ResultNeutral, true
+	}
+	return retry.ResultTransient, true
+}
+
+// sleep waits d or until ctx is done; it reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
