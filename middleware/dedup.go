@@ -393,7 +393,9 @@ type extender struct {
 
 func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease) *extender {
 	e := &extender{d: d, ctx: ctx, lease: lease, start: time.Now()}
+	e.mu.Lock()
 	e.timer = time.AfterFunc(d.cfg.extendEvery, e.tick)
+	e.mu.Unlock()
 	return e
 }
 

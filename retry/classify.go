@@ -1,0 +1,169 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// PermanentError marks an error as not worth retrying: the same message will
+// fail the same way however often it is tried (a validation error, a payload
+// that cannot be decoded). Create it with [Permanent]; detect it with
+// [IsPermanent] or errors.As.
+type PermanentError struct {
+	Err error
+}
+
+// Error returns the text of the wrapped error unchanged: the classification
+// lives in the type, not in the text.
+func (e *PermanentError) Error() string {
+	if e == nil || e.Err == nil {
+		return "retry: permanent error"
+	}
+	return e.Err.Error()
+}
+
+// Unwrap returns the wrapped error, so errors.Is and errors.As see through it.
+func (e *PermanentError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
+
+// Permanent marks err as not worth retrying. It returns nil for a nil err,
+// so `return retry.Permanent(err)` is safe on every path.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *PermanentError
+	if errors.As(err, &pe) && pe == err {
+		return err // already marked at the top: do not wrap twice
+	}
+	return &PermanentError{Err: err}
+}
+
+// IsPermanent reports whether err, or any error it wraps or joins, was
+// marked with [Permanent].
+func IsPermanent(err error) bool {
+	var pe *PermanentError
+	return errors.As(err, &pe)
+}
+
+// AfterError is a transient error that carries the earliest time to retry,
+// relative to the failure: typically a dependency's Retry-After header or a
+// rate limiter's reset time. Create it with [After]; read it with [RetryAfter].
+type AfterError struct {
+	// Delay is the minimum wait before the next attempt. A negative Delay is
+	// read as 0.
+	Delay time.Duration
+	Err   error
+}
+
+// Error returns the text of the wrapped error followed by the delay.
+func (e *AfterError) Error() string {
+	if e == nil {
+		return "retry: retry after"
+	}
+	if e.Err == nil {
+		return fmt.Sprintf("retry after %v", e.Delay)
+	}
+	return fmt.Sprintf("%v (retry after %v)", e.Err, e.Delay)
+}
+
+// Unwrap returns the wrapped error, so errors.Is and errors.As see through it.
+func (e *AfterError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
+
+// After marks err as transient and asks for the next attempt no earlier than
+// d from now. It returns nil for a nil err. A negative d is stored as 0.
+//
+// [Permanent] wins over After: an error marked with both is not retried.
+func After(d time.Duration, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &AfterError{Delay: max(d, 0), Err: err}
+}
+
+// RetryAfter returns the delay asked for with [After] by err, or by the first
+// such error found in its tree (errors.As order), and whether there was one.
+// The delay is never negative.
+func RetryAfter(err error) (time.Duration, bool) {
+	var ae *AfterError
+	if !errors.As(err, &ae) {
+		return 0, false
+	}
+	return max(ae.Delay, 0), true
+}
+
+// IsCanceled reports whether err is a shutdown rather than a failure of the
+// message: err is (or wraps) context.Canceled or context.DeadlineExceeded AND
+// ctx itself is done.
+//
+// Pass the context of the delivery (the message context), not a per-attempt
+// context derived from it: an attempt that hit its own timeout while the
+// delivery context is still live is a transient failure, not a cancellation.
+func IsCanceled(ctx context.Context, err error) bool {
+	if ctx == nil || ctx.Err() == nil {
+		return false
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// Class is the retry decision for an error.
+type Class int
+
+const (
+	// ClassTransient: worth retrying, with backoff (or the delay of [After]).
+	ClassTransient Class = iota
+	// ClassPermanent: not worth retrying; dead-letter now.
+	ClassPermanent
+	// ClassCanceled: the consumer is shutting down. Neither a success nor a
+	// failure of the message: spend no attempt, nack so another consumer (or
+	// this one, restarted) gets it.
+	ClassCanceled
+)
+
+// String returns "transient", "permanent" or "canceled".
+func (c Class) String() string {
+	switch c {
+	case ClassTransient:
+		return "transient"
+	case ClassPermanent:
+		return "permanent"
+	case ClassCanceled:
+		return "canceled"
+	default:
+		return fmt.Sprintf("Class(%d)", int(c))
+	}
+}
+
+// Classify decides what to do with a failed attempt, in this order:
+//
+//  1. [IsCanceled]: [ClassCanceled] (a shutdown beats everything, even an
+//     error marked permanent, because the message is not at fault);
+//  2. [IsPermanent]: [ClassPermanent];
+//  3. otherwise: [ClassTransient], including errors marked with [After] and
+//     errors nobody classified (unknown errors are retried, within budget).
+//
+// Classify is meant for non-nil errors; a nil err yields ClassTransient, the
+// zero Class.
+func Classify(ctx context.Context, err error) Class {
+	switch {
+	case err == nil:
+		return ClassTransient
+	case IsCanceled(ctx, err):
+		return ClassCanceled
+	case IsPermanent(err):
+		return ClassPermanent
+	default:
+		return ClassTransient
+	}
+}

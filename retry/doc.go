@@ -1,0 +1,77 @@
+// Package retry is surely's retry policy: how a failed attempt is
+// classified, how long to wait before the next one, how many attempts a
+// message gets, and when to stop attempting at all because a dependency is
+// down. It is pure policy: it imports nothing but the standard library, runs
+// no goroutine and sleeps nowhere. The retry middleware applies it.
+//
+// # Classification
+//
+// A handler says what its error means by wrapping it, never by its text:
+//
+//   - [Permanent](err): retrying cannot help (a payload that does not
+//     decode, a rule it breaks). The message is dead-lettered at once.
+//   - [After](d, err): transient, and the next attempt must not come before
+//     d (a Retry-After header, a rate limiter's reset).
+//   - anything else: transient, retried with backoff within the budget.
+//     Unknown errors are retried, since most are.
+//
+// The marks survive fmt.Errorf("...: %w", err) and errors.Join, and the
+// checks ([IsPermanent], [RetryAfter]) use errors.As. [Classify] makes the
+// decision in one call and adds a third class, [ClassCanceled]: the error is
+// context.Canceled or context.DeadlineExceeded while the delivery context is
+// done, which is a shutdown, not a fault of the message. A canceled attempt
+// spends no budget and is nacked; it wins even over [Permanent], so that a
+// handler that wraps every error as permanent does not dead-letter messages
+// during a deploy. Pass the delivery context to [Classify] and
+// [IsCanceled], not a per-attempt one: an attempt that hits its own timeout
+// is a transient failure.
+//
+// # Backoff
+//
+// [Backoff] is exponential with full jitter: after the n-th failed attempt
+// the wait is drawn uniformly from [0, min(Max, Initial*Multiplier^(n-1))].
+// The jitter spreads the consumers that failed together when a dependency
+// went down, so they do not come back in lockstep. The computation saturates
+// instead of overflowing, whatever n. [Policy.Delay] uses the delay of
+// [After] instead when the error carries one. [WithRand] makes the draws
+// deterministic in tests.
+//
+// # Budget
+//
+// A message has two budgets:
+//
+//   - [WithMaxAttempts] (default 5) is durable: the dedup store counts every
+//     claim of the message, across redeliveries, consumers and crashes. A
+//     counter in a local variable would let a message that kills its
+//     process loop forever; this one dead-letters it. When it is spent, the
+//     message goes to the dead letter.
+//   - [WithInProcessAttempts] (default 3) and [WithMaxInProcessTime]
+//     (default 10s) bound the retries inside one delivery: a few quick
+//     attempts with backoff sleeps, then a nack, so that a message does not
+//     hold its broker lease (ack deadline, visibility timeout) for long and
+//     longer waits are left to the broker's redelivery. A delay that does not
+//     fit in what is left of the time budget becomes the nack's delay.
+//
+// Every in-process attempt counts against the durable budget too.
+//
+// # Outage breaker
+//
+// When a database or downstream API is down, every message fails
+// transiently. Retrying each one burns its budget and, a few minutes later,
+// fills the dead letter with messages that were fine. A [Breaker] watches
+// the last results of one consumer ([WithWindow], default 20). When at least
+// [WithMinSamples] (10) are known and [WithThreshold] (80%) of them are
+// transient failures, it opens: [Breaker.Allow] denies attempts and the
+// consumer nacks with [Permit.Wait], running nothing and spending no
+// attempt. After the cooldown ([WithCooldown], 5s) the breaker is half-open
+// and lets one probe through at a time. A successful probe closes it; a
+// transient failure opens it again for twice the cooldown (up to 1m).
+//
+// Only [ResultSuccess] and [ResultTransient] count. Permanent errors (the
+// message is bad, not the dependency), duplicates and cancellations are
+// [ResultNeutral]: recording them changes nothing, and a neutral probe only
+// frees the probe slot. [ResultOf] maps a [Class] to its Result.
+//
+// Each process decides alone from what it sees; there is no shared state.
+// Time is read with time.Now, so tests drive it with testing/synctest.
+package retry

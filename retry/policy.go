@@ -1,0 +1,158 @@
+package retry
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrInvalidOption wraps every option error of this package, from both
+// [NewPolicy] and [NewBreaker]. Test for it with errors.Is.
+var ErrInvalidOption = errors.New("retry: invalid option")
+
+// Policy defaults.
+const (
+	DefaultMaxAttempts       = 5
+	DefaultInProcessAttempts = 3
+	DefaultBackoffInitial    = 100 * time.Millisecond
+	DefaultBackoffMax        = 10 * time.Second
+	DefaultMaxInProcessTime  = 10 * time.Second
+)
+
+// Policy is the retry policy of one handler: the durable attempt budget, the
+// in-process attempts of one delivery, and the backoff between them. A Policy
+// is immutable once built and safe for concurrent use.
+type Policy struct {
+	maxAttempts       int
+	inProcessAttempts int
+	backoff           Backoff
+	maxInProcessTime  time.Duration
+	rnd               func() float64
+}
+
+// Option configures a [Policy]. An Option that rejects its value returns an
+// error wrapping [ErrInvalidOption], and [NewPolicy] fails with it.
+type Option func(*Policy) error
+
+// NewPolicy returns a Policy with the defaults (5 attempts in all, 3 per
+// delivery, backoff from 100ms to 10s doubling, 10s of in-process retrying
+// per delivery), changed by opts in order. Every error wraps
+// [ErrInvalidOption].
+func NewPolicy(opts ...Option) (*Policy, error) {
+	p := &Policy{
+		maxAttempts:       DefaultMaxAttempts,
+		inProcessAttempts: DefaultInProcessAttempts,
+		backoff: Backoff{
+			Initial:    DefaultBackoffInitial,
+			Max:        DefaultBackoffMax,
+			Multiplier: DefaultMultiplier,
+		},
+		maxInProcessTime: DefaultMaxInProcessTime,
+	}
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidOption, i)
+		}
+		if err := opt(p); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// WithMaxAttempts sets the durable attempt budget of one message: attempts
+// counted across deliveries, consumers and crashes (the dedup store counts
+// them). When it is spent the message is dead-lettered. Default 5; n >= 1.
+func WithMaxAttempts(n int) Option {
+	return func(p *Policy) error {
+		if n < 1 {
+			return fmt.Errorf("%w: WithMaxAttempts(%d): must be >= 1", ErrInvalidOption, n)
+		}
+		p.maxAttempts = n
+		return nil
+	}
+}
+
+// WithInProcessAttempts sets how many attempts one delivery makes, with
+// backoff in between, before it gives the message back to the broker (nack)
+// for a later redelivery. Default 3; n >= 1 (1: no in-process retry).
+//
+// It is an upper bound: a delivery also stops when the durable budget
+// ([WithMaxAttempts]) or the in-process time ([WithMaxInProcessTime]) runs
+// out, so it may exceed MaxAttempts without harm.
+func WithInProcessAttempts(n int) Option {
+	return func(p *Policy) error {
+		if n < 1 {
+			return fmt.Errorf("%w: WithInProcessAttempts(%d): must be >= 1", ErrInvalidOption, n)
+		}
+		p.inProcessAttempts = n
+		return nil
+	}
+}
+
+// WithBackoff sets the bounds of the exponential backoff (multiplier 2, full
+// jitter, see [Backoff]). Default 100ms and 10s. It needs
+// 0 <= initial <= max; initial 0 retries without waiting.
+func WithBackoff(initial, maxDelay time.Duration) Option {
+	return func(p *Policy) error {
+		if initial < 0 || maxDelay < initial {
+			return fmt.Errorf("%w: WithBackoff(%v, %v): need 0 <= initial <= max", ErrInvalidOption, initial, maxDelay)
+		}
+		p.backoff.Initial, p.backoff.Max = initial, maxDelay
+		return nil
+	}
+}
+
+// WithMaxInProcessTime bounds the total time one delivery spends in
+// in-process retries, attempts and backoff sleeps included. When the next
+// backoff would cross it, the delivery nacks instead of sleeping, so a
+// message does not hold its broker lease (ack deadline, visibility timeout)
+// for long. Default 10s; d > 0.
+func WithMaxInProcessTime(d time.Duration) Option {
+	return func(p *Policy) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: WithMaxInProcessTime(%v): must be > 0", ErrInvalidOption, d)
+		}
+		p.maxInProcessTime = d
+		return nil
+	}
+}
+
+// WithRand replaces the jitter source, for deterministic tests. rnd must
+// return a float in [0, 1) and be safe for concurrent use; it must not be
+// nil. Default: math/rand/v2's Float64.
+func WithRand(rnd func() float64) Option {
+	return func(p *Policy) error {
+		if rnd == nil {
+			return fmt.Errorf("%w: WithRand(nil)", ErrInvalidOption)
+		}
+		p.rnd = rnd
+		return nil
+	}
+}
+
+// MaxAttempts returns the durable attempt budget of one message.
+func (p *Policy) MaxAttempts() int { return p.maxAttempts }
+
+// InProcessAttempts returns the maximum number of attempts in one delivery.
+func (p *Policy) InProcessAttempts() int { return p.inProcessAttempts }
+
+// MaxInProcessTime returns the time budget of in-process retries in one delivery.
+func (p *Policy) MaxInProcessTime() time.Duration { return p.maxInProcessTime }
+
+// Backoff returns the backoff the policy uses.
+func (p *Policy) Backoff() Backoff { return p.backoff }
+
+// Delay returns the wait before attempt n+1, after attempt n (n >= 1)
+// failed with err: the delay asked for with [After] if err carries one
+// (never negative), otherwise a draw of the policy's [Backoff] for n.
+//
+// Delay does not cap a Retry-After delay: the caller compares it with what
+// is left of [Policy.MaxInProcessTime] and nacks with that delay instead of
+// sleeping when it does not fit.
+func (p *Policy) Delay(n int, err error) time.Duration {
+	if d, ok := RetryAfter(err); ok {
+		return d
+	}
+	return p.backoff.Delay(n, p.rnd)
+}
