@@ -1,0 +1,112 @@
+package dlq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/faults"
+)
+
+func TestEnvelopeKeepsOriginalBytesAndAddsContext(t *testing.T) {
+	t.Parallel()
+	payload := []byte{0x00, 0xff, 'p', 'a', 'y', 0x80}
+	msg := message.NewMessage("uuid-1", payload)
+	msg.Metadata.Set("tenant", "acme")
+	msg.Metadata.Set("ce_id", "évènement\t1")
+	at := time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)
+	hist := []idempotency.AttemptRecord{
+		{Attempt: 1, Started: at.Add(-3 * time.Minute), Ended: at.Add(-2 * time.Minute), Result: idempotency.ResultFailed, Error: "timeout"},
+		{Attempt: 2, Started: at.Add(-time.Minute), Result: idempotency.ResultUnknown},
+	}
+	fe := dlq.Final(dlq.ReasonExhausted, fmt.Errorf("charge: %w", errors.New("timeout")))
+	fe.Attempts, fe.History, fe.OperationKey, fe.Fingerprint = 2, hist, "pay-1", "abc"
+	f := dlq.FailureFrom(fe)
+	f.At, f.TraceID = at, "0af7651916cd43dd8448eb211c80319c"
+	f.Topic, f.Handler = "payments", "charge"
+
+	env := dlq.Envelope(msg, f, nil, "host-1", "billing")
+	require.Equal(t, "uuid-1", env.UUID)
+	require.Equal(t, payload, []byte(env.Payload))
+	require.Equal(t, "acme", env.Metadata.Get("tenant"))
+	require.Equal(t, "évènement\t1", env.Metadata.Get("ce_id"))
+	want := map[string]string{
+		dlq.KeyVersion: "1", dlq.KeyReason: "exhausted", dlq.KeyError: "charge: timeout",
+		dlq.KeyAttempts: "2", dlq.KeyOriginalTopic: "payments", dlq.KeyHandler: "charge",
+		dlq.KeyConsumerGroup: "billing", dlq.KeyOperationKey: "pay-1", dlq.KeyFingerprint: "abc",
+		dlq.KeyTraceID: "0af7651916cd43dd8448eb211c80319c", dlq.KeyHost: "host-1",
+		dlq.KeyFirstFailureAt: "2026-11-30T06:58:00Z", dlq.KeyLastFailureAt: "2026-11-30T06:59:00Z",
+		dlq.KeyDeadLetteredAt: "2026-11-30T07:00:00Z",
+	}
+	for k, v := range want {
+		require.Equal(t, v, env.Metadata.Get(k), k)
+	}
+	for k := range env.Metadata {
+		if _, orig := msg.Metadata[k]; !orig {
+			require.True(t, strings.HasPrefix(k, "surely_"), "added key %q is not prefixed", k)
+		}
+	}
+	got, err := dlq.ParseHistory(env.Metadata)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, "timeout", got[0].Error)
+	require.Equal(t, "uuid-1", msg.UUID, "the source message is not modified")
+	require.Len(t, msg.Metadata, 2)
+}
+
+func TestHistoryIsBounded(t *testing.T) {
+	t.Parallel()
+	var hist []idempotency.AttemptRecord
+	for i := range idempotency.MaxHistory {
+		hist = append(hist, idempotency.AttemptRecord{Attempt: i + 1, Result: idempotency.ResultFailed,
+			Error: strings.Repeat("e", idempotency.MaxErrorLen), Stack: strings.Repeat("s", idempotency.MaxStackLen)})
+	}
+	env := dlq.Envelope(message.NewMessage("u", nil), dlq.Failure{Reason: dlq.ReasonPanic, Err: errors.New("boom"), History: hist}, nil, "", "")
+	require.LessOrEqual(t, len(env.Metadata.Get(dlq.KeyHistory)), dlq.MaxHistoryBytes)
+	got, err := dlq.ParseHistory(env.Metadata)
+	require.NoError(t, err)
+	require.NotEmpty(t, got)
+	require.Equal(t, idempotency.MaxHistory, got[len(got)-1].Attempt, "the newest attempt is kept")
+	require.NotEmpty(t, got[len(got)-1].Stack, "the newest stack is kept")
+}
+
+func TestErrorTypes(t *testing.T) {
+	t.Parallel()
+	base := errors.New("x")
+	require.Equal(t, "*errors.errorString", dlq.ErrorTypes(base))
+	require.Equal(t, "*fmt.wrapError > *errors.errorString", dlq.ErrorTypes(fmt.Errorf("a: %w", base)))
+	require.Equal(t, "*dlq.FinalError > *errors.joinError[*errors.errorString, *fmt.wrapError > *errors.errorString]",
+		dlq.ErrorTypes(dlq.Final(dlq.ReasonPermanent, errors.Join(base, fmt.Errorf("b: %w", base)))))
+	require.Equal(t, "", dlq.ErrorTypes(nil))
+}
+
+func TestRedactorAndPublisher(t *testing.T) {
+	t.Parallel()
+	pub := faults.NewPublisher(1)
+	p, err := dlq.NewPublisher(pub, "dead", dlq.WithRedactor(func(s string) string { return strings.ReplaceAll(s, "s3cret", "[redacted]") }), dlq.WithHost("h"))
+	require.NoError(t, err)
+	msg := message.NewMessage("u", []byte("p"))
+	f := dlq.Failure{Reason: dlq.ReasonPermanent, Err: errors.New("token s3cret refused"),
+		History: []idempotency.AttemptRecord{{Attempt: 1, Result: idempotency.ResultFailed, Error: "token s3cret refused"}}}
+	require.ErrorIs(t, p.Publish(context.Background(), msg, f), faults.ErrInjected)
+	require.NoError(t, p.Publish(context.Background(), msg, f))
+	out := pub.Published("dead")
+	require.Len(t, out, 1)
+	for k, v := range out[0].Metadata {
+		require.NotContains(t, v, "s3cret", k)
+	}
+	require.Equal(t, "token [redacted] refused", out[0].Metadata.Get(dlq.KeyError))
+
+	_, err = dlq.NewPublisher(nil, "dead")
+	require.ErrorIs(t, err, dlq.ErrInvalidOption)
+	_, err = dlq.NewPublisher(pub, "")
+	require.ErrorIs(t, err, dlq.ErrInvalidOption)
+}
