@@ -1,0 +1,33 @@
+// Package middleware holds each step of surely's chain as a plain Watermill
+// message.HandlerMiddleware, usable on its own in any router. Most users
+// want package handler, which assembles them in the only safe order:
+//
+//	Observe → DeadLetter → Retry → Identity → Dedup → your handler
+//
+// # Steps
+//
+//   - Observe installs the per-delivery outcome report, logs the outcome
+//     with the message context and calls an OnOutcome callback. A
+//     dead-lettered message is acked (the chain returns nil), yet reported as
+//     dead_lettered, never as processed.
+//   - DeadLetter publishes final failures (a *dlq.FinalError or an error
+//     marked retry.Permanent) and acks only after that publish succeeded.
+//   - Retry runs in-process attempts with backoff and full jitter, nacks
+//     after a delay when they are spent, and consults the outage breaker.
+//   - Identity extracts the operation key and payload fingerprint.
+//   - Dedup claims, completes or releases the operation in an
+//     idempotency.Store, extends the lease while the handler runs, and
+//     re-emits the stored produced messages of a duplicate.
+//
+// # Delayed nacks
+//
+// Watermill has no portable nack-with-delay: when surely wants one
+// (operation in progress elsewhere, breaker open, transient failure after
+// the in-process attempts, failing dead-letter publish) it waits before
+// returning the error. That paces the consumer instead of spinning.
+//
+// # Context
+//
+// Every step that changes the message context restores it before it
+// returns, so steps outside see the context they passed in.
+package middleware
