@@ -49,9 +49,11 @@
 // lease is safe because nobody else runs). Lease times come from the store's
 // clock, never the caller's.
 //
-// Records are kept for a retention window (per store): a DONE record is
-// forgotten after it, and so is a FAILED or EXHAUSTED one that was not
-// touched for that long. The attempt history is bounded to [MaxHistory]
+// Records are kept for a retention window (per store), counted from the
+// last write: a DONE, FAILED or EXHAUSTED record is forgotten one retention
+// after its Complete or Release, an abandoned IN_PROGRESS one a retention
+// after its lease expired. Reading a record (a Completed or Exhausted
+// claim, Get) does not extend it. The attempt history is bounded to [MaxHistory]
 // entries, newest kept; error texts to [MaxErrorLen] and stacks to [MaxStackLen].
 //
 // # Stores

@@ -11,9 +11,11 @@ import (
 
 // Errors returned by every Store.
 var (
-	// ErrLeaseLost is returned by Complete, Release and Extend when the token is no
-	// longer the current one: the lease expired and another owner claimed the key,
-	// or the record is gone. Nothing was changed.
+	// ErrLeaseLost is returned by Complete, Release and Extend when the lease
+	// is no longer the record's current, open one: the lease expired and
+	// another claim took the key over (or found the budget spent and marked
+	// the record EXHAUSTED), the lease already ended with Complete or
+	// Release, or the record is gone. Nothing was changed.
 	ErrLeaseLost = errors.New("idempotency: lease lost")
 
 	// ErrNotFound is returned by Get when no record exists for the key.
@@ -277,7 +279,8 @@ type Store interface {
 	// again at once. ErrLeaseLost if the token is no longer current.
 	Release(ctx context.Context, lease Lease, failure Failure) error
 	// Extend moves the lease expiry to now+d (store clock) and returns the
-	// extended lease. ErrLeaseLost if the token is no longer current.
+	// extended lease. ErrLeaseLost if the token is no longer current;
+	// ErrInvalidRequest if d is not positive.
 	Extend(ctx context.Context, lease Lease, d time.Duration) (Lease, error)
 	// Get returns the record of an operation, or ErrNotFound.
 	Get(ctx context.Context, namespace, key string) (Record, error)

@@ -140,7 +140,9 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	r.State = idempotency.StateInProgress
 	r.Token = strconv.FormatUint(s.seq, 36) + "." + strconv.Itoa(r.Attempts)
 	r.LeaseUntil = now.Add(req.Lease)
-	r.ExpiresAt = time.Time{}
+	// An owner that dies leaves a failure of unknown outcome: forget it a
+	// retention after its lease expires, like a FAILED record.
+	r.ExpiresAt = r.LeaseUntil.Add(s.retention)
 	r.History = appendHistory(r.History, idempotency.AttemptRecord{
 		Attempt: r.Attempts, Started: now, Result: idempotency.ResultInProgress,
 		TraceID: req.TraceID, SpanID: req.SpanID,
@@ -248,6 +250,7 @@ func (s *Store) Extend(ctx context.Context, lease idempotency.Lease, d time.Dura
 		return lease, err
 	}
 	r.LeaseUntil = now.Add(d)
+	r.ExpiresAt = r.LeaseUntil.Add(s.retention)
 	lease.Until = r.LeaseUntil
 	return lease, nil
 }
