@@ -1,0 +1,98 @@
+package redisstore_test
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/idempotency/idempotencytest"
+	"github.com/surely-dev/surely/idempotency/redisstore"
+	"github.com/surely-dev/surely/internal/testenv"
+)
+
+// privateCluster starts a Redis Cluster of three primaries (no replicas) on
+// servers of the test's own and returns a cluster client.
+func privateCluster(t *testing.T) *redis.ClusterClient {
+	t.Helper()
+	cli := testenv.Binary(t, "redis-cli")
+	addrs := make([]string, 3)
+	for i := range addrs {
+		addrs[i] = testenv.StartRedis(t, "--cluster-enabled", "yes", "--cluster-node-timeout", "5000").Addr
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.CommandContext(t.Context(), cli, args...).CombinedOutput()
+	require.NoError(t, err, "redis-cli --cluster create: %s", out)
+
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = c.Close() })
+	require.Eventually(t, func() bool {
+		err := c.ForEachMaster(t.Context(), func(ctx context.Context, n *redis.Client) error {
+			info, err := n.ClusterInfo(ctx).Result()
+			if err == nil && !strings.Contains(info, "cluster_state:ok") {
+				return context.DeadlineExceeded
+			}
+			return err
+		})
+		if err != nil {
+			return false
+		}
+		// Every primary must also agree on the slots: a key routes and answers.
+		return c.Set(t.Context(), "probe", "1", time.Second).Err() == nil
+	}, 20*time.Second, 50*time.Millisecond, "cluster did not become ready")
+	return c
+}
+
+// The same conformance suite on Redis Cluster: each script touches one key,
+// so nothing is cross-slot, and the scripts are loaded on every shard.
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	c := privateCluster(t)
+	const (
+		lease = 150 * time.Millisecond
+		// Longer than the suite's 400ms example: under -race on a loaded
+		// machine a subtest can stall for a few hundred milliseconds between
+		// two calls, and a record must not expire in between.
+		retention = time.Second
+	)
+	s := newStore(t, c, redisstore.WithRetention(retention))
+	require.Equal(t, "no persistence (no AOF, no RDB): a restart loses every DONE record; duplicates become possible",
+		s.Durability().Warning, "the weakest primary decides")
+
+	t.Run("Conformance", func(t *testing.T) {
+		idempotencytest.Run(t, func(t *testing.T) idempotencytest.Harness {
+			return idempotencytest.Harness{
+				Store:     s,
+				Advance:   func(_ *testing.T, d time.Duration) { time.Sleep(d) },
+				Lease:     lease,
+				Retention: retention,
+			}
+		})
+	})
+
+	t.Run("NoScript", func(t *testing.T) {
+		ctx := t.Context()
+		require.NoError(t, c.ScriptFlush(ctx).Err(), "flushes every shard")
+		for i := range 20 { // keys spread over the three shards
+			req := claimReq("k-" + string(rune('a'+i)))
+			l := acquire(t, s, req)
+			require.NoError(t, s.Complete(ctx, l, idempotency.Outcome{}))
+		}
+	})
+
+	t.Run("WaitReplicas", func(t *testing.T) {
+		ws := newStore(t, c, redisstore.WithWaitReplicas(1, 50*time.Millisecond))
+		l := acquire(t, ws, claimReq("wait"))
+		err := ws.Complete(t.Context(), l, idempotency.Outcome{})
+		require.ErrorIs(t, err, redisstore.ErrNotReplicated, "the key's primary has no replica")
+		res, err := ws.Claim(t.Context(), claimReq("wait"))
+		require.NoError(t, err)
+		require.Equal(t, idempotency.Completed, res.Status)
+	})
+}

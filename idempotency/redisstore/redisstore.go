@@ -1,0 +1,525 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surely-dev/surely/idempotency"
+)
+
+// Defaults of the options.
+const (
+	DefaultPrefix    = "surely:"
+	DefaultRetention = 24 * time.Hour
+)
+
+// ErrNotReplicated is returned (wrapped) by Complete under WithWaitReplicas
+// when fewer replicas than asked acknowledged the DONE record within the
+// timeout. The record is DONE on the primary; only its replication is not
+// confirmed. The caller should not ack: a redelivery claims Completed if
+// the primary kept the record.
+var ErrNotReplicated = errors.New("redisstore: DONE record not acknowledged by enough replicas")
+
+// Store is an idempotency.Store on Redis. It is safe for concurrent use and
+// keeps no state of its own besides its configuration: every record lives in
+// Redis. It never closes the client it was given; close that client yourself
+// after the last call to the store.
+type Store struct {
+	client      redis.UniversalClient
+	prefix      string
+	retention   time.Duration
+	logger      *slog.Logger
+	waitN       int
+	waitTimeout time.Duration
+	durability  Durability
+}
+
+// Option configures a Store. Every option validates its argument; an invalid
+// one makes New fail with an error wrapping idempotency.ErrInvalidOption.
+type Option func(*Store) error
+
+// WithPrefix sets the prefix of every key the store writes (default
+// "surely:"). A record's key is prefix + namespace + ":" + operation key.
+// Do not put a hash tag ({...}) in the prefix on Redis Cluster: it would put
+// every record in one slot.
+func WithPrefix(prefix string) Option {
+	return func(s *Store) error {
+		if prefix == "" {
+			return fmt.Errorf("%w: redisstore: empty key prefix", idempotency.ErrInvalidOption)
+		}
+		s.prefix = prefix
+		return nil
+	}
+}
+
+// WithRetention sets how long DONE, FAILED and EXHAUSTED records are kept
+// after their last change, and an IN_PROGRESS one after its lease expiry
+// (default 24h); Redis expires them (PEXPIRE). A record is deduplicated only
+// within this window: keep it longer than the longest redelivery or replay
+// delay.
+func WithRetention(d time.Duration) Option {
+	return func(s *Store) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: redisstore: retention must be at least 1ms, got %v", idempotency.ErrInvalidOption, d)
+		}
+		s.retention = d
+		return nil
+	}
+}
+
+// WithLogger sets the logger (default: discard). The store logs the
+// persistence warning of New and script reloads.
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Store) error {
+		if l == nil {
+			return fmt.Errorf("%w: redisstore: nil logger", idempotency.ErrInvalidOption)
+		}
+		s.logger = l
+		return nil
+	}
+}
+
+// WithWaitReplicas makes Complete wait until n replicas acknowledged the
+// DONE record (Redis WAIT n timeout), and return an error wrapping
+// ErrNotReplicated when fewer did within timeout. It costs one more round
+// trip per Complete, which lasts until the replicas answered (up to
+// timeout). WAIT is sent on the connection that wrote the record, as Redis
+// requires; this needs a *redis.Client (single node, Sentinel) or a
+// *redis.ClusterClient.
+func WithWaitReplicas(n int, timeout time.Duration) Option {
+	return func(s *Store) error {
+		if n < 1 {
+			return fmt.Errorf("%w: redisstore: WAIT needs at least 1 replica, got %d", idempotency.ErrInvalidOption, n)
+		}
+		if timeout < time.Millisecond {
+			// WAIT 0 blocks forever: never let a Complete hang.
+			return fmt.Errorf("%w: redisstore: WAIT timeout must be at least 1ms, got %v", idempotency.ErrInvalidOption, timeout)
+		}
+		s.waitN, s.waitTimeout = n, timeout
+		return nil
+	}
+}
+
+// New returns a store on client. It loads the store's Lua scripts (SCRIPT
+// LOAD), so that every later call is a single EVALSHA, and reads the
+// server's persistence settings (see Durability), logging a warning when a
+// restart would forget DONE records. It fails when the server cannot be
+// reached or refuses the scripts.
+//
+// The store never closes client: the caller owns it and closes it after the
+// last call to the store. Do not share it with a Watermill redisstream
+// subscriber, whose Close closes the client it was given.
+func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: redisstore: nil client", idempotency.ErrInvalidOption)
+	}
+	s := &Store{
+		client:    client,
+		prefix:    DefaultPrefix,
+		retention: DefaultRetention,
+		logger:    slog.New(slog.DiscardHandler),
+	}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	if s.waitN > 0 {
+		switch client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			return nil, fmt.Errorf("%w: redisstore: WithWaitReplicas needs a *redis.Client or *redis.ClusterClient, got %T",
+				idempotency.ErrInvalidOption, client)
+		}
+	}
+	if err := loadScripts(ctx, client); err != nil {
+		return nil, err
+	}
+	s.durability = checkDurability(ctx, client)
+	if w := s.durability.Warning; w != "" {
+		s.logger.LogAttrs(ctx, slog.LevelWarn, w,
+			slog.Bool("aof", s.durability.AOF),
+			slog.String("appendfsync", s.durability.AppendFsync),
+			slog.Bool("rdb", s.durability.RDB),
+			slog.Bool("config_read", s.durability.ConfigRead))
+	}
+	return s, nil
+}
+
+var _ idempotency.Store = (*Store)(nil)
+
+// Durability returns what New found about the server's persistence.
+func (s *Store) Durability() Durability { return s.durability }
+
+// redisKey is the one key of an operation's record.
+func (s *Store) redisKey(namespace, key string) string {
+	return s.prefix + namespace + ":" + key
+}
+
+// newID returns 16 random bytes in hex: lease tokens and request IDs.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it crashes the program instead)
+	return hex.EncodeToString(b[:])
+}
+
+// ms rounds d up to whole milliseconds, Redis's resolution.
+func ms(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func fromMs(v int64) time.Time {
+	if v <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v)
+}
+
+// histEntry is one attempt as stored in the record's history field (JSON,
+// written by the Lua scripts with cjson). Times are milliseconds of the
+// server clock.
+type histEntry struct {
+	Attempt int     `json:"attempt"`
+	Started float64 `json:"started_ms"`
+	Ended   float64 `json:"ended_ms,omitempty"`
+	Result  string  `json:"result"`
+	Error   string  `json:"error,omitempty"`
+	Type    string  `json:"type,omitempty"`
+	Reason  string  `json:"reason,omitempty"`
+	Stack   string  `json:"stack,omitempty"`
+	TraceID string  `json:"trace_id,omitempty"`
+	SpanID  string  `json:"span_id,omitempty"`
+}
+
+func decodeHistory(s string) ([]idempotency.AttemptRecord, error) {
+	if s == "" || s == "[]" || s == "{}" { // cjson writes an empty table as {}
+		return nil, nil
+	}
+	var hs []histEntry
+	if err := json.Unmarshal([]byte(s), &hs); err != nil {
+		return nil, fmt.Errorf("redisstore: decode history: %w", err)
+	}
+	out := make([]idempotency.AttemptRecord, len(hs))
+	for i, h := range hs {
+		out[i] = idempotency.AttemptRecord{
+			Attempt: h.Attempt,
+			Started: fromMs(int64(h.Started)),
+			Ended:   fromMs(int64(h.Ended)),
+			Result:  h.Result,
+			Error:   h.Error,
+			Type:    h.Type,
+			Reason:  h.Reason,
+			Stack:   h.Stack,
+			TraceID: h.TraceID,
+			SpanID:  h.SpanID,
+		}
+	}
+	return out, nil
+}
+
+func decodeOutcome(s string) (*idempotency.Outcome, error) {
+	o := &idempotency.Outcome{}
+	if s == "" {
+		return o, nil
+	}
+	if err := json.Unmarshal([]byte(s), o); err != nil {
+		return nil, fmt.Errorf("redisstore: decode outcome: %w", err)
+	}
+	return o, nil
+}
+
+// Claim implements idempotency.Store in one round trip (EVALSHA).
+func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+	if err := ctx.Err(); err != nil {
+		return idempotency.ClaimResult{}, err
+	}
+	if err := req.Validate(); err != nil {
+		return idempotency.ClaimResult{}, err
+	}
+	token := newID()
+	v, err := s.evalSha(ctx, s.client, scriptClaim, s.redisKey(req.Namespace, req.Key),
+		req.Fingerprint, ms(req.Lease), req.MaxAttempts, token, ms(s.retention), idempotency.MaxHistory,
+		req.TraceID, req.SpanID)
+	if err != nil {
+		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	r, err := replyOf(v)
+	if err != nil {
+		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	var res idempotency.ClaimResult
+	switch r.str(0) {
+	case "conflict":
+		res = idempotency.ClaimResult{Status: idempotency.Conflict, StoredFingerprint: r.str(1)}
+	case "completed":
+		o, err := decodeOutcome(r.str(1))
+		if err != nil {
+			return idempotency.ClaimResult{}, err
+		}
+		res = idempotency.ClaimResult{Status: idempotency.Completed, Outcome: o}
+	case "in_progress":
+		res = idempotency.ClaimResult{Status: idempotency.InProgress, Until: fromMs(r.int(1))}
+	case "exhausted":
+		h, err := decodeHistory(r.str(2))
+		if err != nil {
+			return idempotency.ClaimResult{}, err
+		}
+		res = idempotency.ClaimResult{Status: idempotency.Exhausted, Attempts: int(r.int(1)), History: h}
+	case "acquired":
+		res = idempotency.ClaimResult{
+			Status: idempotency.Acquired,
+			Lease: idempotency.Lease{
+				Namespace: req.Namespace, Key: req.Key, Token: token,
+				Attempt: int(r.int(1)), Until: fromMs(r.int(2)),
+			},
+			Previous: idempotency.Previous{Result: idempotency.PreviousResult(r.str(3))},
+		}
+		if res.Previous.Result == idempotency.PreviousFailed {
+			res.Previous.Error = r.str(4)
+		}
+	default:
+		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: unexpected reply %v", v)
+	}
+	if r.err != nil {
+		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", r.err)
+	}
+	return res, nil
+}
+
+// owns reports whether lease can name a record: an empty token or a
+// namespace that Claim would refuse never matches one.
+func owns(lease idempotency.Lease) bool {
+	return lease.Token != "" && idempotency.ValidateNamespace(lease.Namespace) == nil
+}
+
+// Complete implements idempotency.Store in one round trip (EVALSHA), two
+// with WithWaitReplicas.
+//
+// A Complete after the lease expired still succeeds while nobody else has
+// claimed the key (the token is still current): the effect did commit.
+func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !owns(lease) {
+		return idempotency.ErrLeaseLost
+	}
+	out, err := json.Marshal(outcome)
+	if err != nil {
+		return fmt.Errorf("redisstore: encode outcome: %w", err)
+	}
+	key := s.redisKey(lease.Namespace, lease.Key)
+	args := []any{lease.Token, newID(), out, ms(s.retention)}
+	if s.waitN > 0 {
+		return s.completeAndWait(ctx, key, args)
+	}
+	v, err := s.evalSha(ctx, s.client, scriptComplete, key, args...)
+	if err != nil {
+		return fmt.Errorf("redisstore: complete: %w", err)
+	}
+	return okOrLost(v)
+}
+
+// completeAndWait runs the Complete script and then WAIT on one connection:
+// WAIT counts the replicas that acknowledged the writes of its own
+// connection.
+func (s *Store) completeAndWait(ctx context.Context, key string, args []any) error {
+	var node *redis.Client
+	switch c := s.client.(type) {
+	case *redis.Client:
+		node = c
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return fmt.Errorf("redisstore: complete: %w", err)
+		}
+		node = n
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	v, err := s.evalSha(ctx, conn, scriptComplete, key, args...)
+	if err != nil {
+		return fmt.Errorf("redisstore: complete: %w", err)
+	}
+	if err := okOrLost(v); err != nil {
+		return err
+	}
+	acked, err := conn.Wait(ctx, s.waitN, s.waitTimeout).Result()
+	if err != nil {
+		return fmt.Errorf("redisstore: complete: WAIT: %w", err)
+	}
+	if acked < int64(s.waitN) {
+		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, s.waitN, s.waitTimeout)
+	}
+	return nil
+}
+
+// Release implements idempotency.Store in one round trip (EVALSHA).
+func (s *Store) Release(ctx context.Context, lease idempotency.Lease, f idempotency.Failure) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !owns(lease) {
+		return idempotency.ErrLeaseLost
+	}
+	v, err := s.evalSha(ctx, s.client, scriptRelease, s.redisKey(lease.Namespace, lease.Key),
+		lease.Token, newID(), ms(s.retention), flag(f.Canceled), flag(f.Final),
+		idempotency.Truncate(f.Error, idempotency.MaxErrorLen), f.ErrorType, f.Reason,
+		idempotency.Truncate(f.Stack, idempotency.MaxStackLen))
+	if err != nil {
+		return fmt.Errorf("redisstore: release: %w", err)
+	}
+	return okOrLost(v)
+}
+
+// Extend implements idempotency.Store in one round trip (EVALSHA).
+func (s *Store) Extend(ctx context.Context, lease idempotency.Lease, d time.Duration) (idempotency.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return lease, err
+	}
+	if d <= 0 {
+		return lease, fmt.Errorf("%w: extension must be positive, got %v", idempotency.ErrInvalidRequest, d)
+	}
+	if !owns(lease) {
+		return lease, idempotency.ErrLeaseLost
+	}
+	v, err := s.evalSha(ctx, s.client, scriptExtend, s.redisKey(lease.Namespace, lease.Key),
+		lease.Token, ms(d), ms(s.retention))
+	if err != nil {
+		return lease, fmt.Errorf("redisstore: extend: %w", err)
+	}
+	until, ok := v.(int64)
+	if !ok {
+		return lease, fmt.Errorf("redisstore: extend: unexpected reply %v", v)
+	}
+	if until == 0 {
+		return lease, idempotency.ErrLeaseLost
+	}
+	lease.Until = fromMs(until)
+	return lease, nil
+}
+
+// Get implements idempotency.Store in one round trip (EVALSHA). ExpiresAt
+// is when Redis will forget the record (its PEXPIRE), also while it is in
+// progress.
+func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return idempotency.Record{}, err
+	}
+	if idempotency.ValidateNamespace(namespace) != nil {
+		return idempotency.Record{}, idempotency.ErrNotFound
+	}
+	v, err := s.evalSha(ctx, s.client, scriptGet, s.redisKey(namespace, key))
+	if err != nil {
+		return idempotency.Record{}, fmt.Errorf("redisstore: get: %w", err)
+	}
+	r, err := replyOf(v)
+	if err != nil {
+		return idempotency.Record{}, fmt.Errorf("redisstore: get: %w", err)
+	}
+	if len(r.vals) == 0 {
+		return idempotency.Record{}, idempotency.ErrNotFound
+	}
+	rec := idempotency.Record{
+		Namespace:   namespace,
+		Key:         key,
+		State:       idempotency.State(r.str(0)),
+		Fingerprint: r.str(1),
+		Token:       r.str(2),
+		Attempts:    int(r.int(3)),
+		Canceled:    int(r.int(4)),
+		LeaseUntil:  fromMs(r.int(5)),
+		ExpiresAt:   fromMs(r.int(8)),
+	}
+	if rec.State == idempotency.StateDone {
+		if rec.Outcome, err = decodeOutcome(r.str(6)); err != nil {
+			return idempotency.Record{}, err
+		}
+	}
+	if rec.History, err = decodeHistory(r.str(7)); err != nil {
+		return idempotency.Record{}, err
+	}
+	if r.err != nil {
+		return idempotency.Record{}, fmt.Errorf("redisstore: get: %w", r.err)
+	}
+	return rec, nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func okOrLost(v any) error {
+	switch v {
+	case int64(1):
+		return nil
+	case int64(0):
+		return idempotency.ErrLeaseLost
+	default:
+		return fmt.Errorf("redisstore: unexpected reply %v", v)
+	}
+}
+
+// reply reads a script's array reply; the first malformed field sets err.
+type reply struct {
+	vals []any
+	err  error
+}
+
+func replyOf(v any) (*reply, error) {
+	vals, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("unexpected reply %v", v)
+	}
+	return &reply{vals: vals}, nil
+}
+
+func (r *reply) str(i int) string {
+	if i >= len(r.vals) || r.vals[i] == nil {
+		return ""
+	}
+	switch v := r.vals[i].(type) {
+	case string:
+		return v
+	case int64:
+		return strconv.FormatInt(v, 10)
+	}
+	if r.err == nil {
+		r.err = fmt.Errorf("reply field %d: unexpected %T", i, r.vals[i])
+	}
+	return ""
+}
+
+func (r *reply) int(i int) int64 {
+	if i >= len(r.vals) || r.vals[i] == nil {
+		return 0
+	}
+	switch v := r.vals[i].(type) {
+	case int64:
+		return v
+	case string:
+		if v == "" {
+			return 0
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err == nil {
+			return n
+		}
+	}
+	if r.err == nil {
+		r.err = fmt.Errorf("reply field %d: unexpected %v", i, r.vals[i])
+	}
+	return 0
+}
