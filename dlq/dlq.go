@@ -81,7 +81,7 @@ func errorTypes(err error, budget *int) string {
 	for err != nil && *budget > 0 {
 		*budget--
 		t := fmt.Sprintf("%T", err)
-		switch u := err.(type) {
+		switch u := err.(type) { //nolint:errorlint // walking the chain one link at a time is the point
 		case interface{ Unwrap() []error }:
 			var branches []string
 			for _, e := range u.Unwrap() {

@@ -21,7 +21,7 @@ import (
 // a declined card goes to the dead letter with its reason.
 func ExampleNew() {
 	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-	defer pubSub.Close()
+	defer func() { _ = pubSub.Close() }()
 	store, _ := memstore.New() // tests and examples only: use redisstore or sqlstore
 
 	charged := make(chan string, 10)
@@ -46,7 +46,7 @@ func ExampleNew() {
 	router.AddConsumerHandler("charge-payments", "payments", pubSub, handler.NoPublish(h))
 	dead, _ := pubSub.Subscribe(context.Background(), "payments.dead")
 	go func() { _ = router.Run(context.Background()) }()
-	defer router.Close()
+	defer func() { _ = router.Close() }()
 	<-router.Running()
 
 	for _, p := range []struct{ key, body string }{{"pay-1", "10 EUR"}, {"pay-1", "10 EUR"}, {"pay-2", "declined"}} {

@@ -21,9 +21,9 @@ const DefaultMetadataKey = "idempotency_key"
 const MaxKeyLen = 512
 
 var (
-	// ErrNoKey: no source produced an operation key for the message.
+	// ErrNoKey means no source produced an operation key for the message.
 	ErrNoKey = errors.New("idempotency: message has no operation key")
-	// ErrInvalidKey: a key was found but is unusable (too long, control
+	// ErrInvalidKey means a key was found but is unusable (too long, control
 	// characters, not UTF-8). It is rejected, never stored.
 	ErrInvalidKey = errors.New("idempotency: invalid operation key")
 	// ErrInvalidOption wraps every option error of this package.

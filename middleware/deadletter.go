@@ -38,7 +38,8 @@ func DeadLetter(pub *dlq.Publisher) (message.HandlerMiddleware, error) {
 			}
 			ctx := msg.Context()
 			_, final := dlq.AsFinal(err)
-			if !final && !(retry.IsPermanent(err) && !errors.Is(err, ErrStoreUnavailable)) {
+			permanent := retry.IsPermanent(err) && !errors.Is(err, ErrStoreUnavailable)
+			if !final && !permanent {
 				return msgs, err
 			}
 			f := dlq.FailureFrom(err)

@@ -12,11 +12,11 @@ var (
 	// ErrStoreUnavailable wraps a store error (outage, timeout): the
 	// message is nacked and no attempt is charged.
 	ErrStoreUnavailable = errors.New("surely: idempotency store unavailable")
-	// ErrConflict: the operation key was first seen with another payload.
+	// ErrConflict means the operation key was first seen with another payload.
 	ErrConflict = errors.New("surely: operation key reused with a different payload")
-	// ErrExhausted: the durable attempt budget is spent.
+	// ErrExhausted means the durable attempt budget is spent.
 	ErrExhausted = errors.New("surely: attempt budget exhausted")
-	// ErrPaused: the outage breaker held the message back without an attempt.
+	// ErrPaused means the outage breaker held the message back without an attempt.
 	ErrPaused = errors.New("surely: paused by the outage breaker")
 )
 

@@ -28,13 +28,13 @@ const (
 type BreakerState int
 
 const (
-	// BreakerClosed: normal operation; every attempt is allowed and its
+	// BreakerClosed means normal operation; every attempt is allowed and its
 	// result recorded.
 	BreakerClosed BreakerState = iota
-	// BreakerOpen: a dependency looks down; no attempt is allowed until the
+	// BreakerOpen means a dependency looks down; no attempt is allowed until the
 	// cooldown has passed.
 	BreakerOpen
-	// BreakerHalfOpen: the cooldown has passed; one probe at a time is
+	// BreakerHalfOpen means the cooldown has passed; one probe at a time is
 	// allowed, the others wait.
 	BreakerHalfOpen
 )
@@ -57,12 +57,12 @@ func (s BreakerState) String() string {
 type Result int
 
 const (
-	// ResultSuccess: the attempt succeeded.
+	// ResultSuccess means the attempt succeeded.
 	ResultSuccess Result = iota
-	// ResultTransient: the attempt failed with a transient error, the sign
+	// ResultTransient means the attempt failed with a transient error, the sign
 	// of an outage the breaker looks for.
 	ResultTransient
-	// ResultNeutral: neither. Permanent errors (the message is bad, not the
+	// ResultNeutral means neither. Permanent errors (the message is bad, not the
 	// dependency), duplicates, cancellations. Not counted.
 	ResultNeutral
 )

@@ -38,8 +38,7 @@ func Permanent(err error) error {
 	if err == nil {
 		return nil
 	}
-	var pe *PermanentError
-	if errors.As(err, &pe) && pe == err {
+	if _, ok := err.(*PermanentError); ok { //nolint:errorlint // only the outermost error: a wrapped mark is wrapped again on purpose
 		return err // already marked at the top: do not wrap twice
 	}
 	return &PermanentError{Err: err}
@@ -54,7 +53,7 @@ func IsPermanent(err error) bool {
 
 // AfterError is a transient error that carries the earliest time to retry,
 // relative to the failure: typically a dependency's Retry-After header or a
-// rate limiter's reset time. Create it with [After]; read it with [RetryAfter].
+// rate limiter's reset time. Create it with [After]; read it with [AfterDelay].
 type AfterError struct {
 	// Delay is the minimum wait before the next attempt. A negative Delay is
 	// read as 0.
@@ -92,10 +91,10 @@ func After(d time.Duration, err error) error {
 	return &AfterError{Delay: max(d, 0), Err: err}
 }
 
-// RetryAfter returns the delay asked for with [After] by err, or by the first
+// AfterDelay returns the delay asked for with [After] by err, or by the first
 // such error found in its tree (errors.As order), and whether there was one.
 // The delay is never negative.
-func RetryAfter(err error) (time.Duration, bool) {
+func AfterDelay(err error) (time.Duration, bool) {
 	var ae *AfterError
 	if !errors.As(err, &ae) {
 		return 0, false
@@ -121,11 +120,11 @@ func IsCanceled(ctx context.Context, err error) bool {
 type Class int
 
 const (
-	// ClassTransient: worth retrying, with backoff (or the delay of [After]).
+	// ClassTransient means worth retrying, with backoff (or the delay of [After]).
 	ClassTransient Class = iota
-	// ClassPermanent: not worth retrying; dead-letter now.
+	// ClassPermanent means not worth retrying; dead-letter now.
 	ClassPermanent
-	// ClassCanceled: the consumer is shutting down. Neither a success nor a
+	// ClassCanceled means the consumer is shutting down. Neither a success nor a
 	// failure of the message: spend no attempt, nack so another consumer (or
 	// this one, restarted) gets it.
 	ClassCanceled

@@ -16,7 +16,7 @@
 //     Unknown errors are retried, since most are.
 //
 // The marks survive fmt.Errorf("...: %w", err) and errors.Join, and the
-// checks ([IsPermanent], [RetryAfter]) use errors.As. [Classify] makes the
+// checks ([IsPermanent], [AfterDelay]) use errors.As. [Classify] makes the
 // decision in one call and adds a third class, [ClassCanceled]: the error is
 // context.Canceled or context.DeadlineExceeded while the delivery context is
 // done, which is a shutdown, not a fault of the message. A canceled attempt

@@ -74,7 +74,7 @@ func ExampleAfter() {
 	}
 	err = fmt.Errorf("handle order 42: %w", charge(100, true))
 
-	d, ok := retry.RetryAfter(err)
+	d, ok := retry.AfterDelay(err)
 	fmt.Println(retry.Classify(ctx, err), d, ok)
 	fmt.Println("wait:", policy.Delay(1, err))
 	// Output:

@@ -151,7 +151,7 @@ func (p *Policy) Backoff() Backoff { return p.backoff }
 // is left of [Policy.MaxInProcessTime] and nacks with that delay instead of
 // sleeping when it does not fit.
 func (p *Policy) Delay(n int, err error) time.Duration {
-	if d, ok := RetryAfter(err); ok {
+	if d, ok := AfterDelay(err); ok {
 		return d
 	}
 	return p.backoff.Delay(n, p.rnd)

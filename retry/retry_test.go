@@ -27,7 +27,7 @@ func TestPermanentNil(t *testing.T) {
 	require.NoError(t, retry.Permanent(nil))
 	require.NoError(t, retry.After(time.Second, nil))
 	assert.False(t, retry.IsPermanent(nil))
-	_, ok := retry.RetryAfter(nil)
+	_, ok := retry.AfterDelay(nil)
 	assert.False(t, ok)
 	assert.False(t, retry.IsCanceled(context.Background(), nil))
 	assert.Equal(t, retry.ClassTransient, retry.Classify(context.Background(), nil), "nil: the zero Class")
@@ -141,13 +141,13 @@ func TestClassification(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			assert.Equal(t, tt.permanent, retry.IsPermanent(tt.err), "IsPermanent")
-			d, ok := retry.RetryAfter(tt.err)
-			assert.Equal(t, tt.hasAfter, ok, "RetryAfter ok")
-			assert.Equal(t, tt.after, d, "RetryAfter delay")
+			d, ok := retry.AfterDelay(tt.err)
+			assert.Equal(t, tt.hasAfter, ok, "AfterDelay ok")
+			assert.Equal(t, tt.after, d, "AfterDelay delay")
 			assert.Equal(t, tt.canceled, retry.IsCanceled(tt.ctx, tt.err), "IsCanceled")
 			assert.Equal(t, tt.class, retry.Classify(tt.ctx, tt.err), "Classify")
 			// The marks never hide the cause.
-			if tt.err != errBase && (tt.permanent || tt.hasAfter) {
+			if !errors.Is(errBase, tt.err) && (tt.permanent || tt.hasAfter) {
 				assert.ErrorIs(t, tt.err, errBase)
 			}
 		})

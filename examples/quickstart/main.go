@@ -54,7 +54,7 @@ func run() error {
 
 	logger := watermill.NopLogger{}
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 256}, logger)
-	defer pubSub.Close()
+	defer func() { _ = pubSub.Close() }()
 
 	store, err := memstore.New()
 	if err != nil {

@@ -345,7 +345,7 @@ func (s *Store) completeAndWait(ctx context.Context, key string, args []any) err
 		node = n
 	}
 	conn := node.Conn()
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	v, err := s.evalSha(ctx, conn, scriptComplete, key, args...)
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)

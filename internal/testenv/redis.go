@@ -65,12 +65,12 @@ func StartRedis(t testing.TB, extra ...string) *RedisServer {
 // Start (re)starts the server on the same port and waits until it answers.
 func (s *RedisServer) Start(t testing.TB) {
 	t.Helper()
-	s.cmd = exec.Command(s.bin, s.args...)
+	s.cmd = exec.CommandContext(context.Background(), s.bin, s.args...)
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("start redis-server: %v", err)
 	}
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -99,10 +99,11 @@ func (s *RedisServer) Stop() {
 // FreePort returns a free TCP port on 127.0.0.1.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
 }
