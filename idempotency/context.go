@@ -20,6 +20,10 @@ type Operation struct {
 	// its owner died holding the lease: an external effect may have happened,
 	// so reconcile before acting again.
 	Previous Previous
+	// Committed is set by a transactional handler (the SQL inbox) that wrote
+	// the DONE mark, with the outcome, in the same transaction as its effect
+	// and committed it. Dedup then skips its own Complete.
+	Committed bool
 }
 
 type operationKey struct{}

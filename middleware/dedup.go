@@ -252,7 +252,7 @@ func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
 
 func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult) ([]*message.Message, error) {
 	lease := res.Lease
-	op.Attempt, op.Token, op.Previous = lease.Attempt, lease.Token, res.Previous
+	op.Attempt, op.Token, op.Previous, op.Committed = lease.Attempt, lease.Token, res.Previous, false
 	if r := reportFrom(ctx); r != nil {
 		r.attempt = lease.Attempt
 	}
@@ -261,6 +261,10 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 	msgs, herr := runHandler(h, msg)
 	lease = ext.stop()
 
+	if herr == nil && op.Committed {
+		setOutcome(ctx, OutcomeProcessed)
+		return msgs, nil
+	}
 	if herr == nil {
 		outcome := idempotency.Outcome{Messages: store(msgs)}
 		if err := d.complete(ctx, lease, outcome); err != nil {
