@@ -16,6 +16,9 @@ import (
 // whose operation is in progress elsewhere.
 const MaxInProgressWait = 5 * time.Second
 
+// leaseLostWait paces the nack of an attempt whose lease was taken over.
+const leaseLostWait = 100 * time.Millisecond
+
 // Retry runs the inner chain up to policy.InProcessAttempts() times per
 // delivery, with backoff and full jitter between attempts, while the total
 // stays inside policy.MaxInProcessTime(). Classification decides:
@@ -69,7 +72,9 @@ func Retry(policy *retry.Policy, breaker *retry.Breaker) (message.HandlerMiddlew
 				var ip *InProgressError
 				var ll *LeaseLostError
 				if errors.As(err, &ip) || errors.As(err, &ll) {
-					wait := MaxInProgressWait
+					// A lost lease has a new owner: the redelivery's claim
+					// learns its lease expiry and waits for that instead.
+					wait := leaseLostWait
 					if ip != nil {
 						wait = min(max(time.Until(ip.Until), 10*time.Millisecond), MaxInProgressWait)
 					}
