@@ -19,4 +19,12 @@
 // The dead-letter step acks the source message only after Publish returned
 // nil. When the publish fails, the step returns both errors joined and the
 // router nacks: the message is redelivered, nothing is lost.
+//
+// # Copies
+//
+// A message can be dead-lettered more than once: an exhausted message that
+// is delivered again (its ack was lost, or the broker handed an in-flight
+// message to a second consumer) finds its record EXHAUSTED and is published
+// again. Every copy carries the source UUID and the operation key, so a
+// dead-letter consumer or archive dedups by UUID.
 package dlq
