@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	surelydelivery "github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
@@ -542,4 +543,55 @@ func TestNewValidatesOptions(t *testing.T) {
 		_, err := handler.New(noop, opts...)
 		require.ErrorIs(t, err, handler.ErrInvalidOption, name)
 	}
+}
+
+// fakeControl is a broker that can delay redeliveries and extend its lease.
+type fakeControl struct {
+	mu      sync.Mutex
+	delays  []time.Duration
+	extends int
+}
+
+func (c *fakeControl) NackAfter(d time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.delays = append(c.delays, d)
+	return true
+}
+
+func (c *fakeControl) Extend(context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.extends++
+	return nil
+}
+
+func TestBrokerControlDelaysNacksAndExtendsLease(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		e := setup(t, 0)
+		h := e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
+			if string(msg.Payload) == "slow" {
+				time.Sleep(2 * time.Second)
+				return nil, nil
+			}
+			return nil, errors.New("timeout")
+		}, handler.WithLease(600*time.Millisecond), handler.WithPolicy(mustPolicy(t, retry.WithMaxInProcessTime(100*time.Millisecond))))
+
+		ctl := &fakeControl{}
+		msg := delivery("order-1", "fails")
+		msg.SetContext(surelydelivery.WithControl(context.Background(), ctl))
+		start := time.Now()
+		_, err := h(msg)
+		require.ErrorContains(t, err, "timeout")
+		require.Zero(t, time.Since(start), "the broker delays the redelivery: no wait in the handler")
+		require.Len(t, ctl.delays, 1)
+
+		slow := delivery("order-2", "slow")
+		slow.SetContext(surelydelivery.WithControl(context.Background(), ctl))
+		_, err = h(slow)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, ctl.extends, 2, "the broker lease is extended with the store's")
+		require.Equal(t, ctl.extends, e.store.Calls("Extend"))
+	})
 }

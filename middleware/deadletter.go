@@ -51,7 +51,7 @@ func DeadLetter(pub *dlq.Publisher) (message.HandlerMiddleware, error) {
 			}
 			if perr := pub.Publish(ctx, msg, f); perr != nil {
 				setOutcome(ctx, OutcomeDeadLetterFailed)
-				sleep(ctx, DefaultDeadLetterRetryWait)
+				nackAfter(ctx, DefaultDeadLetterRetryWait)
 				return nil, errors.Join(perr, err)
 			}
 			setOutcome(ctx, OutcomeDeadLettered)

@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/retry"
@@ -416,6 +417,12 @@ func (e *extender) tick() {
 	}
 	sctx, cancel := e.d.storeCtx(e.ctx)
 	l, err := e.d.store.Extend(sctx, e.lease, e.d.cfg.lease)
+	if c, ok := delivery.ControlFrom(e.ctx); ok && err == nil {
+		// Keep the broker's lease in step with the store's.
+		if berr := c.Extend(sctx); berr != nil {
+			e.d.cfg.logger.WarnContext(e.ctx, "surely: broker lease extension failed", "key", e.lease.Key, "error", berr)
+		}
+	}
 	cancel()
 	switch {
 	case err == nil:

@@ -21,10 +21,12 @@
 //
 // # Delayed nacks
 //
-// Watermill has no portable nack-with-delay: when surely wants one
+// Watermill has no portable nack-with-delay. When surely wants one
 // (operation in progress elsewhere, breaker open, transient failure after
-// the in-process attempts, failing dead-letter publish) it waits before
-// returning the error. That paces the consumer instead of spinning.
+// the in-process attempts, failing dead-letter publish) it asks the broker
+// through a delivery.Control when the adapter provides one, and otherwise
+// waits before returning the error. That paces the consumer instead of
+// spinning.
 //
 // # Context
 //

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/retry"
 )
@@ -30,9 +31,10 @@ const leaseLostWait = 100 * time.Millisecond
 //   - anything else is transient: retried in process, then nacked after the
 //     backoff delay, so the broker redelivers it for the next durable attempt.
 //
-// Watermill has no portable nack-with-delay, so a "delayed nack" is a wait
-// before the error is returned: it paces the consumer, which is the point
-// when a dependency is down.
+// A "delayed nack" uses the broker's own delay when the adapter provides a
+// delivery.Control that supports it (NATS JetStream NakWithDelay, SQS
+// visibility); otherwise it is a wait before the error is returned, which
+// paces the consumer: the point when a dependency is down.
 //
 // breaker may be nil. When it is open, no attempt runs: the message is
 // nacked after the breaker's wait (ErrPaused), so an outage does not spend
@@ -53,7 +55,7 @@ func Retry(policy *retry.Policy, breaker *retry.Breaker) (message.HandlerMiddlew
 					permit = breaker.Allow()
 					if !permit.Allowed {
 						setOutcome(ctx, OutcomePaused)
-						sleep(ctx, permit.Wait)
+						nackAfter(ctx, permit.Wait)
 						return nil, ErrPaused
 					}
 				}
@@ -78,13 +80,13 @@ func Retry(policy *retry.Policy, breaker *retry.Breaker) (message.HandlerMiddlew
 					if ip != nil {
 						wait = min(max(time.Until(ip.Until), 10*time.Millisecond), MaxInProgressWait)
 					}
-					sleep(ctx, wait)
+					nackAfter(ctx, wait)
 					return nil, err
 				}
 				setOutcome(ctx, OutcomeRetry)
 				delay := policy.Delay(n, err)
 				if n >= policy.InProcessAttempts() || time.Since(start)+delay > policy.MaxInProcessTime() {
-					sleep(ctx, min(delay, policy.MaxInProcessTime()))
+					nackAfter(ctx, min(delay, policy.MaxInProcessTime()))
 					return nil, err
 				}
 				if !sleep(ctx, delay) {
@@ -114,6 +116,16 @@ func classify(ctx context.Context, err error) (retry.Result, bool) {
 		return retry.ResultNeutral, true
 	}
 	return retry.ResultTransient, true
+}
+
+// nackAfter arranges for the nack that follows to be redelivered no sooner
+// than d: through the broker when the adapter put a delivery.Control in the
+// context and the broker supports delays, else by waiting here.
+func nackAfter(ctx context.Context, d time.Duration) {
+	if c, ok := delivery.ControlFrom(ctx); ok && c.NackAfter(d) {
+		return
+	}
+	sleep(ctx, d)
 }
 
 // sleep waits d or until ctx is done; it reports whether d elapsed.
