@@ -196,7 +196,9 @@ func (e *Extractor) Extract(msg *message.Message) (Identity, error) {
 func (e *Extractor) Fingerprint(msg *message.Message) string {
 	if len(e.fpMeta) == 0 {
 		sum := sha256.Sum256(msg.Payload)
-		return hex.EncodeToString(sum[:])
+		var buf [2 * sha256.Size]byte
+		hex.Encode(buf[:], sum[:])
+		return string(buf[:])
 	}
 	h := sha256.New()
 	h.Write(msg.Payload)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 	"unicode/utf8"
 )
@@ -110,11 +109,14 @@ func (r ClaimRequest) Validate() error {
 	return nil
 }
 
-var namespaceRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
-
 // ValidateNamespace checks that ns can be used as a namespace.
 func ValidateNamespace(ns string) error {
-	if !namespaceRE.MatchString(ns) {
+	ok := len(ns) >= 1 && len(ns) <= 128
+	for i := 0; ok && i < len(ns); i++ {
+		c := ns[i]
+		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
+	}
+	if !ok {
 		return fmt.Errorf("%w: namespace %q must match [A-Za-z0-9._-]{1,128}", ErrInvalidRequest, ns)
 	}
 	return nil

@@ -20,9 +20,8 @@ import (
 
 // Dedup defaults.
 const (
-	DefaultLease        = 30 * time.Second
-	DefaultMaxAttempts  = 5
-	DefaultStoreTimeout = 5 * time.Second
+	DefaultLease       = 30 * time.Second
+	DefaultMaxAttempts = 5
 )
 
 type dedupConfig struct {
@@ -77,11 +76,13 @@ func WithExtension(every, maxHeld time.Duration) DedupOption {
 	}
 }
 
-// WithStoreTimeout bounds each store call (default 5s).
+// WithStoreTimeout bounds each store call. By default (0) a store call is
+// bounded by the store client's own timeouts (go-redis read and write
+// timeouts, the SQL driver's), which saves a timer per call.
 func WithStoreTimeout(d time.Duration) DedupOption {
 	return func(c *dedupConfig) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: store timeout must be positive", ErrInvalidOption)
+		if d < 0 {
+			return fmt.Errorf("%w: store timeout must not be negative", ErrInvalidOption)
 		}
 		c.storeTimeout = d
 		return nil
@@ -136,7 +137,7 @@ func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (mess
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	c := dedupConfig{
-		lease: DefaultLease, maxAttempts: DefaultMaxAttempts, storeTimeout: DefaultStoreTimeout,
+		lease: DefaultLease, maxAttempts: DefaultMaxAttempts,
 		logger: slog.New(slog.DiscardHandler),
 	}
 	for _, o := range opts {
@@ -159,10 +160,11 @@ func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (mess
 }
 
 type dedup struct {
-	store idempotency.Store
-	ns    string
-	cfg   dedupConfig
-	ex    *idempotency.Extractor
+	store     idempotency.Store
+	ns        string
+	cfg       dedupConfig
+	ex        *idempotency.Extractor
+	extenders sync.Pool
 }
 
 func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
@@ -190,11 +192,29 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// storeCtx bounds a store call and keeps it alive past the message
-// context's cancellation, so that a shutdown still releases its claims.
+// storeCtx is the context of a store call that must finish even when the
+// message context is canceled (Complete, Release, Extend): a shutdown
+// still commits or releases its claims. It is bounded by WithStoreTimeout
+// when set; otherwise by the store client's own timeouts (go-redis: read
+// and write timeouts; database/sql: the driver's).
 func (d *dedup) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), d.cfg.storeTimeout)
+	ctx = context.WithoutCancel(ctx)
+	if d.cfg.storeTimeout <= 0 {
+		return ctx, noop
+	}
+	return context.WithTimeout(ctx, d.cfg.storeTimeout)
 }
+
+// claimCtx is the context of a Claim: the message context itself (a
+// shutdown may abandon a claim; its lease expires), bounded like storeCtx.
+func (d *dedup) claimCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d.cfg.storeTimeout <= 0 {
+		return ctx, noop
+	}
+	return context.WithTimeout(ctx, d.cfg.storeTimeout)
+}
+
+func noop() {}
 
 func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
 	op.Namespace = d.ns
@@ -205,7 +225,7 @@ func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		req.TraceID, req.SpanID = sc.TraceID().String(), sc.SpanID().String()
 	}
-	sctx, cancel := d.storeCtx(ctx)
+	sctx, cancel := d.claimCtx(ctx)
 	res, err := d.store.Claim(sctx, req)
 	cancel()
 	if err != nil {
@@ -318,8 +338,7 @@ func (d *dedup) complete(ctx context.Context, lease idempotency.Lease, outcome i
 			return err
 		}
 		d.cfg.logger.WarnContext(ctx, "surely: complete failed, retrying", "key", lease.Key, "error", err)
-		t := time.NewTimer(wait)
-		<-t.C
+		time.Sleep(wait)
 		wait *= 2
 	}
 }
@@ -386,10 +405,11 @@ func replay(o *idempotency.Outcome) []*message.Message {
 }
 
 // extender keeps a lease alive while the handler runs, bounded by maxHeld.
+// Extenders and their timers are pooled: arming one costs no allocation.
 type extender struct {
 	d       *dedup
-	ctx     context.Context
 	mu      sync.Mutex
+	ctx     context.Context
 	lease   idempotency.Lease
 	start   time.Time
 	timer   *time.Timer
@@ -397,13 +417,23 @@ type extender struct {
 }
 
 func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease) *extender {
-	e := &extender{d: d, ctx: ctx, lease: lease, start: time.Now()}
+	e, _ := d.extenders.Get().(*extender)
+	if e == nil {
+		e = &extender{d: d, stopped: true}
+		e.mu.Lock()
+		e.timer = time.AfterFunc(time.Hour, e.tick)
+		e.timer.Stop()
+		e.mu.Unlock()
+	}
 	e.mu.Lock()
-	e.timer = time.AfterFunc(d.cfg.extendEvery, e.tick)
+	e.ctx, e.lease, e.start, e.stopped = ctx, lease, time.Now(), false
+	e.timer.Reset(d.cfg.extendEvery)
 	e.mu.Unlock()
 	return e
 }
 
+// tick extends the lease. A tick that fires late, after the extender was
+// stopped and reused, extends the current owner's lease early: harmless.
 func (e *extender) tick() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -436,11 +466,14 @@ func (e *extender) tick() {
 	e.timer.Reset(e.d.cfg.extendEvery)
 }
 
-// stop ends the extension and returns the current lease.
+// stop ends the extension, returns the current lease and recycles e.
 func (e *extender) stop() idempotency.Lease {
 	e.timer.Stop()
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.stopped = true
-	return e.lease
+	lease := e.lease
+	e.ctx, e.lease = nil, idempotency.Lease{}
+	e.mu.Unlock()
+	e.d.extenders.Put(e)
+	return lease
 }

@@ -39,7 +39,13 @@ func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.Handl
 		return func(msg *message.Message) ([]*message.Message, error) {
 			id, err := ex.Extract(msg)
 			ctx := msg.Context()
-			op := &idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
+			var op *idempotency.Operation
+			if r := reportFrom(ctx); r != nil {
+				op = &r.op
+			} else {
+				op = new(idempotency.Operation)
+			}
+			*op = idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
 			switch {
 			case err == nil:
 			case errors.Is(err, idempotency.ErrNoKey) && policy == ProcessWithoutDedup:
@@ -59,6 +65,9 @@ func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.Handl
 // annotate names the operation in a final error, for the dead letter that
 // runs outside this step (where the operation is no longer in the context).
 func annotate(err error, op *idempotency.Operation) {
+	if err == nil {
+		return
+	}
 	if fe, ok := dlq.AsFinal(err); ok && fe.OperationKey == "" {
 		fe.OperationKey, fe.Fingerprint = op.Key, op.Fingerprint
 	}

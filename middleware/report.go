@@ -3,6 +3,8 @@ package middleware
 import (
 	"context"
 	"time"
+
+	"github.com/surely-dev/surely/idempotency"
 )
 
 // Outcome is how one delivery of a message ended in the surely chain.
@@ -37,6 +39,8 @@ const (
 // Observe installs it; the inner steps fill it. Steps used without Observe
 // find none and skip reporting.
 type report struct {
+	// op is the operation slot Identity fills, saving it an allocation.
+	op       idempotency.Operation
 	outcome  Outcome
 	attempts int // attempts run in this delivery
 	attempt  int // durable attempt number of the last one

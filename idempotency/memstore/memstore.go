@@ -138,7 +138,11 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	s.seq++
 	r.Attempts++
 	r.State = idempotency.StateInProgress
-	r.Token = strconv.FormatUint(s.seq, 36) + "." + strconv.Itoa(r.Attempts)
+	var tok [32]byte
+	b := strconv.AppendUint(tok[:0], s.seq, 36)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, int64(r.Attempts), 10)
+	r.Token = string(b)
 	r.LeaseUntil = now.Add(req.Lease)
 	// An owner that dies leaves a failure of unknown outcome: forget it a
 	// retention after its lease expires, like a FAILED record.
@@ -272,9 +276,15 @@ func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Rec
 	return out, nil
 }
 
+// emptyOutcome is shared by every outcome without messages; nobody writes to it.
+var emptyOutcome = &idempotency.Outcome{}
+
 func cloneOutcome(o *idempotency.Outcome) *idempotency.Outcome {
 	if o == nil {
 		return nil
+	}
+	if len(o.Messages) == 0 {
+		return emptyOutcome
 	}
 	c := &idempotency.Outcome{Messages: make([]idempotency.StoredMessage, len(o.Messages))}
 	for i, m := range o.Messages {
