@@ -231,7 +231,7 @@ func BenchmarkRouter(b *testing.B) {
 func runRouter(b *testing.B, chain chainFunc) {
 	b.ReportAllocs()
 	ps := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-	defer ps.Close()
+	defer func() { _ = ps.Close() }()
 	fn, calls := counter()
 	h := chain(b, ps, fn)
 
@@ -331,7 +331,7 @@ func BenchmarkChain(b *testing.B) {
 func runChain(b *testing.B, chain chainFunc, reuse bool) {
 	b.ReportAllocs()
 	ps := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-	defer ps.Close()
+	defer func() { _ = ps.Close() }()
 	fn, calls := counter()
 	h := chain(b, ps, fn)
 	run := watermill.NewShortUUID()

@@ -59,6 +59,7 @@ type config struct {
 	onOutcome  func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult
 	redact     dlq.Redactor
 	group      string
+	storeTO    time.Duration
 }
 
 // Option configures New.
@@ -170,6 +171,19 @@ func WithRedactor(r dlq.Redactor) Option {
 	}
 }
 
+// WithStoreTimeout bounds every store call (default: none, the store
+// client's own timeouts apply). Set it for database/sql stores, which have
+// no timeout of their own.
+func WithStoreTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: store timeout must be positive", ErrInvalidOption)
+		}
+		c.storeTO = d
+		return nil
+	}
+}
+
 // WithConsumerGroup names the consumer group in dead letters.
 func WithConsumerGroup(group string) Option {
 	return func(c *config) error { c.group = group; return nil }
@@ -217,6 +231,9 @@ func New(fn message.HandlerFunc, opts ...Option) (message.HandlerFunc, error) {
 	dedupOpts := []middleware.DedupOption{
 		middleware.WithLease(c.lease), middleware.WithMaxAttempts(c.policy.MaxAttempts()),
 		middleware.WithDedupLogger(c.logger),
+	}
+	if c.storeTO > 0 {
+		dedupOpts = append(dedupOpts, middleware.WithStoreTimeout(c.storeTO))
 	}
 	if c.redact != nil {
 		dopts = append(dopts, dlq.WithRedactor(c.redact))

@@ -1,0 +1,269 @@
+package sqlstore_test
+
+// Crash tests kill a real child process (this test binary, re-executed with
+// crashChildEnv set, see TestMain) with SIGKILL at a marker the child prints
+// to stdout just before it blocks.
+//
+// The "broker" is the parent: it delivers the same operation (key and
+// payload, through the child's environment) to the first child, kills it at
+// the crash point, then redelivers it to a restarted child, which delivers
+// it until the chain acks (as a broker redelivers after a nack) and prints
+// the outcome.
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/surely-dev/surely/handler"
+	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
+	"github.com/surely-dev/surely/internal/faults"
+	"github.com/surely-dev/surely/internal/testsql"
+	"github.com/surely-dev/surely/middleware"
+	"github.com/surely-dev/surely/retry"
+)
+
+// The child's environment.
+const (
+	crashChildEnv   = "SURELY_SQLSTORE_CRASH_CHILD" // "1" makes TestMain run crashChild
+	crashDialectEnv = "SURELY_CRASH_DIALECT"        // sqlite | postgres
+	crashDSNEnv     = "SURELY_CRASH_DSN"            // the SQLite DSN (PostgreSQL: SURELY_POSTGRES_URL)
+	crashTableEnv   = "SURELY_CRASH_TABLE"          // the store's table; effects go to table+"_fx"
+	crashKeyEnv     = "SURELY_CRASH_KEY"            // the delivered operation: key ...
+	crashPayloadEnv = "SURELY_CRASH_PAYLOAD"        // ... and payload
+	crashAtEnv      = "SURELY_CRASH_AT"             // crashInTx | crashAfterCommit | "" (run to the ack)
+)
+
+// Crash points, and what the child prints on stdout when it reaches one.
+const (
+	crashInTx        = "in-tx"        // inside the inbox transaction, after the effect, before COMMIT
+	crashAfterCommit = "after-commit" // after COMMIT, before the router would ack
+	crashMarker      = "SURELY-CRASH-POINT "
+	crashResult      = "SURELY-CRASH-RESULT "
+	crashLease       = time.Second // the lease a crash leaves behind
+	crashNamespace   = "crash"
+)
+
+// crashChild is the consumer process: one handler.New chain around the
+// inbox, delivering the operation of its environment until acked. It
+// returns the process's exit code.
+func crashChild() int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "crash child:", err)
+		return 2
+	}
+	var (
+		db      *sql.DB
+		dialect sqlstore.Dialect
+		err     error
+	)
+	switch os.Getenv(crashDialectEnv) {
+	case "sqlite":
+		dialect = sqlstore.SQLite
+		db, err = sql.Open("sqlite", os.Getenv(crashDSNEnv))
+	case "postgres":
+		dialect = sqlstore.Postgres
+		db, err = testsql.OpenPostgres(os.Getenv("SURELY_POSTGRES_URL"))
+	default:
+		err = fmt.Errorf("unknown dialect %q", os.Getenv(crashDialectEnv))
+	}
+	if err != nil {
+		return fail(err)
+	}
+	defer func() { _ = db.Close() }()
+	table, at := os.Getenv(crashTableEnv), os.Getenv(crashAtEnv)
+	s, err := sqlstore.New(db, dialect, sqlstore.WithTable(table))
+	if err != nil {
+		return fail(err)
+	}
+	block := func(point string) {
+		fmt.Println(crashMarker + point) // stdout is unbuffered: the parent reads it at once
+		time.Sleep(time.Minute)          // the parent kills us here
+		os.Exit(3)
+	}
+	effect := rebind(dialect, "INSERT INTO "+quote(dialect, table+"_fx")+" (op_key, payload, attempt) VALUES (?, ?, ?)")
+	pay := func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error) {
+		op, _ := idempotency.OperationFrom(ctx)
+		if _, err := tx.ExecContext(ctx, effect, op.Key, string(msg.Payload), op.Attempt); err != nil {
+			return nil, err
+		}
+		if at == crashInTx {
+			block(crashInTx)
+		}
+		return nil, nil
+	}
+	policy, err := retry.NewPolicy(retry.WithMaxAttempts(5), retry.WithInProcessAttempts(1),
+		retry.WithBackoff(10*time.Millisecond, 50*time.Millisecond), retry.WithMaxInProcessTime(crashLease/2))
+	if err != nil {
+		return fail(err)
+	}
+	var outcome middleware.Outcome
+	h, err := handler.New(s.Inbox(pay),
+		handler.WithStore(s, crashNamespace),
+		handler.WithDeadLetter(faults.NewPublisher(0), deadTopic),
+		handler.WithPolicy(policy),
+		handler.WithBreaker(nil),
+		handler.WithLease(crashLease),
+		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+			outcome = p.Outcome
+			return middleware.OutcomeResult{}
+		}),
+	)
+	if err != nil {
+		return fail(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := h(delivery(os.Getenv(crashKeyEnv), os.Getenv(crashPayloadEnv)))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fail(fmt.Errorf("not acked after 20s: %w", err))
+		}
+		time.Sleep(20 * time.Millisecond) // a broker's redelivery delay
+	}
+	if at == crashAfterCommit {
+		block(crashAfterCommit)
+	}
+	fmt.Println(crashResult + string(outcome))
+	return 0
+}
+
+// crashEnv is one crash test's database.
+type crashEnv struct {
+	*inboxEnv
+	childEnv []string
+}
+
+// runChild starts a consumer process delivering key/payload. With a crash
+// point it waits for the child's marker and kills it (SIGKILL); without,
+// it waits for the child to exit and returns its outcome.
+func (c *crashEnv) runChild(t *testing.T, key, payload, at string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), c.childEnv...)
+	cmd.Env = append(cmd.Env, crashChildEnv+"=1", crashKeyEnv+"="+key, crashPayloadEnv+"="+payload, crashAtEnv+"="+at)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+
+	lines := bufio.NewScanner(stdout)
+	var got string
+	for lines.Scan() {
+		line := lines.Text()
+		if at != "" && line == crashMarker+at {
+			// The crash: no deferred function, no rollback, no goodbye to the database.
+			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+			_, _ = io.Copy(io.Discard, stdout)
+			err := cmd.Wait()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee)
+			require.Equal(t, syscall.SIGKILL, ee.Sys().(syscall.WaitStatus).Signal(), "the child died of SIGKILL")
+			return ""
+		}
+		if r, ok := strings.CutPrefix(line, crashResult); ok {
+			got = r
+		}
+	}
+	err = cmd.Wait()
+	require.NoError(t, err, "child: %s", stderr.String())
+	require.Empty(t, at, "the child exited without reaching %s; stderr: %s", at, stderr.String())
+	return got
+}
+
+// crashBackends are SQLite and PostgreSQL.
+var crashBackends = []backend{sqliteBackend, postgresBackend}
+
+func setupCrash(t *testing.T, b backend) *crashEnv {
+	t.Helper()
+	c := &crashEnv{}
+	switch b.dialect {
+	case sqlstore.SQLite:
+		dsn := sqliteDSN(filepath.Join(t.TempDir(), "crash.db"))
+		b.open = func(t testing.TB) *sql.DB { return openSQLiteDSN(t, dsn) }
+		c.childEnv = []string{crashDialectEnv + "=sqlite", crashDSNEnv + "=" + dsn}
+	case sqlstore.Postgres:
+		c.childEnv = []string{crashDialectEnv + "=postgres"}
+	}
+	c.inboxEnv = setupInbox(t, b)
+	c.childEnv = append(c.childEnv, crashTableEnv+"="+c.store.Table())
+	return c
+}
+
+func (c *crashEnv) record(t *testing.T, key string) idempotency.Record {
+	t.Helper()
+	rec, err := c.store.Get(t.Context(), crashNamespace, key)
+	require.NoError(t, err)
+	return rec
+}
+
+// (a) A crash inside the inbox transaction, after the effect's statement
+// and before COMMIT: the database drops the transaction, effect and DONE
+// mark alike. The redelivery waits for the dead owner's lease, takes the
+// operation over (attempt 2, previous outcome unknown) and commits the
+// effect: present exactly once, record DONE.
+func TestCrashInsideTransaction(t *testing.T) {
+	for _, b := range crashBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			c := setupCrash(t, b)
+			key := "order-" + randomHex(4)
+			c.runChild(t, key, "pay 10", crashInTx)
+
+			require.Zero(t, c.count(t, key), "the uncommitted effect died with the process")
+			rec := c.record(t, key)
+			require.Equal(t, idempotency.StateInProgress, rec.State, "the claim was committed before the handler ran")
+			require.Equal(t, 1, rec.Attempts, "the crashed attempt is counted")
+
+			outcome := c.runChild(t, key, "pay 10", "")
+			require.Equal(t, string(middleware.OutcomeProcessed), outcome)
+			require.Equal(t, 1, c.count(t, key), "effect exactly once")
+			rec = c.record(t, key)
+			require.Equal(t, idempotency.StateDone, rec.State)
+			require.Equal(t, 2, rec.Attempts)
+			require.Equal(t, idempotency.ResultUnknown, rec.History[0].Result, "the crashed attempt")
+			require.Equal(t, idempotency.ResultDone, rec.History[1].Result)
+		})
+	}
+}
+
+// (b) A crash after COMMIT, before the router would ack: the broker
+// redelivers, and the redelivery is a duplicate; the effect stays once.
+func TestCrashAfterCommit(t *testing.T) {
+	for _, b := range crashBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			c := setupCrash(t, b)
+			key := "order-" + randomHex(4)
+			c.runChild(t, key, "pay 10", crashAfterCommit)
+
+			require.Equal(t, 1, c.count(t, key), "the effect committed")
+			require.Equal(t, idempotency.StateDone, c.record(t, key).State, "with its DONE mark")
+
+			outcome := c.runChild(t, key, "pay 10", "")
+			require.Equal(t, string(middleware.OutcomeDuplicate), outcome)
+			require.Equal(t, 1, c.count(t, key), "effect exactly once")
+			rec := c.record(t, key)
+			require.Equal(t, idempotency.StateDone, rec.State)
+			require.Equal(t, 1, rec.Attempts)
+		})
+	}
+}

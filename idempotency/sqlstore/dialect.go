@@ -1,0 +1,187 @@
+package sqlstore
+
+import (
+	"database/sql"
+	_ "embed" // the schema lives in schema/*.sql
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Dialect is the SQL dialect of the database behind a Store. The store
+// imports no driver: open the *sql.DB with the driver of your choice and
+// name its dialect.
+type Dialect int
+
+// The supported dialects.
+const (
+	// Postgres is PostgreSQL (tested with github.com/jackc/pgx/v5 on PostgreSQL 15).
+	Postgres Dialect = iota + 1
+	// MySQL is MySQL 8 or MariaDB 10.5+ with InnoDB (tested with
+	// github.com/go-sql-driver/mysql on MariaDB 10.11).
+	MySQL
+	// SQLite is SQLite 3.24+ (tested with modernc.org/sqlite, driver
+	// "sqlite"). Set a busy timeout in the DSN; see the package doc.
+	SQLite
+)
+
+func (d Dialect) String() string {
+	switch d {
+	case Postgres:
+		return "postgres"
+	case MySQL:
+		return "mysql"
+	case SQLite:
+		return "sqlite"
+	default:
+		return "Dialect(" + strconv.Itoa(int(d)) + ")"
+	}
+}
+
+var (
+	//go:embed schema/postgres.sql
+	schemaPostgres string
+	//go:embed schema/mysql.sql
+	schemaMySQL string
+	//go:embed schema/sqlite.sql
+	schemaSQLite string
+)
+
+// schemaFile returns the embedded schema file of d, written for DefaultTable.
+func (d Dialect) schemaFile() string {
+	switch d {
+	case Postgres:
+		return schemaPostgres
+	case MySQL:
+		return schemaMySQL
+	case SQLite:
+		return schemaSQLite
+	default:
+		return ""
+	}
+}
+
+// ddl returns the statements Migrate runs for table: those of the
+// embedded schema file, with table in place of DefaultTable (the table name
+// and the prefix of its index name). Comment lines are dropped and the
+// statements split at ";".
+func (d Dialect) ddl(table string) []string {
+	var b strings.Builder
+	for line := range strings.Lines(d.schemaFile()) {
+		if strings.HasPrefix(strings.TrimSpace(line), "--") {
+			continue
+		}
+		b.WriteString(line)
+	}
+	var out []string
+	for stmt := range strings.SplitSeq(b.String(), ";") {
+		if stmt = strings.TrimSpace(stmt); stmt != "" {
+			out = append(out, strings.ReplaceAll(stmt, DefaultTable, table))
+		}
+	}
+	return out
+}
+
+// The columns of a record after its primary key (namespace, op_key), in
+// the order rows are scanned and saved.
+const columns = "state, fingerprint, token, attempts, canceled, lease_until_ms, expires_at_ms, updated_at_ms, outcome, history"
+
+// purgeBatch is how many expired rows one Purge statement deletes.
+const purgeBatch = 1000
+
+// queries holds the store's statements, built once by New for a dialect and
+// a table. Placeholders are written "?" and rebound to "$n" for PostgreSQL.
+type queries struct {
+	// now selects the database clock in Unix milliseconds.
+	now string
+	// insert adds a placeholder row for (namespace, key) unless one exists:
+	// args namespace, key, fingerprint, token. The placeholder has
+	// expires_at_ms 0, so it reads as no record and Claim overwrites it in
+	// the same transaction: it is never committed as such.
+	insert string
+	// lock takes the row's write lock (SQLite only: a write statement first
+	// in the transaction takes the database's write lock; PostgreSQL and
+	// MySQL lock with selectRow's FOR UPDATE).
+	lock string
+	// selectRow reads a record, locking its row: args namespace, key.
+	selectRow string
+	// getRow reads the clock and a record without locking: args namespace, key.
+	getRow string
+	// save writes every column of a record: args the columns, namespace, key.
+	save string
+	// purge deletes up to purgeBatch rows expired at a cutoff: arg cutoff.
+	purge string
+	// txOptions of every transaction of the store (and of the inbox).
+	txOptions *sql.TxOptions
+}
+
+func newQueries(d Dialect, table string) queries {
+	var q queries
+	var t, forUpdate string
+	switch d {
+	case Postgres:
+		t = `"` + table + `"`
+		forUpdate = " FOR UPDATE"
+		// clock_timestamp, not now(): the time of the statement, not of the
+		// transaction's start.
+		q.now = "(floor(extract(epoch from clock_timestamp()) * 1000))::bigint"
+		q.insert = "INSERT INTO " + t + " (namespace, op_key, " + columns + ")" +
+			" VALUES (?, ?, 'in_progress', ?, ?, 0, 0, 0, 0, 0, NULL, '[]') ON CONFLICT (namespace, op_key) DO NOTHING"
+		// SKIP LOCKED: a row a claim holds is not waited for; the outer
+		// condition is checked again on the row's newest version.
+		q.purge = "DELETE FROM " + t + " WHERE (namespace, op_key) IN (SELECT namespace, op_key FROM " + t +
+			" WHERE expires_at_ms <= ? LIMIT " + strconv.Itoa(purgeBatch) + " FOR UPDATE SKIP LOCKED) AND expires_at_ms <= ?"
+		q.txOptions = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	case MySQL:
+		t = "`" + table + "`"
+		forUpdate = " FOR UPDATE"
+		// UTC_TIMESTAMP and plain arithmetic: UNIX_TIMESTAMP(NOW(6)) would go
+		// through the session time zone, ambiguous in a DST fold.
+		q.now = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
+		// ON DUPLICATE KEY UPDATE takes an exclusive lock on an existing row;
+		// INSERT IGNORE would take a shared one, and two claims upgrading
+		// their shared locks with FOR UPDATE deadlock.
+		q.insert = "INSERT INTO " + t + " (namespace, op_key, " + columns + ")" +
+			" VALUES (?, ?, 'in_progress', ?, ?, 0, 0, 0, 0, 0, NULL, '[]') ON DUPLICATE KEY UPDATE namespace = namespace"
+		// A total order, so that the statement is deterministic for
+		// statement-based replication.
+		q.purge = "DELETE FROM " + t + " WHERE expires_at_ms <= ? ORDER BY expires_at_ms, namespace, op_key LIMIT " + strconv.Itoa(purgeBatch)
+		q.txOptions = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	case SQLite:
+		t = `"` + table + `"`
+		q.now = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
+		q.insert = "INSERT INTO " + t + " (namespace, op_key, " + columns + ")" +
+			" VALUES (?, ?, 'in_progress', ?, ?, 0, 0, 0, 0, 0, NULL, '[]') ON CONFLICT (namespace, op_key) DO NOTHING"
+		q.lock = "UPDATE " + t + " SET token = token WHERE namespace = ? AND op_key = ?"
+		q.purge = "DELETE FROM " + t + " WHERE rowid IN (SELECT rowid FROM " + t +
+			" WHERE expires_at_ms <= ? LIMIT " + strconv.Itoa(purgeBatch) + ")"
+	}
+	q.selectRow = "SELECT " + columns + " FROM " + t + " WHERE namespace = ? AND op_key = ?" + forUpdate
+	q.getRow = "SELECT " + q.now + ", " + columns + " FROM " + t + " WHERE namespace = ? AND op_key = ?"
+	q.save = "UPDATE " + t + " SET state = ?, fingerprint = ?, token = ?, attempts = ?, canceled = ?," +
+		" lease_until_ms = ?, expires_at_ms = ?, updated_at_ms = ?, outcome = ?, history = ?" +
+		" WHERE namespace = ? AND op_key = ?"
+	q.now = "SELECT " + q.now
+	if d == Postgres {
+		for _, s := range []*string{&q.insert, &q.selectRow, &q.getRow, &q.save, &q.purge} {
+			*s = rebind(*s)
+		}
+	}
+	return q
+}
+
+// rebind turns the "?" placeholders of query into PostgreSQL's $1, $2, ...
+// The store's queries have no "?" anywhere else.
+func rebind(query string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

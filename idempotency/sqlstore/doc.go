@@ -1,0 +1,177 @@
+// Package sqlstore is an idempotency.Store on a SQL database, PostgreSQL,
+// MySQL/MariaDB or SQLite, through database/sql, and the transactional
+// inbox: a handler whose effect and DONE mark commit in one transaction.
+//
+// The package imports no driver. Open the *sql.DB with the driver of your
+// choice and name its dialect:
+//
+//	db, err := sql.Open("pgx", "postgres://app@db:5432/app") // github.com/jackc/pgx/v5/stdlib
+//	defer db.Close() // yours: the store never closes it
+//	store, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithRetention(72*time.Hour))
+//	err = store.Migrate(ctx) // or apply schema/postgres.sql in your migrations
+//
+// It implements the state machine of package idempotency exactly as the
+// reference memstore and redisstore do, and runs the conformance suite
+// idempotency/idempotencytest on all three databases.
+//
+// # Schema and Migrate
+//
+// One table (default "surely_inbox", WithTable) holds one row per
+// operation:
+//
+//	namespace, op_key  primary key (op_key: "key" is reserved in MySQL)
+//	state              in_progress | done | failed | exhausted
+//	fingerprint        payload fingerprint of the first claim
+//	token              current (or last) lease token
+//	attempts, canceled claims ever made; those refunded by a canceled release
+//	lease_until_ms     lease expiry, while in progress (else 0)
+//	expires_at_ms      end of the retention: from then on the row reads as absent
+//	updated_at_ms      time of the last write
+//	outcome            JSON of idempotency.Outcome, once done
+//	history            JSON array of the newest idempotency.MaxHistory attempts
+//
+// Times are Unix milliseconds of the database clock. An index on
+// expires_at_ms serves Purge.
+//
+// New never touches the schema. Migrate runs CREATE TABLE IF NOT EXISTS and
+// CREATE INDEX IF NOT EXISTS; it is idempotent and is the only DDL in the
+// package. The same statements ship as plain SQL files, schema/postgres.sql,
+// schema/mysql.sql and schema/sqlite.sql, for migration tools: Migrate
+// runs exactly the embedded files (the table name substituted), so the two
+// cannot drift.
+//
+// Retention (WithRetention, default 24h) counts from a record's last
+// change, as in every store: an expired record reads as absent at once (a
+// claim overwrites it in place), and Purge deletes expired rows in batches;
+// call it periodically from one process.
+//
+// # Dialects
+//
+// Every call is one transaction that locks the record's row before reading
+// it, reads the database clock inside the transaction, decides in Go, and
+// writes the whole row back. Lease and retention times come from the
+// database clock, never the consumer's: PostgreSQL clock_timestamp(),
+// MySQL UTC_TIMESTAMP(6) (by plain arithmetic, no session time zone),
+// SQLite julianday('now'). A Claim inserts a placeholder row unless the key
+// has one, so that there always is a row to lock; the placeholder reads as
+// absent and is overwritten before the commit.
+//
+//   - Postgres: keys are text COLLATE "C" (byte order, exact equality).
+//     READ COMMITTED transactions; INSERT ... ON CONFLICT DO NOTHING, then
+//     SELECT ... FOR UPDATE. Purge skips rows a claim holds (SKIP LOCKED).
+//   - MySQL (and MariaDB): InnoDB. Every text column is binary (VARBINARY,
+//     LONGBLOB): keys compare byte for byte whatever the connection's
+//     character set (utf8mb4 collations would merge "a", "A" and "a "), and
+//     the primary key (namespace VARBINARY(128), op_key VARBINARY(512))
+//     takes 640 bytes, where utf8mb4 VARCHARs would take 2560, near InnoDB's
+//     3072-byte limit and over the 767 bytes of the COMPACT row format.
+//     READ COMMITTED transactions (no gap locks; with binary logging on,
+//     this needs binlog_format ROW or MIXED, the defaults). INSERT ... ON
+//     DUPLICATE KEY UPDATE locks an existing row exclusively (INSERT IGNORE
+//     would take a shared lock, and two claims upgrading theirs with FOR
+//     UPDATE deadlock), then SELECT ... FOR UPDATE. Fingerprints are
+//     limited to MaxFingerprintLen bytes.
+//   - SQLite: there are no row locks; each transaction of the store starts
+//     with a write statement, which takes the database's write lock at once
+//     (the effect of BEGIN IMMEDIATE, so _txlock=immediate in the DSN is
+//     not needed, and does no harm). Concurrent writers then wait for the
+//     lock for the connection's busy timeout, which must be set: with
+//     modernc.org/sqlite, "file:app.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)".
+//     Without a busy timeout a concurrent claim fails at once with
+//     SQLITE_BUSY (Migrate logs a warning). WAL lets Get read while a
+//     transaction writes. SQLite serializes every write of the database,
+//     so one slow inbox handler holds up every other claim: it is meant for
+//     one process, or a few.
+//
+// # Transactional inbox
+//
+// Inbox turns a TxHandler, func(ctx, tx, msg), into the Watermill handler
+// for handler.New or middleware.Dedup used with this store. The dedup step
+// claims the operation in its own, committed transaction (so an attempt that
+// crashes the process is counted); the inbox then locks the record's row in
+// the handler's transaction, checks that the attempt still owns it (else
+// ErrLeaseLost, and the handler does not run), runs the handler, writes the
+// DONE mark with the produced messages and commits: the effect and the mark
+// commit together or not at all. It then sets idempotency.Operation.Committed
+// so that the dedup step skips its Complete. A failing or panicking handler,
+// or a failed commit, rolls everything back; the dedup step releases the
+// claim and the next delivery runs again.
+//
+// Because Claim locks the same row, no other consumer can take the
+// operation over while an inbox transaction holds it, even if the owner's
+// lease expires meanwhile: a concurrent delivery of the same key waits for
+// the commit and then finds the operation completed. The price is that it
+// waits instead of answering InProgress at once: a handler running longer
+// than the dedup step's store timeout (middleware.WithStoreTimeout) or the
+// database's own limit on lock waits (PostgreSQL lock_timeout, MySQL
+// innodb_lock_wait_timeout, the SQLite busy timeout) makes such a delivery
+// fail as a store error (nacked, redelivered). The lease extensions of the
+// running attempt wait for the row too (the dedup step may log them as
+// failed or lost; harmless, the row lock protects the attempt). Keep inbox
+// handlers short: a transaction is no place for slow work anyway. On SQLite
+// the wait is for the whole database (see Dialects).
+//
+// On PostgreSQL and MySQL the handler's transaction is READ COMMITTED.
+//
+// Produced messages can be written to an outbox table in the same
+// transaction (Watermill's forwarder or watermill-sql) instead of being
+// returned for the router to publish.
+//
+// # Durability
+//
+// A record is as durable as the database's commit. With durable settings
+// (the defaults: PostgreSQL synchronous_commit=on, MySQL
+// innodb_flush_log_at_trx_commit=1; SQLite synchronous=FULL, while
+// synchronous=NORMAL in WAL mode survives a process crash but not a power
+// loss) a committed transaction survives a crash of the database or of its
+// machine. With weaker settings, or a failover to an asynchronous replica,
+// the last commits can be lost:
+//
+//   - lease mode: a lost DONE record lets a later delivery of the operation
+//     (a broker redelivery, a duplicate publish) run the external effect
+//     again.
+//   - transactional inbox: the effect and its DONE mark are lost together,
+//     never one without the other. A message not yet acked is redelivered
+//     and runs once; one already acked is lost with its effect, as any
+//     write acknowledged by a database that then forgets it.
+//
+// # What a crash does
+//
+// Lease mode (this store with an ordinary handler: effect outside the
+// database, then Complete):
+//
+//   - before the effect: the claim is counted; after the lease expires the
+//     redelivery takes over with PreviousUnknown and runs the effect.
+//   - after the effect, before Complete commits: the record stays
+//     IN_PROGRESS; after the lease the redelivery runs the effect again
+//     (PreviousUnknown tells the handler to reconcile). Lease mode survives
+//     this crash only with an idempotent external effect.
+//   - after Complete, before the ack: the redelivery is a duplicate; the
+//     stored produced messages are re-emitted.
+//
+// Transactional inbox:
+//
+//   - inside the transaction, before COMMIT (after any part of the effect):
+//     the database rolls the transaction back, effect and mark together;
+//     after the lease the redelivery takes over and commits the effect:
+//     exactly once.
+//   - during COMMIT: the database either committed both or neither.
+//   - after COMMIT, before the ack: the redelivery is a duplicate (Claim
+//     answers Completed); the effect stays once and the produced messages
+//     are re-emitted.
+//
+// So the inbox survives a process crash at any point with the effect exactly
+// once, provided the effect is entirely inside the transaction (a call to
+// an external API inside the handler is lease mode again).
+//
+// A crash or restart of the database, in either mode, rolls back the
+// transactions in flight: the consumer's call fails, the message is nacked
+// and redelivered, and what was committed stays (see Durability).
+//
+// # Ownership
+//
+// The store never closes the *sql.DB it was given and starts no goroutine:
+// there is nothing to close. An inbox transaction and a lease extension of
+// the same operation can be open at once: do not limit the pool to a single
+// connection (db.SetMaxOpenConns(1)), or the extension waits for the pool.
+package sqlstore

@@ -1,0 +1,163 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/idempotency"
+)
+
+// ErrNoOperation is returned by an Inbox handler called without an
+// idempotency.Operation in the message context, i.e. outside the dedup step.
+var ErrNoOperation = errors.New("sqlstore: Inbox must run inside handler.New/middleware.Dedup with this store (no idempotency.Operation in the message context)")
+
+// TxHandler is a business handler that does its effect inside tx. It must
+// not Commit or Roll back tx (the inbox does), nor use any other connection
+// for its effect. The messages it returns are kept in the DONE record, in
+// the same transaction, and re-emitted for duplicates.
+type TxHandler func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error)
+
+// Inbox returns a message.HandlerFunc for handler.New or middleware.Dedup
+// used with this store: fn's effect and the operation's DONE mark commit in
+// one transaction, so a crash anywhere leaves both or neither.
+//
+//	h, err := handler.New(store.Inbox(pay),
+//		handler.WithStore(store, "payments"),
+//		handler.WithDeadLetter(pub, "payments.dead"))
+//
+// Per delivery, the dedup step claims the operation first, in a transaction
+// of its own that commits the attempt (so a message that crashes the process
+// is counted). Then the inbox:
+//
+//  1. reads the idempotency.Operation from msg.Context() (ErrNoOperation
+//     without one);
+//  2. begins a transaction (READ COMMITTED on PostgreSQL and MySQL) and
+//     locks the record's row (SELECT ... FOR UPDATE; on SQLite, the
+//     database's write lock);
+//  3. checks that the record is IN_PROGRESS under this attempt's token, else
+//     rolls back and returns an error wrapping idempotency.ErrLeaseLost:
+//     fn never runs for a stale owner;
+//  4. runs fn(ctx, tx, msg) with ctx = msg.Context();
+//  5. marks the record DONE with the produced messages (the outcome
+//     Complete would store) and the attempt's end in its history, commits,
+//     and sets Operation.Committed, so that the dedup step skips Complete.
+//
+// When fn fails or panics, or the commit fails, the transaction is rolled
+// back (fn's effect with it) and the error returned (a panic goes on
+// unwinding to the dedup step, which records it); the dedup step then
+// releases the claim outside the transaction, as for any failed attempt.
+//
+// Concurrent deliveries of one key serialize on the row lock. Claim locks
+// the same row, so no claim can take the operation over while an owner's
+// inbox transaction holds it, even when the owner's lease expired meanwhile
+// (a long fn, an extension that could not get through): the claim waits
+// (within the dedup step's store timeout, see the package doc) and then
+// finds the record DONE (Completed) or, after a rollback, takes over a
+// failed or expired attempt. The one stale owner the inbox must stop is one
+// whose lease was taken over before its transaction locked the row, and
+// step 3 stops it.
+//
+// A message without an operation key, processed under
+// middleware.ProcessWithoutDedup, has no record: fn then runs in a
+// transaction of its own, committed when fn returns nil.
+func (s *Store) Inbox(fn TxHandler) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context()
+		if fn == nil {
+			return nil, errors.New("sqlstore: Inbox was given a nil TxHandler")
+		}
+		op, ok := idempotency.OperationFrom(ctx)
+		if !ok {
+			return nil, ErrNoOperation
+		}
+		if op.Key == "" {
+			return s.inboxWithoutRecord(ctx, fn, msg)
+		}
+		tx, err := s.db.BeginTx(ctx, s.q.txOptions)
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox %q: begin: %w", op.Key, err)
+		}
+		// Rolls back on every path but a commit, a panic of fn included.
+		defer func() { _ = tx.Rollback() }()
+
+		r, _, err := s.lockOwned(ctx, tx, op.Namespace, op.Key, op.Token)
+		if err != nil {
+			if errors.Is(err, idempotency.ErrLeaseLost) {
+				return nil, fmt.Errorf("sqlstore: inbox %q (attempt %d): the record in %s is no longer this attempt's: %w",
+					op.Key, op.Attempt, s.table, err)
+			}
+			return nil, fmt.Errorf("sqlstore: inbox %q: %w", op.Key, err)
+		}
+
+		msgs, err := fn(ctx, tx, msg)
+		if err != nil {
+			return nil, err
+		}
+
+		out, err := json.Marshal(idempotency.Outcome{Messages: storedMessages(msgs)})
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox %q: encode outcome: %w", op.Key, err)
+		}
+		// The DONE time is the commit's, not the lock's: fn may have run long.
+		now, err := s.now(ctx, tx)
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox %q: %w", op.Key, err)
+		}
+		s.done(&r, out, now)
+		r.updatedAt = now
+		if err := s.save(ctx, tx, op.Namespace, op.Key, r); err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox %q: mark done: %w", op.Key, err)
+		}
+		if err := tx.Commit(); err != nil {
+			// Unknown whether the commit happened (a lost reply): the dedup
+			// step's Release then finds the record DONE (ErrLeaseLost) and the
+			// redelivery a duplicate, or the record IN_PROGRESS and releases it.
+			return nil, fmt.Errorf("sqlstore: inbox %q: commit: %w", op.Key, err)
+		}
+		op.Committed = true
+		return msgs, nil
+	}
+}
+
+// inboxWithoutRecord runs fn in a transaction of its own, for a message
+// processed without dedup.
+func (s *Store) inboxWithoutRecord(ctx context.Context, fn TxHandler, msg *message.Message) ([]*message.Message, error) {
+	tx, err := s.db.BeginTx(ctx, s.q.txOptions)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: inbox: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if s.q.lock != "" {
+		// SQLite: take the write lock first, as for a record (no namespace
+		// is empty, so no row matches), so that fn can read, then write.
+		if _, err := tx.ExecContext(ctx, s.q.lock, "", ""); err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox: lock: %w", err)
+		}
+	}
+	msgs, err := fn(ctx, tx, msg)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("sqlstore: inbox: commit: %w", err)
+	}
+	return msgs, nil
+}
+
+// storedMessages is the outcome form of produced messages, the same the
+// dedup step stores with Complete.
+func storedMessages(msgs []*message.Message) []idempotency.StoredMessage {
+	if len(msgs) == 0 {
+		return nil
+	}
+	out := make([]idempotency.StoredMessage, len(msgs))
+	for i, m := range msgs {
+		out[i] = idempotency.StoredMessage{UUID: m.UUID, Metadata: m.Metadata, Payload: m.Payload}
+	}
+	return out
+}

@@ -1,0 +1,21 @@
+-- surely idempotency records and transactional inbox, PostgreSQL.
+-- This is exactly what (*sqlstore.Store).Migrate runs (with the table name
+-- of WithTable in place of surely_inbox). Times are Unix milliseconds of the
+-- database clock; 0 means none.
+CREATE TABLE IF NOT EXISTS "surely_inbox" (
+    namespace      text COLLATE "C" NOT NULL,
+    op_key         text COLLATE "C" NOT NULL,
+    state          text    NOT NULL,
+    fingerprint    text    NOT NULL,
+    token          text    NOT NULL,
+    attempts       integer NOT NULL,
+    canceled       integer NOT NULL,
+    lease_until_ms bigint  NOT NULL,
+    expires_at_ms  bigint  NOT NULL,
+    updated_at_ms  bigint  NOT NULL,
+    outcome        text,
+    history        text    NOT NULL,
+    PRIMARY KEY (namespace, op_key)
+);
+
+CREATE INDEX IF NOT EXISTS "surely_inbox_expires_idx" ON "surely_inbox" (expires_at_ms);

@@ -1,0 +1,667 @@
+package sqlstore
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync/atomic"
+	"time"
+
+	"github.com/surely-dev/surely/idempotency"
+)
+
+// Defaults of the options.
+const (
+	DefaultTable     = "surely_inbox"
+	DefaultRetention = 24 * time.Hour
+)
+
+// MaxFingerprintLen is the longest payload fingerprint a Claim accepts, in
+// bytes (the MySQL column is VARBINARY(255)). The fingerprints surely
+// computes are 64 hex digits (SHA-256).
+const MaxFingerprintLen = 255
+
+// Store is an idempotency.Store on a SQL database (PostgreSQL, MySQL or
+// MariaDB, SQLite), and the transactional inbox (see Inbox). It is safe for
+// concurrent use, by many processes sharing the database; it keeps no state
+// of its own besides its configuration and starts no goroutine.
+//
+// It never closes the *sql.DB it was given: the caller owns it and closes it
+// after the last call to the store.
+type Store struct {
+	db        *sql.DB
+	dialect   Dialect
+	table     string
+	retention time.Duration
+	logger    *slog.Logger
+	q         queries
+	// skew is added to the database clock, in milliseconds. Only this
+	// package's tests set it (to move a store's clock without sleeping).
+	skew atomic.Int64
+}
+
+// Option configures a Store. Every option validates its argument; an invalid
+// one makes New fail with an error wrapping idempotency.ErrInvalidOption.
+type Option func(*Store) error
+
+var tableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
+
+// WithTable sets the table of the records (default "surely_inbox"). The name
+// must match [a-z_][a-z0-9_]{0,47}: lower case, so that it means the same
+// quoted and unquoted in every dialect, and short enough for its index name
+// (name + "_expires_idx") to fit every dialect's identifier limit. It is
+// quoted in every statement. To use another PostgreSQL schema, set the
+// connection's search_path.
+func WithTable(name string) Option {
+	return func(s *Store) error {
+		if !tableRE.MatchString(name) {
+			return fmt.Errorf("%w: sqlstore: table name %q must match [a-z_][a-z0-9_]{0,47}", idempotency.ErrInvalidOption, name)
+		}
+		s.table = name
+		return nil
+	}
+}
+
+// WithRetention sets how long DONE, FAILED and EXHAUSTED records are kept
+// after their last change, and an IN_PROGRESS one after its lease expiry
+// (default 24h). An expired record reads as absent at once; Purge deletes
+// expired rows. A record is deduplicated only within this window: keep it
+// longer than the longest redelivery or replay delay.
+func WithRetention(d time.Duration) Option {
+	return func(s *Store) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: sqlstore: retention must be at least 1ms, got %v", idempotency.ErrInvalidOption, d)
+		}
+		s.retention = d
+		return nil
+	}
+}
+
+// WithLogger sets the logger (default: discard). The store logs Migrate's
+// warnings about the SQLite configuration and what Purge deleted.
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Store) error {
+		if l == nil {
+			return fmt.Errorf("%w: sqlstore: nil logger", idempotency.ErrInvalidOption)
+		}
+		s.logger = l
+		return nil
+	}
+}
+
+// New returns a store on db, a database of the given dialect. It neither
+// connects nor touches the schema: call Migrate (or apply the schema files)
+// before the first claim.
+//
+// The store never closes db: the caller owns it and closes it after the last
+// call to the store.
+func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: sqlstore: nil *sql.DB", idempotency.ErrInvalidOption)
+	}
+	if dialect.schemaFile() == "" {
+		return nil, fmt.Errorf("%w: sqlstore: unknown dialect %v", idempotency.ErrInvalidOption, dialect)
+	}
+	s := &Store{
+		db:        db,
+		dialect:   dialect,
+		table:     DefaultTable,
+		retention: DefaultRetention,
+		logger:    slog.New(slog.DiscardHandler),
+	}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	s.q = newQueries(dialect, s.table)
+	return s, nil
+}
+
+var _ idempotency.Store = (*Store)(nil)
+
+// Table returns the name of the store's table.
+func (s *Store) Table() string { return s.table }
+
+// Migrate creates the table and its index unless they exist (CREATE ... IF
+// NOT EXISTS), running exactly the statements of the dialect's schema file
+// (schema/<dialect>.sql in the module). It is idempotent and is the only
+// call that changes the schema. Run it from one process at a time (a deploy
+// step): two concurrent first creations can collide in PostgreSQL's catalog.
+//
+// On SQLite it also warns (through the logger) when the connection it used
+// has no busy timeout.
+func (s *Store) Migrate(ctx context.Context) error {
+	for _, stmt := range s.dialect.ddl(s.table) {
+		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("sqlstore: migrate %s: %w", s.table, err)
+		}
+	}
+	if s.dialect == SQLite {
+		var ms int64
+		if err := s.db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&ms); err == nil && ms == 0 {
+			s.logger.LogAttrs(ctx, slog.LevelWarn, "sqlstore: SQLite connection without a busy timeout: concurrent claims fail with SQLITE_BUSY; add _pragma=busy_timeout(5000) to the DSN")
+		}
+	}
+	return nil
+}
+
+// Purge deletes the records whose retention has passed (they already read
+// as absent), in batches of 1000 rows, each its own transaction, until none
+// is left or ctx ends. It returns how many rows it deleted. Call it
+// periodically (e.g. hourly) from one process; rows a claim holds are
+// skipped (PostgreSQL) or waited for.
+func (s *Store) Purge(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		var n int64
+		err := s.inTx(ctx, func(tx *sql.Tx) error {
+			cutoff, err := s.now(ctx, tx)
+			if err != nil {
+				return err
+			}
+			args := []any{cutoff}
+			if s.dialect == Postgres {
+				args = append(args, cutoff)
+			}
+			res, err := tx.ExecContext(ctx, s.q.purge, args...)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return total, fmt.Errorf("sqlstore: purge %s: %w", s.table, err)
+		}
+		total += n
+		if n < purgeBatch {
+			s.logger.LogAttrs(ctx, slog.LevelDebug, "sqlstore: purged expired records",
+				slog.String("table", s.table), slog.Int64("deleted", total))
+			return total, nil
+		}
+	}
+}
+
+// inTx runs fn in a transaction of the store's isolation and commits it, or
+// rolls it back when fn fails.
+func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, s.q.txOptions)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// querier is what *sql.DB and *sql.Tx share.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// now reads the database clock, in Unix milliseconds.
+func (s *Store) now(ctx context.Context, q querier) (int64, error) {
+	var now int64
+	if err := q.QueryRowContext(ctx, s.q.now).Scan(&now); err != nil {
+		return 0, fmt.Errorf("read the database clock: %w", err)
+	}
+	return now + s.skew.Load(), nil
+}
+
+// row is a record as stored.
+type row struct {
+	state       string
+	fingerprint string
+	token       string
+	attempts    int
+	canceled    int
+	leaseUntil  int64
+	expiresAt   int64
+	updatedAt   int64
+	outcome     []byte // JSON of idempotency.Outcome; nil unless done
+	history     []histEntry
+}
+
+// histEntry is one attempt as stored in the history column (a JSON array,
+// the same shape as redisstore's). Times are milliseconds of the database
+// clock.
+type histEntry struct {
+	Attempt int    `json:"attempt"`
+	Started int64  `json:"started_ms"`
+	Ended   int64  `json:"ended_ms,omitempty"`
+	Result  string `json:"result"`
+	Error   string `json:"error,omitempty"`
+	Type    string `json:"type,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Stack   string `json:"stack,omitempty"`
+	TraceID string `json:"trace_id,omitempty"`
+	SpanID  string `json:"span_id,omitempty"`
+}
+
+// scanRow reads the columns of a record (see the columns constant) after
+// the leading dest values.
+func scanRow(sc interface{ Scan(...any) error }, lead ...any) (row, error) {
+	var (
+		r       row
+		history []byte
+	)
+	dest := append(lead, &r.state, &r.fingerprint, &r.token, &r.attempts, &r.canceled,
+		&r.leaseUntil, &r.expiresAt, &r.updatedAt, &r.outcome, &history)
+	if err := sc.Scan(dest...); err != nil {
+		return row{}, err
+	}
+	if len(history) > 0 {
+		if err := json.Unmarshal(history, &r.history); err != nil {
+			return row{}, fmt.Errorf("decode history: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// lockRow reads the record of (namespace, key) in tx and locks it until tx
+// ends. found is false when there is no row.
+func (s *Store) lockRow(ctx context.Context, tx *sql.Tx, namespace, key string) (r row, found bool, err error) {
+	if s.q.lock != "" {
+		if _, err := tx.ExecContext(ctx, s.q.lock, namespace, key); err != nil {
+			return row{}, false, fmt.Errorf("lock: %w", err)
+		}
+	}
+	r, err = scanRow(tx.QueryRowContext(ctx, s.q.selectRow, namespace, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return row{}, false, nil
+	}
+	if err != nil {
+		return row{}, false, fmt.Errorf("select: %w", err)
+	}
+	return r, true, nil
+}
+
+// save writes every column of r.
+func (s *Store) save(ctx context.Context, tx *sql.Tx, namespace, key string, r row) error {
+	h := r.history
+	if h == nil {
+		h = []histEntry{}
+	}
+	history, err := json.Marshal(h)
+	if err != nil {
+		return fmt.Errorf("encode history: %w", err)
+	}
+	var outcome any
+	if r.outcome != nil {
+		outcome = string(r.outcome)
+	}
+	if _, err := tx.ExecContext(ctx, s.q.save, r.state, r.fingerprint, r.token, r.attempts, r.canceled,
+		r.leaseUntil, r.expiresAt, r.updatedAt, outcome, string(history), namespace, key); err != nil {
+		return fmt.Errorf("update: %w", err)
+	}
+	return nil
+}
+
+// newToken returns 16 random bytes in hex: a lease token.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it crashes the program instead)
+	return hex.EncodeToString(b[:])
+}
+
+// ms rounds d up to whole milliseconds, the store's resolution.
+func ms(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func fromMs(v int64) time.Time {
+	if v <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v)
+}
+
+// Claim implements idempotency.Store in one transaction: it inserts a
+// placeholder row unless the key has one, locks the row, reads the database
+// clock and applies the state machine.
+func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+	if err := ctx.Err(); err != nil {
+		return idempotency.ClaimResult{}, err
+	}
+	if err := req.Validate(); err != nil {
+		return idempotency.ClaimResult{}, err
+	}
+	if len(req.Fingerprint) > MaxFingerprintLen {
+		return idempotency.ClaimResult{}, fmt.Errorf("%w: fingerprint of %d bytes, the limit is %d",
+			idempotency.ErrInvalidRequest, len(req.Fingerprint), MaxFingerprintLen)
+	}
+	var res idempotency.ClaimResult
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		res, err = s.claim(ctx, tx, req)
+		return err
+	})
+	if err != nil {
+		return idempotency.ClaimResult{}, fmt.Errorf("sqlstore: claim: %w", err)
+	}
+	return res, nil
+}
+
+func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+	token := newToken()
+	var (
+		r     row
+		found bool
+	)
+	// The row exists after the insert, unless a Purge deleted it in between
+	// (PostgreSQL, which does not lock on conflict): insert again then.
+	for try := 0; !found; try++ {
+		if try == 3 {
+			return idempotency.ClaimResult{}, errors.New("the record's row vanished three times during the claim")
+		}
+		if _, err := tx.ExecContext(ctx, s.q.insert, req.Namespace, req.Key, req.Fingerprint, token); err != nil {
+			return idempotency.ClaimResult{}, fmt.Errorf("insert: %w", err)
+		}
+		var err error
+		if r, found, err = s.lockRow(ctx, tx, req.Namespace, req.Key); err != nil {
+			return idempotency.ClaimResult{}, err
+		}
+	}
+	now, err := s.now(ctx, tx)
+	if err != nil {
+		return idempotency.ClaimResult{}, err
+	}
+
+	prev := idempotency.Previous{}
+	if r.expiresAt <= now {
+		// No record: our own placeholder, or a record past its retention,
+		// which is forgotten (overwritten here).
+		r = row{fingerprint: req.Fingerprint}
+	} else {
+		// A different payload under the same key is a conflict whatever the state.
+		if r.fingerprint != req.Fingerprint {
+			return idempotency.ClaimResult{Status: idempotency.Conflict, StoredFingerprint: r.fingerprint}, nil
+		}
+		n := len(r.history)
+		switch idempotency.State(r.state) {
+		case idempotency.StateDone:
+			o, err := decodeOutcome(r.outcome)
+			if err != nil {
+				return idempotency.ClaimResult{}, err
+			}
+			return idempotency.ClaimResult{Status: idempotency.Completed, Outcome: o}, nil
+		case idempotency.StateExhausted:
+			return exhausted(r), nil
+		case idempotency.StateInProgress:
+			if now < r.leaseUntil {
+				return idempotency.ClaimResult{Status: idempotency.InProgress, Until: fromMs(r.leaseUntil)}, nil
+			}
+			// The owner's lease expired without Complete or Release: it died
+			// or hung, so its effect may or may not have happened.
+			if n > 0 && r.history[n-1].Result == idempotency.ResultInProgress {
+				r.history[n-1].Result = idempotency.ResultUnknown
+				r.history[n-1].Ended = r.leaseUntil
+			}
+			prev = idempotency.Previous{Result: idempotency.PreviousUnknown}
+		case idempotency.StateFailed:
+			if n > 0 {
+				if r.history[n-1].Result == idempotency.ResultCanceled {
+					prev = idempotency.Previous{Result: idempotency.PreviousCanceled}
+				} else {
+					prev = idempotency.Previous{Result: idempotency.PreviousFailed, Error: r.history[n-1].Error}
+				}
+			}
+		}
+		if r.attempts-r.canceled >= req.MaxAttempts {
+			r.state = string(idempotency.StateExhausted)
+			r.leaseUntil = 0
+			r.expiresAt = now + ms(s.retention)
+			r.updatedAt = now
+			if err := s.save(ctx, tx, req.Namespace, req.Key, r); err != nil {
+				return idempotency.ClaimResult{}, err
+			}
+			return exhausted(r), nil
+		}
+	}
+
+	r.attempts++
+	r.state = string(idempotency.StateInProgress)
+	r.token = token
+	r.leaseUntil = now + ms(req.Lease)
+	// Never forgotten while leased; an owner that dies leaves a failure of
+	// unknown outcome, forgotten a retention after its lease expires.
+	r.expiresAt = r.leaseUntil + ms(s.retention)
+	r.updatedAt = now
+	r.outcome = nil
+	r.history = append(r.history, histEntry{
+		Attempt: r.attempts, Started: now, Result: idempotency.ResultInProgress,
+		TraceID: req.TraceID, SpanID: req.SpanID,
+	})
+	if n := len(r.history); n > idempotency.MaxHistory {
+		r.history = r.history[n-idempotency.MaxHistory:]
+	}
+	if err := s.save(ctx, tx, req.Namespace, req.Key, r); err != nil {
+		return idempotency.ClaimResult{}, err
+	}
+	return idempotency.ClaimResult{
+		Status: idempotency.Acquired,
+		Lease: idempotency.Lease{
+			Namespace: req.Namespace, Key: req.Key, Token: token,
+			Attempt: r.attempts, Until: fromMs(r.leaseUntil),
+		},
+		Previous: prev,
+	}, nil
+}
+
+func exhausted(r row) idempotency.ClaimResult {
+	return idempotency.ClaimResult{Status: idempotency.Exhausted, Attempts: r.attempts, History: toAttempts(r.history)}
+}
+
+func toAttempts(hs []histEntry) []idempotency.AttemptRecord {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]idempotency.AttemptRecord, len(hs))
+	for i, h := range hs {
+		out[i] = idempotency.AttemptRecord{
+			Attempt: h.Attempt,
+			Started: fromMs(h.Started),
+			Ended:   fromMs(h.Ended),
+			Result:  h.Result,
+			Error:   h.Error,
+			Type:    h.Type,
+			Reason:  h.Reason,
+			Stack:   h.Stack,
+			TraceID: h.TraceID,
+			SpanID:  h.SpanID,
+		}
+	}
+	return out
+}
+
+func decodeOutcome(b []byte) (*idempotency.Outcome, error) {
+	o := &idempotency.Outcome{}
+	if len(b) == 0 {
+		return o, nil
+	}
+	if err := json.Unmarshal(b, o); err != nil {
+		return nil, fmt.Errorf("decode outcome: %w", err)
+	}
+	return o, nil
+}
+
+// owns reports whether lease can name a record: an empty token, or a
+// namespace or key that Claim would refuse, never matches one.
+func owns(lease idempotency.Lease) bool {
+	return lease.Token != "" && idempotency.ValidateNamespace(lease.Namespace) == nil &&
+		idempotency.ValidateKey(lease.Key) == nil
+}
+
+// withLease locks the record of lease in a transaction and calls fn with it
+// and the database clock when lease is the record's current, open lease;
+// otherwise it returns ErrLeaseLost and changes nothing. fn's changes to
+// the record are saved and committed.
+func (s *Store) withLease(ctx context.Context, lease idempotency.Lease, fn func(r *row, now int64)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !owns(lease) {
+		return idempotency.ErrLeaseLost
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		r, now, err := s.lockOwned(ctx, tx, lease.Namespace, lease.Key, lease.Token)
+		if err != nil {
+			return err
+		}
+		fn(&r, now)
+		r.updatedAt = now
+		return s.save(ctx, tx, lease.Namespace, lease.Key, r)
+	})
+}
+
+// lockOwned locks the record of (namespace, key) in tx and returns it with
+// the database clock, or ErrLeaseLost unless token is its current, open
+// lease (in progress and not past its retention).
+func (s *Store) lockOwned(ctx context.Context, tx *sql.Tx, namespace, key, token string) (row, int64, error) {
+	r, found, err := s.lockRow(ctx, tx, namespace, key)
+	if err != nil {
+		return row{}, 0, err
+	}
+	if !found || r.state != string(idempotency.StateInProgress) || r.token != token {
+		return row{}, 0, idempotency.ErrLeaseLost
+	}
+	now, err := s.now(ctx, tx)
+	if err != nil {
+		return row{}, 0, err
+	}
+	if r.expiresAt <= now {
+		return row{}, 0, idempotency.ErrLeaseLost
+	}
+	return r, now, nil
+}
+
+// done marks r DONE with outcome at now.
+func (s *Store) done(r *row, outcome []byte, now int64) {
+	r.state = string(idempotency.StateDone)
+	r.outcome = outcome
+	r.leaseUntil = 0
+	r.expiresAt = now + ms(s.retention)
+	if n := len(r.history); n > 0 {
+		r.history[n-1].Result = idempotency.ResultDone
+		r.history[n-1].Ended = now
+	}
+}
+
+// lostOr returns ErrLeaseLost as it is and wraps any other error.
+func lostOr(op string, err error) error {
+	if err == nil || errors.Is(err, idempotency.ErrLeaseLost) {
+		return err
+	}
+	return fmt.Errorf("sqlstore: %s: %w", op, err)
+}
+
+// Complete implements idempotency.Store in one transaction.
+//
+// A Complete after the lease expired still succeeds while nobody else has
+// claimed the key (the token is still current): the effect did commit.
+func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
+	out, err := json.Marshal(outcome)
+	if err != nil {
+		return fmt.Errorf("sqlstore: encode outcome: %w", err)
+	}
+	return lostOr("complete", s.withLease(ctx, lease, func(r *row, now int64) { s.done(r, out, now) }))
+}
+
+// Release implements idempotency.Store in one transaction.
+func (s *Store) Release(ctx context.Context, lease idempotency.Lease, f idempotency.Failure) error {
+	return lostOr("release", s.withLease(ctx, lease, func(r *row, now int64) {
+		r.state = string(idempotency.StateFailed)
+		result := idempotency.ResultFailed
+		if f.Canceled {
+			// Interrupted by shutdown: not charged to the budget, Final ignored.
+			r.canceled++
+			result = idempotency.ResultCanceled
+		} else if f.Final {
+			r.state = string(idempotency.StateExhausted)
+		}
+		r.leaseUntil = 0
+		r.expiresAt = now + ms(s.retention)
+		if n := len(r.history); n > 0 {
+			h := &r.history[n-1]
+			h.Result, h.Ended = result, now
+			h.Error = idempotency.Truncate(f.Error, idempotency.MaxErrorLen)
+			h.Type = f.ErrorType
+			h.Reason = f.Reason
+			h.Stack = idempotency.Truncate(f.Stack, idempotency.MaxStackLen)
+		}
+	}))
+}
+
+// Extend implements idempotency.Store in one transaction.
+func (s *Store) Extend(ctx context.Context, lease idempotency.Lease, d time.Duration) (idempotency.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return lease, err
+	}
+	if d <= 0 {
+		return lease, fmt.Errorf("%w: extension must be positive, got %v", idempotency.ErrInvalidRequest, d)
+	}
+	var until int64
+	err := s.withLease(ctx, lease, func(r *row, now int64) {
+		r.leaseUntil = now + ms(d)
+		r.expiresAt = r.leaseUntil + ms(s.retention)
+		until = r.leaseUntil
+	})
+	if err != nil {
+		return lease, lostOr("extend", err)
+	}
+	lease.Until = fromMs(until)
+	return lease, nil
+}
+
+// Get implements idempotency.Store with one statement (no transaction).
+// ExpiresAt is when the record's retention ends (it reads as absent from
+// then on, until Purge deletes it).
+func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return idempotency.Record{}, err
+	}
+	if idempotency.ValidateNamespace(namespace) != nil || idempotency.ValidateKey(key) != nil {
+		return idempotency.Record{}, idempotency.ErrNotFound
+	}
+	var now int64
+	r, err := scanRow(s.db.QueryRowContext(ctx, s.q.getRow, namespace, key), &now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return idempotency.Record{}, idempotency.ErrNotFound
+	}
+	if err != nil {
+		return idempotency.Record{}, fmt.Errorf("sqlstore: get: %w", err)
+	}
+	if r.expiresAt <= now+s.skew.Load() {
+		return idempotency.Record{}, idempotency.ErrNotFound
+	}
+	rec := idempotency.Record{
+		Namespace:   namespace,
+		Key:         key,
+		State:       idempotency.State(r.state),
+		Fingerprint: r.fingerprint,
+		Token:       r.token,
+		Attempts:    r.attempts,
+		Canceled:    r.canceled,
+		LeaseUntil:  fromMs(r.leaseUntil),
+		History:     toAttempts(r.history),
+		ExpiresAt:   fromMs(r.expiresAt),
+	}
+	if rec.State == idempotency.StateDone {
+		if rec.Outcome, err = decodeOutcome(r.outcome); err != nil {
+			return idempotency.Record{}, fmt.Errorf("sqlstore: get: %w", err)
+		}
+	}
+	return rec, nil
+}
