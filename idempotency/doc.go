@@ -58,7 +58,8 @@
 //
 // # Stores
 //
-// idempotency/redisstore (lease mode on Redis), idempotency/memstore (tests
-// and examples only). Every store runs the conformance suite in
-// idempotency/idempotencytest.
+// idempotency/redisstore (lease mode on Redis), idempotency/sqlstore
+// (PostgreSQL, MySQL/MariaDB, SQLite; lease mode and the transactional
+// inbox), idempotency/memstore (tests and examples only). Every store runs
+// the conformance suite in idempotency/idempotencytest.
 package idempotency
