@@ -34,12 +34,14 @@ func TestEnvelopeKeepsOriginalBytesAndAddsContext(t *testing.T) {
 	f.Topic, f.Handler = "payments", "charge"
 
 	env := dlq.Envelope(msg, f, nil, "host-1", "billing")
-	require.Equal(t, "uuid-1", env.UUID)
+	require.Equal(t, dlq.DeadLetterUUID("uuid-1"), env.UUID)
+	require.NotEqual(t, "uuid-1", env.UUID, "a broker deduplicating by id must not drop the dead letter")
+	require.Equal(t, env.UUID, dlq.Envelope(msg, f, nil, "", "").UUID, "every copy has the same UUID")
 	require.Equal(t, payload, []byte(env.Payload))
 	require.Equal(t, "acme", env.Metadata.Get("tenant"))
 	require.Equal(t, "évènement\t1", env.Metadata.Get("ce_id"))
 	want := map[string]string{
-		dlq.KeyVersion: "1", dlq.KeyReason: "exhausted", dlq.KeyError: "charge: timeout",
+		dlq.KeyVersion: "1", dlq.KeyOriginalUUID: "uuid-1", dlq.KeyReason: "exhausted", dlq.KeyError: "charge: timeout",
 		dlq.KeyAttempts: "2", dlq.KeyOriginalTopic: "payments", dlq.KeyHandler: "charge",
 		dlq.KeyConsumerGroup: "billing", dlq.KeyOperationKey: "pay-1", dlq.KeyFingerprint: "abc",
 		dlq.KeyTraceID: "0af7651916cd43dd8448eb211c80319c", dlq.KeyHost: "host-1",

@@ -4,8 +4,11 @@
 //
 // # Envelope
 //
-// A dead-lettered message keeps the original UUID, payload and metadata byte
-// for byte. surely adds metadata keys, all prefixed "surely_" and versioned
+// A dead-lettered message keeps the original payload and metadata byte for
+// byte. Its UUID is derived from the original's (DeadLetterUUID): the same
+// for every copy, but not the original's, which brokers that deduplicate by
+// message id would drop as a duplicate; the original UUID is in
+// KeyOriginalUUID. surely adds metadata keys, all prefixed "surely_" and versioned
 // by KeyVersion ("1"): the reason (exhausted, permanent, conflict, no_key,
 // panic, decode, lease_lost), the error text and its Go type chain, the
 // durable attempt count, the first and last failure times, the per-attempt
@@ -25,6 +28,6 @@
 // A message can be dead-lettered more than once: an exhausted message that
 // is delivered again (its ack was lost, or the broker handed an in-flight
 // message to a second consumer) finds its record EXHAUSTED and is published
-// again. Every copy carries the source UUID and the operation key, so a
+// again. Every copy has the same UUID (DeadLetterUUID of the source), so a
 // dead-letter consumer or archive dedups by UUID.
 package dlq

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 
 	"github.com/surely-dev/surely/idempotency"
 )
@@ -34,7 +35,21 @@ const (
 	KeyTraceID        = "surely_trace_id"
 	KeySpanID         = "surely_span_id"
 	KeyHost           = "surely_host"
+	KeyOriginalUUID   = "surely_original_uuid"
 )
+
+// uuidSpace is the UUIDv5 namespace of dead-letter UUIDs.
+var uuidSpace = uuid.MustParse("6f1b3c1e-52a4-4d52-9a63-1d9f2f0c8e77")
+
+// DeadLetterUUID is the UUID of the dead letter of the message with UUID
+// original: derived (UUIDv5), so every copy of one message's dead letter has
+// the same UUID, yet it differs from the original's. A broker that drops a
+// publish whose id it has seen (JetStream's Nats-Msg-Id, SQS FIFO
+// deduplication) would otherwise drop the dead letter as a duplicate of
+// the original message.
+func DeadLetterUUID(original string) string {
+	return uuid.NewSHA1(uuidSpace, []byte("surely-dlq:"+original)).String()
+}
 
 // MaxHistoryBytes bounds the JSON of KeyHistory: oldest entries, then
 // stacks of all but the newest entry, are dropped to fit.
@@ -73,14 +88,15 @@ func FailureFrom(err error) Failure {
 // history). Use it to strip secrets such as connection strings or tokens.
 type Redactor func(text string) string
 
-// Envelope returns the dead-letter message for msg: the same UUID, payload
-// and metadata byte for byte, plus the surely_* keys describing f. Error
+// Envelope returns the dead-letter message for msg: its payload and
+// metadata byte for byte, plus the surely_* keys describing f. Its UUID is
+// DeadLetterUUID(msg.UUID); the original UUID is in KeyOriginalUUID. Error
 // texts pass through redact (nil: unchanged). host and group may be empty.
 func Envelope(msg *message.Message, f Failure, redact Redactor, host, group string) *message.Message {
 	if redact == nil {
 		redact = func(s string) string { return s }
 	}
-	out := message.NewMessage(msg.UUID, msg.Payload)
+	out := message.NewMessage(DeadLetterUUID(msg.UUID), msg.Payload)
 	for k, v := range msg.Metadata {
 		out.Metadata[k] = v
 	}
@@ -100,6 +116,7 @@ func Envelope(msg *message.Message, f Failure, redact Redactor, host, group stri
 	}
 	md := out.Metadata
 	md[KeyVersion] = Version
+	md[KeyOriginalUUID] = msg.UUID
 	md[KeyReason] = string(f.Reason)
 	md[KeyError] = idempotency.Truncate(errText, idempotency.MaxErrorLen)
 	md[KeyErrorTypes] = ErrorTypes(f.Err)

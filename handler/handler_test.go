@@ -280,7 +280,8 @@ func TestPermanentErrorIsDeadLetteredOnce(t *testing.T) {
 		dead := e.dead.Published(deadTopic)
 		require.Len(t, dead, 2)
 		md := dead[0].Metadata
-		require.Equal(t, src.UUID, dead[0].UUID)
+		require.Equal(t, dlq.DeadLetterUUID(src.UUID), dead[0].UUID)
+		require.Equal(t, src.UUID, md.Get(dlq.KeyOriginalUUID))
 		require.Equal(t, "acme", md.Get("tenant"), "original metadata travels")
 		require.Equal(t, "order-1", md.Get(dlq.KeyOperationKey))
 		require.Equal(t, string(dlq.ReasonPermanent), md.Get(dlq.KeyReason))

@@ -121,7 +121,8 @@ func TestCrashLoopReachesDeadLetter(t *testing.T) {
 	dead := s.deadLetters(t)
 	require.NotEmpty(t, dead)
 	for _, d := range dead {
-		require.Equal(t, src.UUID, d.UUID, "every copy is the same message")
+		require.Equal(t, dlq.DeadLetterUUID(src.UUID), d.UUID, "every copy is the same message")
+		require.Equal(t, src.UUID, d.Metadata.Get(dlq.KeyOriginalUUID))
 		require.Equal(t, string(src.Payload), string(d.Payload), "payload byte for byte")
 		require.Equal(t, "acme", d.Metadata.Get("tenant"), "original metadata travels")
 		require.Equal(t, string(dlq.ReasonExhausted), d.Metadata.Get(dlq.KeyReason))
