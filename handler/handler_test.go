@@ -596,3 +596,22 @@ func TestBrokerControlDelaysNacksAndExtendsLease(t *testing.T) {
 		require.Equal(t, ctl.extends, e.store.Calls("Extend"))
 	})
 }
+
+func TestUndecodableMessageIsDeadLetteredAsDecode(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		e := setup(t, 0)
+		var calls atomic.Int32
+		h := e.chain(t, func(msg *message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil })
+		bad := message.NewMessage("nats-ORDERS-7", []byte("raw \x00 bytes"))
+		bad.Metadata.Set(dlq.KeyDecodeError, "nats: header k has 2 values")
+		_, err := h(bad)
+		require.NoError(t, err, "acked after the dead letter")
+		require.Zero(t, calls.Load())
+		dead := e.dead.Published(deadTopic)
+		require.Len(t, dead, 1)
+		require.Equal(t, string(dlq.ReasonDecode), dead[0].Metadata.Get(dlq.KeyReason))
+		require.Equal(t, "raw \x00 bytes", string(dead[0].Payload))
+		require.Contains(t, dead[0].Metadata.Get(dlq.KeyError), "2 values")
+	})
+}

@@ -172,6 +172,9 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 		ctx := msg.Context()
 		op, ok := idempotency.OperationFrom(ctx)
 		if !ok {
+			if text, bad := msg.Metadata[dlq.KeyDecodeError]; bad {
+				return nil, dlq.Final(dlq.ReasonDecode, fmt.Errorf("%w: %s", ErrUndecodable, text))
+			}
 			id, err := d.ex.Extract(msg)
 			if err != nil {
 				return nil, dlq.Final(dlq.ReasonNoKey, err)

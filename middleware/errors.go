@@ -16,6 +16,9 @@ var (
 	ErrConflict = errors.New("surely: operation key reused with a different payload")
 	// ErrExhausted means the durable attempt budget is spent.
 	ErrExhausted = errors.New("surely: attempt budget exhausted")
+	// ErrUndecodable means a broker adapter could not decode the message
+	// (dlq.KeyDecodeError); it is dead-lettered with its raw bytes.
+	ErrUndecodable = errors.New("surely: message could not be decoded")
 	// ErrPaused means the outage breaker held the message back without an attempt.
 	ErrPaused = errors.New("surely: paused by the outage breaker")
 )

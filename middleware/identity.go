@@ -27,7 +27,9 @@ const (
 // Identity extracts the operation identity of each message and puts it in
 // the message context as an *idempotency.Operation (see
 // idempotency.OperationFrom), where Dedup finds it. A message without a key
-// follows policy; an invalid key is a final failure with reason no_key.
+// follows policy; an invalid key is a final failure with reason no_key. A
+// message an adapter marked undecodable (dlq.KeyDecodeError) is a final
+// failure with reason decode, before any key is looked for.
 func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.HandlerMiddleware, error) {
 	if ex == nil {
 		return nil, fmt.Errorf("%w: nil extractor", ErrInvalidOption)
@@ -37,6 +39,9 @@ func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.Handl
 	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
+			if text, bad := msg.Metadata[dlq.KeyDecodeError]; bad {
+				return nil, dlq.Final(dlq.ReasonDecode, fmt.Errorf("%w: %s", ErrUndecodable, text))
+			}
 			id, err := ex.Extract(msg)
 			ctx := msg.Context()
 			var op *idempotency.Operation
