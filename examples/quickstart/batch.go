@@ -93,14 +93,6 @@ func waitSettled(ctx context.Context, b *broker, a *app, batch []order) error {
 			if a != nil {
 				missing, _ := a.unaccounted(context.WithoutCancel(ctx), batch)
 				fmt.Println("unaccounted:", missing)
-				for _, q := range []string{`SELECT op_key || '|' || body FROM charges WHERE op_key LIKE 'pay-1%' OR op_key LIKE 'pay-p%'`, `SELECT op_key || '|' || body || '|' || reason FROM dead_letters`, `SELECT outcome || ' ' || COUNT(*) FROM outcomes GROUP BY outcome`} {
-					rows, _ := a.db.Query(q)
-					for rows != nil && rows.Next() {
-						var v string
-						_ = rows.Scan(&v)
-						fmt.Println("  ", v)
-					}
-				}
 			}
 			return fmt.Errorf("messages still in flight: %w", ctx.Err())
 		case <-time.After(50 * time.Millisecond):

@@ -451,7 +451,7 @@ func TestEventWaitsForForwarder(t *testing.T) {
 	require.NoError(t, err)
 	second := faults.NewPublisher(0)
 	forward(t, e.ob, second)
-	got = waitEvents(t, second, 1)
+	waitEvents(t, second, 1)
 	require.Eventually(t, func() bool { return pending(t, e.ob) == 0 }, waitFor, tick)
 	got = second.Published(eventTopic)
 	require.Len(t, got, 1, "order-1 was forwarded before the restart: not again")
