@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelynats "github.com/surely-dev/surely/adapters/nats"
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/handler"
@@ -27,6 +28,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	adaptertest.RunChild(newChildSubscriber) // the conformance suite's crash-test children
 	goleak.VerifyTestMain(m)
 }
 

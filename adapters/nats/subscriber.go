@@ -114,6 +114,12 @@ func (s *Subscriber) ensureConsumer(ctx context.Context, topic string) (jetstrea
 	return c, nil
 }
 
+// pullExpiry bounds each pull request. nats.go's default (30s) lets a pull
+// iterator that lost track of its request (seen under load after naks, as
+// "no heartbeat received") stall that long; a short expiry renews the pull
+// sooner.
+const pullExpiry = 5 * time.Second
+
 // Subscribe creates or updates the durable consumer of topic and starts
 // consuming it. Each message carries a delivery.Info and a delivery.Control
 // in its context, which derives from ctx. The channel is closed when ctx is
@@ -130,7 +136,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	// Fetch no more than can be in flight: a buffered message's ack timer
 	// runs while it waits.
-	it, err := c.Messages(jetstream.PullMaxMessages(s.cfg.Concurrency))
+	it, err := c.Messages(jetstream.PullMaxMessages(s.cfg.Concurrency), jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return nil, fmt.Errorf("nats: consume %q: %w", topic, err)
 	}

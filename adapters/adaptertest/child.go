@@ -1,0 +1,384 @@
+package adaptertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/handler"
+	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/idempotency/redisstore"
+	"github.com/surely-dev/surely/internal/faults"
+	"github.com/surely-dev/surely/internal/testenv"
+	"github.com/surely-dev/surely/middleware"
+	"github.com/surely-dev/surely/retry"
+)
+
+// The environment that turns a test binary into the crash test's child.
+const (
+	childEnv       = "SURELY_ADAPTERTEST_CHILD"
+	childConfigEnv = "SURELY_ADAPTERTEST_CHILD_CONFIG"
+	// childMaxLife ends a child that nobody killed (a bug in a test).
+	childMaxLife = 90 * time.Second
+)
+
+// childConfig configures a child consumer (JSON in childConfigEnv).
+type childConfig struct {
+	Name  string `json:"name"`
+	Topic string `json:"topic"`
+	Group string `json:"group"`
+	// Prefix of every Redis key of the test: the store's records and the
+	// effect counter.
+	Prefix string        `json:"prefix"`
+	Lease  time.Duration `json:"lease"`
+	// Crash makes the handler stop dead before its effect: it prints
+	// "AT <key>" and blocks until the parent SIGKILLs the process.
+	Crash bool `json:"crash"`
+}
+
+func (c childConfig) effectsKey() string  { return c.Prefix + "effects" }
+func (c childConfig) storePrefix() string { return c.Prefix + "store:" }
+
+// RunChild turns the test binary into the crash test's child consumer
+// process when the suite started it, and never returns then (it exits
+// when the parent kills it or closes its stdin); otherwise it returns at
+// once. Call it first in the adapter test package's TestMain:
+//
+//	func TestMain(m *testing.M) {
+//		adaptertest.RunChild(func(group string) (message.Subscriber, error) {
+//			return mybroker.NewSubscriber(os.Getenv("MYBROKER_URL"), mybroker.Config{Group: group})
+//		})
+//		goleak.VerifyTestMain(m)
+//	}
+//
+// The child consumes with a Watermill router and handler.New over
+// idempotency/redisstore on SURELY_REDIS_URL, so that the parent and its
+// children share the dedup records.
+func RunChild(newSubscriber NewChildSubscriber) {
+	if os.Getenv(childEnv) != "1" {
+		return
+	}
+	if err := runChild(newSubscriber); err != nil {
+		fmt.Fprintln(os.Stderr, "adaptertest child:", err)
+		os.Exit(2)
+	}
+	os.Exit(0)
+}
+
+// runChild consumes the configured topic and prints one line per event:
+//
+//	READY <name>
+//	RUN <key> <attempt> <delivery count> <name>
+//	AT <key>
+//	OUTCOME <outcome> <key> <attempt>
+func runChild(newSubscriber NewChildSubscriber) error {
+	var cfg childConfig
+	if err := json.Unmarshal([]byte(os.Getenv(childConfigEnv)), &cfg); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), childMaxLife)
+	defer cancel()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0) // the parent is gone
+	}()
+
+	opt, err := redis.ParseURL(os.Getenv("SURELY_REDIS_URL"))
+	if err != nil {
+		return fmt.Errorf("SURELY_REDIS_URL: %w", err)
+	}
+	rdb := redis.NewClient(opt)
+	store, err := redisstore.New(ctx, rdb, redisstore.WithPrefix(cfg.storePrefix()))
+	if err != nil {
+		return err
+	}
+	sub, err := newSubscriber(cfg.Group)
+	if err != nil {
+		return fmt.Errorf("subscriber: %w", err)
+	}
+
+	var outMu sync.Mutex
+	say := func(format string, args ...any) {
+		outMu.Lock()
+		defer outMu.Unlock()
+		_, _ = fmt.Fprintf(os.Stdout, format+"\n", args...)
+	}
+	business := func(msg *message.Message) ([]*message.Message, error) {
+		mctx := msg.Context()
+		op, ok := idempotency.OperationFrom(mctx)
+		if !ok {
+			return nil, errors.New("no operation in the context")
+		}
+		info, _ := delivery.InfoFrom(mctx)
+		say("RUN %s %d %d %s", op.Key, op.Attempt, info.Count, cfg.Name)
+		if cfg.Crash {
+			say("AT %s", op.Key)
+			time.Sleep(time.Hour) // the parent SIGKILLs us here
+		}
+		return nil, rdb.HIncrBy(mctx, cfg.effectsKey(), op.Key, 1).Err()
+	}
+	policy, err := retry.NewPolicy(retry.WithMaxAttempts(5), retry.WithInProcessAttempts(1),
+		retry.WithBackoff(10*time.Millisecond, 100*time.Millisecond), retry.WithMaxInProcessTime(cfg.Lease/2))
+	if err != nil {
+		return err
+	}
+	h, err := handler.New(business,
+		handler.WithStore(store, namespace),
+		handler.WithDeadLetter(faults.NewPublisher(0), deadTopic),
+		handler.WithPolicy(policy),
+		handler.WithBreaker(nil),
+		handler.WithLease(cfg.Lease),
+		handler.WithConsumerGroup(cfg.Group),
+		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+			say("OUTCOME %s %s %d", p.Outcome, p.Msg.Metadata.Get(idempotency.DefaultMetadataKey), p.Attempt)
+			return middleware.OutcomeResult{}
+		}),
+	)
+	if err != nil {
+		return err
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: time.Second}, watermill.NopLogger{})
+	if err != nil {
+		return err
+	}
+	router.AddConsumerHandler(handlerName, cfg.Topic, sub, handler.NoPublish(h))
+	errc := make(chan error, 1)
+	go func() { errc <- router.Run(ctx) }()
+	select {
+	case <-router.Running():
+	case err := <-errc:
+		return fmt.Errorf("router: %w", err)
+	}
+	say("READY %s", cfg.Name)
+	return <-errc
+}
+
+// testCrash: a consumer process SIGKILLed in the middle of its handler,
+// before the effect; the message goes to another consumer process of the
+// group, whose attempt runs the effect: once.
+func testCrash(t *testing.T, newAdapter func(*testing.T) Adapter, f Features) {
+	if f.NoCrashRecovery {
+		t.Skip("Features.NoCrashRecovery: unacked messages die with the consumer process")
+	}
+	rdb := testenv.Redis(t)
+	url := testenv.URL(t, "SURELY_REDIS_URL")
+	e := setup(t, newAdapter, f)
+	prefix := "surely-adaptertest:" + randomHex(6) + ":"
+	// After testenv.Redis's cleanup (it closes rdb) in registration, so
+	// before it in execution; the children are killed before this runs.
+	t.Cleanup(func() { deleteKeys(t, rdb, prefix) })
+	cfg := childConfig{Topic: e.topic, Group: e.group, Prefix: prefix, Lease: f.AckWait}
+
+	const key = "order-crash"
+	cfg.Name, cfg.Crash = "first", true
+	first := startChild(t, e.a, cfg, url)
+	e.publish(t, order(key, "pay 10"))
+	first.waitFor(t, waitTimeout, "AT "+key)
+	first.kill()
+
+	cfg.Name, cfg.Crash = "second", false
+	second := startChild(t, e.a, cfg, url)
+	run := strings.Fields(second.waitFor(t, waitTimeout+3*f.AckWait, "RUN "+key+" "))
+	second.waitFor(t, waitTimeout, "OUTCOME processed "+key+" ")
+
+	attempt, err := strconv.Atoi(run[2])
+	require.NoError(t, err)
+	require.Equal(t, 2, attempt, "the killed consumer's claim is counted")
+	count, err := strconv.Atoi(run[3])
+	require.NoError(t, err)
+	if f.DeliveryCount {
+		require.GreaterOrEqual(t, count, 2, "the redelivery's delivery count")
+	}
+	n, err := rdb.HGet(t.Context(), cfg.effectsKey(), key).Int()
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the effect happened once")
+
+	store, err := redisstore.New(t.Context(), rdb, redisstore.WithPrefix(cfg.storePrefix()))
+	require.NoError(t, err)
+	rec, err := store.Get(t.Context(), namespace, key)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.StateDone, rec.State)
+	require.Equal(t, 2, rec.Attempts)
+	require.Len(t, rec.History, 2)
+	require.Equal(t, idempotency.ResultUnknown, rec.History[0].Result, "the killed attempt's lease expired")
+}
+
+// deleteKeys deletes every key under prefix (SCAN + DEL, never FLUSH).
+func deleteKeys(t *testing.T, rdb *redis.Client, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var cursor uint64
+	for range 10_000 {
+		keys, next, err := rdb.Scan(ctx, cursor, prefix+"*", 500).Result()
+		if err != nil {
+			t.Errorf("cleanup: SCAN %s*: %v", prefix, err)
+			return
+		}
+		if len(keys) > 0 {
+			if err := rdb.Del(ctx, keys...).Err(); err != nil {
+				t.Errorf("cleanup: DEL: %v", err)
+				return
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return
+		}
+	}
+}
+
+// ---- child processes ----
+
+// child is a consumer process: the test binary re-executed with childEnv=1.
+type child struct {
+	name   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string
+	out    *lineWriter
+	stderr *syncBuffer
+	exited chan struct{}
+	err    error // of Wait, valid after exited is closed
+}
+
+// startChild starts a consumer process with cfg and waits until its router
+// runs. It is SIGKILLed when the test ends at the latest.
+func startChild(t *testing.T, a Adapter, cfg childConfig, redisURL string) *child {
+	t.Helper()
+	raw, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	c := &child{name: cfg.Name, lines: make(chan string, 1024), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	c.out = &lineWriter{lines: c.lines}
+	c.cmd = exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
+	env := append(os.Environ(), a.ChildEnv()...)
+	c.cmd.Env = append(env, childEnv+"=1", childConfigEnv+"="+string(raw), "SURELY_REDIS_URL="+redisURL)
+	c.cmd.Stdout = c.out
+	c.cmd.Stderr = c.stderr
+	// The child exits when its stdin closes: a parent that dies leaves no
+	// consumer behind.
+	c.stdin, err = c.cmd.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, c.cmd.Start())
+	go func() {
+		c.err = c.cmd.Wait()
+		close(c.exited)
+	}()
+	t.Cleanup(func() {
+		c.kill()
+		if t.Failed() {
+			t.Logf("child %s stdout:\n%s\nstderr:\n%s", c.name, c.out.all(), c.stderr.String())
+		}
+	})
+	c.waitFor(t, waitTimeout, "READY ")
+	return c
+}
+
+// kill SIGKILLs the child (no-op once it has exited) and reaps it.
+func (c *child) kill() {
+	select {
+	case <-c.exited:
+	default:
+		_ = c.cmd.Process.Kill() // SIGKILL: no deferred code, no graceful close
+		<-c.exited
+	}
+	_ = c.stdin.Close()
+}
+
+// waitFor reads the child's stdout until a line starting with prefix and
+// returns it; it fails the test when the child exits first or timeout passes.
+func (c *child) waitFor(t *testing.T, timeout time.Duration, prefix string) string {
+	t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		select {
+		case line := <-c.lines:
+			if strings.HasPrefix(line, prefix) {
+				return line
+			}
+		case <-c.exited:
+			// Wait returned, so every line the child printed is in c.lines.
+			for drained := false; !drained; {
+				select {
+				case line := <-c.lines:
+					if strings.HasPrefix(line, prefix) {
+						return line
+					}
+				default:
+					drained = true
+				}
+			}
+			t.Fatalf("child %s exited (%v) before printing %q (does the adapter's TestMain call adaptertest.RunChild?)\nstdout:\n%s\nstderr:\n%s",
+				c.name, c.err, prefix, c.out.all(), c.stderr.String())
+		case <-timer.C:
+			t.Fatalf("child %s did not print %q within %v\nstdout:\n%s\nstderr:\n%s",
+				c.name, prefix, timeout, c.out.all(), c.stderr.String())
+		}
+	}
+}
+
+// lineWriter splits a child's stdout into lines, keeping them all for the
+// failure log and handing each to waitFor.
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   []byte
+	seen  []string
+	lines chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := string(w.buf[:i])
+		w.buf = w.buf[i+1:]
+		w.seen = append(w.seen, line)
+		select {
+		case w.lines <- line:
+		default: // nobody reads that far behind; the line is still in seen
+		}
+	}
+}
+
+func (w *lineWriter) all() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.seen, "\n")
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}

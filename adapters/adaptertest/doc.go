@@ -1,0 +1,72 @@
+// Package adaptertest is the conformance suite that every surely broker
+// adapter runs: the same reliability checks on every broker, through a real
+// Watermill router and surely's handler.New.
+//
+//	func TestConformance(t *testing.T) {
+//		adaptertest.Run(t, newAdapter, adaptertest.Features{
+//			DeliveryCount: true, NackDelay: true, LeaseExtension: true,
+//			PubSub: &tests.Features{ConsumerGroups: true, Persistent: true},
+//		})
+//	}
+//
+//	func TestMain(m *testing.M) {
+//		adaptertest.RunChild(newChildSubscriber) // the crash test's child processes
+//		goleak.VerifyTestMain(m)
+//	}
+//
+// newAdapter returns an Adapter (topics, publishers, subscribers in a
+// consumer group, a malformed message, and the environment a child process
+// needs); Features says what the broker does and lacks. A feature the
+// broker lacks never fails a test: the test checks the honest fallback
+// instead (Count 0, NackAfter false), or skips with the reason.
+//
+// # Tests
+//
+// Each runs in parallel with its own topic, consumer group and store; the
+// in-process ones use idempotency/memstore and an in-memory dead letter.
+//
+//   - AckAfterCommit: a delivery stays unsettled while its handler runs
+//     (past AckWait), is acked only after the store's Complete succeeded,
+//     is nacked and comes back when Complete fails, and, acked, does not
+//     come back.
+//   - NackRedelivers: a failed delivery is nacked and redelivered; with
+//     DeliveryCount the handler reads Count 1, then 2 and Redelivered,
+//     through delivery.InfoFrom; without, Count stays 0.
+//   - NackDelay: retry.After(500ms) spaces the redelivery by at least
+//     500ms minus 50ms, measured from the deliveries' timestamps (there is
+//     no upper bound). With NackDelay the adapter's Control.NackAfter
+//     accepted the delay (the broker held the message back); without, it
+//     refused and the chain waited.
+//   - SlowHandler: a handler running 3×AckWait runs once, with two
+//     competing consumers. With LeaseExtension the message is delivered
+//     once (the dedup step extended the broker's deadline), and a control
+//     run without surely's chain shows that the broker does redeliver it.
+//   - Malformed: a message the subscriber cannot decode is dead-lettered
+//     with reason decode, its raw bytes as payload and the decoding error,
+//     then acked; the messages after it are processed.
+//   - Load: Features.Messages (2,000) messages, two competing consumers,
+//     transient failures on 10% of the attempts (a nack and a redelivery
+//     each), a few poison messages (permanent errors, and failures on every
+//     attempt): every good message's effect happens exactly once and is
+//     committed once, every poison message is dead-lettered with its
+//     reason, none is lost, within 90s.
+//   - CrashRedelivers: a child consumer process is SIGKILLed inside its
+//     handler before the effect; another child of the group gets the
+//     message, as attempt 2 (and delivery count 2 or more), and runs the
+//     effect once. The children share idempotency/redisstore on
+//     SURELY_REDIS_URL (skipped without it, failed under
+//     SURELY_REQUIRE_SERVICES=1).
+//   - WatermillPubSub (with Features.PubSub): Watermill's universal
+//     tests.TestPubSub; Features.PubSubSkip names the ones an adapter
+//     departs from on purpose, with the reason.
+//
+// # Child processes
+//
+// The crash test re-executes the test binary (os.Args[0] -test.run=^$)
+// with SURELY_ADAPTERTEST_CHILD=1, a JSON configuration, and the
+// environment of Adapter.ChildEnv. RunChild, called first in TestMain,
+// turns that process into a consumer built with the adapter's own
+// NewChildSubscriber, prints a marker line at the crash point and blocks
+// there until the parent kills it. A child exits when its stdin closes, so
+// a parent that dies leaves none behind.
+package adaptertest

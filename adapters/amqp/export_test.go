@@ -1,0 +1,13 @@
+package amqp
+
+// DropConnection closes the subscriber's current connection, as a network
+// failure would: the broker requeues what it held unacked, and the
+// subscriber reconnects.
+func DropConnection(s *Subscriber) {
+	s.mu.Lock()
+	c := s.conn
+	s.mu.Unlock()
+	if c != nil {
+		_ = c.Close()
+	}
+}

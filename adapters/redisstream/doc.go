@@ -1,0 +1,100 @@
+// Package redisstream is surely's adapter for Redis Streams consumer
+// groups: a Watermill Subscriber and Publisher on watermill-redisstream,
+// with safe defaults for at-least-once delivery and the delivery facts
+// surely's middleware uses.
+//
+//	opts := &redis.UniversalOptions{Addrs: []string{"localhost:6379"}}
+//	pub, err := redisstream.NewPublisher(opts, redisstream.PublisherConfig{}, logger)
+//	sub, err := redisstream.NewSubscriber(opts, redisstream.Config{Group: "billing"}, logger)
+//	store, err := redisstore.New(ctx, redis.NewUniversalClient(opts)) // a client of its own
+//	h, err := handler.New(charge, handler.WithStore(store, "billing"), ...)
+//	router.AddConsumerHandler("billing", "orders", sub, handler.NoPublish(h))
+//
+// # Clients
+//
+// NewSubscriber and NewPublisher take redis.UniversalOptions and make a
+// client of their own, which Close closes. They never take a client:
+// watermill-redisstream closes the client it is given, so a client shared
+// with an idempotency store (or another subscriber) would be closed under
+// it.
+//
+// # Subscriber defaults, and why
+//
+//   - Consumer group (Config.Group, required), created at the start of
+//     the stream ("0") when missing: a group created after messages were
+//     published still gets them. Every Subscriber of the group shares the
+//     entries; each is one consumer (Config.Consumer, default host name
+//     and a random suffix).
+//   - MaxIdleTime 30s: an entry delivered to a consumer that neither acks
+//     nor extends it for that long (a crashed or hung consumer) is claimed
+//     by another consumer of the group. surely's dedup step extends it
+//     while the handler runs (every lease/3: 10s by default), so it bounds
+//     crash recovery, not the handler. ClaimInterval (default
+//     MaxIdleTime/4) is how often consumers look for such entries.
+//   - NackResendSleep 100ms: watermill-redisstream resends a nacked
+//     message in process, in a tight loop unless told to wait.
+//   - The initial XREADGROUP blocks for 100ms, not forever, so Close does
+//     not leave a reader behind.
+//   - One entry at a time per Subscribe (watermill-redisstream's model):
+//     run more consumers for more throughput.
+//
+// # Delivery facts in the message context
+//
+// Every message carries, in msg.Context():
+//
+//   - delivery.Info{Count, Redelivered}: Count is the entry's delivery
+//     counter in the group's pending entries list (1 for a new entry; a
+//     claim by another consumer adds one), and the subscriber adds one for
+//     each in-process resend after a nack, so it counts every delivery to a
+//     handler, across consumers. Redelivered is Count > 1, or the entry was
+//     claimed.
+//   - a delivery.Control: Extend(ctx) resets the entry's idle time
+//     (XCLAIM to this consumer with JUSTID, in a script that first checks
+//     that this consumer still owns the entry: it never takes an entry
+//     back from a consumer that claimed it, and fails with ErrClaimed);
+//     NackAfter(d) makes the subscriber hold the nacked message for d
+//     (instead of NackResendSleep) before it hands it out again, keeping
+//     the entry claimed meanwhile. The subscription hands out nothing else
+//     in that time, as with any wait in a handler.
+//
+// watermill-redisstream gives its Unmarshaler only the entry's fields, and
+// drops the message context when it resends a nacked message. The adapter
+// learns each entry's ID through a go-redis hook on its own client (it
+// tags the entries XREADGROUP and XCLAIM return), and hands out a fresh
+// message for every delivery, whose context carries the facts.
+//
+// # Acks
+//
+// An ack is XACKed by the subscriber itself, tried three times and logged
+// when it fails (the entry then stays pending and is claimed again later:
+// a duplicate, which the dedup store absorbs); watermill-redisstream
+// XACKs it once more, harmlessly. An ack of an entry that another
+// consumer claimed in the meantime removes it from the pending list too:
+// the work is done and committed, so nothing is lost.
+//
+// # Malformed entries
+//
+// watermill-redisstream ends the subscription, silently, when its
+// Unmarshaler fails. Here an Unmarshaler error, panic or missing message
+// never does: the entry is handed out as a message whose metadata has only
+// DecodeErrorKey (the error), DecodeEntryIDKey and DecodeFieldsKey (the
+// other fields, as JSON), whose payload is the raw "payload" field, and
+// whose UUID is the entry's Watermill UUID field or else
+// "redis-<entry ID>". surely's chain dead-letters it with reason "decode"
+// and acks it after the dead letter was published.
+//
+// # Publisher
+//
+// watermill-redisstream's Publisher (XADD, one entry per message), with a
+// client of its own. It never trims streams: a trimmed entry is lost even
+// when a group has not consumed it yet.
+//
+// # Shutdown
+//
+// Subscriber.Close stops handing out messages, waits up to CloseTimeout
+// for those in flight to be acked or nacked (a graceful drain: their
+// contexts stay live meanwhile), then stops watermill-redisstream and
+// closes the client. Entries still unacked stay pending and are claimed by
+// another consumer after MaxIdleTime. Closing the subscriber before the
+// router lets in-flight handlers finish and ack.
+package redisstream

@@ -1,0 +1,29 @@
+package testenv
+
+import (
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// AMQP returns the URL of the RabbitMQ server of SURELY_AMQP_URL (e.g.
+// amqp://guest:guest@127.0.0.1:5672/) after checking that it accepts a
+// connection. Tests on the shared server must use their own randomly named
+// queues and exchanges, delete them, and touch nothing else.
+func AMQP(t testing.TB) string {
+	t.Helper()
+	raw := URL(t, "SURELY_AMQP_URL")
+	shown := raw
+	if u, err := url.Parse(raw); err == nil {
+		shown = u.Redacted()
+	}
+	c, err := amqp.DialConfig(raw, amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
+	if err != nil {
+		Unavailable(t, fmt.Sprintf("RabbitMQ at %s does not answer: %v", shown, err))
+	}
+	_ = c.Close()
+	return raw
+}
