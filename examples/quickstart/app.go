@@ -100,7 +100,10 @@ func startConsumer(ctx context.Context, natsURL string, a *app) (*consumer, erro
 	if err != nil {
 		return nil, err
 	}
-	policy, err := retry.NewPolicy(retry.WithMaxAttempts(3), retry.WithInProcessAttempts(2),
+	// Every attempt counts, also one whose process was killed (that is how a
+	// message that crashes its consumer every time ends in the dead letter):
+	// a budget of 10 keeps the five kills of -crash from exhausting one.
+	policy, err := retry.NewPolicy(retry.WithMaxAttempts(10), retry.WithInProcessAttempts(2),
 		retry.WithBackoff(10*time.Millisecond, 100*time.Millisecond), retry.WithMaxInProcessTime(500*time.Millisecond))
 	if err != nil {
 		return nil, err
