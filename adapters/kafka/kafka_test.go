@@ -1,0 +1,82 @@
+package kafka_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"go.uber.org/goleak"
+
+	"github.com/surely-dev/surely/adapters/adaptertest"
+	surelykafka "github.com/surely-dev/surely/adapters/kafka"
+)
+
+func TestMain(m *testing.M) {
+	adaptertest.RunChild(newChildSubscriber) // the conformance suite's crash-test children
+	goleak.VerifyTestMain(m,
+		// Sarama's metrics (go-metrics) start one ticker goroutine per
+		// process on first use and never stop it.
+		goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
+	)
+}
+
+// brokersEnv carries the kfake cluster's addresses to the crash test's
+// child processes.
+const brokersEnv = "SURELY_ADAPTERTEST_KAFKA_BROKERS"
+
+// newChildSubscriber builds a crash-test child's subscriber, on the parent's
+// kfake cluster.
+func newChildSubscriber(group string) (message.Subscriber, error) {
+	return surelykafka.NewSubscriber(strings.Split(os.Getenv(brokersEnv), ","),
+		surelykafka.Config{ConsumerGroup: group, Sarama: fastGroupConfig()}, nil)
+}
+
+// startKafka starts an in-process Kafka (franz-go's kfake) on loopback
+// ports, closed when the test ends. Topics it creates by itself (reading
+// metadata with auto creation on) get 4 partitions.
+func startKafka(t testing.TB) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(
+		kfake.NumBrokers(1),
+		kfake.DefaultNumPartitions(4),
+		kfake.AllowAutoTopicCreation(),
+		kfake.GroupMinSessionTimeout(100*time.Millisecond),
+	)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+// fastGroupConfig is the subscribers' Sarama configuration in the tests:
+// surely's defaults with a group that notices a dead or new member in
+// seconds rather than Kafka's 10 s session and 3 s heartbeat.
+func fastGroupConfig() *sarama.Config {
+	c := surelykafka.DefaultSubscriberSaramaConfig()
+	c.Consumer.Group.Session.Timeout = 2 * time.Second
+	c.Consumer.Group.Heartbeat.Interval = 200 * time.Millisecond
+	c.Consumer.Group.Rebalance.Timeout = 5 * time.Second
+	c.Consumer.Group.Rebalance.Retry.Backoff = 200 * time.Millisecond
+	c.Consumer.Retry.Backoff = 200 * time.Millisecond
+	c.Metadata.Retry.Backoff = 100 * time.Millisecond
+	return c
+}
+
+// newTopic creates a topic of 4 partitions with a random name.
+func newTopic(t testing.TB, brokers []string) string {
+	t.Helper()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	topic := "surely-" + hex.EncodeToString(b)
+	admin, err := sarama.NewClusterAdmin(brokers, sarama.NewConfig())
+	require.NoError(t, err)
+	defer func() { _ = admin.Close() }()
+	require.NoError(t, surelykafka.EnsureTopic(admin, topic, sarama.TopicDetail{NumPartitions: 4, ReplicationFactor: 1}))
+	return topic
+}

@@ -1,0 +1,94 @@
+package sql
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/stretchr/testify/require"
+)
+
+func TestDecodeRow(t *testing.T) {
+	msg := decodeRow(wmsql.Row{Offset: 7, UUID: []byte("u-1"), Payload: []byte("p"), Metadata: []byte(`{"k":"v"}`)}, 99)
+	require.Equal(t, "u-1", msg.UUID)
+	require.Equal(t, "v", msg.Metadata.Get("k"))
+	_, bad := DecodeError(msg)
+	require.False(t, bad)
+
+	msg = decodeRow(wmsql.Row{Offset: 7, Payload: []byte("p"), Metadata: []byte(`null`)}, 99)
+	require.Equal(t, "sql-99-7", msg.UUID, "a row without a UUID gets one stable across redeliveries")
+	require.Empty(t, msg.Metadata)
+	require.NotNil(t, msg.Metadata)
+
+	for _, raw := range []string{`{"attempt": 1}`, `[1, 2]`, `"text"`} {
+		msg = decodeRow(wmsql.Row{Offset: 7, UUID: []byte("u-2"), Payload: []byte("raw \x00"), Metadata: []byte(raw)}, 99)
+		text, bad := DecodeError(msg)
+		require.True(t, bad, raw)
+		require.Contains(t, text, "metadata is not a JSON object of strings")
+		require.Equal(t, raw, msg.Metadata.Get(DecodeMetadataKey))
+		require.Len(t, msg.Metadata, 2, "only the decoding keys")
+		require.Equal(t, "raw \x00", string(msg.Payload))
+		require.Equal(t, "u-2", msg.UUID)
+	}
+}
+
+func TestLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := newLease(150 * time.Millisecond)
+	require.False(t, l.NackAfter(time.Second), "no per-message nack delay")
+	for range 4 { // 400ms in all: alive only because it is extended
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, l.Extend(ctx))
+	}
+	select {
+	case <-l.expired:
+		t.Fatal("expired although extended")
+	default:
+	}
+	select {
+	case <-l.expired:
+	case <-time.After(2 * time.Second):
+		t.Fatal("did not expire")
+	}
+	require.ErrorIs(t, l.Extend(ctx), ErrDeliveryExpired)
+
+	l = newLease(50 * time.Millisecond)
+	l.settle()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-l.expired:
+		t.Fatal("a settled lease expired")
+	default:
+	}
+	require.ErrorIs(t, l.Extend(ctx), ErrDeliveryExpired)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, newLease(time.Second).Extend(cctx), context.Canceled)
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := (&Config{ConsumerGroup: "g"}).withDefaults()
+	require.NoError(t, err)
+	require.Equal(t, Config{ConsumerGroup: "g", AckDeadline: DefaultAckDeadline, PollInterval: DefaultPollInterval,
+		ResendInterval: DefaultResendInterval, BatchSize: 1, CloseTimeout: DefaultCloseTimeout}, c)
+	for _, bad := range []Config{
+		{},
+		{ConsumerGroup: "g", AckDeadline: time.Millisecond},
+		{ConsumerGroup: "g", PollInterval: -time.Second},
+		{ConsumerGroup: "g", BatchSize: -1},
+		{ConsumerGroup: "g", CloseTimeout: -1},
+	} {
+		_, err := bad.withDefaults()
+		require.ErrorIs(t, err, ErrInvalidOption, "%+v", bad)
+	}
+}
+
+func TestValidTopic(t *testing.T) {
+	require.NoError(t, ValidTopic("orders.v1:eu-west_$"))
+	require.NoError(t, ValidTopic("a23456789012345678901234567890123456789012345"), "45 bytes")
+	for _, bad := range []string{"", "orders; DROP TABLE x", `or"ders`, "a234567890123456789012345678901234567890123456", "ordérs"} {
+		require.ErrorIs(t, ValidTopic(bad), ErrInvalidTopic, bad)
+	}
+}

@@ -1,0 +1,56 @@
+package sql
+
+import (
+	stdsql "database/sql"
+	"fmt"
+	"log/slog"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Publisher is a Watermill publisher that inserts messages into a topic's
+// PostgreSQL table (watermill-sql's, with its PostgreSQL schema). It never
+// creates tables and never closes the *sql.DB it was given.
+type Publisher struct {
+	inner *wmsql.Publisher
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a publisher on db. logger may be nil (discard). To
+// publish inside your own transaction, use watermill-sql's publisher on it
+// (or surely's sqlstore/outbox).
+func NewPublisher(db *stdsql.DB, logger *slog.Logger) (*Publisher, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil db", ErrInvalidOption)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	inner, err := wmsql.NewPublisher(wmsql.BeginnerFromStdSQL(db), wmsql.PublisherConfig{
+		SchemaAdapter: newSchema(DefaultBatchSize),
+	}, watermill.NewSlogLogger(logger))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	return &Publisher{inner: inner}, nil
+}
+
+// Publish inserts msgs into topic's messages table in one statement: all of
+// them commit, or none. Publishing a message again (after an error whose
+// outcome is unknown) inserts it again, with the same UUID: surely
+// consumers deduplicate it.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	if err := ValidTopic(topic); err != nil {
+		return err
+	}
+	if err := p.inner.Publish(topic, msgs...); err != nil {
+		return fmt.Errorf("sql: publish to %q (do its tables exist? InitializeSchema creates them): %w", topic, err)
+	}
+	return nil
+}
+
+// Close waits for the publishes in progress. It does not close the *sql.DB.
+func (p *Publisher) Close() error { return p.inner.Close() }

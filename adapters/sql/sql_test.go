@@ -1,0 +1,70 @@
+package sql_test
+
+import (
+	"context"
+	"crypto/rand"
+	stdsql "database/sql"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/surely-dev/surely/adapters/adaptertest"
+	surelysql "github.com/surely-dev/surely/adapters/sql"
+	"github.com/surely-dev/surely/internal/testsql"
+)
+
+func TestMain(m *testing.M) {
+	adaptertest.RunChild(newChildSubscriber) // the conformance suite's crash-test children
+	goleak.VerifyTestMain(m)
+}
+
+// Timings of the subscribers in the tests: a short deadline, and a poll
+// interval that keeps an idle topic's latency low.
+const (
+	testAckDeadline  = time.Second
+	testPollInterval = 50 * time.Millisecond
+)
+
+func testConfig(group string) surelysql.Config {
+	return surelysql.Config{ConsumerGroup: group, AckDeadline: testAckDeadline, PollInterval: testPollInterval}
+}
+
+// newChildSubscriber builds a crash-test child's subscriber on
+// SURELY_POSTGRES_URL. The child is killed, never closed: so is its pool.
+func newChildSubscriber(group string) (message.Subscriber, error) {
+	db, err := testsql.OpenPostgres(os.Getenv("SURELY_POSTGRES_URL"))
+	if err != nil {
+		return nil, err
+	}
+	return surelysql.NewSubscriber(db, testConfig(group), nil)
+}
+
+// randomTopic returns a short random topic: Watermill's universal tests
+// append "-", a 36-byte UUID and sometimes "-1" to it, within the 45 bytes
+// a topic may have.
+func randomTopic() string {
+	b := make([]byte, 2)
+	_, _ = rand.Read(b)
+	return "t" + hex.EncodeToString(b)
+}
+
+// createTopic creates topic's tables, dropped when t ends.
+func createTopic(t testing.TB, db *stdsql.DB, topic string) {
+	t.Helper()
+	require.NoError(t, surelysql.InitializeSchema(t.Context(), db, topic))
+	t.Cleanup(func() { dropTopic(t, db, topic) })
+}
+
+func dropTopic(t testing.TB, db *stdsql.DB, topic string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+surelysql.MessagesTable(topic)+", "+surelysql.OffsetsTable(topic))
+	if err != nil {
+		t.Errorf("drop the tables of %s: %v", topic, err)
+	}
+}

@@ -1,0 +1,147 @@
+package sql_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	surelysql "github.com/surely-dev/surely/adapters/sql"
+	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/testsql"
+)
+
+// receive waits for the next message of ch.
+func receive(t *testing.T, ch <-chan *message.Message) *message.Message {
+	t.Helper()
+	select {
+	case m, ok := <-ch:
+		require.True(t, ok, "channel closed")
+		return m
+	case <-time.After(30 * time.Second):
+		t.Fatal("no message within 30s")
+		return nil
+	}
+}
+
+func TestConstructors(t *testing.T) {
+	t.Parallel()
+	_, err := surelysql.NewSubscriber(nil, surelysql.Config{ConsumerGroup: "g"}, nil)
+	require.ErrorIs(t, err, surelysql.ErrInvalidOption)
+	_, err = surelysql.NewPublisher(nil, nil)
+	require.ErrorIs(t, err, surelysql.ErrInvalidOption)
+	require.ErrorIs(t, surelysql.InitializeSchema(t.Context(), nil), surelysql.ErrInvalidOption)
+}
+
+// TestOffsetsFollowAcks: the group resumes after the last acked message; a
+// message handed out but never acked stays; a message acked while Close
+// waits for it is committed.
+func TestOffsetsFollowAcks(t *testing.T) {
+	t.Parallel()
+	db := testsql.Postgres(t)
+	topic := randomTopic()
+	createTopic(t, db, topic)
+	pub, err := surelysql.NewPublisher(db, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, pub.Close()) }()
+	for _, id := range []string{"m1", "m2", "m3"} {
+		require.NoError(t, pub.Publish(topic, message.NewMessage(id, []byte(id))))
+	}
+	newSub := func() (*surelysql.Subscriber, <-chan *message.Message) {
+		cfg := testConfig("billing")
+		cfg.AckDeadline, cfg.CloseTimeout = 10*time.Second, 300*time.Millisecond
+		sub, err := surelysql.NewSubscriber(db, cfg, nil)
+		require.NoError(t, err)
+		ch, err := sub.Subscribe(context.Background(), topic)
+		require.NoError(t, err)
+		return sub, ch
+	}
+
+	sub, ch := newSub()
+	m1 := receive(t, ch)
+	require.Equal(t, "m1", m1.UUID)
+	_, ok := wmsql.TxFromContext(m1.Context())
+	require.True(t, ok, "the consuming transaction is in the message context")
+	_, ok = delivery.ControlFrom(m1.Context())
+	require.True(t, ok, "and the delivery's Control")
+	m1.Ack()
+	m2 := receive(t, ch)
+	require.Equal(t, "m2", m2.UUID)
+	require.NoError(t, sub.Close()) // m2 never acked: given up after CloseTimeout
+	select {
+	case <-m2.Context().Done():
+	default:
+		t.Fatal("the abandoned message's context must be cancelled")
+	}
+
+	sub, ch = newSub()
+	m2 = receive(t, ch)
+	require.Equal(t, "m2", m2.UUID, "an unacked message is not committed")
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close() }()
+	time.Sleep(100 * time.Millisecond)
+	m2.Ack() // while Close waits
+	require.NoError(t, <-closed)
+
+	sub, ch = newSub()
+	m3 := receive(t, ch)
+	require.Equal(t, "m3", m3.UUID, "the message acked during Close was committed")
+	m3.Ack()
+	require.NoError(t, sub.Close())
+}
+
+// TestAckDeadline: a delivery that is neither settled nor extended within
+// AckDeadline is given up: its handler's context is cancelled, its
+// transaction rolled back, and the message handed out again.
+func TestAckDeadline(t *testing.T) {
+	t.Parallel()
+	db := testsql.Postgres(t)
+	topic := randomTopic()
+	createTopic(t, db, topic)
+	pub, err := surelysql.NewPublisher(db, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, pub.Close()) }()
+	require.NoError(t, pub.Publish(topic, message.NewMessage("m1", []byte("m1"))))
+	cfg := testConfig("billing")
+	cfg.AckDeadline = 300 * time.Millisecond
+	sub, err := surelysql.NewSubscriber(db, cfg, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, sub.Close()) }()
+	ch, err := sub.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+
+	first := receive(t, ch)
+	c, ok := delivery.ControlFrom(first.Context())
+	require.True(t, ok)
+	for range 3 { // kept past its deadline by extensions
+		time.Sleep(200 * time.Millisecond)
+		require.NoError(t, c.Extend(t.Context()))
+	}
+	require.NoError(t, first.Context().Err())
+	start := time.Now()
+	second := receive(t, ch)
+	require.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
+	require.Equal(t, "m1", second.UUID, "handed out again")
+	require.Error(t, first.Context().Err(), "the given-up delivery's context is cancelled")
+	require.ErrorIs(t, c.Extend(t.Context()), surelysql.ErrDeliveryExpired)
+	second.Ack()
+}
+
+func TestSubscribeWithoutTables(t *testing.T) {
+	t.Parallel()
+	db := testsql.Postgres(t)
+	sub, err := surelysql.NewSubscriber(db, testConfig("g"), nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, sub.Close()) }()
+	_, err = sub.Subscribe(context.Background(), randomTopic())
+	require.ErrorContains(t, err, "InitializeSchema")
+	_, err = sub.Subscribe(context.Background(), "bad topic")
+	require.ErrorIs(t, err, surelysql.ErrInvalidTopic)
+	pub, err := surelysql.NewPublisher(db, nil)
+	require.NoError(t, err)
+	require.ErrorContains(t, pub.Publish(randomTopic(), message.NewMessage("x", nil)), "InitializeSchema")
+	require.NoError(t, pub.Close())
+}
