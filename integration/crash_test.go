@@ -43,11 +43,11 @@ func TestCrashPoints(t *testing.T) {
 			cfg := baseConfig()
 			cfg.Crash = tc.crash
 			first := s.startChild(t, cfg)
-			first.waitFor(t, 20*time.Second, "AT "+string(tc.crash)+" "+key)
-			first.kill()
+			first.WaitFor(t, 20*time.Second, "AT "+string(tc.crash)+" "+key)
+			first.Kill()
 
 			second := s.startChild(t, baseConfig())
-			second.waitFor(t, 20*time.Second, "OUTCOME "+tc.final+" "+key)
+			second.WaitFor(t, 20*time.Second, "OUTCOME "+tc.final+" "+key)
 			s.waitAcked(t, last, 10*time.Second)
 
 			effects := s.effects(t, key)
@@ -97,7 +97,7 @@ func TestCrashLoopReachesDeadLetter(t *testing.T) {
 	deadLettered := false
 	for restart := 0; restart < 10 && !deadLettered; restart++ {
 		c := s.startChild(t, cfg)
-		line := c.waitFor(t, 20*time.Second, "AT "+string(crashAlways)+" "+key, "OUTCOME dead_lettered "+key)
+		line := c.WaitFor(t, 20*time.Second, "AT "+string(crashAlways)+" "+key, "OUTCOME dead_lettered "+key)
 		if strings.HasPrefix(line, "OUTCOME") {
 			deadLettered = true
 			break
@@ -106,7 +106,7 @@ func TestCrashLoopReachesDeadLetter(t *testing.T) {
 		attempt, err := strconv.Atoi(f[3])
 		require.NoError(t, err)
 		crashed = append(crashed, attempt)
-		c.kill()
+		c.Kill()
 	}
 	require.True(t, deadLettered, "not dead-lettered after 10 consumer restarts (crashed on attempts %v)", crashed)
 	require.Equal(t, []int{1, 2, 3}, crashed, "one durable attempt per crashed process")
@@ -164,19 +164,19 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 	hungCfg := baseConfig()
 	hungCfg.HandlerSleep = 2500 * time.Millisecond
 	hung := s.startChild(t, hungCfg)
-	hung.waitFor(t, 15*time.Second, "RUN "+key+" 1 ")
-	require.NoError(t, hung.cmd.Process.Signal(syscall.SIGSTOP))
+	hung.WaitFor(t, 15*time.Second, "RUN "+key+" 1 ")
+	require.NoError(t, hung.Cmd.Process.Signal(syscall.SIGSTOP))
 
 	successor := s.startChild(t, baseConfig())
-	successor.waitFor(t, 15*time.Second, "OUTCOME processed "+key)
+	successor.WaitFor(t, 15*time.Second, "OUTCOME processed "+key)
 	s.waitAcked(t, last, 10*time.Second)
 	done := s.record(t, key)
 	require.Equal(t, idempotency.StateDone, done.State)
 	require.Equal(t, 2, done.Attempts)
 
-	require.NoError(t, hung.cmd.Process.Signal(syscall.SIGCONT))
+	require.NoError(t, hung.Cmd.Process.Signal(syscall.SIGCONT))
 	// Reported after the chain's delayed nack (middleware.MaxInProgressWait).
-	hung.waitFor(t, 15*time.Second, "OUTCOME lease_lost "+key)
+	hung.WaitFor(t, 15*time.Second, "OUTCOME lease_lost "+key)
 
 	rec := s.record(t, key)
 	require.Equal(t, idempotency.StateDone, rec.State)

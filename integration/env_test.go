@@ -1,19 +1,13 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +20,7 @@ import (
 
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
+	"github.com/surely-dev/surely/internal/childproc"
 	"github.com/surely-dev/surely/internal/testenv"
 )
 
@@ -211,17 +206,7 @@ func (s *suite) record(t *testing.T, key string) idempotency.Record {
 
 // child is a consumer process: the test binary re-executed with
 // SURELY_INTEGRATION_CHILD=1 (see childMain).
-type child struct {
-	t      *testing.T
-	name   string
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string // stdout, line by line
-	out    *lineWriter
-	stderr *syncBuffer
-	exited chan struct{}
-	err    error // of Wait, valid after exited is closed
-}
+type child = childproc.Proc
 
 // baseConfig is the child configuration of most tests: a 1s lease (so a dead
 // owner's lease expires in test time) and a redisstream consumer that claims
@@ -244,133 +229,7 @@ func (s *suite) startChild(t *testing.T, cfg childConfig) *child {
 	cfg.Consumer = fmt.Sprintf("consumer-%d-%s", s.seq.Add(1), randomHex(3))
 	raw, err := json.Marshal(cfg)
 	require.NoError(t, err)
-
-	c := &child{t: t, name: cfg.Consumer, lines: make(chan string, 4096), stderr: &syncBuffer{}, exited: make(chan struct{})}
-	c.out = &lineWriter{lines: c.lines}
-	// The test's context kills it at the latest when the test ends.
-	c.cmd = exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
-	c.cmd.Env = append(os.Environ(), childEnv+"=1", childConfigEnv+"="+string(raw), "SURELY_REDIS_URL="+s.url)
-	c.cmd.Stdout = c.out
-	c.cmd.Stderr = c.stderr
-	// The child exits when its stdin closes: a parent that dies (test
-	// timeout) leaves no consumer behind.
-	c.stdin, err = c.cmd.StdinPipe()
-	require.NoError(t, err)
-	require.NoError(t, c.cmd.Start())
-	go func() {
-		c.err = c.cmd.Wait()
-		close(c.exited)
-	}()
-	t.Cleanup(func() {
-		c.kill()
-		if t.Failed() {
-			t.Logf("child %s stdout:\n%s\nstderr:\n%s", c.name, c.out.all(), c.stderr.String())
-		}
-	})
-	c.waitFor(t, 20*time.Second, "READY ")
+	c := childproc.Start(t, cfg.Consumer, []string{childEnv + "=1", childConfigEnv + "=" + string(raw), "SURELY_REDIS_URL=" + s.url})
+	c.WaitFor(t, 20*time.Second, "READY ")
 	return c
-}
-
-// kill SIGKILLs the child (no-op once it has exited) and reaps it.
-func (c *child) kill() {
-	select {
-	case <-c.exited:
-	default:
-		_ = c.cmd.Process.Kill() // SIGKILL: no deferred code, no graceful close
-		<-c.exited
-	}
-	_ = c.stdin.Close()
-}
-
-// waitFor reads the child's stdout until a line starting with one of
-// prefixes and returns it. It fails the test when the child exits first or
-// timeout passes.
-func (c *child) waitFor(t *testing.T, timeout time.Duration, prefixes ...string) string {
-	t.Helper()
-	match := func(line string) bool {
-		for _, p := range prefixes {
-			if strings.HasPrefix(line, p) {
-				return true
-			}
-		}
-		return false
-	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	for {
-		select {
-		case line := <-c.lines:
-			if match(line) {
-				return line
-			}
-		case <-c.exited:
-			// Wait returned, so every line it printed is in c.lines.
-			for drained := false; !drained; {
-				select {
-				case line := <-c.lines:
-					if match(line) {
-						return line
-					}
-				default:
-					drained = true
-				}
-			}
-			t.Fatalf("child %s exited (%v) before printing %q\nstdout:\n%s\nstderr:\n%s",
-				c.name, c.err, prefixes, c.out.all(), c.stderr.String())
-		case <-timer.C:
-			t.Fatalf("child %s did not print %q within %v\nstdout:\n%s\nstderr:\n%s",
-				c.name, prefixes, timeout, c.out.all(), c.stderr.String())
-		}
-	}
-}
-
-// lineWriter splits a child's stdout into lines, keeping them all for the
-// failure log and handing each to waitFor.
-type lineWriter struct {
-	mu    sync.Mutex
-	buf   []byte
-	seen  []string
-	lines chan string
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		line := string(w.buf[:i])
-		w.buf = w.buf[i+1:]
-		w.seen = append(w.seen, line)
-		select {
-		case w.lines <- line:
-		default: // nobody reads that far behind; the line is still in seen
-		}
-	}
-}
-
-func (w *lineWriter) all() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.Join(w.seen, "\n")
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -179,14 +179,14 @@ func TestSlowHandlerNotRunTwiceConcurrently(t *testing.T) {
 	firstCfg.ClaimInterval = time.Minute
 	first := s.startChild(t, firstCfg)
 	last := s.publish(t, order(key))
-	first.waitFor(t, 15*time.Second, "RUN "+key+" 1 ")
+	first.WaitFor(t, 15*time.Second, "RUN "+key+" 1 ")
 
 	secondCfg := cfg
 	secondCfg.ClaimInterval = 100 * time.Millisecond
 	second := s.startChild(t, secondCfg)
-	second.waitFor(t, 15*time.Second, "OUTCOME in_progress "+key)
-	first.waitFor(t, 15*time.Second, "OUTCOME processed "+key)
-	second.waitFor(t, 15*time.Second, "OUTCOME duplicate "+key)
+	second.WaitFor(t, 15*time.Second, "OUTCOME in_progress "+key)
+	first.WaitFor(t, 15*time.Second, "OUTCOME processed "+key)
+	second.WaitFor(t, 15*time.Second, "OUTCOME duplicate "+key)
 	s.waitAcked(t, last, 10*time.Second)
 
 	require.Equal(t, int64(1), s.effects(t, key), "the effect ran once")
@@ -207,7 +207,7 @@ func TestSlowHandlerNotRunTwiceConcurrently(t *testing.T) {
 			open[f[1]] = true
 			started, err = strconv.ParseInt(f[4], 10, 64)
 			require.NoError(t, err)
-			require.Equal(t, first.name, f[3])
+			require.Equal(t, first.Name, f[3])
 		case "end":
 			require.True(t, open[f[1]], "end of a run that is not open: %s", r)
 			delete(open, f[1])
@@ -232,7 +232,7 @@ func TestSlowHandlerNotRunTwiceConcurrently(t *testing.T) {
 	}
 	require.Greater(t, latest, started+lease.Milliseconds(),
 		"a claim was refused %dms after the run started, past the %v lease", latest-started, lease)
-	n, err := s.rdb.HGet(context.Background(), s.n.Outcomes(), second.name+"|"+string(middleware.OutcomeInProgress)).Int()
+	n, err := s.rdb.HGet(context.Background(), s.n.Outcomes(), second.Name+"|"+string(middleware.OutcomeInProgress)).Int()
 	require.NoError(t, err)
 	require.Positive(t, n)
 	require.Empty(t, s.deadLetters(t))

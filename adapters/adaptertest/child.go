@@ -1,14 +1,12 @@
 package adaptertest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +22,7 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
+	"github.com/surely-dev/surely/internal/childproc"
 	"github.com/surely-dev/surely/internal/faults"
 	"github.com/surely-dev/surely/internal/testenv"
 	"github.com/surely-dev/surely/middleware"
@@ -189,13 +188,13 @@ func testCrash(t *testing.T, newAdapter func(*testing.T) Adapter, f Features) {
 	cfg.Name, cfg.Crash = "first", true
 	first := startChild(t, e.a, cfg, url)
 	e.publish(t, order(key, "pay 10"))
-	first.waitFor(t, waitTimeout, "AT "+key)
-	first.kill()
+	first.WaitFor(t, waitTimeout, "AT "+key)
+	first.Kill()
 
 	cfg.Name, cfg.Crash = "second", false
 	second := startChild(t, e.a, cfg, url)
-	run := strings.Fields(second.waitFor(t, waitTimeout+3*f.AckWait, "RUN "+key+" "))
-	second.waitFor(t, waitTimeout, "OUTCOME processed "+key+" ")
+	run := strings.Fields(second.WaitFor(t, waitTimeout+3*f.AckWait, "RUN "+key+" "))
+	second.WaitFor(t, waitTimeout, "OUTCOME processed "+key+" ")
 
 	attempt, err := strconv.Atoi(run[2])
 	require.NoError(t, err)
@@ -245,16 +244,7 @@ func deleteKeys(t *testing.T, rdb *redis.Client, prefix string) {
 // ---- child processes ----
 
 // child is a consumer process: the test binary re-executed with childEnv=1.
-type child struct {
-	name   string
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string
-	out    *lineWriter
-	stderr *syncBuffer
-	exited chan struct{}
-	err    error // of Wait, valid after exited is closed
-}
+type child = childproc.Proc
 
 // startChild starts a consumer process with cfg and waits until its router
 // runs. It is SIGKILLed when the test ends at the latest.
@@ -262,123 +252,9 @@ func startChild(t *testing.T, a Adapter, cfg childConfig, redisURL string) *chil
 	t.Helper()
 	raw, err := json.Marshal(cfg)
 	require.NoError(t, err)
-	c := &child{name: cfg.Name, lines: make(chan string, 1024), stderr: &syncBuffer{}, exited: make(chan struct{})}
-	c.out = &lineWriter{lines: c.lines}
-	c.cmd = exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
-	env := append(os.Environ(), a.ChildEnv()...)
-	c.cmd.Env = append(env, childEnv+"=1", childConfigEnv+"="+string(raw), "SURELY_REDIS_URL="+redisURL)
-	c.cmd.Stdout = c.out
-	c.cmd.Stderr = c.stderr
-	// The child exits when its stdin closes: a parent that dies leaves no
-	// consumer behind.
-	c.stdin, err = c.cmd.StdinPipe()
-	require.NoError(t, err)
-	require.NoError(t, c.cmd.Start())
-	go func() {
-		c.err = c.cmd.Wait()
-		close(c.exited)
-	}()
-	t.Cleanup(func() {
-		c.kill()
-		if t.Failed() {
-			t.Logf("child %s stdout:\n%s\nstderr:\n%s", c.name, c.out.all(), c.stderr.String())
-		}
-	})
-	c.waitFor(t, waitTimeout, "READY ")
+	env := append(a.ChildEnv(), childEnv+"=1", childConfigEnv+"="+string(raw), "SURELY_REDIS_URL="+redisURL)
+	c := childproc.Start(t, cfg.Name, env)
+	c.Hint = " (does the adapter's TestMain call adaptertest.RunChild?)"
+	c.WaitFor(t, waitTimeout, "READY ")
 	return c
-}
-
-// kill SIGKILLs the child (no-op once it has exited) and reaps it.
-func (c *child) kill() {
-	select {
-	case <-c.exited:
-	default:
-		_ = c.cmd.Process.Kill() // SIGKILL: no deferred code, no graceful close
-		<-c.exited
-	}
-	_ = c.stdin.Close()
-}
-
-// waitFor reads the child's stdout until a line starting with prefix and
-// returns it; it fails the test when the child exits first or timeout passes.
-func (c *child) waitFor(t *testing.T, timeout time.Duration, prefix string) string {
-	t.Helper()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	for {
-		select {
-		case line := <-c.lines:
-			if strings.HasPrefix(line, prefix) {
-				return line
-			}
-		case <-c.exited:
-			// Wait returned, so every line the child printed is in c.lines.
-			for drained := false; !drained; {
-				select {
-				case line := <-c.lines:
-					if strings.HasPrefix(line, prefix) {
-						return line
-					}
-				default:
-					drained = true
-				}
-			}
-			t.Fatalf("child %s exited (%v) before printing %q (does the adapter's TestMain call adaptertest.RunChild?)\nstdout:\n%s\nstderr:\n%s",
-				c.name, c.err, prefix, c.out.all(), c.stderr.String())
-		case <-timer.C:
-			t.Fatalf("child %s did not print %q within %v\nstdout:\n%s\nstderr:\n%s",
-				c.name, prefix, timeout, c.out.all(), c.stderr.String())
-		}
-	}
-}
-
-// lineWriter splits a child's stdout into lines, keeping them all for the
-// failure log and handing each to waitFor.
-type lineWriter struct {
-	mu    sync.Mutex
-	buf   []byte
-	seen  []string
-	lines chan string
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		line := string(w.buf[:i])
-		w.buf = w.buf[i+1:]
-		w.seen = append(w.seen, line)
-		select {
-		case w.lines <- line:
-		default: // nobody reads that far behind; the line is still in seen
-		}
-	}
-}
-
-func (w *lineWriter) all() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.Join(w.seen, "\n")
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
