@@ -81,6 +81,18 @@ func ackedOnce(key string) func([]seen) bool {
 	}
 }
 
+// allSettled holds when every delivery of key was acked or nacked.
+func allSettled(key string) func([]seen) bool {
+	return func(all []seen) bool {
+		for _, s := range all {
+			if s.key == key && s.settled == unsettled {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 // testAckAfterCommit: a delivery stays unsettled while its handler runs,
 // is acked only after the store's Complete succeeded, is nacked (and comes
 // back) when Complete fails, and an acked message does not come back.
@@ -182,6 +194,9 @@ func testNackRedelivers(t *testing.T, newAdapter func(*testing.T) Adapter, f Fea
 	}, e.defaultChain()))
 	e.publish(t, order(key, "pay 10"))
 	e.rec.waitFor(t, waitTimeout, "acked after the redelivery", ackedOnce(key))
+	// The first delivery's nack is recorded asynchronously: under load the
+	// redelivery's ack can be seen first.
+	e.rec.waitFor(t, waitTimeout, "every delivery settled", allSettled(key))
 	ds := e.rec.of(key)
 	require.Len(t, ds, 2)
 	require.Equal(t, nacked, ds[0].settled)
