@@ -36,6 +36,29 @@ const (
 	KeySpanID         = "surely_span_id"
 	KeyHost           = "surely_host"
 	KeyOriginalUUID   = "surely_original_uuid"
+	// KeyNamespace is the dedup namespace of the handler, so the operation's
+	// store record can be found (surely inspect, replay).
+	KeyNamespace = "surely_namespace"
+	// KeyRetention is the dedup store's retention (a Go duration) when the
+	// store reports it (idempotency.RetentionReporter): a replay of a dead
+	// letter older than this may find its record gone.
+	KeyRetention = "surely_dedup_retention"
+)
+
+// Metadata keys a replay adds to a republished message.
+const (
+	// KeyReplayOf is the ID of the archived dead letter the message replays.
+	KeyReplayOf = "surely_replay_of"
+	// KeyReplayID is the ID of the replay run. The dedup step passes it to
+	// Claim as ClaimRequest.Reopen, so an EXHAUSTED record gets a fresh
+	// budget once per replay run.
+	KeyReplayID = "surely_replay_id"
+	// KeyReplayLink is the W3C traceparent of the dead-letter span, so the
+	// replayed message's first attempt span links back to it.
+	KeyReplayLink = "surely_replay_link"
+	// KeyDeadLetterTraceparent is the W3C traceparent of the dead-letter
+	// span, written into the envelope when tracing is on.
+	KeyDeadLetterTraceparent = "surely_dlq_traceparent"
 )
 
 // KeyDecodeError marks a message that a broker adapter could not decode:
@@ -72,6 +95,10 @@ type Failure struct {
 	OperationKey, Fingerprint string
 	// Topic and Handler default to the Watermill values in the message context.
 	Topic, Handler string
+	// Namespace is the handler's dedup namespace (may be empty).
+	Namespace string
+	// Retention is the dedup store's retention (0: unknown).
+	Retention time.Duration
 	// TraceID and SpanID of the failing attempt, hex (may be empty).
 	TraceID, SpanID string
 	// At is when the message was dead-lettered (default: now).
@@ -156,6 +183,12 @@ func Envelope(msg *message.Message, f Failure, redact Redactor, host, group stri
 	md[KeyTraceID] = f.TraceID
 	md[KeySpanID] = f.SpanID
 	md[KeyHost] = host
+	if f.Namespace != "" {
+		md[KeyNamespace] = f.Namespace
+	}
+	if f.Retention > 0 {
+		md[KeyRetention] = f.Retention.String()
+	}
 	return out
 }
 

@@ -1,6 +1,9 @@
 package idempotency
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Operation is what the dedup step tells the business handler about the
 // attempt it runs, through the message context.
@@ -24,6 +27,9 @@ type Operation struct {
 	// the DONE mark, with the outcome, in the same transaction as its effect
 	// and committed it. Dedup then skips its own Complete.
 	Committed bool
+	// Retention is the store's record retention, when it reports one
+	// (RetentionReporter); 0 otherwise.
+	Retention time.Duration
 }
 
 type operationKey struct{}

@@ -90,6 +90,14 @@ type ClaimRequest struct {
 	// TraceID and SpanID of the attempt (hex, may be empty) are kept in the
 	// attempt history so a redelivery chain can be followed across processes.
 	TraceID, SpanID string
+	// Reopen is the ID of a replay run (dlq.KeyReplayID) that republished
+	// this message. When set and the record is EXHAUSTED or FAILED and has
+	// not yet been reopened by this ID, the store gives it a fresh budget
+	// (the attempts charged so far no longer count against MaxAttempts; the
+	// attempt counter itself never decreases) and remembers the ID, so a
+	// redelivered copy of the replayed message does not reopen it again.
+	// A DONE record is never reopened: the replay is a duplicate.
+	Reopen string
 }
 
 // Validate reports whether the request is well formed.
@@ -286,6 +294,14 @@ type Store interface {
 	Extend(ctx context.Context, lease Lease, d time.Duration) (Lease, error)
 	// Get returns the record of an operation, or ErrNotFound.
 	Get(ctx context.Context, namespace, key string) (Record, error)
+}
+
+// RetentionReporter is implemented by stores that can tell how long they
+// keep DONE, FAILED and EXHAUSTED records. The dead-letter step writes it
+// into the envelope so a replay can refuse a message whose record may be
+// gone.
+type RetentionReporter interface {
+	Retention() time.Duration
 }
 
 // Truncate shortens s to at most n bytes without splitting a UTF-8 sequence.

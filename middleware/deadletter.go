@@ -43,8 +43,11 @@ func DeadLetter(pub *dlq.Publisher) (message.HandlerMiddleware, error) {
 				return msgs, err
 			}
 			f := dlq.FailureFrom(err)
-			if op, ok := idempotency.OperationFrom(ctx); ok && f.OperationKey == "" {
-				f.OperationKey, f.Fingerprint = op.Key, op.Fingerprint
+			if op, ok := idempotency.OperationFrom(ctx); ok {
+				if f.OperationKey == "" {
+					f.OperationKey, f.Fingerprint = op.Key, op.Fingerprint
+				}
+				f.Namespace, f.Retention = op.Namespace, op.Retention
 			}
 			if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 				f.TraceID, f.SpanID = sc.TraceID().String(), sc.SpanID().String()

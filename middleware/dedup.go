@@ -156,6 +156,9 @@ func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (mess
 		return nil, err
 	}
 	d := &dedup{store: store, ns: namespace, cfg: c, ex: ex}
+	if rr, ok := store.(idempotency.RetentionReporter); ok {
+		d.retention = rr.Retention()
+	}
 	return d.middleware, nil
 }
 
@@ -165,6 +168,7 @@ type dedup struct {
 	cfg       dedupConfig
 	ex        *idempotency.Extractor
 	extenders sync.Pool
+	retention time.Duration // the store's, when it reports one
 }
 
 func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
@@ -221,6 +225,7 @@ func noop() {}
 
 func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
 	op.Namespace = d.ns
+	op.Retention = d.retention
 	req := idempotency.ClaimRequest{
 		Namespace: d.ns, Key: op.Key, Fingerprint: op.Fingerprint,
 		Lease: d.cfg.lease, MaxAttempts: d.cfg.maxAttempts,

@@ -298,3 +298,7 @@ func cloneOutcome(o *idempotency.Outcome) *idempotency.Outcome {
 	}
 	return c
 }
+
+// Retention is how long DONE, FAILED and EXHAUSTED records are kept
+// (idempotency.RetentionReporter).
+func (s *Store) Retention() time.Duration { return s.retention }

@@ -523,3 +523,7 @@ func (r *reply) int(i int) int64 {
 	}
 	return 0
 }
+
+// Retention is how long DONE, FAILED and EXHAUSTED records are kept
+// (idempotency.RetentionReporter).
+func (s *Store) Retention() time.Duration { return s.retention }

@@ -665,3 +665,7 @@ func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Rec
 	}
 	return rec, nil
 }
+
+// Retention is how long DONE, FAILED and EXHAUSTED records are kept
+// (idempotency.RetentionReporter).
+func (s *Store) Retention() time.Duration { return s.retention }

@@ -1,0 +1,137 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Errors of an Archive.
+var (
+	// ErrEntryNotFound: no archived dead letter has this ID.
+	ErrEntryNotFound = errors.New("dlq: archive entry not found")
+	// ErrReplayNotFound: no replay run has this ID.
+	ErrReplayNotFound = errors.New("dlq: replay run not found")
+)
+
+// Entry is one dead letter kept in an Archive.
+type Entry struct {
+	// ID is the dead letter's UUID: DeadLetterUUID of the source message, so
+	// every copy of one message's dead letter is one entry.
+	ID string
+	// Seq orders entries by their first arrival in the archive: increasing,
+	// never reused. Paging and replay cursors use it.
+	Seq int64
+	// Message is the dead letter as it was published: payload and metadata
+	// byte for byte (the source's, plus the surely_* envelope keys).
+	Message *message.Message
+	// ArchivedAt is when the archive first stored the entry; Copies counts
+	// how many times it was put (a re-delivered exhausted message is
+	// dead-lettered again with the same ID).
+	ArchivedAt time.Time
+	Copies     int
+	// Fields read from the envelope, for filtering and display.
+	Reason         Reason
+	OriginalTopic  string
+	Handler        string
+	ConsumerGroup  string
+	Namespace      string
+	OperationKey   string
+	Error          string
+	ErrorTypes     string
+	Attempts       int
+	DeadLetteredAt time.Time
+	// ReplayedBy lists the replay runs that republished this entry, oldest first.
+	ReplayedBy []string
+}
+
+// Filter selects archived entries. Zero fields match everything; set
+// fields must all match.
+type Filter struct {
+	// IDs, when not empty, restricts the selection to these entries.
+	IDs []string
+	// Reason, Topic (the original topic), Handler and Key (the operation
+	// key) match exactly.
+	Reason  Reason
+	Topic   string
+	Handler string
+	Key     string
+	// ErrorContains matches a substring of the error text.
+	ErrorContains string
+	// DeadLetteredAfter and DeadLetteredBefore bound the dead-lettering time
+	// (an age window: "older than 1h" is DeadLetteredBefore = now-1h).
+	DeadLetteredAfter, DeadLetteredBefore time.Time
+	// ReplayID selects dead letters of messages that a replay run
+	// republished and that failed again (their metadata carries
+	// KeyReplayID = ReplayID).
+	ReplayID string
+	// NotReplayedBy excludes entries that this replay run already republished.
+	NotReplayedBy string
+}
+
+// Page asks for at most Limit entries with Seq > After, in Seq order.
+// Limit <= 0 means the archive's default page size (100).
+type Page struct {
+	After int64
+	Limit int
+}
+
+// Stats summarises the entries a Filter selects.
+type Stats struct {
+	Total int
+	// Counts by reason, original topic, handler and error type (the
+	// innermost type of KeyErrorTypes, the root cause).
+	ByReason    map[string]int
+	ByTopic     map[string]int
+	ByHandler   map[string]int
+	ByErrorType map[string]int
+	// Oldest and Newest dead-lettering times (zero when Total is 0).
+	Oldest, Newest time.Time
+}
+
+// ReplayRun is the durable state of one replay, so an interrupted replay
+// resumes where it stopped.
+type ReplayRun struct {
+	ID     string
+	Filter Filter
+	// Target overrides the topic messages are republished to (default: each
+	// entry's original topic).
+	Target string
+	// NewKey: replayed messages get a fresh operation key (a deliberate choice).
+	NewKey bool
+	// Force: the retention guard was overridden.
+	Force bool
+	// After is the cursor: the Seq of the last entry handled.
+	After int64
+	// Counters of the run so far.
+	Replayed, Refused, Refailed int
+	// State: running, interrupted, aborted, done.
+	State            string
+	Started, Updated time.Time
+}
+
+// Archive keeps dead letters where an operator can list, query, replay and
+// purge them. It is a Watermill publisher: pass it (with any topic) to
+// NewPublisher or handler.WithDeadLetter and dead letters land in it
+// directly; Publish is idempotent by message UUID (a second copy increments
+// Copies). Nothing is ever evicted except by Delete or by an explicit,
+// logged retention policy of the implementation.
+type Archive interface {
+	message.Publisher
+	// Get returns one entry, or ErrEntryNotFound.
+	Get(ctx context.Context, id string) (Entry, error)
+	// List returns the entries the filter selects, one page in Seq order.
+	List(ctx context.Context, f Filter, p Page) ([]Entry, error)
+	// Stats summarises the entries the filter selects.
+	Stats(ctx context.Context, f Filter) (Stats, error)
+	// Delete removes entries by ID and returns how many existed.
+	Delete(ctx context.Context, ids ...string) (int, error)
+	// MarkReplayed records that replay run replayID republished entry id.
+	MarkReplayed(ctx context.Context, id, replayID string) error
+	// SaveReplay stores (creates or updates) a replay run; LoadReplay reads
+	// it back, or ErrReplayNotFound.
+	SaveReplay(ctx context.Context, run ReplayRun) error
+	LoadReplay(ctx context.Context, id string) (ReplayRun, error)
+}
