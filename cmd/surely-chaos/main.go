@@ -1,0 +1,281 @@
+// Command surely-chaos proves surely's guarantees under faults, on real
+// servers: a real broker, a real dedup store, and consumers that are child
+// processes killed with SIGKILL.
+//
+//	go run ./cmd/surely-chaos -mode inbox -broker rabbitmq -ops 10000
+//	go run ./cmd/surely-chaos -mode lease -broker nats -ops 10000
+//
+// It publishes -ops operations, each with a unique operation key: most are
+// plain, a fixed fraction (-poison) fail with a permanent error and must
+// end in the dead letter, another fraction (-transient) fail transiently
+// on their first attempt. Consumers, -consumers child processes (this
+// program re-executed, its role given by the SURELY_CHAOS_CHILD
+// environment variable), consume them through handler.New and record each
+// effect in a table of the run's own (one row per operation key, with a
+// count of effects).
+//
+// # Modes
+//
+//   - -mode inbox: the dedup store is idempotency/sqlstore on PostgreSQL
+//     (or SQLite with -effects sqlite) and the effect is written inside
+//     the transactional inbox (sqlstore.Inbox): effect and DONE mark commit
+//     together, so no crash may ever double an effect.
+//   - -mode lease: the dedup store is idempotency/redisstore on a
+//     redis-server this program starts itself (on a free loopback port,
+//     AOF with appendfsync always, in a temporary directory), and the
+//     effect is a plain insert from the handler, outside the store. A
+//     consumer that dies after its effect and before Complete leaves the
+//     effect to run again: lease mode's documented window. In the same
+//     transaction as its effect, the consumer writes a marker (operation
+//     key, fencing token, process id); at the end the parent compares each
+//     marker with the store's record: a marker whose token never became
+//     DONE is an effect whose Complete did not happen (the process was
+//     killed in the window, or Complete failed: fenced after a pause, or
+//     the store was down). Each extra effect of a key must be covered by
+//     such a window of that key.
+//
+// # Faults
+//
+// Spread over the run, by progress (operations settled):
+//
+//   - -kills SIGKILLs of a random consumer (default 20 per 10,000 ops, at
+//     least 3), each replaced by a new child at once;
+//   - -redis-restarts (lease mode): the private redis-server is killed with
+//     SIGKILL and started again on the same port and directory; its AOF
+//     keeps every DONE record;
+//   - -broker-restarts (nats): the NATS server is embedded in this process
+//     (nats-server as a library, JetStream in a temporary directory) and is
+//     shut down and started again on the same port and store. The shared
+//     RabbitMQ and Redis (Streams) servers are never restarted: other
+//     programs use them; broker_restarts is then 0;
+//   - -pauses: a consumer is armed (SIGUSR1); the next operation to reach
+//     its pause point (lease mode: after the effect, before Complete; inbox
+//     mode: after the claim, before the inbox transaction) prints a marker,
+//     the parent stops it with SIGSTOP until another consumer has completed
+//     the operation, then resumes it with SIGCONT: its stale Complete (or
+//     inbox transaction) must be fenced.
+//
+// # Result
+//
+// Once every operation is effected or dead-lettered (or -timeout passes),
+// the consumers are stopped and the tables counted. Progress goes to
+// stderr; stdout gets exactly one line:
+//
+//	chaos: mode=M broker=B ops=N kills=K redis_restarts=R lost=L double_effects=D dead_lettered=P dlq_expected=P broker_restarts=X pauses=S fenced=F windows=W window_kills=WK kills_in_window=KW complete_failed=CF window_violations=V
+//
+// lost counts operations neither effected nor dead-lettered; double_effects
+// the operation keys effected more than once; dead_lettered the keys that
+// reached the dead letter and dlq_expected the poison ones; fenced the
+// paused consumers whose stale attempt the store refused.
+//
+// windows (lease mode) counts the effects whose Complete never happened:
+// kills_in_window those left by a consumer killed between its effect and
+// Complete (window_kills of the kills landed there; one kill leaves up to
+// one window per message in flight), complete_failed those whose Complete
+// was refused or failed (a consumer stopped past its lease, the store
+// restarting). window_violations counts the keys with more extra effects
+// than windows of their own.
+//
+// The exit status is 1 when lost > 0, when the dead letters are not exactly
+// the poison operations, when inbox mode doubled an effect, when lease mode
+// doubled one beyond its windows, when a consumer stopped past its lease
+// was taken over but not fenced, or when the run did not settle in time;
+// 2 on bad flags.
+//
+// # Servers
+//
+//	SURELY_POSTGRES_URL  default postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+//	SURELY_AMQP_URL      default amqp://guest:guest@127.0.0.1:5672/
+//	SURELY_REDIS_URL     default redis://127.0.0.1:6379 (Redis Streams broker only)
+//
+// Every run names its queues, streams, tables and keys with a random suffix
+// and removes them at its end; it never flushes, stops or restarts a shared
+// server. Everything is on loopback, and every wait is bounded.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Environment variables, with the defaults used when they are unset.
+const (
+	postgresEnv     = "SURELY_POSTGRES_URL"
+	amqpEnv         = "SURELY_AMQP_URL"
+	redisEnv        = "SURELY_REDIS_URL"
+	defaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	defaultAMQP     = "amqp://guest:guest@127.0.0.1:5672/"
+	defaultRedis    = "redis://127.0.0.1:6379"
+)
+
+func main() {
+	if raw, ok := os.LookupEnv(childEnv); ok {
+		os.Exit(childMain(raw))
+	}
+	cfg, err := parseFlags(flag.CommandLine, os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "surely-chaos:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg.stdout, cfg.stderr = os.Stdout, os.Stderr
+	res, err := run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "surely-chaos:", strings.Join(strings.Fields(err.Error()), " "))
+		stop()
+		os.Exit(1)
+	}
+	if problems := res.problems(); len(problems) > 0 {
+		fmt.Fprintln(os.Stderr, "surely-chaos: FAILED:", strings.Join(problems, "; "))
+		stop()
+		os.Exit(1)
+	}
+}
+
+// config is one run of the parent.
+type config struct {
+	mode, broker, effects  string
+	ops                    int
+	timeout                time.Duration
+	kills                  int
+	redisRestarts          int
+	brokerRestarts         int
+	pauses                 int
+	consumers, concurrency int
+	poison, transient      float64
+	postgresURL, amqpURL   string
+	redisURL               string
+	childArgs              []string // extra arguments of the re-executed child (the test binary's -test.run)
+	stdout, stderr         io.Writer
+	seed                   uint64
+	settleGrace            time.Duration
+	logChildren            bool
+}
+
+// Defaults of the flags.
+const (
+	defaultOps       = 10000
+	killsPer10k      = 20
+	minDefaultKills  = 3
+	defaultConsumers = 3
+	defaultConc      = 4
+	defaultPoison    = 0.01
+	defaultTransient = 0.05
+)
+
+func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
+	cfg := config{}
+	fs.StringVar(&cfg.mode, "mode", "inbox", "effect mode: inbox (PostgreSQL transactional inbox) or lease (Redis store, external effect)")
+	fs.StringVar(&cfg.broker, "broker", "nats", "broker: rabbitmq, nats (embedded, restartable) or redis (Redis Streams)")
+	fs.StringVar(&cfg.effects, "effects", "postgres", "where effects are recorded: postgres or sqlite")
+	fs.IntVar(&cfg.ops, "ops", defaultOps, "operations to publish")
+	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "bound of the whole run")
+	fs.IntVar(&cfg.kills, "kills", -1, fmt.Sprintf("SIGKILLs of consumers (default %d per 10,000 ops, at least %d)", killsPer10k, minDefaultKills))
+	fs.IntVar(&cfg.redisRestarts, "redis-restarts", -1, "restarts of the private redis-server in lease mode (default 3; 0 in inbox mode)")
+	fs.IntVar(&cfg.brokerRestarts, "broker-restarts", -1, "restarts of the embedded NATS server (default 2; rabbitmq and redis are shared servers, never restarted)")
+	fs.IntVar(&cfg.pauses, "pauses", 2, "consumers paused past their lease with SIGSTOP/SIGCONT")
+	fs.IntVar(&cfg.consumers, "consumers", defaultConsumers, "consumer processes running at once (at least 2, so that a paused one has a successor)")
+	fs.IntVar(&cfg.concurrency, "concurrency", defaultConc, "messages in flight per consumer process")
+	fs.Float64Var(&cfg.poison, "poison", defaultPoison, "fraction of poison operations (permanent error, dead letter)")
+	fs.Float64Var(&cfg.transient, "transient", defaultTransient, "fraction of operations failing transiently on their first attempt")
+	fs.Uint64Var(&cfg.seed, "seed", 0, "random seed (0: a random one, printed)")
+	fs.BoolVar(&cfg.logChildren, "v", false, "log the consumers' own output lines")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg.postgresURL = envOr(postgresEnv, defaultPostgres)
+	cfg.amqpURL = envOr(amqpEnv, defaultAMQP)
+	cfg.redisURL = envOr(redisEnv, defaultRedis)
+	return cfg.withDefaults()
+}
+
+func (c config) withDefaults() (config, error) {
+	switch c.mode {
+	case modeInbox, modeLease:
+	default:
+		return c, fmt.Errorf("-mode %q: want inbox or lease", c.mode)
+	}
+	switch c.broker {
+	case brokerRabbitMQ, brokerNATS, brokerRedis:
+	default:
+		return c, fmt.Errorf("-broker %q: want rabbitmq, nats or redis", c.broker)
+	}
+	switch c.effects {
+	case effectsPostgres, effectsSQLite:
+	default:
+		return c, fmt.Errorf("-effects %q: want postgres or sqlite", c.effects)
+	}
+	if c.ops < 1 || c.ops > 1_000_000 {
+		return c, fmt.Errorf("-ops %d: want 1 to 1000000", c.ops)
+	}
+	if c.timeout <= 0 {
+		return c, fmt.Errorf("-timeout %v: want a positive duration", c.timeout)
+	}
+	if c.kills < 0 {
+		c.kills = max(minDefaultKills, (c.ops*killsPer10k+9999)/10000)
+	}
+	if c.redisRestarts < 0 {
+		c.redisRestarts = 0
+		if c.mode == modeLease {
+			c.redisRestarts = 3
+		}
+	}
+	if c.redisRestarts > 0 && c.mode != modeLease {
+		return c, fmt.Errorf("-redis-restarts %d: only lease mode has a Redis store", c.redisRestarts)
+	}
+	if c.brokerRestarts < 0 {
+		c.brokerRestarts = 0
+		if c.broker == brokerNATS {
+			c.brokerRestarts = 2
+		}
+	}
+	if c.brokerRestarts > 0 && c.broker != brokerNATS {
+		return c, fmt.Errorf("-broker-restarts %d: only the embedded NATS server is restarted; %s is a shared server", c.brokerRestarts, c.broker)
+	}
+	if c.pauses < 0 || c.kills > 10_000 || c.redisRestarts > 100 || c.brokerRestarts > 100 || c.pauses > 100 {
+		return c, fmt.Errorf("fault counts out of range (kills %d, redis restarts %d, broker restarts %d, pauses %d)",
+			c.kills, c.redisRestarts, c.brokerRestarts, c.pauses)
+	}
+	if c.consumers < 2 || c.consumers > 16 {
+		return c, fmt.Errorf("-consumers %d: want 2 to 16", c.consumers)
+	}
+	if c.concurrency < 1 || c.concurrency > 64 {
+		return c, fmt.Errorf("-concurrency %d: want 1 to 64", c.concurrency)
+	}
+	if c.poison < 0 || c.transient < 0 || c.poison+c.transient > 0.5 {
+		return c, fmt.Errorf("-poison %v -transient %v: want non-negative fractions adding up to at most 0.5", c.poison, c.transient)
+	}
+	if c.settleGrace == 0 {
+		c.settleGrace = 2 * time.Second
+	}
+	return c, nil
+}
+
+// Modes, brokers and effect databases.
+const (
+	modeInbox       = "inbox"
+	modeLease       = "lease"
+	brokerRabbitMQ  = "rabbitmq"
+	brokerNATS      = "nats"
+	brokerRedis     = "redis"
+	effectsPostgres = "postgres"
+	effectsSQLite   = "sqlite"
+)
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
