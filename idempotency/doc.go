@@ -56,6 +56,18 @@
 // claim, Get) does not extend it. The attempt history is bounded to [MaxHistory]
 // entries, newest kept; error texts to [MaxErrorLen] and stacks to [MaxStackLen].
 //
+// # Replay: reopening an exhausted record
+//
+// A message republished from the dead-letter archive carries its replay
+// run's ID, which the dedup step passes as [ClaimRequest.Reopen]. After the
+// usual checks (Conflict, DONE, live lease) a FAILED or EXHAUSTED record
+// that this ID has not reopened yet gets a fresh budget: [Record.BudgetBase]
+// is set to Attempts-Canceled, so the budget is charged
+// Attempts-Canceled-BudgetBase from then on, and [Record.ReopenedBy] to the
+// ID. The attempt counter keeps growing. A redelivered copy of the
+// replayed message (same ID) does not reopen the record again, a later run
+// (another ID) does, and a DONE record is never reopened.
+//
 // # Stores
 //
 // idempotency/redisstore (lease mode on Redis), idempotency/sqlstore

@@ -97,6 +97,14 @@ type ClaimRequest struct {
 	// attempt counter itself never decreases) and remembers the ID, so a
 	// redelivered copy of the replayed message does not reopen it again.
 	// A DONE record is never reopened: the replay is a duplicate.
+	//
+	// The checks keep their order: a different fingerprint is still a
+	// Conflict, a DONE record Completed, a live lease InProgress; only then
+	// is a FAILED or EXHAUSTED record reopened. A claim that creates the
+	// record (none was kept) remembers the ID as well, so the replayed
+	// message gets one budget per run in every case. Reopen is validated
+	// like an operation key (at most MaxKeyLen bytes, UTF-8, no control
+	// characters).
 	Reopen string
 }
 
@@ -113,6 +121,11 @@ func (r ClaimRequest) Validate() error {
 	}
 	if r.MaxAttempts <= 0 {
 		return fmt.Errorf("%w: max attempts must be positive, got %d", ErrInvalidRequest, r.MaxAttempts)
+	}
+	if r.Reopen != "" {
+		if err := ValidateKey(r.Reopen); err != nil {
+			return fmt.Errorf("%w: reopen ID: %w", ErrInvalidRequest, err)
+		}
 	}
 	return nil
 }
@@ -264,6 +277,13 @@ type Record struct {
 	// a canceled release. The budget is charged Attempts-Canceled.
 	Attempts int
 	Canceled int
+	// BudgetBase is Attempts-Canceled when the record was last reopened by
+	// a replay (ClaimRequest.Reopen), 0 if never: the budget is charged
+	// Attempts-Canceled-BudgetBase.
+	BudgetBase int
+	// ReopenedBy is the replay ID that last reopened the record (or
+	// created it), empty if none.
+	ReopenedBy string
 	// LeaseUntil is the lease expiry of an in-progress record.
 	LeaseUntil time.Time
 	Outcome    *Outcome

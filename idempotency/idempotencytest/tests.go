@@ -40,6 +40,14 @@ var tests = []struct {
 	{"InvalidRequests", testInvalidRequests},
 	{"HistoryBounded", testHistoryBounded},
 	{"Get", testGet},
+	{"ReopenExhaustedByBudget", testReopenExhaustedByBudget},
+	{"ReopenExhaustedByFinalRelease", testReopenExhaustedByFinalRelease},
+	{"ReopenExhaustedByCrashLoop", testReopenExhaustedByCrashLoop},
+	{"ReopenNotDone", testReopenNotDone},
+	{"ReopenConflictWins", testReopenConflictWins},
+	{"ReopenNotLiveLease", testReopenNotLiveLease},
+	{"ReopenCreatesRecord", testReopenCreatesRecord},
+	{"ReopenInvalidID", testReopenInvalidID},
 }
 
 // N claims race for one fresh key: exactly one wins, the others see its
@@ -728,4 +736,179 @@ func testGet(t *testing.T, e *env) {
 	// Get returns a copy: changing it changes nothing stored.
 	rec.History[0].Result = "tampered"
 	require.Equal(t, idempotency.ResultInProgress, e.get("k").History[0].Result)
+}
+
+// reopen is req with a replay run ID.
+func reopen(req idempotency.ClaimRequest, id string) idempotency.ClaimRequest {
+	req.Reopen = id
+	return req
+}
+
+// A record exhausted by its budget is reopened once per replay ID with a
+// fresh budget; the attempt counter keeps increasing.
+func testReopenExhaustedByBudget(t *testing.T, e *env) {
+	req := e.req("k")
+	req.MaxAttempts = 3
+	for i := 1; i <= 3; i++ {
+		e.release(e.acquire(req, i).Lease, idempotency.Failure{Error: fmt.Sprintf("attempt %d failed", i)})
+	}
+	require.Equal(t, idempotency.Exhausted, e.claim(req).Status)
+	require.Equal(t, idempotency.StateExhausted, e.get("k").State)
+
+	// Replay run r1: a fresh budget of 3 more attempts.
+	res := e.acquire(reopen(req, "r1"), 4)
+	require.Equal(t, idempotency.PreviousFailed, res.Previous.Result)
+	require.Equal(t, "attempt 3 failed", res.Previous.Error)
+	rec := e.get("k")
+	require.Equal(t, "r1", rec.ReopenedBy)
+	require.Equal(t, 3, rec.BudgetBase)
+	require.Equal(t, 4, rec.Attempts)
+	e.release(res.Lease, idempotency.Failure{Error: "attempt 4 failed"})
+
+	// A redelivered copy of the replayed message (same ID) claims within the
+	// new budget and does not reopen again: the base stays.
+	for i := 5; i <= 6; i++ {
+		e.release(e.acquire(reopen(req, "r1"), i).Lease, idempotency.Failure{Error: fmt.Sprintf("attempt %d failed", i)})
+	}
+	rec = e.get("k")
+	require.Equal(t, 3, rec.BudgetBase, "the same replay ID does not reopen twice")
+	ex := e.claim(reopen(req, "r1"))
+	require.Equal(t, idempotency.Exhausted, ex.Status, "the second budget is spent")
+	require.Equal(t, 6, ex.Attempts)
+	require.Equal(t, idempotency.Exhausted, e.claim(req).Status, "a claim without a replay ID does not reopen")
+	require.Equal(t, idempotency.StateExhausted, e.get("k").State)
+
+	// Another run reopens it again.
+	res = e.acquire(reopen(req, "r2"), 7)
+	require.Equal(t, "attempt 6 failed", res.Previous.Error)
+	rec = e.get("k")
+	require.Equal(t, "r2", rec.ReopenedBy)
+	require.Equal(t, 6, rec.BudgetBase)
+	e.complete(res.Lease, idempotency.Outcome{})
+	require.Equal(t, idempotency.Completed, e.claim(reopen(req, "r3")).Status)
+}
+
+// A record exhausted by a final failure is reopened once per replay ID.
+func testReopenExhaustedByFinalRelease(t *testing.T, e *env) {
+	req := e.req("k")
+	req.MaxAttempts = 5
+	e.release(e.acquire(req, 1).Lease, idempotency.Failure{Error: "invalid card", Reason: "permanent", Final: true})
+	require.Equal(t, idempotency.Exhausted, e.claim(req).Status)
+
+	res := e.acquire(reopen(req, "r1"), 2)
+	require.Equal(t, idempotency.PreviousFailed, res.Previous.Result)
+	require.Equal(t, "invalid card", res.Previous.Error)
+	rec := e.get("k")
+	require.Equal(t, "r1", rec.ReopenedBy)
+	require.Equal(t, 1, rec.BudgetBase)
+	e.release(res.Lease, idempotency.Failure{Error: "still invalid", Reason: "permanent", Final: true})
+
+	ex := e.claim(reopen(req, "r1"))
+	require.Equal(t, idempotency.Exhausted, ex.Status, "a final failure after the reopen is final for that run")
+	require.Equal(t, 2, ex.Attempts)
+	require.Len(t, ex.History, 2)
+	require.Equal(t, "still invalid", ex.History[1].Error)
+
+	e.acquire(reopen(req, "r2"), 3)
+	require.Equal(t, "r2", e.get("k").ReopenedBy)
+}
+
+// A crash loop that exhausted the budget is reopened too, and the next
+// attempt learns that the last one's outcome is unknown.
+func testReopenExhaustedByCrashLoop(t *testing.T, e *env) {
+	req := e.short("k")
+	req.MaxAttempts = 2
+	for i := 1; i <= 2; i++ {
+		e.acquire(req, i)
+		e.expireLeases()
+	}
+	require.Equal(t, idempotency.Exhausted, e.claim(req).Status)
+	res := e.acquire(reopen(req, "r1"), 3)
+	require.Equal(t, idempotency.PreviousUnknown, res.Previous.Result)
+	require.Equal(t, 2, e.get("k").BudgetBase)
+}
+
+// A DONE record is never reopened: the replay is a duplicate.
+func testReopenNotDone(t *testing.T, e *env) {
+	req := e.req("k")
+	e.complete(e.acquire(req, 1).Lease, idempotency.Outcome{Messages: []idempotency.StoredMessage{{UUID: "out-1"}}})
+	res := e.claim(reopen(req, "r1"))
+	require.Equal(t, idempotency.Completed, res.Status)
+	require.NotNil(t, res.Outcome)
+	require.Len(t, res.Outcome.Messages, 1)
+	rec := e.get("k")
+	require.Equal(t, idempotency.StateDone, rec.State)
+	require.Empty(t, rec.ReopenedBy)
+	require.Zero(t, rec.BudgetBase)
+	require.Equal(t, 1, rec.Attempts)
+}
+
+// A different fingerprint is a Conflict even with a replay ID, and the
+// record is not reopened.
+func testReopenConflictWins(t *testing.T, e *env) {
+	req := e.req("k")
+	req.MaxAttempts = 1
+	e.release(e.acquire(req, 1).Lease, idempotency.Failure{Error: "boom"})
+	before := e.get("k")
+
+	other := reopen(req, "r1")
+	other.Fingerprint = fpB
+	res := e.claim(other)
+	require.Equal(t, idempotency.Conflict, res.Status)
+	require.Equal(t, fpA, res.StoredFingerprint)
+	after := e.get("k")
+	requireSameRecord(t, before, after)
+	require.Empty(t, after.ReopenedBy)
+
+	// The matching payload still reopens with that ID.
+	e.acquire(reopen(req, "r1"), 2)
+}
+
+// A live lease is never taken over by a replay ID; once it has expired
+// the claim reopens the record.
+func testReopenNotLiveLease(t *testing.T, e *env) {
+	req := e.short("k")
+	req.MaxAttempts = 1
+	l := e.acquire(req, 1).Lease
+	before := e.get("k")
+
+	res := e.claim(reopen(req, "r1"))
+	require.Equal(t, idempotency.InProgress, res.Status)
+	require.WithinDuration(t, l.Until, res.Until, timeTolerance)
+	after := e.get("k")
+	requireSameRecord(t, before, after)
+	require.Empty(t, after.ReopenedBy)
+
+	// The owner dies: without a replay ID the spent budget exhausts the
+	// record, with one the claim gets a fresh budget.
+	e.expireLeases()
+	res = e.acquire(reopen(req, "r1"), 2)
+	require.Equal(t, idempotency.PreviousUnknown, res.Previous.Result)
+	rec := e.get("k")
+	require.Equal(t, "r1", rec.ReopenedBy)
+	require.Equal(t, 1, rec.BudgetBase)
+}
+
+// A claim with a replay ID that finds no record (it was never kept, or its
+// retention passed) creates one and remembers the ID: the replayed
+// message gets one budget for the run.
+func testReopenCreatesRecord(t *testing.T, e *env) {
+	req := e.req("k")
+	req.MaxAttempts = 1
+	e.release(e.acquire(reopen(req, "r1"), 1).Lease, idempotency.Failure{Error: "boom"})
+	rec := e.get("k")
+	require.Equal(t, "r1", rec.ReopenedBy)
+	require.Zero(t, rec.BudgetBase)
+	require.Equal(t, idempotency.Exhausted, e.claim(reopen(req, "r1")).Status)
+	e.acquire(reopen(req, "r2"), 2)
+}
+
+// A malformed replay ID is an invalid request and stores nothing.
+func testReopenInvalidID(t *testing.T, e *env) {
+	for i, id := range []string{"a\nb", "a\x00b", "a\xffb", strings.Repeat("r", idempotency.MaxKeyLen+1)} {
+		key := fmt.Sprintf("bad-reopen-%d", i)
+		_, err := e.h.Store.Claim(e.ctx, reopen(e.req(key), id))
+		require.ErrorIs(t, err, idempotency.ErrInvalidRequest, "reopen ID %q", id)
+		e.requireNotFound(key)
+	}
 }

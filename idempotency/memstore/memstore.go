@@ -103,7 +103,10 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 		case idempotency.StateDone:
 			return idempotency.ClaimResult{Status: idempotency.Completed, Outcome: cloneOutcome(r.Outcome)}, nil
 		case idempotency.StateExhausted:
-			return exhausted(r), nil
+			if !reopens(req, r) {
+				return exhausted(r), nil
+			}
+			prev = previousOf(r.History)
 		case idempotency.StateInProgress:
 			if now.Before(r.LeaseUntil) {
 				return idempotency.ClaimResult{Status: idempotency.InProgress, Until: r.LeaseUntil}, nil
@@ -116,23 +119,20 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 			r.State = idempotency.StateFailed
 			prev = idempotency.Previous{Result: idempotency.PreviousUnknown}
 		case idempotency.StateFailed:
-			if n := len(r.History); n > 0 {
-				last := r.History[n-1]
-				switch last.Result {
-				case idempotency.ResultCanceled:
-					prev = idempotency.Previous{Result: idempotency.PreviousCanceled}
-				default:
-					prev = idempotency.Previous{Result: idempotency.PreviousFailed, Error: last.Error}
-				}
-			}
+			prev = previousOf(r.History)
 		}
-		if r.Attempts-r.Canceled >= req.MaxAttempts {
+		if reopens(req, r) {
+			// A replay run gives the record a fresh budget, once per run.
+			r.ReopenedBy = req.Reopen
+			r.BudgetBase = r.Attempts - r.Canceled
+		}
+		if r.Attempts-r.Canceled-r.BudgetBase >= req.MaxAttempts {
 			r.State = idempotency.StateExhausted
 			r.ExpiresAt = now.Add(s.retention)
 			return exhausted(r), nil
 		}
 	} else {
-		r = &idempotency.Record{Namespace: req.Namespace, Key: req.Key, Fingerprint: req.Fingerprint}
+		r = &idempotency.Record{Namespace: req.Namespace, Key: req.Key, Fingerprint: req.Fingerprint, ReopenedBy: req.Reopen}
 		s.records[k] = r
 	}
 	s.seq++
@@ -156,6 +156,29 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 		Lease:    idempotency.Lease{Namespace: req.Namespace, Key: req.Key, Token: r.Token, Attempt: r.Attempts, Until: r.LeaseUntil},
 		Previous: prev,
 	}, nil
+}
+
+// reopens reports whether req reopens r: a replay ID that has not reopened
+// it yet, on a FAILED or EXHAUSTED record.
+func reopens(req idempotency.ClaimRequest, r *idempotency.Record) bool {
+	return req.Reopen != "" && req.Reopen != r.ReopenedBy &&
+		(r.State == idempotency.StateFailed || r.State == idempotency.StateExhausted)
+}
+
+// previousOf tells how the last attempt of a FAILED or EXHAUSTED record ended.
+func previousOf(h []idempotency.AttemptRecord) idempotency.Previous {
+	n := len(h)
+	if n == 0 {
+		return idempotency.Previous{}
+	}
+	switch last := h[n-1]; last.Result {
+	case idempotency.ResultCanceled:
+		return idempotency.Previous{Result: idempotency.PreviousCanceled}
+	case idempotency.ResultUnknown:
+		return idempotency.Previous{Result: idempotency.PreviousUnknown}
+	default:
+		return idempotency.Previous{Result: idempotency.PreviousFailed, Error: last.Error}
+	}
 }
 
 func exhausted(r *idempotency.Record) idempotency.ClaimResult {

@@ -76,6 +76,19 @@ func TestCluster(t *testing.T) {
 		})
 	})
 
+	// Batched: go-redis splits each pipeline by node.
+	t.Run("ConformanceBatched", func(t *testing.T) {
+		bs := newStore(t, c, redisstore.WithRetention(retention), redisstore.WithBatching(16))
+		idempotencytest.Run(t, func(t *testing.T) idempotencytest.Harness {
+			return idempotencytest.Harness{
+				Store:     bs,
+				Advance:   func(_ *testing.T, d time.Duration) { time.Sleep(d) },
+				Lease:     lease,
+				Retention: retention,
+			}
+		})
+	})
+
 	t.Run("NoScript", func(t *testing.T) {
 		ctx := t.Context()
 		require.NoError(t, c.ScriptFlush(ctx).Err(), "flushes every shard")

@@ -60,6 +60,26 @@
 // NOSCRIPT, reloads the scripts and retries once, transparently.
 // WithWaitReplicas adds one round trip to Complete (WAIT).
 //
+// # Batching
+//
+// WithBatching(n) lets concurrent Claim and Complete calls share round
+// trips, group-commit style: when no round trip of the store is in
+// flight, a call is sent at once and alone (an idle store behaves and
+// counts exactly as above: two round trips for a fresh message, one for a
+// duplicate); the calls made while one is in flight are sent together as
+// the next pipeline, at most n commands each. There is no timer, so no
+// added latency. Each call stays one EVALSHA with the same script and
+// arguments, so a message still costs one Claim and one Complete script
+// call; only the round trips are shared: k handlers claiming at once cost
+// about 1 + ceil((k-1)/n) round trips instead of k. Each caller gets its
+// own reply or error; a caller whose context ends returns at once (a call
+// still queued is then never sent). NOSCRIPT in a pipeline reloads the
+// scripts once and re-sends the calls it failed. Release, Extend, Get and
+// a Complete under WithWaitReplicas are never batched. On a Cluster (or
+// Ring) client go-redis splits each pipeline by node, by the keys' slots.
+// It pays off with many handlers on one store; see docs/BENCHMARKS.md for
+// figures.
+//
 // # Durability
 //
 // A DONE record is only as durable as the Redis that holds it. When Redis
@@ -93,8 +113,10 @@
 //
 // # Ownership
 //
-// The store never closes the client it was given, and starts no goroutine:
-// there is nothing to close. The caller closes the client after the last
-// call to the store. Do not share the client with a Watermill redisstream
-// subscriber, whose Close closes the client it was given.
+// The store never closes the client it was given, and has nothing to
+// close: without WithBatching it starts no goroutine; with it, one
+// goroutine sends the queued calls and ends as soon as the queue is
+// empty. The caller closes the client after the last call to the store.
+// Do not share the client with a Watermill redisstream subscriber, whose
+// Close closes the client it was given.
 package redisstore

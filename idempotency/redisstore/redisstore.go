@@ -41,6 +41,8 @@ type Store struct {
 	waitN       int
 	waitTimeout time.Duration
 	durability  Durability
+	batchMax    int      // WithBatching; 0: every call is sent on its own
+	batch       *batcher // nil unless batching
 }
 
 // Option configures a Store. Every option validates its argument; an invalid
@@ -144,6 +146,9 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 	if err := loadScripts(ctx, client); err != nil {
 		return nil, err
 	}
+	if s.batchMax > 0 {
+		s.batch = &batcher{s: s, max: s.batchMax}
+	}
 	s.durability = checkDurability(ctx, client)
 	if w := s.durability.Warning; w != "" {
 		s.logger.LogAttrs(ctx, slog.LevelWarn, w,
@@ -246,9 +251,11 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 		return idempotency.ClaimResult{}, err
 	}
 	token := newID()
-	v, err := s.evalSha(ctx, s.client, scriptClaim, s.redisKey(req.Namespace, req.Key),
+	// The one script call of a Claim; the direct and the batched path
+	// (WithBatching) send exactly this.
+	v, err := s.send(ctx, scriptCall{sc: scriptClaim, key: s.redisKey(req.Namespace, req.Key), args: []any{
 		req.Fingerprint, ms(req.Lease), req.MaxAttempts, token, ms(s.retention), idempotency.MaxHistory,
-		req.TraceID, req.SpanID)
+		req.TraceID, req.SpanID, req.Reopen}})
 	if err != nil {
 		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
@@ -322,7 +329,7 @@ func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome i
 	if s.waitN > 0 {
 		return s.completeAndWait(ctx, key, args)
 	}
-	v, err := s.evalSha(ctx, s.client, scriptComplete, key, args...)
+	v, err := s.send(ctx, scriptCall{sc: scriptComplete, key: key, args: args})
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
@@ -439,6 +446,8 @@ func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Rec
 		Canceled:    int(r.int(4)),
 		LeaseUntil:  fromMs(r.int(5)),
 		ExpiresAt:   fromMs(r.int(8)),
+		ReopenedBy:  r.str(9),
+		BudgetBase:  int(r.int(10)),
 	}
 	if rec.State == idempotency.StateDone {
 		if rec.Outcome, err = decodeOutcome(r.str(6)); err != nil {

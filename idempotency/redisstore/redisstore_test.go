@@ -269,6 +269,9 @@ func TestOptionsAreValidated(t *testing.T) {
 		"nil logger":         redisstore.WithLogger(nil),
 		"zero replicas":      redisstore.WithWaitReplicas(0, time.Second),
 		"zero WAIT timeout":  redisstore.WithWaitReplicas(1, 0),
+		"batch of 1":         redisstore.WithBatching(1),
+		"batch of 0":         redisstore.WithBatching(0),
+		"batch too large":    redisstore.WithBatching(redisstore.MaxBatch + 1),
 	} {
 		_, err := redisstore.New(t.Context(), c, opt)
 		require.ErrorIs(t, err, idempotency.ErrInvalidOption, name)

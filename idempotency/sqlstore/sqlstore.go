@@ -52,6 +52,10 @@ type Option func(*Store) error
 
 var tableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
 
+// addColumnRE matches the ADD COLUMN statements of the schema files:
+// the quoted table and the column.
+var addColumnRE = regexp.MustCompile("^ALTER TABLE ([\"`][a-z0-9_]+[\"`]) ADD COLUMN ([a-z_]+) ")
+
 // WithTable sets the table of the records (default "surely_inbox"). The name
 // must match [a-z_][a-z0-9_]{0,47}: lower case, so that it means the same
 // quoted and unquoted in every dialect, and short enough for its index name
@@ -130,15 +134,25 @@ var _ idempotency.Store = (*Store)(nil)
 func (s *Store) Table() string { return s.table }
 
 // Migrate creates the table and its index unless they exist (CREATE ... IF
-// NOT EXISTS), running exactly the statements of the dialect's schema file
-// (schema/<dialect>.sql in the module). It is idempotent and is the only
-// call that changes the schema. Run it from one process at a time (a deploy
+// NOT EXISTS) and adds the columns that later versions introduced to a
+// table that lacks them (ALTER TABLE ... ADD COLUMN, run only when a probe
+// of the column fails), running exactly the statements of the dialect's
+// schema file (schema/<dialect>.sql in the module). It is idempotent, keeps
+// every row, and is the only call that changes the schema. Run it from one process at a time (a deploy
 // step): two concurrent first creations can collide in PostgreSQL's catalog.
 //
 // On SQLite it also warns (through the logger) when the connection it used
 // has no busy timeout.
 func (s *Store) Migrate(ctx context.Context) error {
 	for _, stmt := range s.dialect.ddl(s.table) {
+		if m := addColumnRE.FindStringSubmatch(stmt); m != nil {
+			// Not every dialect has ADD COLUMN IF NOT EXISTS: probe the column.
+			probe := "SELECT " + m[2] + " FROM " + m[1] + " WHERE 1 = 0"
+			if rows, err := s.db.QueryContext(ctx, probe); err == nil {
+				_ = rows.Close()
+				continue
+			}
+		}
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("sqlstore: migrate %s: %w", s.table, err)
 		}
@@ -232,6 +246,8 @@ type row struct {
 	updatedAt   int64
 	outcome     []byte // JSON of idempotency.Outcome; nil unless done
 	history     []histEntry
+	reopenedBy  string
+	budgetBase  int
 }
 
 // histEntry is one attempt as stored in the history column (a JSON array,
@@ -258,7 +274,7 @@ func scanRow(sc interface{ Scan(...any) error }, lead ...any) (row, error) {
 		history []byte
 	)
 	dest := append(lead, &r.state, &r.fingerprint, &r.token, &r.attempts, &r.canceled,
-		&r.leaseUntil, &r.expiresAt, &r.updatedAt, &r.outcome, &history)
+		&r.leaseUntil, &r.expiresAt, &r.updatedAt, &r.outcome, &history, &r.reopenedBy, &r.budgetBase)
 	if err := sc.Scan(dest...); err != nil {
 		return row{}, err
 	}
@@ -303,7 +319,7 @@ func (s *Store) save(ctx context.Context, tx *sql.Tx, namespace, key string, r r
 		outcome = string(r.outcome)
 	}
 	if _, err := tx.ExecContext(ctx, s.q.save, r.state, r.fingerprint, r.token, r.attempts, r.canceled,
-		r.leaseUntil, r.expiresAt, r.updatedAt, outcome, string(history), namespace, key); err != nil {
+		r.leaseUntil, r.expiresAt, r.updatedAt, outcome, string(history), r.reopenedBy, r.budgetBase, namespace, key); err != nil {
 		return fmt.Errorf("update: %w", err)
 	}
 	return nil
@@ -382,8 +398,9 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequ
 	prev := idempotency.Previous{}
 	if r.expiresAt <= now {
 		// No record: our own placeholder, or a record past its retention,
-		// which is forgotten (overwritten here).
-		r = row{fingerprint: req.Fingerprint}
+		// which is forgotten (overwritten here). A replayed message that
+		// creates the record spends its run's reopen on it.
+		r = row{fingerprint: req.Fingerprint, reopenedBy: req.Reopen}
 	} else {
 		// A different payload under the same key is a conflict whatever the state.
 		if r.fingerprint != req.Fingerprint {
@@ -398,7 +415,10 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequ
 			}
 			return idempotency.ClaimResult{Status: idempotency.Completed, Outcome: o}, nil
 		case idempotency.StateExhausted:
-			return exhausted(r), nil
+			if !reopens(req, r) {
+				return exhausted(r), nil
+			}
+			prev = previousOf(r.history)
 		case idempotency.StateInProgress:
 			if now < r.leaseUntil {
 				return idempotency.ClaimResult{Status: idempotency.InProgress, Until: fromMs(r.leaseUntil)}, nil
@@ -411,15 +431,14 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequ
 			}
 			prev = idempotency.Previous{Result: idempotency.PreviousUnknown}
 		case idempotency.StateFailed:
-			if n > 0 {
-				if r.history[n-1].Result == idempotency.ResultCanceled {
-					prev = idempotency.Previous{Result: idempotency.PreviousCanceled}
-				} else {
-					prev = idempotency.Previous{Result: idempotency.PreviousFailed, Error: r.history[n-1].Error}
-				}
-			}
+			prev = previousOf(r.history)
 		}
-		if r.attempts-r.canceled >= req.MaxAttempts {
+		if reopens(req, r) {
+			// A replay run gives the record a fresh budget, once per run.
+			r.reopenedBy = req.Reopen
+			r.budgetBase = r.attempts - r.canceled
+		}
+		if r.attempts-r.canceled-r.budgetBase >= req.MaxAttempts {
 			r.state = string(idempotency.StateExhausted)
 			r.leaseUntil = 0
 			r.expiresAt = now + ms(s.retention)
@@ -458,6 +477,29 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequ
 		},
 		Previous: prev,
 	}, nil
+}
+
+// reopens reports whether req reopens r: a replay ID that has not reopened
+// it yet, on a FAILED or EXHAUSTED record. The state of an expired lease
+// is still in_progress here: it has just been found to be a failure.
+func reopens(req idempotency.ClaimRequest, r row) bool {
+	return req.Reopen != "" && req.Reopen != r.reopenedBy && r.state != string(idempotency.StateDone)
+}
+
+// previousOf tells how the last attempt of a FAILED or EXHAUSTED record ended.
+func previousOf(h []histEntry) idempotency.Previous {
+	n := len(h)
+	if n == 0 {
+		return idempotency.Previous{}
+	}
+	switch last := h[n-1]; last.Result {
+	case idempotency.ResultCanceled:
+		return idempotency.Previous{Result: idempotency.PreviousCanceled}
+	case idempotency.ResultUnknown:
+		return idempotency.Previous{Result: idempotency.PreviousUnknown}
+	default:
+		return idempotency.Previous{Result: idempotency.PreviousFailed, Error: last.Error}
+	}
 }
 
 func exhausted(r row) idempotency.ClaimResult {
@@ -657,6 +699,8 @@ func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Rec
 		LeaseUntil:  fromMs(r.leaseUntil),
 		History:     toAttempts(r.history),
 		ExpiresAt:   fromMs(r.expiresAt),
+		ReopenedBy:  r.reopenedBy,
+		BudgetBase:  r.budgetBase,
 	}
 	if rec.State == idempotency.StateDone {
 		if rec.Outcome, err = decodeOutcome(r.outcome); err != nil {

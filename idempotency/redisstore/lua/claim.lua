@@ -1,5 +1,6 @@
 -- Claim: KEYS[1] = record key.
--- ARGV: fingerprint, lease_ms, max_attempts, token, retention_ms, max_history, trace_id, span_id
+-- ARGV: fingerprint, lease_ms, max_attempts, token, retention_ms, max_history, trace_id, span_id,
+--       reopen (replay ID or '')
 -- Returns one of:
 --   {'conflict', stored_fingerprint}
 --   {'completed', outcome_json}
@@ -15,11 +16,16 @@ local retention = tonumber(ARGV[5])
 local max_history = tonumber(ARGV[6])
 local trace_id = ARGV[7]
 local span_id = ARGV[8]
+local reopen = ARGV[9] or ''
 local now = now_ms()
 
-local r = redis.call('HMGET', key, 'state', 'fp', 'attempts', 'canceled', 'until_ms', 'outcome', 'history', 'token')
+local r = redis.call('HMGET', key, 'state', 'fp', 'attempts', 'canceled', 'until_ms', 'outcome', 'history', 'token',
+  'reopened_by', 'base')
 local state = r[1]
 local attempts, canceled = 0, 0
+-- A replay run (reopen) gives a FAILED or EXHAUSTED record a fresh budget
+-- once: base is attempts - canceled at that moment.
+local reopened_by, base = reopen, 0
 local history = {}
 local prev, prev_err = '', ''
 
@@ -33,7 +39,10 @@ if state then
   end
   attempts = tonumber(r[3]) or 0
   canceled = tonumber(r[4]) or 0
-  if state == 'exhausted' then
+  reopened_by = r[9] or ''
+  base = tonumber(r[10]) or 0
+  local reopens = reopen ~= '' and reopen ~= reopened_by
+  if state == 'exhausted' and not reopens then
     return {'exhausted', attempts, r[7] or '[]'}
   end
   history = decode_history(r[7])
@@ -64,16 +73,18 @@ if state then
     end
     state = 'failed'
     prev = 'unknown'
-  elseif state == 'failed' then
-    if n > 0 then
-      if history[n].result == 'canceled' then
-        prev = 'canceled'
-      else
-        prev, prev_err = 'failed', history[n].error or ''
-      end
+  elseif n > 0 then
+    -- failed, or exhausted and reopened
+    if history[n].result == 'canceled' or history[n].result == 'unknown' then
+      prev = history[n].result
+    else
+      prev, prev_err = 'failed', history[n].error or ''
     end
   end
-  if attempts - canceled >= max_attempts then
+  if reopens then
+    reopened_by, base = reopen, attempts - canceled
+  end
+  if attempts - canceled - base >= max_attempts then
     local h = encode_history(history)
     redis.call('HSET', key, 'state', 'exhausted', 'history', h)
     redis.call('HDEL', key, 'until_ms')
@@ -94,7 +105,8 @@ end
 redis.call('HSET', key,
   'state', 'in_progress', 'fp', fp, 'token', token,
   'attempts', int(attempts), 'canceled', int(canceled),
-  'until_ms', int(until_ms), 'history', encode_history(history))
+  'until_ms', int(until_ms), 'history', encode_history(history),
+  'reopened_by', reopened_by, 'base', int(base))
 -- Never forgotten while leased; an owner that dies leaves a failure of
 -- unknown outcome, forgotten a retention after its lease expires.
 redis.call('PEXPIRE', key, int(lease + retention))

@@ -1,7 +1,9 @@
 -- surely idempotency records and transactional inbox, MySQL and MariaDB.
 -- This is exactly what (*sqlstore.Store).Migrate runs (with the table name
 -- of WithTable in place of surely_inbox). Times are Unix milliseconds of the
--- database clock; 0 means none.
+-- database clock; 0 means none. Migrate runs each ALTER TABLE ... ADD
+-- COLUMN only when the table lacks that column (a table made by an earlier
+-- version gets it, with its default, and keeps its rows).
 --
 -- Every text column is binary (VARBINARY, LONGBLOB): keys compare byte for
 -- byte (case, accents and trailing spaces count, as in every other store,
@@ -25,3 +27,8 @@ CREATE TABLE IF NOT EXISTS `surely_inbox` (
     PRIMARY KEY (namespace, op_key),
     KEY `surely_inbox_expires_idx` (expires_at_ms)
 ) ENGINE=InnoDB;
+
+-- Replay reopen (idempotency.ClaimRequest.Reopen): the replay run that last
+-- gave the record a fresh budget, and attempts - canceled at that moment.
+ALTER TABLE `surely_inbox` ADD COLUMN reopened_by VARBINARY(512) NOT NULL DEFAULT '';
+ALTER TABLE `surely_inbox` ADD COLUMN budget_base INT NOT NULL DEFAULT 0;

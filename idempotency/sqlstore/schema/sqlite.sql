@@ -1,7 +1,9 @@
 -- surely idempotency records and transactional inbox, SQLite.
 -- This is exactly what (*sqlstore.Store).Migrate runs (with the table name
 -- of WithTable in place of surely_inbox). Times are Unix milliseconds of the
--- database clock; 0 means none.
+-- database clock; 0 means none. Migrate runs each ALTER TABLE ... ADD
+-- COLUMN only when the table lacks that column (a table made by an earlier
+-- version gets it, with its default, and keeps its rows).
 CREATE TABLE IF NOT EXISTS "surely_inbox" (
     namespace      TEXT    NOT NULL,
     op_key         TEXT    NOT NULL,
@@ -19,3 +21,8 @@ CREATE TABLE IF NOT EXISTS "surely_inbox" (
 );
 
 CREATE INDEX IF NOT EXISTS "surely_inbox_expires_idx" ON "surely_inbox" (expires_at_ms);
+
+-- Replay reopen (idempotency.ClaimRequest.Reopen): the replay run that last
+-- gave the record a fresh budget, and attempts - canceled at that moment.
+ALTER TABLE "surely_inbox" ADD COLUMN reopened_by TEXT NOT NULL DEFAULT '';
+ALTER TABLE "surely_inbox" ADD COLUMN budget_base INTEGER NOT NULL DEFAULT 0;

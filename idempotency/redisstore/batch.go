@@ -1,0 +1,209 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surely-dev/surely/idempotency"
+)
+
+// MaxBatch is the largest batch WithBatching accepts.
+const MaxBatch = 4096
+
+// WithBatching makes concurrent Claim and Complete calls share round trips
+// (group commit): a call made while no round trip of the store's is in
+// flight is sent at once, alone, exactly as without batching; calls made
+// while one is in flight wait for it to return and are then sent together
+// as one pipeline of at most maxBatch commands (the rest wait for the next
+// one). There is no timer: an idle store adds no latency, and the window
+// in which calls are gathered is the round trip already in flight.
+//
+// Each call is still its own EVALSHA of the same script with the same
+// arguments, so the store's behaviour does not change, only how many
+// commands share a round trip; each caller gets its own result or error.
+// A caller whose context ends while its call waits in the queue returns
+// the context's error at once and its call is never sent; one whose context
+// ends while its call is in flight also returns at once, without knowing
+// whether the script ran (as when a connection breaks). The round trip
+// itself is bounded by the client's read and write timeouts, not by any
+// caller's context, since it carries the calls of several callers.
+//
+// Release, Extend, Get and a Complete under WithWaitReplicas are always
+// sent on their own. Batching suits many concurrent handlers on one store
+// (a router with many messages in flight); with one handler at a time it
+// changes nothing. maxBatch must be between 2 and MaxBatch; 64 is a good
+// start. Pipelines go through the client's Pipelined: on a Redis Cluster
+// (or Ring) client go-redis splits each pipeline by node, following the
+// keys' slots, and sends the parts to the nodes concurrently.
+func WithBatching(maxBatch int) Option {
+	return func(s *Store) error {
+		if maxBatch < 2 || maxBatch > MaxBatch {
+			return fmt.Errorf("%w: redisstore: batch size must be between 2 and %d, got %d",
+				idempotency.ErrInvalidOption, MaxBatch, maxBatch)
+		}
+		s.batchMax = maxBatch
+		return nil
+	}
+}
+
+// scriptCall is one script call: the script, its one key and its
+// arguments. Claim and Complete build it once and either send it alone or
+// hand it to the batcher.
+type scriptCall struct {
+	sc   *script
+	key  string
+	args []any
+}
+
+// send runs c, batched when the store batches.
+func (s *Store) send(ctx context.Context, c scriptCall) (any, error) {
+	if s.batch != nil {
+		return s.batch.do(ctx, c)
+	}
+	return s.evalSha(ctx, s.client, c.sc, c.key, c.args...)
+}
+
+// batcher gathers the calls made while a round trip is in flight and sends
+// them together as the next one. A flushing goroutine runs only while calls
+// are queued or in flight, and ends when the queue is empty.
+type batcher struct {
+	s   *Store
+	max int
+
+	mu       sync.Mutex
+	queue    []*pending
+	flushing bool // a flushing goroutine is running
+}
+
+// pending is one queued call and, once done is closed, its reply.
+type pending struct {
+	ctx  context.Context
+	call scriptCall
+	done chan struct{}
+	v    any
+	err  error
+
+	// sent and canceled are guarded by batcher.mu: a call is either taken
+	// into a round trip or dropped by its canceled caller, never both.
+	sent, canceled bool
+}
+
+func (b *batcher) do(ctx context.Context, c scriptCall) (any, error) {
+	p := &pending{ctx: ctx, call: c, done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, p)
+	start := !b.flushing
+	b.flushing = true
+	b.mu.Unlock()
+	if start {
+		go b.flush()
+	}
+	select {
+	case <-p.done:
+		return p.v, p.err
+	case <-ctx.Done():
+		b.mu.Lock()
+		if !p.sent {
+			p.canceled = true // the flusher drops it
+		}
+		b.mu.Unlock()
+		select {
+		case <-p.done: // it finished meanwhile: the caller gets its reply
+			return p.v, p.err
+		default:
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// flush sends the queue, at most max calls per round trip, until it is
+// empty.
+func (b *batcher) flush() {
+	for {
+		batch := b.take()
+		if len(batch) == 0 {
+			return
+		}
+		b.roundTrip(batch)
+		for _, p := range batch {
+			close(p.done)
+		}
+	}
+}
+
+// take removes up to max live calls from the queue and marks them sent; on
+// an empty queue it ends the flushing goroutine's turn.
+func (b *batcher) take() []*pending {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var batch []*pending
+	i := 0
+	for ; i < len(b.queue) && len(batch) < b.max; i++ {
+		p := b.queue[i]
+		if p.canceled {
+			continue
+		}
+		p.sent = true
+		batch = append(batch, p)
+	}
+	n := copy(b.queue, b.queue[i:])
+	clear(b.queue[n:])
+	b.queue = b.queue[:n]
+	if len(batch) == 0 {
+		b.flushing = false
+	}
+	return batch
+}
+
+// roundTrip sends batch: a single call as a plain EVALSHA, more as one
+// pipeline. The context keeps the first caller's values (for client hooks)
+// but none of the callers' cancellation.
+func (b *batcher) roundTrip(batch []*pending) {
+	ctx := context.WithoutCancel(batch[0].ctx)
+	if len(batch) == 1 {
+		p := batch[0]
+		p.v, p.err = b.s.evalSha(ctx, b.s.client, p.call.sc, p.call.key, p.call.args...)
+		return
+	}
+	noScript := b.pipeline(ctx, batch)
+	if len(noScript) == 0 {
+		return
+	}
+	// The server lost its script cache: reload once and re-send those calls.
+	b.s.logger.LogAttrs(ctx, slog.LevelWarn, "redisstore: the server's script cache is empty (restart, failover or SCRIPT FLUSH); reloading the scripts")
+	if err := loadScripts(ctx, b.s.client); err != nil {
+		for _, p := range noScript {
+			p.v, p.err = nil, fmt.Errorf("redisstore: reload after NOSCRIPT: %w", err)
+		}
+		return
+	}
+	for _, p := range b.pipeline(ctx, noScript) {
+		p.v, p.err = nil, fmt.Errorf("redisstore: NOSCRIPT after reload: %w", p.err)
+	}
+}
+
+// pipeline sends batch as one pipeline, stores each call's reply and
+// returns the calls the server answered with NOSCRIPT.
+func (b *batcher) pipeline(ctx context.Context, batch []*pending) []*pending {
+	cmds := make([]*redis.Cmd, len(batch))
+	// The error of Pipelined is the first command's error; each command
+	// keeps its own, read below.
+	_, _ = b.s.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, p := range batch {
+			cmds[i] = pipe.EvalSha(ctx, p.call.sc.sha, []string{p.call.key}, p.call.args...)
+		}
+		return nil
+	})
+	var noScript []*pending
+	for i, p := range batch {
+		p.v, p.err = cmds[i].Result()
+		if p.err != nil && redis.HasErrorPrefix(p.err, "NOSCRIPT") {
+			noScript = append(noScript, p)
+		}
+	}
+	return noScript
+}
