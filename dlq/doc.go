@@ -30,4 +30,22 @@
 // message to a second consumer) finds its record EXHAUSTED and is published
 // again. Every copy has the same UUID (DeadLetterUUID of the source), so a
 // dead-letter consumer or archive dedups by UUID.
+//
+// # Archive
+//
+// An Archive keeps dead letters where an operator can list, query, replay
+// and purge them (the surely CLI works on one). It is a Watermill
+// publisher: pass it to handler.WithDeadLetter and dead letters land in it
+// directly, or run Ingest to move a broker's dead-letter topic into it
+// (acking each message only after the archive stored it). Three
+// implementations run the conformance suite dlq/archivetest:
+// dlq/redisarchive (Redis, Sentinel, Cluster), dlq/sqlarchive (PostgreSQL,
+// MySQL/MariaDB, SQLite) and dlq/memarchive (tests and examples only).
+// Filter.Match is the reference of what a Filter selects. Nothing is
+// evicted unless a retention is configured explicitly (WithRetention of
+// each implementation, applied by its Prune, which logs what it deleted).
+//
+// RegisterArchiveMetrics exports the backlog as two OTel gauges per
+// original topic and reason, MetricArchived and MetricOldestAge, read from
+// Stats at most once per interval; its doc has Prometheus alert rules.
 package dlq

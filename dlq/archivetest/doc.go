@@ -1,0 +1,23 @@
+// Package archivetest is the conformance suite of dlq.Archive: every
+// implementation runs it against its real backend.
+//
+//	func TestConformance(t *testing.T) {
+//		archivetest.Run(t, func(t *testing.T) dlq.Archive {
+//			a, err := memarchive.New()
+//			require.NoError(t, err)
+//			return a
+//		})
+//	}
+//
+// newArchive is called once per subtest and must return an empty archive
+// of its own (its own key prefix or table names), cleaned up when t ends.
+// The subtests run in parallel.
+//
+// The suite checks that Publish stores payload and metadata byte for byte
+// (non-UTF-8 bytes included), reads the envelope fields, is idempotent by
+// UUID (a second copy counts in Copies and keeps Seq) also under concurrent
+// publishers, and archives a message that is not an envelope; that List
+// selects exactly what dlq.Filter.Match selects for every Filter field and
+// pages by Seq; that Stats counts the same selection; and Delete,
+// MarkReplayed, SaveReplay and LoadReplay with their not-found errors.
+package archivetest

@@ -1,0 +1,63 @@
+package dlq_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/surely-dev/surely/dlq"
+)
+
+func TestRootErrorType(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"":                    "",
+		"*errors.errorString": "*errors.errorString",
+		"*dlq.FinalError > *fmt.wrapError > *net.OpError":       "*net.OpError",
+		"*fmt.wrapError > *errors.joinError[*a.B > *a.C, *d.E]": "*errors.joinError[*a.B > *a.C, *d.E]",
+	} {
+		require.Equal(t, want, dlq.RootErrorType(in), in)
+	}
+	chain := dlq.ErrorTypes(fmt.Errorf("x: %w", errors.Join(errors.New("a"), errors.New("b"))))
+	require.Equal(t, "*errors.joinError[*errors.errorString, *errors.errorString]", dlq.RootErrorType(chain))
+}
+
+func TestEntryFromMessage(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	archived := at.Add(time.Hour)
+	src := message.NewMessage("src", []byte{0xff})
+	env := dlq.Envelope(src, dlq.Failure{Reason: dlq.ReasonExhausted, Err: errors.New("boom"), Attempts: 4,
+		Topic: "orders", Handler: "ship", Namespace: "ns", OperationKey: "k", At: at}, nil, "", "g")
+	e := dlq.EntryFromMessage(env, archived)
+	require.Equal(t, env.UUID, e.ID)
+	require.Equal(t, dlq.ReasonExhausted, e.Reason)
+	require.Equal(t, 4, e.Attempts)
+	require.True(t, at.Equal(e.DeadLetteredAt))
+	require.True(t, archived.Equal(e.ArchivedAt))
+	env.Payload[0] = 0 // the entry holds a copy
+	require.Equal(t, byte(0xff), e.Message.Payload[0])
+
+	bad := message.NewMessage("bad", nil)
+	bad.Metadata.Set(dlq.KeyAttempts, "many")
+	bad.Metadata.Set(dlq.KeyDeadLetteredAt, "yesterday")
+	e = dlq.EntryFromMessage(bad, archived)
+	require.Zero(t, e.Attempts, "an unparsable key leaves its field zero")
+	require.True(t, archived.Equal(e.DeadLetteredAt), "an unparsable time falls back to ArchivedAt")
+}
+
+func TestStatsAddOnZeroValue(t *testing.T) {
+	t.Parallel()
+	var s dlq.Stats
+	s.Add(dlq.Entry{Reason: dlq.ReasonPanic, DeadLetteredAt: time.Unix(10, 0)})
+	s.Add(dlq.Entry{Reason: dlq.ReasonPanic, DeadLetteredAt: time.Unix(5, 0)})
+	require.Equal(t, 2, s.Total)
+	require.Equal(t, 2, s.ByReason["panic"])
+	require.Equal(t, 2, s.ByTopic[""])
+	require.Equal(t, time.Unix(5, 0), s.Oldest)
+	require.Equal(t, time.Unix(10, 0), s.Newest)
+}

@@ -1,0 +1,289 @@
+package dlq
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sort"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Names of the archive gauges (RegisterArchiveMetrics). A Prometheus
+// exporter exposes them as surely_dlq_archived and
+// surely_dlq_oldest_age_seconds, with labels topic and reason.
+const (
+	// MetricArchived is the number of archived dead letters, per original
+	// topic and reason.
+	MetricArchived = "surely.dlq.archived"
+	// MetricOldestAge is the age in seconds of the oldest archived dead
+	// letter (by dead-lettering time), per original topic and reason.
+	MetricOldestAge = "surely.dlq.oldest_age"
+)
+
+// Attributes of the archive gauges: the original topic and the reason
+// (the same keys as the middleware's metrics).
+const (
+	AttrTopic  = attribute.Key("topic")
+	AttrReason = attribute.Key("reason")
+)
+
+// DefaultMetricsInterval is the least time between two archive queries of
+// the gauges, unless WithMetricsInterval is given.
+const DefaultMetricsInterval = 30 * time.Second
+
+// DefaultMetricsMaxSeries bounds the (topic, reason) pairs reported.
+const DefaultMetricsMaxSeries = 500
+
+// MetricsOption configures RegisterArchiveMetrics.
+type MetricsOption func(*archiveGauges) error
+
+// WithMetricsInterval sets the least time between two archive queries
+// (default DefaultMetricsInterval): collections within it report the
+// cached values, so frequent scrapes do not load the archive.
+func WithMetricsInterval(d time.Duration) MetricsOption {
+	return func(g *archiveGauges) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: metrics interval must be positive, got %v", ErrInvalidOption, d)
+		}
+		g.interval = d
+		return nil
+	}
+}
+
+// WithMetricsTimeout bounds one refresh of the gauges (default 10s).
+func WithMetricsTimeout(d time.Duration) MetricsOption {
+	return func(g *archiveGauges) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: metrics timeout must be positive, got %v", ErrInvalidOption, d)
+		}
+		g.timeout = d
+		return nil
+	}
+}
+
+// WithMetricsMaxSeries bounds the (topic, reason) pairs reported (default
+// DefaultMetricsMaxSeries); the pairs with the most dead letters are kept
+// and a warning is logged.
+func WithMetricsMaxSeries(n int) MetricsOption {
+	return func(g *archiveGauges) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: metrics max series must be positive, got %d", ErrInvalidOption, n)
+		}
+		g.maxSeries = n
+		return nil
+	}
+}
+
+// WithMetricsLogger sets the logger of refresh errors (default: discard).
+func WithMetricsLogger(l *slog.Logger) MetricsOption {
+	return func(g *archiveGauges) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
+		}
+		g.log = l
+		return nil
+	}
+}
+
+// WithMetricsClock replaces the clock of the cache and of the ages (tests).
+func WithMetricsClock(now func() time.Time) MetricsOption {
+	return func(g *archiveGauges) error {
+		if now == nil {
+			return fmt.Errorf("%w: nil clock", ErrInvalidOption)
+		}
+		g.now = now
+		return nil
+	}
+}
+
+type archiveGauges struct {
+	a         Archive
+	interval  time.Duration
+	timeout   time.Duration
+	maxSeries int
+	log       *slog.Logger
+	now       func() time.Time
+
+	mu      sync.Mutex
+	fetched time.Time // zero: never
+	series  []gaugeSeries
+	ok      bool // the last refresh succeeded
+}
+
+type gaugeSeries struct {
+	attrs  metric.MeasurementOption
+	count  int64
+	oldest time.Time
+}
+
+// RegisterArchiveMetrics registers two observable gauges on meter, read
+// from a's Stats: MetricArchived (dead letters per original topic and
+// reason) and MetricOldestAge (seconds since the oldest of them was
+// dead-lettered). Each refresh costs 1 + T + P Stats queries (T topics, P
+// topic-reason pairs) and happens at most once per interval; collections
+// in between report the cached values. When a refresh fails, the error is
+// logged and no value is reported until one succeeds, so an alert on the
+// series' absence catches an archive that cannot be read. Unregister the
+// returned registration when done.
+//
+// Dead letters without an original topic or reason (messages that were
+// not envelopes, see Ingest) are reported with an empty label. A Filter
+// cannot select an empty field, so their age is that of the oldest entry
+// of the wider selection: an upper bound.
+//
+// An alert that fires when dead letters wait unattended:
+//
+//	groups:
+//	  - name: surely-dead-letters
+//	    rules:
+//	      - alert: SurelyDeadLettersWaiting
+//	        expr: max by (topic, reason) (surely_dlq_oldest_age_seconds) > 3600
+//	        for: 10m
+//	        labels: {severity: page}
+//	        annotations:
+//	          summary: "{{ $labels.topic }}: dead letters ({{ $labels.reason }}) older than 1h"
+//	          description: "Inspect with: surely dlq ls --topic {{ $labels.topic }}; replay or purge."
+//	      - alert: SurelyDeadLettersPilingUp
+//	        expr: sum by (topic) (surely_dlq_archived) > 100
+//	        for: 15m
+//	        labels: {severity: ticket}
+//	        annotations:
+//	          summary: "{{ $labels.topic }}: {{ $value }} dead letters archived"
+//	      - alert: SurelyDeadLetterArchiveUnreadable
+//	        expr: absent(surely_dlq_archived) and absent(surely_dlq_oldest_age_seconds)
+//	        for: 15m
+//	        labels: {severity: ticket}
+//	        annotations:
+//	          summary: "no dead-letter archive metrics (archive unreadable, or empty since start)"
+//
+// An empty archive reports no series either; the third rule therefore
+// also fires for an archive that has stayed empty, which is why it is
+// a ticket rather than a page.
+func RegisterArchiveMetrics(meter metric.Meter, a Archive, opts ...MetricsOption) (metric.Registration, error) {
+	if meter == nil || a == nil {
+		return nil, fmt.Errorf("%w: archive metrics need a meter and an archive", ErrInvalidOption)
+	}
+	g := &archiveGauges{
+		a: a, interval: DefaultMetricsInterval, timeout: 10 * time.Second,
+		maxSeries: DefaultMetricsMaxSeries, log: slog.New(slog.DiscardHandler), now: time.Now,
+	}
+	for _, o := range opts {
+		if err := o(g); err != nil {
+			return nil, err
+		}
+	}
+	count, err := meter.Int64ObservableGauge(MetricArchived, metric.WithUnit("{message}"),
+		metric.WithDescription("Dead letters in the archive, per original topic and reason."))
+	if err != nil {
+		return nil, fmt.Errorf("dlq: %s: %w", MetricArchived, err)
+	}
+	age, err := meter.Float64ObservableGauge(MetricOldestAge, metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest dead letter in the archive, per original topic and reason."))
+	if err != nil {
+		return nil, fmt.Errorf("dlq: %s: %w", MetricOldestAge, err)
+	}
+	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		series, ok := g.snapshot(ctx)
+		if !ok {
+			return nil
+		}
+		now := g.now()
+		for _, s := range series {
+			o.ObserveInt64(count, s.count, s.attrs)
+			o.ObserveFloat64(age, max(now.Sub(s.oldest).Seconds(), 0), s.attrs)
+		}
+		return nil
+	}, count, age)
+}
+
+// snapshot returns the cached series, refreshing them when the interval
+// has passed since the last attempt (failed or not).
+func (g *archiveGauges) snapshot(ctx context.Context) ([]gaugeSeries, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	if !g.fetched.IsZero() && now.Sub(g.fetched) < g.interval {
+		return g.series, g.ok
+	}
+	g.fetched = now
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	series, err := g.query(ctx)
+	if err != nil {
+		g.log.WarnContext(ctx, "dead-letter archive metrics: stats failed", "error", err)
+		g.series, g.ok = nil, false
+		return nil, false
+	}
+	g.series, g.ok = series, true
+	return series, true
+}
+
+// query reads the count and oldest time of every (topic, reason) pair.
+func (g *archiveGauges) query(ctx context.Context) ([]gaugeSeries, error) {
+	all, err := g.a.Stats(ctx, Filter{})
+	if err != nil {
+		return nil, err
+	}
+	type pair struct {
+		topic, reason string
+		count         int
+	}
+	var pairs []pair
+	// A Filter cannot select an empty topic: the entries without one are
+	// what the topics leave of the total.
+	rest := maps.Clone(all.ByReason)
+	for topic := range all.ByTopic {
+		if topic == "" {
+			continue
+		}
+		st, err := g.a.Stats(ctx, Filter{Topic: topic})
+		if err != nil {
+			return nil, err
+		}
+		for reason, n := range st.ByReason {
+			pairs = append(pairs, pair{topic, reason, n})
+			rest[reason] -= n
+		}
+	}
+	for reason, n := range rest {
+		if n > 0 {
+			pairs = append(pairs, pair{"", reason, n})
+		}
+	}
+	sort.Slice(pairs, func(i, j int) bool {
+		if pairs[i].count != pairs[j].count {
+			return pairs[i].count > pairs[j].count
+		}
+		if pairs[i].topic != pairs[j].topic {
+			return pairs[i].topic < pairs[j].topic
+		}
+		return pairs[i].reason < pairs[j].reason
+	})
+	if len(pairs) > g.maxSeries {
+		g.log.WarnContext(ctx, "dead-letter archive metrics: too many topic/reason pairs, reporting the largest",
+			"pairs", len(pairs), "reported", g.maxSeries)
+		pairs = pairs[:g.maxSeries]
+	}
+	out := make([]gaugeSeries, 0, len(pairs))
+	for _, p := range pairs {
+		oldest := all.Oldest
+		if len(all.ByTopic) > 1 || len(all.ByReason) > 1 {
+			st, err := g.a.Stats(ctx, Filter{Topic: p.topic, Reason: Reason(p.reason)})
+			if err != nil {
+				return nil, err
+			}
+			oldest = st.Oldest
+		}
+		out = append(out, gaugeSeries{
+			attrs:  metric.WithAttributeSet(attribute.NewSet(AttrTopic.String(p.topic), AttrReason.String(p.reason))),
+			count:  int64(p.count),
+			oldest: oldest,
+		})
+	}
+	return out, nil
+}

@@ -1,0 +1,464 @@
+package redisarchive
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surely-dev/surely/dlq"
+)
+
+// DefaultPrefix is the key prefix unless WithPrefix is given.
+const DefaultPrefix = "surely:dlq"
+
+// scanBatch is how many index entries List and Stats read per round trip.
+const scanBatch = 256
+
+// Archive is a dlq.Archive on Redis. It is safe for concurrent use.
+type Archive struct {
+	rdb       redis.UniversalClient
+	tag       string // "{prefix}:"
+	now       func() time.Time
+	log       *slog.Logger
+	retention time.Duration
+}
+
+var _ dlq.Archive = (*Archive)(nil)
+
+// Option configures an Archive.
+type Option func(*Archive) error
+
+// WithPrefix sets the key prefix (default DefaultPrefix). It becomes the
+// Cluster hash tag of every key, so it must not contain braces.
+func WithPrefix(prefix string) Option {
+	return func(a *Archive) error {
+		if prefix == "" || strings.ContainsAny(prefix, "{}") {
+			return fmt.Errorf("%w: redis archive prefix %q must be non-empty and without braces", dlq.ErrInvalidOption, prefix)
+		}
+		a.tag = "{" + prefix + "}:"
+		return nil
+	}
+}
+
+// WithClock replaces the clock that stamps ArchivedAt and that Prune
+// measures age with.
+func WithClock(now func() time.Time) Option {
+	return func(a *Archive) error {
+		if now == nil {
+			return fmt.Errorf("%w: nil clock", dlq.ErrInvalidOption)
+		}
+		a.now = now
+		return nil
+	}
+}
+
+// WithLogger sets the logger Prune reports to (default: discard).
+func WithLogger(l *slog.Logger) Option {
+	return func(a *Archive) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", dlq.ErrInvalidOption)
+		}
+		a.log = l
+		return nil
+	}
+}
+
+// WithRetention makes Prune delete entries dead-lettered more than d ago.
+// Without it the archive keeps everything and Prune deletes nothing.
+func WithRetention(d time.Duration) Option {
+	return func(a *Archive) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: retention must be positive, got %v", dlq.ErrInvalidOption, d)
+		}
+		a.retention = d
+		return nil
+	}
+}
+
+// New returns an archive on rdb. It never closes rdb.
+func New(rdb redis.UniversalClient, opts ...Option) (*Archive, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: nil redis client", dlq.ErrInvalidOption)
+	}
+	a := &Archive{rdb: rdb, tag: "{" + DefaultPrefix + "}:", now: time.Now, log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		if err := o(a); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func (a *Archive) seqKey() string            { return a.tag + "seq" }
+func (a *Archive) idxKey() string            { return a.tag + "idx" }
+func (a *Archive) entryKey(id string) string { return a.tag + "e:" + id }
+func (a *Archive) runKey(id string) string   { return a.tag + "run:" + id }
+
+// publishScript stores one entry unless it exists; then it counts a copy.
+// KEYS: entry, seq counter, index. ARGV: id, archived-at, field/value pairs.
+var publishScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'copies', 1)
+  return 0
+end
+local seq = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], 'seq', seq, 'copies', 1, 'at', ARGV[2])
+local i = 3
+while i <= #ARGV do
+  local j = math.min(i + 199, #ARGV)
+  redis.call('HSET', KEYS[1], unpack(ARGV, i, j))
+  i = j + 1
+end
+redis.call('ZADD', KEYS[3], seq, ARGV[1])
+return seq
+`)
+
+// markScript appends a replay run ID to an entry once.
+// KEYS: entry. ARGV: run ID. Returns 0 when the entry does not exist.
+var markScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local rb = redis.call('HGET', KEYS[1], 'rb')
+if not rb then
+  redis.call('HSET', KEYS[1], 'rb', ARGV[1])
+  return 1
+end
+if string.find('\0' .. rb .. '\0', '\0' .. ARGV[1] .. '\0', 1, true) then return 1 end
+redis.call('HSET', KEYS[1], 'rb', rb .. '\0' .. ARGV[1])
+return 1
+`)
+
+// Publish stores each message as an entry; the topic is ignored. A message
+// whose UUID is already archived increments that entry's Copies. The calls
+// use each message's context. A message without a UUID fails the whole
+// call with dlq.ErrNoID before anything is stored.
+func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if m == nil || m.UUID == "" {
+			return fmt.Errorf("redisarchive: publish: %w", dlq.ErrNoID)
+		}
+	}
+	for _, m := range msgs {
+		now := a.now()
+		e := dlq.EntryFromMessage(m, now)
+		args := make([]any, 0, 20+2*len(m.Metadata))
+		args = append(args, m.UUID, strconv.FormatInt(now.UnixNano(), 10), "p", []byte(m.Payload),
+			"x:r", string(e.Reason), "x:t", e.OriginalTopic, "x:h", e.Handler, "x:k", e.OperationKey,
+			"x:e", e.Error, "x:y", dlq.RootErrorType(e.ErrorTypes),
+			"x:d", strconv.FormatInt(e.DeadLetteredAt.UnixNano(), 10), "x:p", m.Metadata.Get(dlq.KeyReplayID))
+		for k, v := range m.Metadata {
+			args = append(args, "m:"+k, v)
+		}
+		keys := []string{a.entryKey(m.UUID), a.seqKey(), a.idxKey()}
+		if err := publishScript.Run(m.Context(), a.rdb, keys, args...).Err(); err != nil {
+			return fmt.Errorf("redisarchive: publish %q: %w", m.UUID, err)
+		}
+	}
+	return nil
+}
+
+// Close does nothing; the caller's client stays open.
+func (a *Archive) Close() error { return nil }
+
+// Get returns one entry, or dlq.ErrEntryNotFound.
+func (a *Archive) Get(ctx context.Context, id string) (dlq.Entry, error) {
+	h, err := a.rdb.HGetAll(ctx, a.entryKey(id)).Result()
+	if err != nil {
+		return dlq.Entry{}, fmt.Errorf("redisarchive: get %q: %w", id, err)
+	}
+	if len(h) == 0 {
+		return dlq.Entry{}, fmt.Errorf("redisarchive: %q: %w", id, dlq.ErrEntryNotFound)
+	}
+	return decode(id, h)
+}
+
+// decode builds an entry from its hash.
+func decode(id string, h map[string]string) (dlq.Entry, error) {
+	msg := message.NewMessage(id, []byte(h["p"]))
+	for f, v := range h {
+		if k, ok := strings.CutPrefix(f, "m:"); ok {
+			msg.Metadata[k] = v
+		}
+	}
+	seq, err1 := strconv.ParseInt(h["seq"], 10, 64)
+	copies, err2 := strconv.Atoi(h["copies"])
+	at, err3 := strconv.ParseInt(h["at"], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return dlq.Entry{}, fmt.Errorf("redisarchive: entry %q is corrupt: %w", id, err)
+	}
+	e := dlq.EntryFromMessage(msg, time.Unix(0, at).UTC())
+	e.Message = msg
+	e.Seq, e.Copies = seq, copies
+	if rb, ok := h["rb"]; ok {
+		e.ReplayedBy = strings.Split(rb, "\x00")
+	}
+	return e, nil
+}
+
+// fetch reads the hashes of ids in one pipeline, skipping deleted ones.
+func (a *Archive) fetch(ctx context.Context, ids []string) ([]dlq.Entry, error) {
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	_, err := a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGetAll(ctx, a.entryKey(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redisarchive: read entries: %w", err)
+	}
+	out := make([]dlq.Entry, 0, len(ids))
+	for i, c := range cmds {
+		h := c.Val()
+		if len(h) == 0 {
+			continue // deleted since the index was read
+		}
+		e, err := decode(ids[i], h)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// summaryFields are the hash fields a scan reads: what Filter.Match and
+// Stats look at, without payload and metadata.
+var summaryFields = []string{"seq", "rb", "x:r", "x:t", "x:h", "x:k", "x:e", "x:y", "x:d", "x:p"}
+
+// summaries reads the summary fields of ids in one pipeline, skipping
+// deleted entries. The entries have no payload; their Message carries only
+// KeyReplayID, and ErrorTypes only the root type.
+func (a *Archive) summaries(ctx context.Context, ids []string) ([]dlq.Entry, error) {
+	cmds := make([]*redis.SliceCmd, len(ids))
+	_, err := a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HMGet(ctx, a.entryKey(id), summaryFields...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redisarchive: read entries: %w", err)
+	}
+	out := make([]dlq.Entry, 0, len(ids))
+	for i, c := range cmds {
+		v := c.Val()
+		str := func(j int) string { s, _ := v[j].(string); return s }
+		if len(v) != len(summaryFields) || v[0] == nil {
+			continue // deleted since the index was read
+		}
+		seq, err1 := strconv.ParseInt(str(0), 10, 64)
+		dl, err2 := strconv.ParseInt(str(8), 10, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("redisarchive: entry %q is corrupt: %w", ids[i], err)
+		}
+		msg := message.NewMessage(ids[i], nil)
+		if r := str(9); r != "" {
+			msg.Metadata[dlq.KeyReplayID] = r
+		}
+		e := dlq.Entry{
+			ID: ids[i], Seq: seq, Message: msg,
+			Reason: dlq.Reason(str(2)), OriginalTopic: str(3), Handler: str(4), OperationKey: str(5),
+			Error: str(6), ErrorTypes: str(7), DeadLetteredAt: time.Unix(0, dl).UTC(),
+		}
+		if v[1] != nil {
+			e.ReplayedBy = strings.Split(str(1), "\x00")
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// scan calls fn with the summary (see summaries) of every entry with
+// Seq > after that f selects, in Seq order, until fn returns false. It
+// reads the index in batches of want entries at first, doubling up to
+// scanBatch, so a small page of a broad filter reads little.
+func (a *Archive) scan(ctx context.Context, f dlq.Filter, after int64, want int, fn func(dlq.Entry) bool) error {
+	if len(f.IDs) > 0 {
+		entries, err := a.summaries(ctx, slices.Compact(slices.Sorted(slices.Values(f.IDs))))
+		if err != nil {
+			return err
+		}
+		slices.SortFunc(entries, func(x, y dlq.Entry) int { return cmpInt(x.Seq, y.Seq) })
+		for _, e := range entries {
+			if e.Seq > after && f.Match(e) && !fn(e) {
+				return nil
+			}
+		}
+		return nil
+	}
+	batch := min(max(want, 16), scanBatch)
+	for ; ; batch = min(2*batch, scanBatch) {
+		zs, err := a.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+			Key: a.idxKey(), Start: "(" + strconv.FormatInt(after, 10), Stop: "+inf",
+			ByScore: true, Count: int64(batch),
+		}).Result()
+		if err != nil {
+			return fmt.Errorf("redisarchive: read index: %w", err)
+		}
+		if len(zs) == 0 {
+			return nil
+		}
+		ids := make([]string, len(zs))
+		for i, z := range zs {
+			ids[i] = z.Member.(string)
+		}
+		after = int64(zs[len(zs)-1].Score)
+		entries, err := a.summaries(ctx, ids)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if f.Match(e) && !fn(e) {
+				return nil
+			}
+		}
+		if len(zs) < batch {
+			return nil
+		}
+	}
+}
+
+func cmpInt(x, y int64) int {
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
+	}
+	return 0
+}
+
+// List returns one page of the entries f selects, in Seq order. It scans
+// the Seq index from p.After (see the package doc for the cost).
+func (a *Archive) List(ctx context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Entry, error) {
+	limit := dlq.PageLimit(p)
+	var ids []string
+	err := a.scan(ctx, f, p.After, limit, func(e dlq.Entry) bool {
+		ids = append(ids, e.ID)
+		return len(ids) < limit
+	})
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	return a.fetch(ctx, ids)
+}
+
+// Stats summarises the entries f selects; it reads every entry.
+func (a *Archive) Stats(ctx context.Context, f dlq.Filter) (dlq.Stats, error) {
+	s := dlq.NewStats()
+	err := a.scan(ctx, f, 0, scanBatch, func(e dlq.Entry) bool { s.Add(e); return true })
+	return s, err
+}
+
+// Delete removes entries by ID and returns how many existed.
+func (a *Archive) Delete(ctx context.Context, ids ...string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	dels := make([]*redis.IntCmd, len(ids))
+	_, err := a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			dels[i] = p.Del(ctx, a.entryKey(id))
+			p.ZRem(ctx, a.idxKey(), id)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("redisarchive: delete: %w", err)
+	}
+	n := 0
+	for _, d := range dels {
+		n += int(d.Val())
+	}
+	return n, nil
+}
+
+// MarkReplayed records that replay run replayID republished entry id
+// (once per run), or returns dlq.ErrEntryNotFound. A run ID must be
+// non-empty and free of NUL bytes.
+func (a *Archive) MarkReplayed(ctx context.Context, id, replayID string) error {
+	if replayID == "" || strings.ContainsRune(replayID, 0) {
+		return fmt.Errorf("%w: replay run ID %q", dlq.ErrInvalidOption, replayID)
+	}
+	n, err := markScript.Run(ctx, a.rdb, []string{a.entryKey(id)}, replayID).Int()
+	if err != nil {
+		return fmt.Errorf("redisarchive: mark %q replayed: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("redisarchive: %q: %w", id, dlq.ErrEntryNotFound)
+	}
+	return nil
+}
+
+// SaveReplay stores (creates or updates) a replay run, as JSON.
+func (a *Archive) SaveReplay(ctx context.Context, run dlq.ReplayRun) error {
+	if run.ID == "" {
+		return fmt.Errorf("%w: replay run without ID", dlq.ErrInvalidOption)
+	}
+	b, err := json.Marshal(run)
+	if err != nil {
+		return fmt.Errorf("redisarchive: encode replay %q: %w", run.ID, err)
+	}
+	if err := a.rdb.Set(ctx, a.runKey(run.ID), b, 0).Err(); err != nil {
+		return fmt.Errorf("redisarchive: save replay %q: %w", run.ID, err)
+	}
+	return nil
+}
+
+// LoadReplay reads a replay run back, or returns dlq.ErrReplayNotFound.
+func (a *Archive) LoadReplay(ctx context.Context, id string) (dlq.ReplayRun, error) {
+	b, err := a.rdb.Get(ctx, a.runKey(id)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return dlq.ReplayRun{}, fmt.Errorf("redisarchive: replay %q: %w", id, dlq.ErrReplayNotFound)
+	}
+	if err != nil {
+		return dlq.ReplayRun{}, fmt.Errorf("redisarchive: load replay %q: %w", id, err)
+	}
+	var run dlq.ReplayRun
+	if err := json.Unmarshal(b, &run); err != nil {
+		return dlq.ReplayRun{}, fmt.Errorf("redisarchive: replay %q is corrupt: %w", id, err)
+	}
+	return run, nil
+}
+
+// Prune deletes the entries dead-lettered longer ago than the retention
+// (WithRetention), logs how many, and returns the count. Without a
+// retention it deletes nothing. It scans the whole index.
+func (a *Archive) Prune(ctx context.Context) (int, error) {
+	if a.retention == 0 {
+		return 0, nil
+	}
+	cutoff := a.now().Add(-a.retention)
+	var old []string
+	err := a.scan(ctx, dlq.Filter{DeadLetteredBefore: cutoff}, 0, scanBatch, func(e dlq.Entry) bool {
+		old = append(old, e.ID)
+		return true
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for chunk := range slices.Chunk(old, 500) {
+		d, err := a.Delete(ctx, chunk...)
+		n += d
+		if err != nil {
+			return n, err
+		}
+	}
+	if n > 0 {
+		a.log.InfoContext(ctx, "dead-letter archive pruned", "deleted", n, "retention", a.retention.String(), "cutoff", cutoff)
+	} else {
+		a.log.DebugContext(ctx, "dead-letter archive pruned", "deleted", 0, "retention", a.retention.String(), "cutoff", cutoff)
+	}
+	return n, nil
+}

@@ -1,0 +1,146 @@
+package redisarchive_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archivetest"
+	"github.com/surely-dev/surely/dlq/redisarchive"
+	"github.com/surely-dev/surely/internal/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// setup returns a client on the shared server and a fresh prefix whose
+// keys are deleted when the test ends.
+func setup(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	rdb := testenv.Redis(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "surely-test:dlq:" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		iter := rdb.Scan(ctx, 0, "{"+prefix+"}:*", 1000).Iterator()
+		for iter.Next(ctx) {
+			_ = rdb.Del(ctx, iter.Val()).Err()
+		}
+	})
+	return rdb, prefix
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	archivetest.Run(t, func(t *testing.T) dlq.Archive {
+		rdb, prefix := setup(t)
+		a, err := redisarchive.New(rdb, redisarchive.WithPrefix(prefix))
+		require.NoError(t, err)
+		return a
+	})
+}
+
+func TestKeysShareOneHashTagAndHaveNoTTL(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := setup(t)
+	a, err := redisarchive.New(rdb, redisarchive.WithPrefix(prefix))
+	require.NoError(t, err)
+	m := message.NewMessage("id-1", []byte("p"))
+	require.NoError(t, a.Publish("dead", m))
+	require.NoError(t, a.MarkReplayed(t.Context(), "id-1", "run-1"))
+	require.NoError(t, a.SaveReplay(t.Context(), dlq.ReplayRun{ID: "run-1"}))
+
+	keys, err := rdb.Keys(t.Context(), "{"+prefix+"}:*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 4, "seq, idx, entry, run: %v", keys)
+	for _, k := range keys {
+		require.True(t, strings.HasPrefix(k, "{"+prefix+"}:"), "%s has the archive's hash tag", k)
+		ttl, err := rdb.PTTL(t.Context(), k).Result()
+		require.NoError(t, err)
+		require.Equal(t, time.Duration(-1), ttl, "%s must not expire", k)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer func() { _ = rdb.Close() }()
+	for name, opt := range map[string]redisarchive.Option{
+		"empty prefix":   redisarchive.WithPrefix(""),
+		"brace prefix":   redisarchive.WithPrefix("a{b}"),
+		"zero retention": redisarchive.WithRetention(0),
+		"nil clock":      redisarchive.WithClock(nil),
+		"nil logger":     redisarchive.WithLogger(nil),
+	} {
+		_, err := redisarchive.New(rdb, opt)
+		require.ErrorIs(t, err, dlq.ErrInvalidOption, name)
+	}
+	_, err := redisarchive.New(nil)
+	require.ErrorIs(t, err, dlq.ErrInvalidOption)
+}
+
+func TestMarkReplayedRefusesNUL(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := setup(t)
+	a, err := redisarchive.New(rdb, redisarchive.WithPrefix(prefix))
+	require.NoError(t, err)
+	require.NoError(t, a.Publish("dead", message.NewMessage("id-1", nil)))
+	require.ErrorIs(t, a.MarkReplayed(t.Context(), "id-1", "a\x00b"), dlq.ErrInvalidOption)
+	require.ErrorIs(t, a.MarkReplayed(t.Context(), "id-1", ""), dlq.ErrInvalidOption)
+}
+
+func TestServerDownIsAnError(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer func() { _ = rdb.Close() }()
+	a, err := redisarchive.New(rdb)
+	require.NoError(t, err)
+	require.Error(t, a.Publish("dead", message.NewMessage("id-1", nil)), "an unreachable archive fails the publish: the source is nacked")
+}
+
+func TestPrune(t *testing.T) {
+	t.Parallel()
+	archivetest.RunPrune(t, func(t *testing.T, retention time.Duration, log *slog.Logger) archivetest.PruneArchive {
+		rdb, prefix := setup(t)
+		opts := []redisarchive.Option{redisarchive.WithPrefix(prefix), redisarchive.WithLogger(log)}
+		if retention > 0 {
+			opts = append(opts, redisarchive.WithRetention(retention))
+		}
+		a, err := redisarchive.New(rdb, opts...)
+		require.NoError(t, err)
+		return a
+	})
+}
+
+func BenchmarkArchive(b *testing.B) {
+	archivetest.Bench(b, 10000, func(b *testing.B) dlq.Archive {
+		rdb, prefix := setup(b)
+		a, err := redisarchive.New(rdb, redisarchive.WithPrefix(prefix))
+		require.NoError(b, err)
+		return a
+	})
+}
+
+func TestCorruptEntryIsAClearError(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := setup(t)
+	a, err := redisarchive.New(rdb, redisarchive.WithPrefix(prefix))
+	require.NoError(t, err)
+	require.NoError(t, a.Publish("dead", message.NewMessage("id-1", []byte("p"))))
+	require.NoError(t, rdb.HSet(t.Context(), "{"+prefix+"}:e:id-1", "seq", "not a number").Err())
+	_, err = a.Get(t.Context(), "id-1")
+	require.ErrorContains(t, err, `entry "id-1" is corrupt`)
+	_, err = a.Stats(t.Context(), dlq.Filter{})
+	require.ErrorContains(t, err, "corrupt")
+}

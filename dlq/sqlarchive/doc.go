@@ -1,0 +1,50 @@
+// Package sqlarchive is a dlq.Archive on PostgreSQL, MySQL/MariaDB or
+// SQLite, through database/sql.
+//
+//	db, err := sql.Open("pgx", "postgres://...") // yours: the archive never closes it
+//	archive, err := sqlarchive.New(db, sqlarchive.Postgres)
+//	err = archive.Migrate(ctx) // creates the tables unless they exist
+//	h, err := handler.New(fn, handler.WithStore(store, "billing"),
+//		handler.WithDeadLetter(archive, "dead")) // the topic is ignored
+//
+// It imports no driver: open the *sql.DB with the driver of your choice
+// (tested with github.com/jackc/pgx/v5/stdlib, github.com/go-sql-driver/mysql
+// and modernc.org/sqlite) and name its Dialect. It runs the conformance
+// suite dlq/archivetest against each of the three.
+//
+// # Tables
+//
+// WithPrefix (default "surely_dlq") names three tables:
+//
+//	<prefix>_entries   one row per entry: seq (auto-increment, the entry's
+//	                   Seq), id (unique), payload and metadata (binary,
+//	                   byte for byte), copies, archived_at, and the
+//	                   envelope fields that filters and stats read: reason,
+//	                   original_topic, handler, op_key, error, error_type
+//	                   (root of the type chain), dead_lettered_at (Unix ns),
+//	                   replay_id
+//	<prefix>_replayed  (entry_id, replay_id) marks of MarkReplayed, in order
+//	<prefix>_runs      replay runs, JSON
+//
+// Every Filter field is a WHERE condition: List is one query plus one for
+// the page's replay marks, Stats one GROUP BY query. Indexes cover the
+// dead-lettering time and (original_topic, seq); other filters scan.
+// ErrorContains is a literal substring (no LIKE wildcards). The filter
+// columns hold the envelope values made valid UTF-8 without NUL bytes (what
+// every dialect's text columns accept); the metadata column keeps them
+// exactly, and entries are always read from it.
+//
+// # Ordering
+//
+// Publish stores a batch in one transaction and is idempotent by ID (ON
+// CONFLICT / ON DUPLICATE KEY counts a copy). On PostgreSQL and MySQL, two
+// concurrent transactions may commit their Seqs out of order: a List that
+// runs between the two commits may page past the later-committed lower
+// Seq. SQLite serialises writes and has no such window.
+//
+// # Retention
+//
+// Nothing is deleted unless asked: WithRetention(d) makes Prune delete the
+// entries dead-lettered more than d ago, in one transaction, and log how
+// many (slog, Info). Call it from a ticker of your own.
+package sqlarchive

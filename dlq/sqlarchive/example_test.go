@@ -1,0 +1,57 @@
+package sqlarchive_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/sqlarchive"
+)
+
+// An archive on SQLite: Migrate creates its tables; dead letters go in
+// through Publish (or handler.WithDeadLetter / dlq.Ingest) and come out
+// filtered in SQL.
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "dlq-example")
+	defer func() { _ = os.RemoveAll(dir) }()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "dlq.db")+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = db.Close() }() // yours: the archive never closes it
+
+	archive, err := sqlarchive.New(db, sqlarchive.SQLite)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := archive.Migrate(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	for i, reason := range []dlq.Reason{dlq.ReasonExhausted, dlq.ReasonPermanent, dlq.ReasonExhausted} {
+		src := message.NewMessage(fmt.Sprintf("order-%d", i), []byte("{}"))
+		f := dlq.Failure{Reason: reason, Err: errors.New("warehouse unavailable"), Topic: "orders", Handler: "ship"}
+		_ = archive.Publish("dead", dlq.Envelope(src, f, nil, "", ""))
+	}
+
+	st, _ := archive.Stats(ctx, dlq.Filter{Topic: "orders"})
+	fmt.Println("total:", st.Total, "exhausted:", st.ByReason["exhausted"])
+	page, _ := archive.List(ctx, dlq.Filter{Reason: dlq.ReasonExhausted}, dlq.Page{Limit: 10})
+	for _, e := range page {
+		fmt.Println(e.Seq, e.Message.Metadata.Get(dlq.KeyOriginalUUID), e.Error)
+	}
+	// Output:
+	// total: 3 exhausted: 2
+	// 1 order-0 warehouse unavailable
+	// 3 order-2 warehouse unavailable
+}

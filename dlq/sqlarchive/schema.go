@@ -1,0 +1,163 @@
+package sqlarchive
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Dialect is the SQL dialect of the database behind an Archive. The
+// archive imports no driver: open the *sql.DB with the driver of your
+// choice and name its dialect.
+type Dialect int
+
+// The supported dialects.
+const (
+	// Postgres is PostgreSQL (tested with github.com/jackc/pgx/v5/stdlib).
+	Postgres Dialect = iota + 1
+	// MySQL is MySQL 8 or MariaDB 10.5+ with InnoDB (tested with
+	// github.com/go-sql-driver/mysql on MariaDB).
+	MySQL
+	// SQLite is SQLite 3.24+ (tested with modernc.org/sqlite, driver
+	// "sqlite"). Set a busy timeout in the DSN, e.g.
+	// "file:dlq.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)".
+	SQLite
+)
+
+func (d Dialect) String() string {
+	switch d {
+	case Postgres:
+		return "postgres"
+	case MySQL:
+		return "mysql"
+	case SQLite:
+		return "sqlite"
+	default:
+		return "Dialect(" + strconv.Itoa(int(d)) + ")"
+	}
+}
+
+func (d Dialect) valid() bool { return d >= Postgres && d <= SQLite }
+
+// quote quotes a validated identifier.
+func (d Dialect) quote(name string) string {
+	if d == MySQL {
+		return "`" + name + "`"
+	}
+	return `"` + name + `"`
+}
+
+// rebind turns "?" placeholders into $n for PostgreSQL. The statements
+// contain no "?" other than placeholders.
+func (d Dialect) rebind(q string) string {
+	if d != Postgres {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// ddl returns the statements Migrate runs: {e}, {r}, {u} stand for the
+// entries, replayed and runs tables, {p} for the bare prefix (index names).
+func (d Dialect) ddl(prefix string) []string {
+	var stmts []string
+	switch d {
+	case Postgres:
+		stmts = []string{
+			`CREATE TABLE IF NOT EXISTS {e} (
+  seq BIGSERIAL PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  payload BYTEA NOT NULL,
+  metadata BYTEA NOT NULL,
+  copies INTEGER NOT NULL,
+  archived_at BIGINT NOT NULL,
+  reason TEXT NOT NULL,
+  original_topic TEXT NOT NULL,
+  handler TEXT NOT NULL,
+  op_key TEXT NOT NULL,
+  error TEXT NOT NULL,
+  error_type TEXT NOT NULL,
+  dead_lettered_at BIGINT NOT NULL,
+  replay_id TEXT NOT NULL)`,
+			`CREATE INDEX IF NOT EXISTS "{p}_entries_dl_idx" ON {e} (dead_lettered_at)`,
+			`CREATE INDEX IF NOT EXISTS "{p}_entries_topic_idx" ON {e} (original_topic, seq)`,
+			`CREATE TABLE IF NOT EXISTS {r} (
+  ord BIGSERIAL PRIMARY KEY,
+  entry_id TEXT NOT NULL,
+  replay_id TEXT NOT NULL,
+  UNIQUE (entry_id, replay_id))`,
+			`CREATE TABLE IF NOT EXISTS {u} (id TEXT PRIMARY KEY, body TEXT NOT NULL)`,
+		}
+	case SQLite:
+		stmts = []string{
+			`CREATE TABLE IF NOT EXISTS {e} (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  payload BLOB NOT NULL,
+  metadata BLOB NOT NULL,
+  copies INTEGER NOT NULL,
+  archived_at INTEGER NOT NULL,
+  reason TEXT NOT NULL,
+  original_topic TEXT NOT NULL,
+  handler TEXT NOT NULL,
+  op_key TEXT NOT NULL,
+  error TEXT NOT NULL,
+  error_type TEXT NOT NULL,
+  dead_lettered_at INTEGER NOT NULL,
+  replay_id TEXT NOT NULL)`,
+			`CREATE INDEX IF NOT EXISTS "{p}_entries_dl_idx" ON {e} (dead_lettered_at)`,
+			`CREATE INDEX IF NOT EXISTS "{p}_entries_topic_idx" ON {e} (original_topic, seq)`,
+			`CREATE TABLE IF NOT EXISTS {r} (
+  ord INTEGER PRIMARY KEY AUTOINCREMENT,
+  entry_id TEXT NOT NULL,
+  replay_id TEXT NOT NULL,
+  UNIQUE (entry_id, replay_id))`,
+			`CREATE TABLE IF NOT EXISTS {u} (id TEXT PRIMARY KEY, body TEXT NOT NULL)`,
+		}
+	case MySQL:
+		// utf8mb4_bin: exact, case-sensitive comparisons, like the other dialects.
+		stmts = []string{
+			`CREATE TABLE IF NOT EXISTS {e} (
+  seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  id VARCHAR(191) NOT NULL,
+  payload LONGBLOB NOT NULL,
+  metadata LONGBLOB NOT NULL,
+  copies INT NOT NULL,
+  archived_at BIGINT NOT NULL,
+  reason TEXT NOT NULL,
+  original_topic VARCHAR(191) NOT NULL,
+  handler TEXT NOT NULL,
+  op_key TEXT NOT NULL,
+  error MEDIUMTEXT NOT NULL,
+  error_type TEXT NOT NULL,
+  dead_lettered_at BIGINT NOT NULL,
+  replay_id TEXT NOT NULL,
+  UNIQUE KEY {p}_entries_id (id),
+  KEY {p}_entries_dl_idx (dead_lettered_at),
+  KEY {p}_entries_topic_idx (original_topic, seq)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+			`CREATE TABLE IF NOT EXISTS {r} (
+  ord BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  entry_id VARCHAR(191) NOT NULL,
+  replay_id VARCHAR(191) NOT NULL,
+  UNIQUE KEY {p}_replayed_uq (entry_id, replay_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+			`CREATE TABLE IF NOT EXISTS {u} (id VARCHAR(191) NOT NULL PRIMARY KEY, body LONGTEXT NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+		}
+	}
+	r := strings.NewReplacer("{e}", d.quote(prefix+"_entries"), "{r}", d.quote(prefix+"_replayed"),
+		"{u}", d.quote(prefix+"_runs"), "{p}", prefix)
+	for i, s := range stmts {
+		stmts[i] = r.Replace(s)
+	}
+	return stmts
+}

@@ -1,0 +1,585 @@
+package sqlarchive
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/dlq"
+)
+
+// DefaultPrefix is the table name prefix unless WithPrefix is given: the
+// tables are surely_dlq_entries, surely_dlq_replayed and surely_dlq_runs.
+const DefaultPrefix = "surely_dlq"
+
+// batch bounds the IDs of one IN list (Delete, ReplayedBy lookups).
+const batch = 500
+
+var prefixRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+// Archive is a dlq.Archive on a SQL database. It is safe for concurrent use.
+type Archive struct {
+	db        *sql.DB
+	dialect   Dialect
+	prefix    string
+	entries   string // quoted table names
+	replayed  string
+	runs      string
+	now       func() time.Time
+	log       *slog.Logger
+	retention time.Duration
+}
+
+var _ dlq.Archive = (*Archive)(nil)
+
+// Option configures an Archive.
+type Option func(*Archive) error
+
+// WithPrefix sets the prefix of the table names (default DefaultPrefix).
+// It must match [a-z_][a-z0-9_]{0,39}: lower case, so it means the same
+// quoted and unquoted in every dialect, and short enough for index names.
+func WithPrefix(prefix string) Option {
+	return func(a *Archive) error {
+		if !prefixRE.MatchString(prefix) {
+			return fmt.Errorf("%w: sqlarchive: table prefix %q must match [a-z_][a-z0-9_]{0,39}", dlq.ErrInvalidOption, prefix)
+		}
+		a.prefix = prefix
+		return nil
+	}
+}
+
+// WithClock replaces the clock that stamps ArchivedAt and that Prune
+// measures age with.
+func WithClock(now func() time.Time) Option {
+	return func(a *Archive) error {
+		if now == nil {
+			return fmt.Errorf("%w: sqlarchive: nil clock", dlq.ErrInvalidOption)
+		}
+		a.now = now
+		return nil
+	}
+}
+
+// WithLogger sets the logger Prune reports to (default: discard).
+func WithLogger(l *slog.Logger) Option {
+	return func(a *Archive) error {
+		if l == nil {
+			return fmt.Errorf("%w: sqlarchive: nil logger", dlq.ErrInvalidOption)
+		}
+		a.log = l
+		return nil
+	}
+}
+
+// WithRetention makes Prune delete entries dead-lettered more than d ago.
+// Without it the archive keeps everything and Prune deletes nothing.
+func WithRetention(d time.Duration) Option {
+	return func(a *Archive) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: sqlarchive: retention must be positive, got %v", dlq.ErrInvalidOption, d)
+		}
+		a.retention = d
+		return nil
+	}
+}
+
+// New returns an archive on db, a database of the given dialect. It
+// neither connects nor touches the schema: call Migrate first. It never
+// closes db.
+func New(db *sql.DB, dialect Dialect, opts ...Option) (*Archive, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: sqlarchive: nil *sql.DB", dlq.ErrInvalidOption)
+	}
+	if !dialect.valid() {
+		return nil, fmt.Errorf("%w: sqlarchive: unknown dialect %v", dlq.ErrInvalidOption, dialect)
+	}
+	a := &Archive{db: db, dialect: dialect, prefix: DefaultPrefix, now: time.Now, log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		if err := o(a); err != nil {
+			return nil, err
+		}
+	}
+	a.entries = dialect.quote(a.prefix + "_entries")
+	a.replayed = dialect.quote(a.prefix + "_replayed")
+	a.runs = dialect.quote(a.prefix + "_runs")
+	return a, nil
+}
+
+// Tables returns the names of the archive's tables: entries, replay marks
+// and replay runs.
+func (a *Archive) Tables() []string {
+	return []string{a.prefix + "_entries", a.prefix + "_replayed", a.prefix + "_runs"}
+}
+
+// Migrate creates the tables and indexes unless they exist (CREATE ... IF
+// NOT EXISTS). It is idempotent and keeps every row. Run it from one
+// process at a time (a deploy step).
+func (a *Archive) Migrate(ctx context.Context) error {
+	for _, stmt := range a.dialect.ddl(a.prefix) {
+		if _, err := a.db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("sqlarchive: migrate %s: %w", a.prefix, err)
+		}
+	}
+	return nil
+}
+
+func (a *Archive) q(s string) string { return a.dialect.rebind(s) }
+
+// text makes a value storable in a text column of every dialect (valid
+// UTF-8, no NUL). The exact value stays in the metadata blob; the columns
+// only serve filtering and stats.
+func text(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// Publish stores the messages as entries in one transaction; the topic is
+// ignored. A message whose UUID is already archived increments that
+// entry's Copies. The statements use the first message's context. A
+// message without a UUID fails the whole call with dlq.ErrNoID before
+// anything is stored.
+func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if m == nil || m.UUID == "" {
+			return fmt.Errorf("sqlarchive: publish: %w", dlq.ErrNoID)
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	ctx := msgs[0].Context()
+	cols := "(id, payload, metadata, copies, archived_at, reason, original_topic, handler, op_key, error, error_type, dead_lettered_at, replay_id)"
+	vals := " VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	var stmt string
+	switch a.dialect {
+	case MySQL:
+		stmt = "INSERT INTO " + a.entries + " " + cols + vals + " ON DUPLICATE KEY UPDATE copies = copies + 1"
+	default:
+		stmt = a.q("INSERT INTO " + a.entries + " AS e " + cols + vals + " ON CONFLICT (id) DO UPDATE SET copies = e.copies + 1")
+	}
+	return a.inTx(ctx, func(tx *sql.Tx) error {
+		for _, m := range msgs {
+			now := a.now()
+			e := dlq.EntryFromMessage(m, now)
+			payload := []byte(m.Payload)
+			if payload == nil {
+				payload = []byte{}
+			}
+			_, err := tx.ExecContext(ctx, stmt, m.UUID, payload, encodeMetadata(m.Metadata), now.UnixNano(),
+				text(string(e.Reason)), text(e.OriginalTopic), text(e.Handler), text(e.OperationKey), text(e.Error),
+				text(dlq.RootErrorType(e.ErrorTypes)), e.DeadLetteredAt.UnixNano(), text(m.Metadata.Get(dlq.KeyReplayID)))
+			if err != nil {
+				return fmt.Errorf("sqlarchive: publish %q: %w", m.UUID, err)
+			}
+		}
+		return nil
+	})
+}
+
+func (a *Archive) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := a.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlarchive: begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlarchive: commit: %w", err)
+	}
+	return nil
+}
+
+// Close does nothing; the caller's *sql.DB stays open.
+func (a *Archive) Close() error { return nil }
+
+// where renders f as a WHERE clause (with leading " WHERE", or "") and its
+// arguments, after the seq bound.
+func (a *Archive) where(f dlq.Filter, after int64) (string, []any) {
+	conds := []string{"e.seq > ?"}
+	args := []any{after}
+	if len(f.IDs) > 0 {
+		ph := strings.TrimSuffix(strings.Repeat("?, ", len(f.IDs)), ", ")
+		conds = append(conds, "e.id IN ("+ph+")")
+		for _, id := range f.IDs {
+			args = append(args, id)
+		}
+	}
+	eq := func(col, v string) {
+		if v != "" {
+			conds = append(conds, col+" = ?")
+			args = append(args, text(v))
+		}
+	}
+	eq("e.reason", string(f.Reason))
+	eq("e.original_topic", f.Topic)
+	eq("e.handler", f.Handler)
+	eq("e.op_key", f.Key)
+	eq("e.replay_id", f.ReplayID)
+	if f.ErrorContains != "" {
+		switch a.dialect {
+		case Postgres:
+			conds = append(conds, "strpos(e.error, ?) > 0")
+		case MySQL:
+			conds = append(conds, "LOCATE(?, e.error) > 0")
+		default:
+			conds = append(conds, "instr(e.error, ?) > 0")
+		}
+		args = append(args, text(f.ErrorContains))
+	}
+	if !f.DeadLetteredAfter.IsZero() {
+		conds = append(conds, "e.dead_lettered_at > ?")
+		args = append(args, f.DeadLetteredAfter.UnixNano())
+	}
+	if !f.DeadLetteredBefore.IsZero() {
+		conds = append(conds, "e.dead_lettered_at < ?")
+		args = append(args, f.DeadLetteredBefore.UnixNano())
+	}
+	if f.NotReplayedBy != "" {
+		conds = append(conds, "NOT EXISTS (SELECT 1 FROM "+a.replayed+" r WHERE r.entry_id = e.id AND r.replay_id = ?)")
+		args = append(args, f.NotReplayedBy)
+	}
+	return " WHERE " + strings.Join(conds, " AND "), args
+}
+
+const entryCols = "e.seq, e.id, e.payload, e.metadata, e.copies, e.archived_at"
+
+// Get returns one entry, or dlq.ErrEntryNotFound.
+func (a *Archive) Get(ctx context.Context, id string) (dlq.Entry, error) {
+	out, err := a.List(ctx, dlq.Filter{IDs: []string{id}}, dlq.Page{Limit: 1})
+	if err != nil {
+		return dlq.Entry{}, err
+	}
+	if len(out) == 0 {
+		return dlq.Entry{}, fmt.Errorf("sqlarchive: %q: %w", id, dlq.ErrEntryNotFound)
+	}
+	return out[0], nil
+}
+
+// List returns one page of the entries f selects, in Seq order: one
+// query with the filter in SQL, one for the page's replay marks.
+func (a *Archive) List(ctx context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Entry, error) {
+	w, args := a.where(f, p.After)
+	rows, err := a.db.QueryContext(ctx, a.q("SELECT "+entryCols+" FROM "+a.entries+" e"+w+" ORDER BY e.seq LIMIT ?"),
+		append(args, dlq.PageLimit(p))...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlarchive: list: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []dlq.Entry
+	for rows.Next() {
+		var (
+			seq, at       int64
+			id            string
+			payload, meta []byte
+			copies        int
+		)
+		if err := rows.Scan(&seq, &id, &payload, &meta, &copies, &at); err != nil {
+			return nil, fmt.Errorf("sqlarchive: list: %w", err)
+		}
+		md, err := decodeMetadata(meta)
+		if err != nil {
+			return nil, fmt.Errorf("sqlarchive: entry %q is corrupt: %w", id, err)
+		}
+		msg := message.NewMessage(id, payload)
+		msg.Metadata = md
+		e := dlq.EntryFromMessage(msg, time.Unix(0, at).UTC())
+		e.Message = msg
+		e.Seq, e.Copies = seq, copies
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlarchive: list: %w", err)
+	}
+	_ = rows.Close()
+	if err := a.fillReplayedBy(ctx, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// fillReplayedBy reads the replay marks of entries, oldest first.
+func (a *Archive) fillReplayedBy(ctx context.Context, entries []dlq.Entry) error {
+	index := make(map[string]int, len(entries))
+	ids := make([]string, 0, len(entries))
+	for i, e := range entries {
+		index[e.ID] = i
+		ids = append(ids, e.ID)
+	}
+	for chunk := range slices.Chunk(ids, batch) {
+		ph := strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ")
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		rows, err := a.db.QueryContext(ctx, a.q("SELECT entry_id, replay_id FROM "+a.replayed+" WHERE entry_id IN ("+ph+") ORDER BY ord"), args...)
+		if err != nil {
+			return fmt.Errorf("sqlarchive: read replay marks: %w", err)
+		}
+		for rows.Next() {
+			var id, run string
+			if err := rows.Scan(&id, &run); err != nil {
+				_ = rows.Close()
+				return fmt.Errorf("sqlarchive: read replay marks: %w", err)
+			}
+			if i, ok := index[id]; ok {
+				entries[i].ReplayedBy = append(entries[i].ReplayedBy, run)
+			}
+		}
+		err = rows.Err()
+		_ = rows.Close()
+		if err != nil {
+			return fmt.Errorf("sqlarchive: read replay marks: %w", err)
+		}
+	}
+	return nil
+}
+
+// Stats summarises the entries f selects: one GROUP BY query.
+func (a *Archive) Stats(ctx context.Context, f dlq.Filter) (dlq.Stats, error) {
+	w, args := a.where(f, 0)
+	rows, err := a.db.QueryContext(ctx, a.q("SELECT e.reason, e.original_topic, e.handler, e.error_type, COUNT(*), MIN(e.dead_lettered_at), MAX(e.dead_lettered_at) FROM "+
+		a.entries+" e"+w+" GROUP BY e.reason, e.original_topic, e.handler, e.error_type"), args...)
+	if err != nil {
+		return dlq.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	s := dlq.NewStats()
+	var oldest, newest int64
+	for rows.Next() {
+		var reason, topic, handler, etype string
+		var n int
+		var lo, hi int64
+		if err := rows.Scan(&reason, &topic, &handler, &etype, &n, &lo, &hi); err != nil {
+			return dlq.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
+		}
+		if s.Total == 0 || lo < oldest {
+			oldest = lo
+		}
+		if s.Total == 0 || hi > newest {
+			newest = hi
+		}
+		s.Total += n
+		s.ByReason[reason] += n
+		s.ByTopic[topic] += n
+		s.ByHandler[handler] += n
+		s.ByErrorType[etype] += n
+	}
+	if err := rows.Err(); err != nil {
+		return dlq.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
+	}
+	if s.Total > 0 {
+		s.Oldest, s.Newest = time.Unix(0, oldest).UTC(), time.Unix(0, newest).UTC()
+	}
+	return s, nil
+}
+
+// Delete removes entries (and their replay marks) by ID and returns how
+// many existed, in one transaction.
+func (a *Archive) Delete(ctx context.Context, ids ...string) (int, error) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	n := 0
+	err := a.inTx(ctx, func(tx *sql.Tx) error {
+		for chunk := range slices.Chunk(ids, batch) {
+			ph := strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ")
+			args := make([]any, len(chunk))
+			for i, id := range chunk {
+				args[i] = id
+			}
+			if _, err := tx.ExecContext(ctx, a.q("DELETE FROM "+a.replayed+" WHERE entry_id IN ("+ph+")"), args...); err != nil {
+				return fmt.Errorf("sqlarchive: delete: %w", err)
+			}
+			res, err := tx.ExecContext(ctx, a.q("DELETE FROM "+a.entries+" WHERE id IN ("+ph+")"), args...)
+			if err != nil {
+				return fmt.Errorf("sqlarchive: delete: %w", err)
+			}
+			k, err := res.RowsAffected()
+			if err != nil {
+				return fmt.Errorf("sqlarchive: delete: %w", err)
+			}
+			n += int(k)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// MarkReplayed records that replay run replayID republished entry id
+// (once per run), or returns dlq.ErrEntryNotFound.
+func (a *Archive) MarkReplayed(ctx context.Context, id, replayID string) error {
+	if replayID == "" {
+		return fmt.Errorf("%w: sqlarchive: empty replay run ID", dlq.ErrInvalidOption)
+	}
+	sel := " SELECT ?, ? WHERE EXISTS (SELECT 1 FROM " + a.entries + " WHERE id = ?)"
+	if a.dialect == Postgres {
+		sel = " SELECT CAST(? AS TEXT), CAST(? AS TEXT) WHERE EXISTS (SELECT 1 FROM " + a.entries + " WHERE id = ?)"
+	}
+	var stmt string
+	switch a.dialect {
+	case MySQL:
+		stmt = "INSERT IGNORE INTO " + a.replayed + " (entry_id, replay_id)" + sel
+	default:
+		stmt = a.q("INSERT INTO " + a.replayed + " (entry_id, replay_id)" + sel + " ON CONFLICT DO NOTHING")
+	}
+	res, err := a.db.ExecContext(ctx, stmt, id, replayID, id)
+	if err != nil {
+		return fmt.Errorf("sqlarchive: mark %q replayed: %w", id, err)
+	}
+	if k, err := res.RowsAffected(); err == nil && k > 0 {
+		return nil
+	}
+	// Nothing inserted: already marked, or no such entry.
+	var one int
+	err = a.db.QueryRowContext(ctx, a.q("SELECT 1 FROM "+a.entries+" WHERE id = ?"), id).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("sqlarchive: %q: %w", id, dlq.ErrEntryNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlarchive: mark %q replayed: %w", id, err)
+	}
+	return nil
+}
+
+// SaveReplay stores (creates or updates) a replay run, as JSON.
+func (a *Archive) SaveReplay(ctx context.Context, run dlq.ReplayRun) error {
+	if run.ID == "" {
+		return fmt.Errorf("%w: sqlarchive: replay run without ID", dlq.ErrInvalidOption)
+	}
+	b, err := json.Marshal(run)
+	if err != nil {
+		return fmt.Errorf("sqlarchive: encode replay %q: %w", run.ID, err)
+	}
+	var stmt string
+	switch a.dialect {
+	case MySQL:
+		stmt = "INSERT INTO " + a.runs + " (id, body) VALUES (?, ?) ON DUPLICATE KEY UPDATE body = VALUES(body)"
+	default:
+		stmt = a.q("INSERT INTO " + a.runs + " (id, body) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET body = excluded.body")
+	}
+	if _, err := a.db.ExecContext(ctx, stmt, run.ID, string(b)); err != nil {
+		return fmt.Errorf("sqlarchive: save replay %q: %w", run.ID, err)
+	}
+	return nil
+}
+
+// LoadReplay reads a replay run back, or returns dlq.ErrReplayNotFound.
+func (a *Archive) LoadReplay(ctx context.Context, id string) (dlq.ReplayRun, error) {
+	var body string
+	err := a.db.QueryRowContext(ctx, a.q("SELECT body FROM "+a.runs+" WHERE id = ?"), id).Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return dlq.ReplayRun{}, fmt.Errorf("sqlarchive: replay %q: %w", id, dlq.ErrReplayNotFound)
+	}
+	if err != nil {
+		return dlq.ReplayRun{}, fmt.Errorf("sqlarchive: load replay %q: %w", id, err)
+	}
+	var run dlq.ReplayRun
+	if err := json.Unmarshal([]byte(body), &run); err != nil {
+		return dlq.ReplayRun{}, fmt.Errorf("sqlarchive: replay %q is corrupt: %w", id, err)
+	}
+	return run, nil
+}
+
+// Prune deletes the entries dead-lettered longer ago than the retention
+// (WithRetention) with their replay marks, in one transaction, logs how
+// many, and returns the count. Without a retention it deletes nothing.
+func (a *Archive) Prune(ctx context.Context) (int, error) {
+	if a.retention == 0 {
+		return 0, nil
+	}
+	cutoff := a.now().Add(-a.retention)
+	var n int64
+	err := a.inTx(ctx, func(tx *sql.Tx) error {
+		old := "SELECT id FROM " + a.entries + " WHERE dead_lettered_at < ?"
+		if a.dialect == MySQL {
+			// A derived table, so MySQL materialises the subquery first.
+			old = "SELECT id FROM (" + old + ") o"
+		}
+		if _, err := tx.ExecContext(ctx, a.q("DELETE FROM "+a.replayed+" WHERE entry_id IN ("+old+")"), cutoff.UnixNano()); err != nil {
+			return fmt.Errorf("sqlarchive: prune: %w", err)
+		}
+		res, err := tx.ExecContext(ctx, a.q("DELETE FROM "+a.entries+" WHERE dead_lettered_at < ?"), cutoff.UnixNano())
+		if err != nil {
+			return fmt.Errorf("sqlarchive: prune: %w", err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	level := slog.LevelInfo
+	if n == 0 {
+		level = slog.LevelDebug
+	}
+	a.log.Log(ctx, level, "dead-letter archive pruned", "deleted", n, "retention", a.retention.String(), "cutoff", cutoff, "tables", a.prefix)
+	return int(n), nil
+}
+
+// encodeMetadata writes metadata byte for byte: a count, then each key and
+// value with its length (unsigned varints), keys sorted.
+func encodeMetadata(md message.Metadata) []byte {
+	keys := slices.Sorted(func(yield func(string) bool) {
+		for k := range md {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	b := binary.AppendUvarint(nil, uint64(len(keys)))
+	for _, k := range keys {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		v := md[k]
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
+	}
+	return b
+}
+
+var errCorrupt = errors.New("malformed metadata")
+
+func decodeMetadata(b []byte) (message.Metadata, error) {
+	next := func() (string, error) {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			return "", errCorrupt
+		}
+		s := string(b[k : k+int(n)])
+		b = b[k+int(n):]
+		return s, nil
+	}
+	count, k := binary.Uvarint(b)
+	if k <= 0 || count > uint64(len(b)) {
+		return nil, errCorrupt
+	}
+	b = b[k:]
+	md := make(message.Metadata, count)
+	for range count {
+		key, err := next()
+		if err != nil {
+			return nil, err
+		}
+		v, err := next()
+		if err != nil {
+			return nil, err
+		}
+		md[key] = v
+	}
+	if len(b) != 0 {
+		return nil, errCorrupt
+	}
+	return md, nil
+}
