@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/surely-dev/surely/idempotency"
 )
@@ -46,6 +47,13 @@ type FinalError struct {
 	History  []idempotency.AttemptRecord
 	// OperationKey and Fingerprint of the message, when known.
 	OperationKey, Fingerprint string
+	// Namespace and Retention of the handler's dedup records, when known.
+	Namespace string
+	Retention time.Duration
+	// ErrorTypes overrides the type chain written to KeyErrorTypes, for an
+	// error known only as text (the last attempt of an exhausted budget, as
+	// recorded by the store); empty: ErrorTypes(Err).
+	ErrorTypes string
 }
 
 // Final marks err as final with reason. A nil err still yields an error.

@@ -79,6 +79,18 @@ func DeadLetterUUID(original string) string {
 	return uuid.NewSHA1(uuidSpace, []byte("surely-dlq:"+original)).String()
 }
 
+// DeadLetterID is the UUID of msg's dead letter: DeadLetterUUID of its
+// UUID, or, for a message republished by a replay run (KeyReplayID set),
+// of its UUID and the run's ID. A replayed message that fails again is
+// then a new archive entry carrying KeyReplayID, not a copy of the entry
+// it replays, so the run can see its re-failures.
+func DeadLetterID(msg *message.Message) string {
+	if run := msg.Metadata.Get(KeyReplayID); run != "" {
+		return DeadLetterUUID(msg.UUID + "\x00replay:" + run)
+	}
+	return DeadLetterUUID(msg.UUID)
+}
+
 // MaxHistoryBytes bounds the JSON of KeyHistory: oldest entries, then
 // stacks of all but the newest entry, are dropped to fit.
 const MaxHistoryBytes = 16 << 10
@@ -95,12 +107,17 @@ type Failure struct {
 	OperationKey, Fingerprint string
 	// Topic and Handler default to the Watermill values in the message context.
 	Topic, Handler string
+	// ErrorTypes overrides ErrorTypes(Err) in KeyErrorTypes when set.
+	ErrorTypes string
 	// Namespace is the handler's dedup namespace (may be empty).
 	Namespace string
 	// Retention is the dedup store's retention (0: unknown).
 	Retention time.Duration
 	// TraceID and SpanID of the failing attempt, hex (may be empty).
 	TraceID, SpanID string
+	// Traceparent is the W3C traceparent of the dead-letter span, written
+	// to KeyDeadLetterTraceparent (may be empty: tracing off).
+	Traceparent string
 	// At is when the message was dead-lettered (default: now).
 	At time.Time
 }
@@ -112,6 +129,7 @@ func FailureFrom(err error) Failure {
 	if fe, ok := AsFinal(err); ok {
 		f.Reason, f.Err, f.Attempts, f.History = fe.Reason, fe.Err, fe.Attempts, fe.History
 		f.OperationKey, f.Fingerprint = fe.OperationKey, fe.Fingerprint
+		f.Namespace, f.Retention, f.ErrorTypes = fe.Namespace, fe.Retention, fe.ErrorTypes
 	}
 	return f
 }
@@ -122,13 +140,13 @@ type Redactor func(text string) string
 
 // Envelope returns the dead-letter message for msg: its payload and
 // metadata byte for byte, plus the surely_* keys describing f. Its UUID is
-// DeadLetterUUID(msg.UUID); the original UUID is in KeyOriginalUUID. Error
+// DeadLetterID(msg); the original UUID is in KeyOriginalUUID. Error
 // texts pass through redact (nil: unchanged). host and group may be empty.
 func Envelope(msg *message.Message, f Failure, redact Redactor, host, group string) *message.Message {
 	if redact == nil {
 		redact = func(s string) string { return s }
 	}
-	out := message.NewMessage(DeadLetterUUID(msg.UUID), msg.Payload)
+	out := message.NewMessage(DeadLetterID(msg), msg.Payload)
 	for k, v := range msg.Metadata {
 		out.Metadata[k] = v
 	}
@@ -151,7 +169,11 @@ func Envelope(msg *message.Message, f Failure, redact Redactor, host, group stri
 	md[KeyOriginalUUID] = msg.UUID
 	md[KeyReason] = string(f.Reason)
 	md[KeyError] = idempotency.Truncate(errText, idempotency.MaxErrorLen)
-	md[KeyErrorTypes] = ErrorTypes(f.Err)
+	if f.ErrorTypes != "" {
+		md[KeyErrorTypes] = f.ErrorTypes
+	} else {
+		md[KeyErrorTypes] = ErrorTypes(f.Err)
+	}
 	md[KeyAttempts] = strconv.Itoa(f.Attempts)
 	md[KeyDeadLetteredAt] = f.At.UTC().Format(time.RFC3339Nano)
 	first, last := f.At, f.At
@@ -189,6 +211,9 @@ func Envelope(msg *message.Message, f Failure, redact Redactor, host, group stri
 	if f.Retention > 0 {
 		md[KeyRetention] = f.Retention.String()
 	}
+	if f.Traceparent != "" {
+		md[KeyDeadLetterTraceparent] = f.Traceparent
+	}
 	return out
 }
 
@@ -198,6 +223,7 @@ func historyJSON(h []idempotency.AttemptRecord, redact Redactor) string {
 		h[i].Error = redact(h[i].Error)
 		h[i].Stack = redact(h[i].Stack)
 	}
+	shrunk := false
 	for {
 		b, err := json.Marshal(h)
 		if err != nil {
@@ -215,11 +241,23 @@ func historyJSON(h []idempotency.AttemptRecord, redact Redactor) string {
 			}
 		}
 		if !dropped {
-			if len(h) == 1 {
-				h[0].Stack = ""
-				h[0].Error = idempotency.Truncate(h[0].Error, 512)
-			} else {
+			if len(h) > 1 {
 				h = h[1:]
+				continue
+			}
+			if shrunk {
+				// Unreachable: every text field of the entry is bounded
+				// below; kept so that no input can loop.
+				return "[]"
+			}
+			// One entry too large on its own: bound every text field of it
+			// (a store or a caller may hand over any of them unbounded).
+			shrunk = true
+			e := &h[0]
+			e.Stack = ""
+			e.Error = idempotency.Truncate(e.Error, 512)
+			for _, s := range []*string{&e.Result, &e.Type, &e.Reason, &e.TraceID, &e.SpanID} {
+				*s = idempotency.Truncate(*s, 256)
 			}
 		}
 	}

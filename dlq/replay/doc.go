@@ -1,0 +1,122 @@
+// Package replay republishes archived dead letters (a dlq.Archive) to
+// their original topics, with safety rails. It is the library behind
+// "surely dlq replay"; it needs only the dlq.Archive interface and a
+// Watermill message.Publisher, and closes neither.
+//
+//	res, err := replay.Run(ctx, archive, publisher, replay.Options{
+//		Filter:      dlq.Filter{Reason: dlq.ReasonExhausted, Topic: "orders"},
+//		Rate:        50,  // messages per second
+//		Concurrency: 4,
+//		Store:       store, // optional: confirms replayed messages done
+//	})
+//
+// # What is republished
+//
+// Each selected entry, in Seq order, is republished to its original topic
+// (or Options.Target) as the original message: its payload, its original
+// UUID (dlq.KeyOriginalUUID) and its original metadata, without the
+// envelope's surely_* keys, plus three keys of the replay:
+// dlq.KeyReplayOf (the entry ID), dlq.KeyReplayID (the run ID) and
+// dlq.KeyReplayLink (the dead-letter span's traceparent, when the envelope
+// has one). The operation key therefore stays the same: the handler's
+// dedup record is found again.
+//
+// Options.NewKey is the deliberate exception: each message gets a new UUID
+// (derived from the run and entry IDs, see NewKeyFor) that is also written
+// into the metadata key the default extractor reads first
+// (idempotency.DefaultMetadataKey, or Options.KeyMetadata). The handler then
+// treats it as a new operation, whatever the old record says. This works
+// only for handlers whose key comes from that metadata key or from the
+// message UUID, not from a payload field or CloudEvents attributes. It is
+// logged as a warning.
+//
+// Brokers that drop a publish whose message ID they have seen recently
+// (JetStream's Nats-Msg-Id within the stream's duplicate window, 2 minutes
+// by default; SQS FIFO deduplication) drop a replay of a message published
+// within that window, since the replay keeps the original UUID.
+//
+// # Replay and the dedup record: Reopen
+//
+// A dead letter of reason exhausted has an EXHAUSTED dedup record: its
+// budget is spent, and a plain redelivery would be dead-lettered again
+// without running. The dedup step passes a message's dlq.KeyReplayID to
+// the store as idempotency.ClaimRequest.Reopen, and the store gives an
+// EXHAUSTED (or FAILED) record a fresh attempt budget once per replay run:
+// the attempts counter keeps growing (the history shows every attempt), the
+// record remembers the run (Record.ReopenedBy), and a redelivered copy of
+// the replayed message does not reopen it again, so a replayed message
+// that keeps failing is dead-lettered again after one budget. A DONE
+// record is never reopened: replaying a message whose operation completed
+// is acked as a duplicate, without running the handler.
+//
+// # Rails
+//
+//   - Rate: at most Options.Rate publishes per second on Options.Clock.
+//     The first publish goes at once and the second 1/Rate later: no burst
+//     at the start. Then slot k is due at start + k/Rate: a publish that
+//     comes late by up to max(1/Rate, 100ms) (timer and scheduler jitter
+//     on a busy machine) goes at once, so the long-run rate holds; one
+//     later than that starts a new schedule, without catching up. So any
+//     window of length T holds at most Rate×(T+max(1/Rate, 100ms))+1
+//     publishes.
+//     Options.Concurrency bounds the publishes in flight.
+//   - Max: at most Options.Max messages per call; a run stopped by Max is
+//     saved "interrupted" and Resume publishes the next ones.
+//   - DryRun: every entry is decided (would replay, or would be refused and
+//     why), reported through Progress and the log; nothing is published,
+//     marked or saved.
+//   - Retention guard: an entry dead-lettered longer ago than its dedup
+//     retention (the envelope's dlq.KeyRetention, else
+//     Options.DefaultRetention) may have lost its dedup record, so its
+//     replay could repeat a completed effect. It is refused (counted,
+//     logged, reported with the reason) unless Options.Force. An entry
+//     whose retention is unknown (neither is set) is refused too, unless
+//     forced.
+//   - Resumable cursor: after each publish the entry is marked
+//     (Archive.MarkReplayed) and the run saved (Archive.SaveReplay) with
+//     After = the highest Seq up to which every entry was published or
+//     refused: with Concurrency > 1 the cursor never passes an entry whose
+//     publish has not finished. When ctx ends, in-flight publishes finish
+//     and are recorded, and the run is saved "interrupted"; Resume
+//     continues after the cursor and skips the entries this run already
+//     marked (dlq.Filter.NotReplayedBy), so an interrupted and resumed run
+//     publishes every entry once. (A process killed between a publish and
+//     its mark publishes that entry again on Resume: the dedup step acks
+//     the duplicate.) A publish, mark or save error stops the run the same
+//     way and is returned.
+//   - Auto-abort: the run stops itself (ErrAborted, saved "aborted") after
+//     Options.AbortAfter consecutive re-failures (default 10; negative:
+//     never).
+//
+// # Re-failures and "consecutive"
+//
+// Between publishes (every AbortAfter publishes, and at least once a
+// second of the clock) the run looks at the outcomes of the messages it
+// replayed. For each of the latest 4×max(AbortAfter, 10) replayed messages
+// still open:
+//
+//   - a success is a dedup record (only with Options.Store) that is DONE;
+//   - a re-failure is a dedup record that is EXHAUSTED and was reopened by
+//     this run, or the message's dead letter in the archive. A replayed
+//     message is dead-lettered under dlq.DeadLetterID: derived from its
+//     UUID and this run's ID, so its re-failure is a new archive entry
+//     carrying this run's dlq.KeyReplayID, never a copy of the entry it
+//     replays.
+//
+// At most once a second, and when the run ends, it also lists the new
+// archive entries carrying this run's dlq.KeyReplayID (dlq.Filter.ReplayID),
+// which catches the re-failures of messages no longer followed one by
+// one. Each entry's re-failure is counted once.
+//
+// Re-failures are consecutive when no success was confirmed between them:
+// each check adds its re-failures to the count, and a check that confirms
+// any success first resets it to zero. Without a Store no success can be
+// confirmed, so every re-failure of the call counts toward AbortAfter.
+//
+// # Progress and result
+//
+// Options.Progress is called after every decision with the entry, the
+// action and reason, and the counters (Total for a bar). Result has the
+// counts of the call, the saved state and cursor, and the achieved rate
+// between the first and the last publish.
+package replay
