@@ -1,0 +1,113 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/surely-dev/surely/dlq"
+)
+
+// filterFlags are the selection flags shared by ls, stats, replay and purge.
+type filterFlags struct {
+	reason, topic, handler, errText, key string
+	olderThan, newerThan                 string
+	replayID                             string
+}
+
+func (f *filterFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.reason, "reason", "", "only this reason: exhausted, permanent, conflict, no_key, lease_lost, panic, decode")
+	fl.StringVar(&f.topic, "topic", "", "only dead letters of this original topic")
+	fl.StringVar(&f.handler, "handler", "", "only dead letters of this handler")
+	fl.StringVar(&f.errText, "error", "", "only dead letters whose error text contains this substring")
+	fl.StringVar(&f.key, "key", "", "only dead letters of this operation key")
+	fl.StringVar(&f.olderThan, "older-than", "", "only dead letters older than this age (90m, 2h, 7d) or time (RFC 3339)")
+	fl.StringVar(&f.newerThan, "newer-than", "", "only dead letters newer than this age (90m, 2h, 7d) or time (RFC 3339)")
+	fl.StringVar(&f.replayID, "replay-id", "", "only dead letters of messages this replay run republished that failed again")
+}
+
+// any reports whether a selection flag is set.
+func (f *filterFlags) any() bool {
+	return f.reason != "" || f.topic != "" || f.handler != "" || f.errText != "" || f.key != "" ||
+		f.olderThan != "" || f.newerThan != "" || f.replayID != ""
+}
+
+var reasons = []dlq.Reason{
+	dlq.ReasonExhausted, dlq.ReasonPermanent, dlq.ReasonConflict, dlq.ReasonNoKey,
+	dlq.ReasonLeaseLost, dlq.ReasonPanic, dlq.ReasonDecode,
+}
+
+// filter builds the archive filter; ages count back from now.
+func (f *filterFlags) filter(now time.Time) (dlq.Filter, error) {
+	out := dlq.Filter{
+		Reason: dlq.Reason(f.reason), Topic: f.topic, Handler: f.handler,
+		ErrorContains: f.errText, Key: f.key, ReplayID: f.replayID,
+	}
+	if f.reason != "" {
+		known := false
+		for _, r := range reasons {
+			known = known || r == out.Reason
+		}
+		if !known {
+			return out, usageErr("--reason %q: want one of %v", f.reason, reasons)
+		}
+	}
+	var err error
+	if f.olderThan != "" {
+		if out.DeadLetteredBefore, err = pointInTime(f.olderThan, now); err != nil {
+			return out, usageErr("--older-than: %w", err)
+		}
+	}
+	if f.newerThan != "" {
+		if out.DeadLetteredAfter, err = pointInTime(f.newerThan, now); err != nil {
+			return out, usageErr("--newer-than: %w", err)
+		}
+	}
+	if !out.DeadLetteredBefore.IsZero() && !out.DeadLetteredAfter.IsZero() && !out.DeadLetteredAfter.Before(out.DeadLetteredBefore) {
+		return out, usageErr("--newer-than %s and --older-than %s select nothing", f.newerThan, f.olderThan)
+	}
+	return out, nil
+}
+
+// pointInTime reads an age ("90m", "2h30m", "7d", "1d12h") as now minus
+// that age, or an RFC 3339 time.
+func pointInTime(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := parseAge(s)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return now.Add(-d), nil
+}
+
+// parseAge is time.ParseDuration with a leading whole number of days ("7d",
+// "1d12h") allowed. Negative ages are refused.
+func parseAge(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, errors.New("empty age")
+	}
+	var days time.Duration
+	rest := s
+	if i := strings.IndexByte(s, 'd'); i > 0 {
+		n, err := strconv.Atoi(s[:i])
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("%q is not an age (90m, 2h, 7d) or an RFC 3339 time", s)
+		}
+		days, rest = time.Duration(n)*24*time.Hour, s[i+1:]
+	}
+	var d time.Duration
+	if rest != "" {
+		var err error
+		if d, err = time.ParseDuration(rest); err != nil || d < 0 {
+			return 0, fmt.Errorf("%q is not an age (90m, 2h, 7d) or an RFC 3339 time", s)
+		}
+	}
+	return days + d, nil
+}

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/surely-dev/surely/idempotency"
+)
+
+// recordJSON is a store record in inspect --json.
+type recordJSON struct {
+	Namespace   string `json:"namespace"`
+	Key         string `json:"key"`
+	State       string `json:"state"`
+	Attempts    int    `json:"attempts"`
+	Canceled    int    `json:"canceled"`
+	Charged     int    `json:"charged"`
+	Fingerprint string `json:"fingerprint"`
+	LeaseToken  string `json:"lease_token"`
+	// LeaseUntil is set while the record is in progress.
+	LeaseUntil *time.Time `json:"lease_until,omitempty"`
+	// LeaseOwner is the trace ID of the attempt that holds the lease.
+	LeaseOwner string                      `json:"lease_owner_trace_id,omitempty"`
+	ExpiresAt  *time.Time                  `json:"expires_at,omitempty"`
+	Outcome    []outcomeMessageJSON        `json:"outcome,omitempty"`
+	Ledger     []idempotency.AttemptRecord `json:"ledger"`
+}
+
+type outcomeMessageJSON struct {
+	UUID     string            `json:"uuid"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	Payload  payloadView       `json:"payload"`
+}
+
+func toRecordJSON(r idempotency.Record) recordJSON {
+	out := recordJSON{
+		Namespace: r.Namespace, Key: r.Key, State: string(r.State), Attempts: r.Attempts,
+		Canceled: r.Canceled, Charged: r.Attempts - r.Canceled, Fingerprint: r.Fingerprint,
+		LeaseToken: r.Token, Ledger: r.History,
+	}
+	if out.Ledger == nil {
+		out.Ledger = []idempotency.AttemptRecord{}
+	}
+	if !r.LeaseUntil.IsZero() {
+		t := r.LeaseUntil.UTC()
+		out.LeaseUntil = &t
+	}
+	if !r.ExpiresAt.IsZero() {
+		t := r.ExpiresAt.UTC()
+		out.ExpiresAt = &t
+	}
+	if r.State == idempotency.StateInProgress {
+		for i := len(r.History) - 1; i >= 0; i-- {
+			if r.History[i].Result == idempotency.ResultInProgress {
+				out.LeaseOwner = r.History[i].TraceID
+				break
+			}
+		}
+	}
+	if r.Outcome != nil {
+		for _, m := range r.Outcome.Messages {
+			out.Outcome = append(out.Outcome, outcomeMessageJSON{UUID: m.UUID, Metadata: m.Metadata, Payload: viewPayload(m.Payload)})
+		}
+	}
+	return out
+}
+
+func (a *app) inspectCmd() *cobra.Command {
+	var (
+		namespace string
+		asJSON    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "inspect KEY --namespace NS",
+		Short: "Show the dedup store's record of one operation and its attempt ledger",
+		Long: `inspect reads the record of one operation from the idempotency store: its
+state, attempts (and those refunded by a canceled shutdown), the lease token
+and expiry, the payload fingerprint, the outcome (messages the handler
+produced) and the attempt ledger, with the trace and span ID of every
+attempt so a redelivery chain can be followed across consumers. The
+namespace is the handler's (handler.WithStore); a dead letter carries it
+(surely dlq show).
+
+The store is chosen by --store or SURELY_STORE_URL:
+
+  redis://[user:pass@]host:6379/0     Redis (key prefix: --store-prefix)
+  postgres://user@host:5432/db        PostgreSQL (table: --store-table)
+  mysql://user:pass@tcp(host:3306)/db MySQL or MariaDB
+  sqlite:/path/to/app.db              SQLite (also a bare file path)`,
+		Example: `  surely inspect order-42 --namespace charge-payments --store redis://localhost:6379/0
+  SURELY_STORE_URL=sqlite:./app.db surely inspect order-42 --namespace charge-payments --json`,
+		Args: exactArgs(1, "one operation key"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := idempotency.ValidateNamespace(namespace); err != nil {
+				return usageErr("--namespace: %w", err)
+			}
+			st, err := a.openStore(cmd)
+			if err != nil {
+				return err
+			}
+			defer st.close()
+			r, err := st.Get(cmd.Context(), namespace, args[0])
+			if err != nil {
+				return fmt.Errorf("operation %q in namespace %q: %w", args[0], namespace, err)
+			}
+			rec := toRecordJSON(r)
+			if asJSON {
+				return writeJSON(a.stdout, rec)
+			}
+			return printRecord(a.stdout, rec, a.now())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&namespace, "namespace", "", "dedup namespace of the handler (required)")
+	envFlag(cmd, "namespace", "SURELY_NAMESPACE")
+	fl.BoolVar(&asJSON, "json", false, "print JSON")
+	fl.String("store", "", "idempotency store URL: redis://, postgres://, mysql://, sqlite:PATH")
+	envFlag(cmd, "store", "SURELY_STORE_URL")
+	fl.String("store-prefix", "", `key prefix of the Redis store (default "surely:")`)
+	envFlag(cmd, "store-prefix", "SURELY_STORE_PREFIX")
+	fl.String("store-table", "", `table of the SQL store (default "surely_inbox")`)
+	envFlag(cmd, "store-table", "SURELY_STORE_TABLE")
+	return cmd
+}
+
+func printRecord(w io.Writer, r recordJSON, now time.Time) error {
+	tw := newTable(w)
+	row := func(k, v string) { fprintf(tw, "%s\t%s\n", k, orDash(v)) }
+	row("namespace:", r.Namespace)
+	row("key:", r.Key)
+	row("state:", r.State)
+	row("attempts:", fmt.Sprintf("%d (canceled %d, charged %d)", r.Attempts, r.Canceled, r.Charged))
+	row("fingerprint:", r.Fingerprint)
+	row("lease token:", r.LeaseToken)
+	if r.LeaseUntil != nil {
+		if r.LeaseUntil.After(now) {
+			row("lease until:", fmt.Sprintf("%s (in %s)", stampMilli(*r.LeaseUntil), age(r.LeaseUntil.Sub(now))))
+		} else {
+			row("lease until:", fmt.Sprintf("%s (expired %s ago: the owner died or hangs; the next claim takes over)",
+				stampMilli(*r.LeaseUntil), age(now.Sub(*r.LeaseUntil))))
+		}
+		row("lease owner trace:", r.LeaseOwner)
+	}
+	if r.ExpiresAt != nil {
+		row("expires:", fmt.Sprintf("%s (in %s, retention)", stamp(*r.ExpiresAt), age(r.ExpiresAt.Sub(now))))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.State == string(idempotency.StateDone) || len(r.Outcome) > 0 {
+		fprintf(w, "\noutcome (messages produced: %d):\n", len(r.Outcome))
+		for _, m := range r.Outcome {
+			keys := slices.Sorted(maps.Keys(m.Metadata))
+			md := make([]string, 0, len(keys))
+			for _, k := range keys {
+				md = append(md, k+"="+m.Metadata[k])
+			}
+			fprintf(w, "  %s  %d bytes %s  %s\n", m.UUID, m.Payload.Bytes, m.Payload.Encoding, strings.Join(md, " "))
+		}
+	}
+	fprintf(w, "\nattempt ledger (%d):\n", len(r.Ledger))
+	if len(r.Ledger) == 0 {
+		return nil
+	}
+	return printLedger(w, r.Ledger)
+}
+
+// printLedger prints attempt records as a table, oldest first.
+func printLedger(w io.Writer, h []idempotency.AttemptRecord) error {
+	tw := newTable(w)
+	fprintln(tw, "  ATTEMPT\tSTARTED\tENDED\tRESULT\tREASON\tTRACE ID\tSPAN ID\tERROR")
+	for _, r := range h {
+		fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Attempt, stampMilli(r.Started), stampMilli(r.Ended),
+			orDash(r.Result), orDash(r.Reason), orDash(r.TraceID), orDash(r.SpanID), orDash(clip(r.Error, 200)))
+	}
+	return tw.Flush()
+}

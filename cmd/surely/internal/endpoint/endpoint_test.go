@@ -1,0 +1,70 @@
+package endpoint
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestArchive(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		raw  string
+		want Endpoint
+	}{
+		{"redis://127.0.0.1:6379/2?prefix=app:dlq:", Endpoint{Kind: Redis, DSN: "redis://127.0.0.1:6379/2", Prefix: "app:dlq:"}},
+		{"rediss://u:p@h:6380", Endpoint{Kind: Redis, DSN: "rediss://u:p@h:6380"}},
+		{"postgres://app@db:5432/app?sslmode=disable&table=dead", Endpoint{Kind: Postgres, DSN: "postgres://app@db:5432/app?sslmode=disable", Table: "dead"}},
+		{"postgresql://db/app", Endpoint{Kind: Postgres, DSN: "postgresql://db/app"}},
+		{"sqlite:/var/lib/dlq.db", Endpoint{Kind: SQLite, Path: "/var/lib/dlq.db", DSN: "file:/var/lib/dlq.db?_pragma=busy_timeout%285000%29"}},
+		{"sqlite://rel/dlq.db?table=t", Endpoint{Kind: SQLite, Path: "rel/dlq.db", Table: "t", DSN: "file:rel/dlq.db?_pragma=busy_timeout%285000%29"}},
+		{"./dlq.db", Endpoint{Kind: SQLite, Path: "./dlq.db", DSN: "file:./dlq.db?_pragma=busy_timeout%285000%29"}},
+		{"dlq.db", Endpoint{Kind: SQLite, Path: "dlq.db", DSN: "file:dlq.db?_pragma=busy_timeout%285000%29"}},
+		{"file:x.db?_pragma=busy_timeout(1)", Endpoint{Kind: SQLite, Path: "x.db", DSN: "file:x.db?_pragma=busy_timeout%281%29"}},
+		{"mem:fixture", Endpoint{Kind: Memory, Path: "fixture"}},
+	} {
+		got, err := Archive(tc.raw)
+		require.NoError(t, err, tc.raw)
+		assert.Equal(t, tc.want, got, tc.raw)
+	}
+	for _, raw := range []string{"", "nats://h:4222", "ftp://h/x", "redis:///0", "sqlite:", "postgres://%zz"} {
+		_, err := Archive(raw)
+		require.Error(t, err, raw)
+		assert.True(t, errors.Is(err, ErrInvalid), raw)
+	}
+}
+
+func TestStore(t *testing.T) {
+	t.Parallel()
+	got, err := Store("mysql://root:secret@tcp(127.0.0.1:3306)/test?table=inbox&parseTime=true")
+	require.NoError(t, err)
+	assert.Equal(t, Endpoint{Kind: MySQL, DSN: "root:secret@tcp(127.0.0.1:3306)/test?parseTime=true", Table: "inbox"}, got)
+	assert.Equal(t, "mysql://tcp(127.0.0.1:3306)/test?parseTime=true", got.String(), "no password")
+	got, err = Store("redis://:pw@127.0.0.1:6379/0?prefix=svc:")
+	require.NoError(t, err)
+	assert.Equal(t, "svc:", got.Prefix)
+	assert.NotContains(t, got.String(), "pw")
+	_, err = Store("amqp://h")
+	require.ErrorIs(t, err, ErrInvalid)
+}
+
+func TestBroker(t *testing.T) {
+	t.Parallel()
+	for raw, kind := range map[string]Kind{
+		"nats://127.0.0.1:4222":              NATS,
+		"amqp://guest:guest@127.0.0.1:5672/": AMQP,
+		"amqps://h:5671/vhost":               AMQP,
+		"redis://127.0.0.1:6379/0":           Redis,
+	} {
+		got, err := Broker(raw)
+		require.NoError(t, err, raw)
+		assert.Equal(t, kind, got.Kind, raw)
+		assert.Equal(t, raw, got.DSN, raw)
+	}
+	for _, raw := range []string{"postgres://h/db", "sqlite:x.db", "redis://h:1/0?prefix=x", "kafka://h:9092"} {
+		_, err := Broker(raw)
+		require.ErrorIs(t, err, ErrInvalid, raw)
+	}
+}

@@ -1,0 +1,359 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/replay"
+	"github.com/surely-dev/surely/idempotency"
+)
+
+// exitInterrupted is the status of a replay stopped by Ctrl-C (SIGINT),
+// as a shell reports a process killed by SIGINT.
+const exitInterrupted = 130
+
+type replayDecision struct {
+	Seq    int64  `json:"seq"`
+	ID     string `json:"id"`
+	Topic  string `json:"topic"`
+	Action string `json:"action"`
+	Reason string `json:"reason,omitempty"`
+}
+
+type replayJSON struct {
+	RunID       string           `json:"run_id"`
+	DryRun      bool             `json:"dry_run"`
+	State       string           `json:"state,omitempty"`
+	Replayed    int              `json:"replayed"`
+	WouldReplay int              `json:"would_replay"`
+	Refused     int              `json:"refused"`
+	Refailed    int              `json:"refailed"`
+	After       int64            `json:"cursor"`
+	Rate        float64          `json:"rate_per_second,omitempty"`
+	Error       string           `json:"error,omitempty"`
+	Resume      string           `json:"resume,omitempty"`
+	Decisions   []replayDecision `json:"decisions"`
+}
+
+// appClock is the replay's clock: the app's time, real sleeps.
+type appClock struct{ now func() time.Time }
+
+func (c appClock) Now() time.Time { return c.now() }
+func (c appClock) Sleep(ctx context.Context, d time.Duration) error {
+	return replay.SystemClock().Sleep(ctx, d)
+}
+
+// noBroker stands in for the publisher of a dry run without --broker: a
+// dry run never publishes.
+type noBroker struct{}
+
+func (noBroker) Publish(string, ...*message.Message) error {
+	return errors.New("a dry run publishes nothing")
+}
+func (noBroker) Close() error { return nil }
+
+type replayFlags struct {
+	ff                 filterFlags
+	dryRun, force      bool
+	newKey, asJSON     bool
+	rate, resume       string
+	target, broker     string
+	max, concurrency   int
+	abortAfter         int
+	defaultRetention   time.Duration
+	store, storePrefix string
+	storeTable         string
+}
+
+func (a *app) replayCmd() *cobra.Command {
+	var rf replayFlags
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Republish dead letters to their topics, rate limited, resumable",
+		Long: `replay republishes the archived dead letters the filters select, oldest
+first, to their original topics (or --target) through the broker of
+--broker: the original payload, UUID and metadata, so the handler finds
+its dedup record again (an operation that completed meanwhile is acked as
+a duplicate). It gives an exhausted record a fresh attempt budget once.
+
+Rails:
+  --dry-run      decide every entry and print it; publish, mark and save nothing
+  --rate         at most this many messages per second ("500/s", "500", "30/m")
+  --max          stop after this many messages (resume for the next ones)
+  --abort-after  stop when this many replayed messages in a row fail again
+  retention      an entry older than its dedup retention may have lost its
+                 record, and its replay could repeat a completed effect: it is
+                 refused unless --force
+  --new-key      deliberately give each message a new operation key (a new
+                 operation, whatever its record says)
+
+Every run has an ID, printed first. The run's cursor is saved after each
+message: Ctrl-C stops it cleanly (in-flight publishes finish), and
+--resume RUN_ID continues where it stopped, with the saved filter, target
+and key choice, publishing no entry twice.
+
+A progress bar is shown when stdout is a terminal; otherwise one line per
+entry.
+
+Brokers (--broker or SURELY_BROKER_URL):
+  nats://host:4222                      NATS JetStream (the topic's stream must exist)
+  amqp://user:pass@host:5672/vhost      RabbitMQ (topic = queue)
+  redis://host:6379/0                   Redis Streams (topic = stream)
+
+--store (optional) lets the run confirm replayed messages done in the
+dedup store, which resets the count of consecutive re-failures.`,
+		Example: `  surely dlq replay --topic orders --reason exhausted --dry-run
+  surely dlq replay --topic orders --reason exhausted --rate 50/s --broker nats://localhost:4222
+  surely dlq replay --resume 0b8f1c3e-7d2a-4f4b-9c1d-2e3f4a5b6c7d --broker nats://localhost:4222`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.runReplay(cmd, &rf) },
+	}
+	rf.ff.register(cmd)
+	fl := cmd.Flags()
+	fl.BoolVar(&rf.dryRun, "dry-run", false, "decide and print every entry; publish, mark and save nothing")
+	fl.StringVar(&rf.rate, "rate", "50/s", `messages per second: "500/s", "500", "30/m"; "0" for no limit`)
+	fl.IntVar(&rf.max, "max", 0, "publish at most this many messages in this call (0: no limit)")
+	fl.IntVar(&rf.concurrency, "concurrency", 1, "publishes in flight")
+	fl.StringVar(&rf.resume, "resume", "", "continue the interrupted run RUN_ID (its saved filter, target and key choice apply)")
+	fl.IntVar(&rf.abortAfter, "abort-after", replay.DefaultAbortAfter, "stop after this many consecutive re-failures (-1: never)")
+	fl.BoolVar(&rf.force, "force", false, "replay entries older than their dedup retention too")
+	fl.DurationVar(&rf.defaultRetention, "default-retention", 0, "dedup retention of entries whose envelope has none (0: unknown, refused unless --force)")
+	fl.BoolVar(&rf.newKey, "new-key", false, "give each message a new operation key (its old record is ignored)")
+	fl.StringVar(&rf.target, "target", "", "republish every message to this topic instead of its original one")
+	fl.StringVar(&rf.broker, "broker", "", "broker URL: nats://, amqp://, redis:// (Redis Streams)")
+	envFlag(cmd, "broker", "SURELY_BROKER_URL")
+	fl.StringVar(&rf.store, "store", "", "idempotency store URL, to confirm replayed messages done (optional)")
+	envFlag(cmd, "store", "SURELY_STORE_URL")
+	fl.StringVar(&rf.storePrefix, "store-prefix", "", `key prefix of the Redis store (default "surely:")`)
+	envFlag(cmd, "store-prefix", "SURELY_STORE_PREFIX")
+	fl.StringVar(&rf.storeTable, "store-table", "", `table of the SQL store (default "surely_inbox")`)
+	envFlag(cmd, "store-table", "SURELY_STORE_TABLE")
+	fl.BoolVar(&rf.asJSON, "json", false, "print the decisions and the result as JSON")
+	return cmd
+}
+
+func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
+	rate, err := parseRate(rf.rate)
+	if err != nil {
+		return usageErr("--rate: %w", err)
+	}
+	switch {
+	case rf.max < 0:
+		return usageErr("--max %d: must not be negative", rf.max)
+	case rf.concurrency < 1 || rf.concurrency > 256:
+		return usageErr("--concurrency %d: want 1..256", rf.concurrency)
+	case rf.abortAfter == 0 || rf.abortAfter < -1:
+		return usageErr("--abort-after %d: want a positive count, or -1 for never", rf.abortAfter)
+	case rf.defaultRetention < 0:
+		return usageErr("--default-retention %v: must not be negative", rf.defaultRetention)
+	}
+	filter, err := rf.ff.filter(a.now())
+	if err != nil {
+		return err
+	}
+	if rf.resume != "" {
+		if rf.ff.any() || rf.target != "" || rf.newKey || rf.force {
+			return usageErr("--resume continues the saved run with its own filter, --target, --new-key and --force: do not pass them")
+		}
+		if err := idempotency.ValidateKey(rf.resume); err != nil {
+			return usageErr("--resume %q: %w", rf.resume, err)
+		}
+	}
+
+	ar, err := a.openArchive(cmd)
+	if err != nil {
+		return err
+	}
+	defer ar.close()
+	var pub message.Publisher = noBroker{}
+	if !rf.dryRun || rf.broker != "" {
+		if pub, err = a.openBroker(rf.broker); err != nil {
+			return err
+		}
+		if _, test := a.memBrokers[rf.broker]; !test {
+			defer func() { _ = pub.Close() }()
+		}
+	}
+	var store idempotency.Store
+	if rf.store != "" {
+		st, err := a.openStore(cmd)
+		if err != nil {
+			return err
+		}
+		defer st.close()
+		store = st.Store
+	}
+
+	runID := rf.resume
+	if runID == "" {
+		runID = a.newID()
+	}
+	out := replayJSON{RunID: runID, DryRun: rf.dryRun, Decisions: []replayDecision{}}
+	if !rf.asJSON {
+		switch {
+		case rf.dryRun:
+			fprintf(a.stdout, "dry run %s: nothing is published, marked or saved\n", runID)
+		case rf.resume != "":
+			fprintf(a.stdout, "resuming replay run %s\n", runID)
+		default:
+			fprintf(a.stdout, "replay run %s\n", runID)
+		}
+	}
+	prog := a.newReplayProgress(rf.asJSON, &out)
+	opts := replay.Options{
+		ID: runID, Filter: filter, Target: rf.target, NewKey: rf.newKey, Max: rf.max, DryRun: rf.dryRun,
+		Force: rf.force, DefaultRetention: rf.defaultRetention, Rate: rate, Concurrency: rf.concurrency,
+		AbortAfter: rf.abortAfter, Store: store, Clock: appClock{a.now}, Progress: prog.report,
+	}
+	ctx := cmd.Context()
+	var res replay.Result
+	if rf.resume != "" {
+		res, err = replay.Resume(ctx, ar, pub, rf.resume, opts)
+	} else {
+		res, err = replay.Run(ctx, ar, pub, opts)
+	}
+	prog.finish()
+
+	out.State, out.Replayed, out.WouldReplay = res.State, res.Replayed, res.WouldReplay
+	out.Refused, out.Refailed, out.After, out.Rate = res.Refused, res.Refailed, res.After, res.Rate
+	resume := fmt.Sprintf("surely dlq replay --resume %s (with the same --archive and --broker)", runID)
+	interrupted := ctx.Err() != nil
+	code := exitOK
+	switch {
+	case err == nil && res.State == replay.StateInterrupted:
+		out.Resume = resume
+	case err == nil:
+	case errors.Is(err, replay.ErrRunExists):
+		return usageErr("%w: continue it with --resume %s", err, runID)
+	case errors.Is(err, dlq.ErrInvalidOption):
+		return withCode(exitUsage, err)
+	case errors.Is(err, replay.ErrAborted):
+		code, out.Resume = exitRefused, resume
+	case interrupted:
+		code, out.Resume = exitInterrupted, resume
+	default:
+		if res.State == replay.StateInterrupted {
+			out.Resume = resume
+		}
+		code = exitCode(err)
+	}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	if code == exitOK && res.Refused > 0 {
+		code = exitRefused
+	}
+
+	if rf.asJSON {
+		if werr := writeJSON(a.stdout, out); werr != nil {
+			return werr
+		}
+	} else {
+		a.printReplaySummary(out, rf)
+	}
+	switch {
+	case code == exitOK:
+		return nil
+	case err != nil:
+		return withCode(code, err)
+	case rf.dryRun:
+		return withCode(code, fmt.Errorf("%d entries would be refused (retention guard): %s", res.Refused, guardAdvice))
+	default:
+		return withCode(code, fmt.Errorf("%d entries refused (retention guard): %s", res.Refused, guardAdvice))
+	}
+}
+
+// guardAdvice says what to do about entries the retention guard refused.
+const guardAdvice = "when the store's retention is unknown but covers them, pass --default-retention; " +
+	"when their records may be gone, replay them with --force only if the effect is safe to repeat"
+
+func (a *app) printReplaySummary(out replayJSON, rf *replayFlags) {
+	w := a.stdout
+	if out.DryRun {
+		fprintf(w, "dry run: would replay %d, would refuse %d\n", out.WouldReplay, out.Refused)
+		return
+	}
+	fprintf(w, "replayed %d, refused %d, re-failed %d; state %s, cursor %d", out.Replayed, out.Refused, out.Refailed, orDash(out.State), out.After)
+	if out.Rate > 0 {
+		fprintf(w, ", %.1f msg/s", out.Rate)
+	}
+	fprintln(w)
+	if out.Error != "" {
+		fprintf(w, "stopped: %s\n", out.Error)
+	}
+	if out.Resume != "" {
+		fprintf(w, "resume with: %s\n", out.Resume)
+	}
+	if rf.max > 0 && out.State == replay.StateInterrupted && out.Error == "" {
+		fprintf(w, "stopped after --max %d\n", rf.max)
+	}
+}
+
+// replayProgress shows the run: a bar on a terminal, one line per entry
+// otherwise, and collects the decisions for --json.
+type replayProgress struct {
+	a      *app
+	asJSON bool
+	out    *replayJSON
+	tty    bool
+
+	mu  sync.Mutex
+	bar *progressbar.ProgressBar
+}
+
+func (a *app) newReplayProgress(asJSON bool, out *replayJSON) *replayProgress {
+	return &replayProgress{a: a, asJSON: asJSON, out: out, tty: !asJSON && a.isTerminal()}
+}
+
+func (p *replayProgress) report(pr replay.Progress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := replayDecision{Seq: pr.Seq, ID: pr.EntryID, Topic: pr.Topic, Action: string(pr.Action), Reason: pr.Reason}
+	p.out.Decisions = append(p.out.Decisions, d)
+	if p.asJSON {
+		return
+	}
+	if p.tty {
+		if p.bar == nil {
+			p.bar = progressbar.NewOptions(pr.Total,
+				progressbar.OptionSetWriter(p.a.stderr), progressbar.OptionSetDescription("replay"),
+				progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true),
+				progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+		}
+		if pr.Action == replay.ActionRefused {
+			_ = p.bar.Clear()
+			printDecision(p.a.stdout, d)
+		}
+		_ = p.bar.Set(pr.Done)
+		return
+	}
+	printDecision(p.a.stdout, d)
+}
+
+func (p *replayProgress) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bar != nil {
+		_ = p.bar.Finish()
+		fprintln(p.a.stderr)
+	}
+}
+
+func printDecision(w io.Writer, d replayDecision) {
+	action := strings.ReplaceAll(d.Action, "_", " ")
+	if d.Reason != "" {
+		fprintf(w, "%-12s %6d %s -> %s: %s\n", action, d.Seq, d.ID, orDash(d.Topic), d.Reason)
+		return
+	}
+	fprintf(w, "%-12s %6d %s -> %s\n", action, d.Seq, d.ID, orDash(d.Topic))
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/idempotency"
+)
+
+// TestOutageFillsTheArchive runs the program's outage and checks what it
+// left: three dead letters with their reasons and attempt ledgers, and the
+// dedup records of the charged orders.
+func TestOutageFillsTheArchive(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "billing.db")
+	require.NoError(t, runOutage(ctx, path))
+
+	db, store, archive, err := open(ctx, path)
+	require.NoError(t, err)
+	defer func() { _ = db.Close() }()
+	st, err := archive.Stats(ctx, dlq.Filter{})
+	require.NoError(t, err)
+	require.Equal(t, 3, st.Total)
+	require.Equal(t, map[string]int{"exhausted": 2, "permanent": 1}, st.ByReason)
+
+	es, err := archive.List(ctx, dlq.Filter{Key: "order-1003"}, dlq.Page{})
+	require.NoError(t, err)
+	require.Len(t, es, 1)
+	require.Equal(t, 3, es[0].Attempts)
+	h, err := dlq.ParseHistory(es[0].Message.Metadata)
+	require.NoError(t, err)
+	require.Len(t, h, 3)
+	require.Contains(t, h[2].Error, "connection refused")
+
+	rec, err := store.Get(ctx, namespace, "order-1001")
+	require.NoError(t, err)
+	require.Equal(t, idempotency.StateDone, rec.State)
+	rec, err = store.Get(ctx, namespace, "order-1003")
+	require.NoError(t, err)
+	require.Equal(t, idempotency.StateExhausted, rec.State)
+}
