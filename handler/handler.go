@@ -5,14 +5,17 @@
 //
 // handler.New wraps a Watermill handler in these steps, outermost first:
 //
-//  1. observe: outcome report, structured log, OnOutcome callback
-//  2. dead letter: a final failure is published with its context, and only
+//  1. trace (WithTracerProvider): one span per attempt, linked to the
+//     message's creation context and to the previous attempt
+//  2. observe: outcome report, metrics (WithMeterProvider), structured log
+//     (with the message context), OnOutcome callback
+//  3. dead letter: a final failure is published with its context, and only
 //     then acked; a failed publish nacks (nothing lost)
-//  3. retry: in-process attempts with backoff and jitter inside one delivery;
+//  4. retry: in-process attempts with backoff and jitter inside one delivery;
 //     the outage breaker pauses the consumer while most attempts fail transiently
-//  4. identity: operation key and payload fingerprint
-//  5. dedup: claim, then complete (or release) with fencing; lease extension
-//  6. your handler, with idempotency.OperationFrom(ctx): key, attempt,
+//  5. identity: operation key and payload fingerprint
+//  6. dedup: claim, then complete (or release) with fencing; lease extension
+//  7. your handler, with idempotency.OperationFrom(ctx): key, attempt,
 //     fencing token, and how the previous attempt ended
 //
 // The router acks only when the chain returns nil: after Complete, or after
@@ -34,6 +37,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
@@ -60,6 +66,10 @@ type config struct {
 	redact     dlq.Redactor
 	group      string
 	storeTO    time.Duration
+	tracer     trace.TracerProvider
+	meter      metric.MeterProvider
+	prop       propagation.TextMapPropagator
+	system     string
 }
 
 // Option configures New.
@@ -114,7 +124,11 @@ func WithBreaker(b *retry.Breaker) Option {
 	}
 }
 
-// WithLease sets the dedup lease (default middleware.DefaultLease).
+// WithLease sets the dedup lease (default middleware.DefaultLease). The
+// lease is extended while the handler runs, for at most 10 leases in all;
+// past that the handler's context is canceled (cause
+// middleware.ErrHandlerHung) and the attempt counts as failed, so a handler
+// that hangs on every delivery ends dead-lettered.
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -137,7 +151,10 @@ func WithIdentity(ex *idempotency.Extractor, missing middleware.MissingKeyPolicy
 	}
 }
 
-// WithLogger sets the structured logger (default: discard).
+// WithLogger sets the structured logger (default: discard). Every record is
+// logged with the message context, which carries the current attempt's span
+// when tracing is on: a slog.Handler that reads the trace context from ctx
+// correlates logs and traces.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
@@ -184,9 +201,61 @@ func WithStoreTimeout(d time.Duration) Option {
 	}
 }
 
-// WithConsumerGroup names the consumer group in dead letters.
+// WithConsumerGroup names the consumer group in dead letters and spans
+// (messaging.consumer.group.name).
 func WithConsumerGroup(group string) Option {
 	return func(c *config) error { c.group = group; return nil }
+}
+
+// WithTracerProvider traces every attempt through tp (see middleware.Trace):
+// one "process <topic>" span per attempt, linked to the message's creation
+// context and to the previous attempt, across processes. Without it
+// (default) nothing is traced and tracing costs nothing.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) error {
+		if tp == nil {
+			return fmt.Errorf("%w: nil tracer provider", ErrInvalidOption)
+		}
+		c.tracer = tp
+		return nil
+	}
+}
+
+// WithMeterProvider records surely's metrics through mp (see
+// middleware.WithMeterProvider). Without it (default) nothing is measured.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) error {
+		if mp == nil {
+			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
+		}
+		c.meter = mp
+		return nil
+	}
+}
+
+// WithPropagator sets how the creation context is read from the message
+// metadata (default propagation.TraceContext{}); match the producer's
+// (package propagate). It needs WithTracerProvider.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(c *config) error {
+		if p == nil {
+			return fmt.Errorf("%w: nil propagator", ErrInvalidOption)
+		}
+		c.prop = p
+		return nil
+	}
+}
+
+// WithMessagingSystem sets messaging.system on spans ("nats", "rabbitmq",
+// "kafka", ...; default "watermill"). It needs WithTracerProvider.
+func WithMessagingSystem(name string) Option {
+	return func(c *config) error {
+		if name == "" {
+			return fmt.Errorf("%w: empty messaging system", ErrInvalidOption)
+		}
+		c.system = name
+		return nil
+	}
 }
 
 // New returns fn wrapped in surely's chain (see the package doc), ready for
@@ -247,6 +316,12 @@ func New(fn message.HandlerFunc, opts ...Option) (message.HandlerFunc, error) {
 	if c.onOutcome != nil {
 		obsOpts = append(obsOpts, middleware.WithOnOutcome(c.onOutcome))
 	}
+	if c.meter != nil {
+		obsOpts = append(obsOpts, middleware.WithMeterProvider(c.meter))
+	}
+	if c.tracer == nil && (c.prop != nil || c.system != "") {
+		return nil, fmt.Errorf("%w: WithPropagator and WithMessagingSystem need WithTracerProvider", ErrInvalidOption)
+	}
 
 	observe, err := middleware.Observe(obsOpts...)
 	if err != nil {
@@ -268,10 +343,24 @@ func New(fn message.HandlerFunc, opts ...Option) (message.HandlerFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Innermost first, so that observe ends up outermost.
+	// Innermost first, so that observe (or trace) ends up outermost.
 	h := fn
 	for _, m := range []message.HandlerMiddleware{dedup, identity, retrier, deadLetter, observe} {
 		h = m(h)
+	}
+	if c.tracer != nil {
+		topts := []middleware.TraceOption{middleware.WithConsumerGroup(c.group)}
+		if c.prop != nil {
+			topts = append(topts, middleware.WithPropagator(c.prop))
+		}
+		if c.system != "" {
+			topts = append(topts, middleware.WithMessagingSystem(c.system))
+		}
+		tr, err := middleware.Trace(c.tracer, topts...)
+		if err != nil {
+			return nil, err
+		}
+		h = tr(h)
 	}
 	return h, nil
 }

@@ -42,17 +42,23 @@ func DeadLetter(pub *dlq.Publisher) (message.HandlerMiddleware, error) {
 			if !final && !permanent {
 				return msgs, err
 			}
+			ctx = attemptContext(ctx)
 			f := dlq.FailureFrom(err)
 			if op, ok := idempotency.OperationFrom(ctx); ok {
 				if f.OperationKey == "" {
 					f.OperationKey, f.Fingerprint = op.Key, op.Fingerprint
 				}
-				f.Namespace, f.Retention = op.Namespace, op.Retention
+				if f.Namespace == "" {
+					f.Namespace, f.Retention = op.Namespace, op.Retention
+				}
 			}
 			if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 				f.TraceID, f.SpanID = sc.TraceID().String(), sc.SpanID().String()
 			}
-			if perr := pub.Publish(ctx, msg, f); perr != nil {
+			pctx, span := startDeadLetter(ctx, msg, &f, pub.Topic())
+			perr := pub.Publish(pctx, msg, f)
+			endDeadLetter(span, perr)
+			if perr != nil {
 				setOutcome(ctx, OutcomeDeadLetterFailed)
 				nackAfter(ctx, DefaultDeadLetterRetryWait)
 				return nil, errors.Join(perr, err)

@@ -64,8 +64,11 @@ func WithMaxAttempts(n int) DedupOption {
 
 // WithExtension sets how often the lease is extended while the handler runs
 // (default lease/3) and the longest total time one attempt may hold it
-// (default 10×lease). Past that the lease is left to expire: the handler is
-// deemed hung and another consumer may take the operation over.
+// (default 10×lease). Past that the handler is deemed hung: its context is
+// canceled with cause ErrHandlerHung, and the lease is left to expire, so
+// another consumer may take the operation over. The attempt counts as a
+// failure (not a shutdown), so a message that hangs every time ends
+// EXHAUSTED and dead-lettered.
 func WithExtension(every, maxHeld time.Duration) DedupOption {
 	return func(c *dedupConfig) error {
 		if every <= 0 || maxHeld <= 0 {
@@ -233,6 +236,16 @@ func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		req.TraceID, req.SpanID = sc.TraceID().String(), sc.SpanID().String()
 	}
+	// A replayed message reopens an EXHAUSTED record once per replay run.
+	// A malformed run ID is ignored (no reopen), never stored.
+	if id := msg.Metadata.Get(dlq.KeyReplayID); id != "" {
+		if err := idempotency.ValidateKey(id); err != nil {
+			d.cfg.logger.WarnContext(ctx, "surely: ignoring an invalid replay ID; the record is not reopened",
+				"key", op.Key, "error", err)
+		} else {
+			req.Reopen = id
+		}
+	}
 	sctx, cancel := d.claimCtx(ctx)
 	res, err := d.store.Claim(sctx, req)
 	cancel()
@@ -276,6 +289,10 @@ func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
 	}
 	fe := dlq.Final(reason, fmt.Errorf("%w: key %q after %d attempts; last attempt %s", ErrExhausted, key, res.Attempts, last))
 	fe.Attempts, fe.History = res.Attempts, res.History
+	if n := len(res.History); n > 0 {
+		// The cause is known only as recorded: its type chain, not ours.
+		fe.ErrorTypes = res.History[n-1].Type
+	}
 	return fe
 }
 
@@ -283,12 +300,26 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 	lease := res.Lease
 	op.Attempt, op.Token, op.Previous, op.Committed = lease.Attempt, lease.Token, res.Previous, false
 	if r := reportFrom(ctx); r != nil {
-		r.attempt = lease.Attempt
+		r.claimed(ctx, d.store, op)
 	}
 
-	ext := d.startExtender(ctx, lease)
+	// The handler's context is canceled when it outlives the longest lease
+	// hold (see WithExtension): a hung attempt ends as a charged failure,
+	// so a message that hangs every time is dead-lettered. It is also
+	// canceled with the message context while the handler runs, but not
+	// when the handler returns: messages it produced with it stay
+	// publishable.
+	hctx, hcancel := context.WithCancelCause(attemptParent{context.WithoutCancel(ctx), ctx})
+	unlink := context.AfterFunc(ctx, func() { hcancel(context.Cause(ctx)) })
+	msg.SetContext(hctx)
+	ext := d.startExtender(ctx, lease, hcancel)
 	msgs, herr := runHandler(h, msg)
 	lease = ext.stop()
+	unlink()
+	msg.SetContext(ctx)
+	if herr != nil && errors.Is(context.Cause(hctx), ErrHandlerHung) {
+		herr = fmt.Errorf("%w: %w", ErrHandlerHung, herr)
+	}
 
 	if herr == nil && op.Committed {
 		setOutcome(ctx, OutcomeProcessed)
@@ -318,6 +349,13 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 	case f.Canceled:
 		setOutcome(ctx, OutcomeCanceled)
 		return nil, errors.Join(herr, rerr)
+	case errors.Is(rerr, idempotency.ErrLeaseLost):
+		// Another owner took the operation over and decides its record:
+		// this stale attempt's verdict, even a permanent error, neither
+		// dead-letters nor acks the message. Nack; the redelivery's claim
+		// finds the new owner's state (in progress, done or exhausted).
+		setOutcome(ctx, OutcomeLeaseLost)
+		return nil, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("release after %q: %w", herr.Error(), rerr)}
 	case f.Final && rerr == nil:
 		fe := dlq.Final(dlq.ReasonPermanent, herr)
 		fe.Attempts = lease.Attempt
@@ -333,6 +371,16 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 	}
 	return nil, herr
 }
+
+// attemptParent is the parent of a handler's context: the message
+// context's values and deadline without its cancellation, which Dedup
+// forwards only while the handler runs.
+type attemptParent struct {
+	context.Context // context.WithoutCancel(msgCtx)
+	msgCtx          context.Context
+}
+
+func (p attemptParent) Deadline() (time.Time, bool) { return p.msgCtx.Deadline() }
 
 // complete commits the DONE mark, retrying a failing store a few times
 // inside the lease: a lost Complete means the effect runs again later.
@@ -422,9 +470,10 @@ type extender struct {
 	start   time.Time
 	timer   *time.Timer
 	stopped bool
+	hung    context.CancelCauseFunc // cancels the handler's context
 }
 
-func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease) *extender {
+func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease, hung context.CancelCauseFunc) *extender {
 	e, _ := d.extenders.Get().(*extender)
 	if e == nil {
 		e = &extender{d: d, stopped: true}
@@ -434,7 +483,7 @@ func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease) *ext
 		e.mu.Unlock()
 	}
 	e.mu.Lock()
-	e.ctx, e.lease, e.start, e.stopped = ctx, lease, time.Now(), false
+	e.ctx, e.lease, e.start, e.stopped, e.hung = ctx, lease, time.Now(), false, hung
 	e.timer.Reset(d.cfg.extendEvery)
 	e.mu.Unlock()
 	return e
@@ -449,8 +498,9 @@ func (e *extender) tick() {
 		return
 	}
 	if time.Since(e.start)+e.d.cfg.lease > e.d.cfg.maxHeld {
-		e.d.cfg.logger.WarnContext(e.ctx, "surely: handler exceeded the longest lease hold; letting the lease expire",
+		e.d.cfg.logger.WarnContext(e.ctx, "surely: handler exceeded the longest lease hold; canceling it and letting the lease expire",
 			"key", e.lease.Key, "attempt", e.lease.Attempt, "max_held", e.d.cfg.maxHeld)
+		e.hung(ErrHandlerHung)
 		return
 	}
 	sctx, cancel := e.d.storeCtx(e.ctx)
@@ -480,7 +530,7 @@ func (e *extender) stop() idempotency.Lease {
 	e.mu.Lock()
 	e.stopped = true
 	lease := e.lease
-	e.ctx, e.lease = nil, idempotency.Lease{}
+	e.ctx, e.lease, e.hung = nil, idempotency.Lease{}, nil
 	e.mu.Unlock()
 	e.d.extenders.Put(e)
 	return lease

@@ -2,12 +2,19 @@
 // message.HandlerMiddleware, usable on its own in any router. Most users
 // want package handler, which assembles them in the only safe order:
 //
-//	Observe → DeadLetter → Retry → Identity → Dedup → your handler
+//	Trace → Observe → DeadLetter → Retry → Identity → Dedup → your handler
 //
 // # Steps
 //
-//   - Observe installs the per-delivery outcome report, logs the outcome
-//     with the message context and calls an OnOutcome callback. A
+//   - Trace (optional) starts one "process <topic>" span per attempt,
+//     following the OpenTelemetry messaging conventions, linked to the
+//     message's creation context, to the previous attempt (across
+//     processes, through the store's attempt ledger) and, for a replayed
+//     dead letter, to its dead-letter span. Publishing a dead letter gets
+//     a span of its own.
+//   - Observe installs the per-delivery outcome report (unless Trace did),
+//     logs the outcome with the message context, records metrics
+//     (WithMeterProvider) and calls an OnOutcome callback. A
 //     dead-lettered message is acked (the chain returns nil), yet reported as
 //     dead_lettered, never as processed.
 //   - DeadLetter publishes final failures (a *dlq.FinalError or an error

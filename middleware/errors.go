@@ -19,6 +19,10 @@ var (
 	// ErrUndecodable means a broker adapter could not decode the message
 	// (dlq.KeyDecodeError); it is dead-lettered with its raw bytes.
 	ErrUndecodable = errors.New("surely: message could not be decoded")
+	// ErrHandlerHung is the cause of the handler context's cancellation when
+	// an attempt outlived the longest lease hold (WithExtension), and wraps
+	// the attempt's error: a charged failure, retried, then dead-lettered.
+	ErrHandlerHung = errors.New("surely: handler exceeded the longest lease hold")
 	// ErrPaused means the outage breaker held the message back without an attempt.
 	ErrPaused = errors.New("surely: paused by the outage breaker")
 )
@@ -34,8 +38,10 @@ func (e *InProgressError) Error() string {
 	return fmt.Sprintf("surely: operation %q is in progress elsewhere until %s", e.Key, e.Until.Format(time.RFC3339Nano))
 }
 
-// LeaseLostError is returned when Complete found the lease taken over: the
-// effect may have run twice; the new owner decides the record. Nack.
+// LeaseLostError is returned when Complete or Release found the lease
+// taken over: the effect may have run twice; the new owner decides the
+// record, so not even a permanent error of the stale attempt dead-letters
+// the message. Nack.
 type LeaseLostError struct {
 	Key string
 	Err error

@@ -73,7 +73,14 @@ func annotate(err error, op *idempotency.Operation) {
 	if err == nil {
 		return
 	}
-	if fe, ok := dlq.AsFinal(err); ok && fe.OperationKey == "" {
+	fe, ok := dlq.AsFinal(err)
+	if !ok {
+		return
+	}
+	if fe.OperationKey == "" {
 		fe.OperationKey, fe.Fingerprint = op.Key, op.Fingerprint
+	}
+	if fe.Namespace == "" {
+		fe.Namespace, fe.Retention = op.Namespace, op.Retention
 	}
 }

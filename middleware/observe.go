@@ -32,6 +32,7 @@ type OutcomeResult struct{}
 type observeConfig struct {
 	logger    *slog.Logger
 	onOutcome func(context.Context, OutcomeParams) OutcomeResult
+	metrics   *metrics // nil: no metrics
 }
 
 // ObserveOption configures Observe.
@@ -60,10 +61,13 @@ func WithOnOutcome(fn func(context.Context, OutcomeParams) OutcomeResult) Observ
 	}
 }
 
-// Observe is the outermost surely step: it gives the inner steps a place to
-// report how the delivery ended (so a dead-lettered message, which the
-// router acks, is still reported as dead_lettered, not processed), logs the
-// outcome and calls the OnOutcome callback.
+// Observe gives the inner steps a place to report how the delivery ended
+// (so a dead-lettered message, which the router acks, is still reported as
+// dead_lettered, not processed), logs the outcome with the message context
+// (carrying the last attempt's span when Trace is outside it, so a slog
+// handler that reads the context can correlate trace IDs), records metrics
+// (WithMeterProvider) and calls the OnOutcome callback. It is the outermost
+// step after Trace.
 func Observe(opts ...ObserveOption) (message.HandlerMiddleware, error) {
 	c := observeConfig{logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
@@ -74,18 +78,25 @@ func Observe(opts ...ObserveOption) (message.HandlerMiddleware, error) {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			ctx := msg.Context()
-			rep := &report{started: time.Now()}
-			msg.SetContext(context.WithValue(ctx, reportKey{}, rep))
+			started := time.Now()
+			rep := reportFrom(ctx) // Trace, outside, installs it
+			if rep == nil {
+				rep = new(report)
+				msg.SetContext(context.WithValue(ctx, reportKey{}, rep))
+			}
 			msgs, err := h(msg)
 			msg.SetContext(ctx)
-			if rep.outcome == "" || (err != nil && (rep.outcome == OutcomeProcessed || rep.outcome == OutcomeDuplicate)) {
-				rep.outcome = fallbackOutcome(ctx, err)
+			settle(ctx, rep, err)
+			d := time.Since(started)
+			lctx := attemptContext(ctx) // the last attempt's span, for the log's trace ID
+			c.log(lctx, msg, rep, err)
+			if c.metrics != nil {
+				c.metrics.record(ctx, msg, rep, d)
 			}
-			c.log(ctx, msg, rep, err)
 			if c.onOutcome != nil {
-				c.onOutcome(ctx, OutcomeParams{
+				c.onOutcome(lctx, OutcomeParams{
 					Msg: msg, Outcome: rep.outcome, Attempts: rep.attempts, Attempt: rep.attempt,
-					Reason: rep.reason, Err: err, Duration: time.Since(rep.started),
+					Reason: rep.reason, Err: err, Duration: d,
 				})
 			}
 			return msgs, err

@@ -2,7 +2,8 @@ package middleware
 
 import (
 	"context"
-	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/idempotency"
 )
@@ -36,8 +37,8 @@ const (
 )
 
 // report is shared by the steps of one delivery through the message context.
-// Observe installs it; the inner steps fill it. Steps used without Observe
-// find none and skip reporting.
+// Trace or Observe, whichever is outermost, installs it; the inner steps
+// fill it. Steps used without either find none and skip reporting.
 type report struct {
 	// op is the operation slot Identity fills, saving it an allocation.
 	op       idempotency.Operation
@@ -45,7 +46,11 @@ type report struct {
 	attempts int // attempts run in this delivery
 	attempt  int // durable attempt number of the last one
 	reason   string
-	started  time.Time
+	// takeovers counts the claims of this delivery that took over an
+	// expired lease (Previous unknown).
+	takeovers int
+	// trace is the delivery's tracing state, nil when Trace is not in the chain.
+	trace *traceState
 }
 
 type reportKey struct{}
@@ -59,4 +64,24 @@ func setOutcome(ctx context.Context, o Outcome) {
 	if r := reportFrom(ctx); r != nil {
 		r.outcome = o
 	}
+}
+
+// claimed records an Acquired claim: Dedup calls it before the handler runs.
+func (r *report) claimed(ctx context.Context, store idempotency.Store, op *idempotency.Operation) {
+	r.attempt = op.Attempt
+	if op.Previous.Result == idempotency.PreviousUnknown {
+		r.takeovers++
+	}
+	if r.trace != nil {
+		r.trace.claimed(ctx, store, op)
+	}
+}
+
+// runAttempt runs one attempt of the inner chain; Retry calls it once per
+// in-process attempt, so that each gets its own span. r may be nil.
+func (r *report) runAttempt(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
+	if r == nil || r.trace == nil {
+		return h(msg)
+	}
+	return r.trace.runAttempt(h, msg)
 }

@@ -62,7 +62,7 @@ func Retry(policy *retry.Policy, breaker *retry.Breaker) (message.HandlerMiddlew
 				if rep != nil {
 					rep.attempts++
 				}
-				msgs, err := h(msg)
+				msgs, err := rep.runAttempt(h, msg)
 				msg.SetContext(ctx)
 				result, again := classify(ctx, err)
 				if breaker != nil {

@@ -119,3 +119,11 @@ func (p *Publisher) Published(topic string) []*message.Message {
 	defer p.mu.Unlock()
 	return append([]*message.Message(nil), p.published[topic]...)
 }
+
+// Retention forwards the wrapped store's retention (0 when it reports none).
+func (s *Store) Retention() time.Duration {
+	if rr, ok := s.Store.(idempotency.RetentionReporter); ok {
+		return rr.Retention()
+	}
+	return 0
+}

@@ -1,0 +1,147 @@
+package middleware
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/surely-dev/surely/propagate"
+)
+
+// Metric names, all with the attributes topic, handler and outcome (dead
+// letters also reason). No attribute ever holds a key, a UUID or another
+// value of unbounded cardinality.
+const (
+	MetricProcessed          = "surely.messages.processed"
+	MetricDuplicates         = "surely.messages.duplicates"
+	MetricInProgress         = "surely.messages.in_progress"
+	MetricConflicts          = "surely.messages.conflicts"
+	MetricLeaseTakeovers     = "surely.lease.takeovers"
+	MetricLeaseLost          = "surely.lease.lost"
+	MetricRetries            = "surely.retries"
+	MetricDeadLetters        = "surely.dead_letters"
+	MetricDeadLetterFailures = "surely.dead_letter.publish_failures"
+	MetricHandlerDuration    = "surely.handler.duration"
+	MetricEndToEndLatency    = "surely.end_to_end.latency"
+)
+
+// Metric attribute keys.
+const (
+	AttrTopic   = attribute.Key("topic")
+	AttrHandler = attribute.Key("handler")
+	// AttrMetricOutcome is the delivery's Outcome.
+	AttrMetricOutcome = attribute.Key("outcome")
+	// AttrReason is the dead-letter reason.
+	AttrReason = attribute.Key("reason")
+)
+
+type metrics struct {
+	processed, duplicates, inProgress, conflicts metric.Int64Counter
+	takeovers, leaseLost, retries                metric.Int64Counter
+	deadLetters, deadLetterFailures              metric.Int64Counter
+	duration, latency                            metric.Float64Histogram
+}
+
+// WithMeterProvider records surely's metrics through mp (the OTel metrics
+// API; surely never installs an SDK). Per delivery, Observe counts its
+// outcome (processed, duplicate, in progress elsewhere, payload conflict,
+// fencing rejection, dead letter, failed dead-letter publish), the
+// transient failures that were retried, the claims that took over an
+// expired lease, and records the time spent in the chain and, when the
+// producer stamped propagate.KeyPublishedAt, the end-to-end latency from
+// the first publish.
+func WithMeterProvider(mp metric.MeterProvider) ObserveOption {
+	return func(c *observeConfig) error {
+		if mp == nil {
+			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
+		}
+		m, err := newMetrics(mp.Meter(ScopeName))
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
+		c.metrics = m
+		return nil
+	}
+}
+
+func newMetrics(m metric.Meter) (*metrics, error) {
+	var (
+		ms  metrics
+		err error
+	)
+	counter := func(dst *metric.Int64Counter, name, desc, unit string) {
+		if err == nil {
+			*dst, err = m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		}
+	}
+	counter(&ms.processed, MetricProcessed, "Messages whose effect committed, then acked.", "{message}")
+	counter(&ms.duplicates, MetricDuplicates, "Deliveries of an operation already done: acked without running the handler.", "{message}")
+	counter(&ms.inProgress, MetricInProgress, "Deliveries that found the operation leased by another live owner: nacked with a delay.", "{message}")
+	counter(&ms.conflicts, MetricConflicts, "Messages whose key was first seen with another payload: dead-lettered.", "{message}")
+	counter(&ms.takeovers, MetricLeaseTakeovers, "Claims that took over an expired lease: the previous owner died or hung (previous attempt unknown).", "{claim}")
+	counter(&ms.leaseLost, MetricLeaseLost, "Attempts whose Complete was refused by fencing: their lease had been taken over.", "{attempt}")
+	counter(&ms.retries, MetricRetries, "Attempts that failed transiently and were retried, in process or by redelivery.", "{attempt}")
+	counter(&ms.deadLetters, MetricDeadLetters, "Messages published to the dead letter, then acked.", "{message}")
+	counter(&ms.deadLetterFailures, MetricDeadLetterFailures, "Dead-letter publishes that failed: the source was nacked.", "{message}")
+	if err != nil {
+		return nil, err
+	}
+	if ms.duration, err = m.Float64Histogram(MetricHandlerDuration, metric.WithUnit("s"),
+		metric.WithDescription("Time one delivery spent in the chain, all its in-process attempts included.")); err != nil {
+		return nil, err
+	}
+	if ms.latency, err = m.Float64Histogram(MetricEndToEndLatency, metric.WithUnit("s"),
+		metric.WithDescription("Time from the message's first publish (propagate.KeyPublishedAt) to the end of this delivery.")); err != nil {
+		return nil, err
+	}
+	return &ms, nil
+}
+
+// record counts one delivery.
+func (m *metrics) record(ctx context.Context, msg *message.Message, rep *report, d time.Duration) {
+	set := attribute.NewSet(
+		AttrTopic.String(message.SubscribeTopicFromCtx(ctx)),
+		AttrHandler.String(message.HandlerNameFromCtx(ctx)),
+		AttrMetricOutcome.String(string(rep.outcome)),
+	)
+	opt := metric.WithAttributeSet(set)
+	switch rep.outcome {
+	case OutcomeProcessed, OutcomeUnprocessed:
+		m.processed.Add(ctx, 1, opt)
+	case OutcomeDuplicate:
+		m.duplicates.Add(ctx, 1, opt)
+	case OutcomeInProgress:
+		m.inProgress.Add(ctx, 1, opt)
+	case OutcomeLeaseLost:
+		m.leaseLost.Add(ctx, 1, opt)
+	case OutcomeDeadLettered:
+		m.deadLetters.Add(ctx, 1, opt, metric.WithAttributes(AttrReason.String(rep.reason)))
+		if rep.reason == "conflict" {
+			m.conflicts.Add(ctx, 1, opt)
+		}
+	case OutcomeDeadLetterFailed:
+		m.deadLetterFailures.Add(ctx, 1, opt)
+	}
+	// Every in-process attempt but the last was a transient failure that
+	// Retry retried; the last one too when the delivery ends in retry.
+	retried := max(rep.attempts, 1) - 1
+	if rep.outcome == OutcomeRetry {
+		retried++
+	}
+	if retried > 0 {
+		m.retries.Add(ctx, int64(retried), opt)
+	}
+	if rep.takeovers > 0 {
+		m.takeovers.Add(ctx, int64(rep.takeovers), opt)
+	}
+	m.duration.Record(ctx, d.Seconds(), opt)
+	if v := msg.Metadata.Get(propagate.KeyPublishedAt); v != "" {
+		if at, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			m.latency.Record(ctx, time.Since(at).Seconds(), opt)
+		}
+	}
+}

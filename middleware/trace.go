@@ -1,0 +1,423 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/idempotency"
+)
+
+// ScopeName is the instrumentation scope of surely's tracer and meter.
+const ScopeName = "github.com/surely-dev/surely"
+
+// Span attributes surely adds to the messaging semantic conventions.
+const (
+	AttrOperationKey  = attribute.Key("surely.operation_key")
+	AttrAttempt       = attribute.Key("surely.attempt")
+	AttrDeliveryCount = attribute.Key("surely.delivery_count")
+	AttrOutcome       = attribute.Key("surely.outcome")
+	// AttrPrevious is how the previous attempt ended (failed, canceled,
+	// unknown), on an attempt span and on a previous_attempt link.
+	AttrPrevious = attribute.Key("surely.previous")
+	// AttrDeadLetterReason is the dead-letter reason (dlq.Reason).
+	AttrDeadLetterReason = attribute.Key("surely.dead_letter.reason")
+	// AttrLink says what a link points to: LinkCreation,
+	// LinkPreviousAttempt or LinkDeadLetter.
+	AttrLink = attribute.Key("surely.link")
+)
+
+// Values of AttrLink.
+const (
+	// LinkCreation: the message's creation context (the producer's span).
+	LinkCreation = "creation"
+	// LinkPreviousAttempt: the span of the attempt before this one, in this
+	// process or, through the store's attempt ledger, in another.
+	LinkPreviousAttempt = "previous_attempt"
+	// LinkDeadLetter: the dead-letter span of the message a replay republished.
+	LinkDeadLetter = "dead_letter"
+)
+
+type tracing struct {
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+	system string
+	group  string
+}
+
+// TraceOption configures Trace.
+type TraceOption func(*tracing) error
+
+// WithPropagator sets how the creation context is read from the metadata
+// (default propagation.TraceContext{}, W3C traceparent and tracestate). It
+// must match the producer's (see package propagate).
+func WithPropagator(p propagation.TextMapPropagator) TraceOption {
+	return func(t *tracing) error {
+		if p == nil {
+			return fmt.Errorf("%w: nil propagator", ErrInvalidOption)
+		}
+		t.prop = p
+		return nil
+	}
+}
+
+// WithMessagingSystem sets messaging.system ("nats", "rabbitmq", "kafka",
+// "aws_sqs", ...; default "watermill").
+func WithMessagingSystem(name string) TraceOption {
+	return func(t *tracing) error {
+		if name == "" {
+			return fmt.Errorf("%w: empty messaging system", ErrInvalidOption)
+		}
+		t.system = name
+		return nil
+	}
+}
+
+// WithConsumerGroup sets messaging.consumer.group.name (default: none).
+func WithConsumerGroup(group string) TraceOption {
+	return func(t *tracing) error { t.group = group; return nil }
+}
+
+// Trace is the outermost surely step: one "process <topic>" span of kind
+// consumer per attempt, following the OpenTelemetry messaging semantic
+// conventions, through tp (the OTel API only; surely never installs an SDK).
+//
+// Each attempt span is a child of the span in the message context, if any,
+// and is linked to:
+//
+//   - the message's creation context, extracted from the metadata with the
+//     propagator (see package propagate for the producer's side);
+//   - the previous attempt's span: in this delivery from memory; on a
+//     redelivery, from the store's attempt ledger (Dedup records each
+//     claim's span there, so the link crosses processes and crashes; the
+//     ledger is read with one Store.Get, only on redeliveries);
+//   - on the first attempt of a replayed message, the dead-letter span of
+//     the message it replays (dlq.KeyReplayLink).
+//
+// The span carries surely.outcome (processed, duplicate, in_progress, retry,
+// dead_lettered, conflict, lease_lost, and paused, canceled,
+// dead_letter_failed), the operation key, the durable attempt number and
+// the broker's delivery count when the adapter reports one. An attempt
+// that is retried ends with outcome retry. A duplicate, a dead letter or a
+// conflict is an outcome, not a span error; an error of the handler (or of
+// the store) is recorded with status Error.
+//
+// Publishing a dead letter gets its own span, a child of the attempt span,
+// whose traceparent DeadLetter writes into the envelope
+// (dlq.KeyDeadLetterTraceparent).
+//
+// Trace shares the per-delivery report with Observe; put it outside
+// Observe (handler.New does). In-process attempts get spans of their own
+// only when Retry is in the chain; attempt attributes need Identity.
+func Trace(tp trace.TracerProvider, opts ...TraceOption) (message.HandlerMiddleware, error) {
+	if tp == nil {
+		return nil, fmt.Errorf("%w: nil tracer provider", ErrInvalidOption)
+	}
+	t := &tracing{
+		tracer: tp.Tracer(ScopeName),
+		prop:   propagation.TraceContext{},
+		system: "watermill",
+	}
+	for _, o := range opts {
+		if err := o(t); err != nil {
+			return nil, err
+		}
+	}
+	return t.middleware, nil
+}
+
+func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context()
+		rep := reportFrom(ctx)
+		base := ctx
+		if rep == nil {
+			rep = new(report)
+			base = context.WithValue(ctx, reportKey{}, rep)
+		}
+		ts := &traceState{t: t, msg: msg, parent: trace.SpanFromContext(ctx), topic: message.SubscribeTopicFromCtx(ctx)}
+		ts.creation = trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.MapCarrier(msg.Metadata)))
+		if v := msg.Metadata.Get(dlq.KeyReplayLink); v != "" {
+			ts.replay = ParseTraceparent(v)
+		}
+		rep.trace = ts
+		ts.start(base)
+		msg.SetContext(ts.ctx)
+		returned := false
+		defer func() {
+			if !returned { // a panic passes through (the router recovers it and nacks)
+				msg.SetContext(ctx)
+				ts.span.SetStatus(codes.Error, "panic")
+				ts.end(OutcomeRetry, "")
+				rep.trace = nil
+			}
+		}()
+		msgs, err := h(msg)
+		returned = true
+		msg.SetContext(ctx)
+		settle(ctx, rep, err)
+		if !ts.ran {
+			ts.recordError(err)
+		}
+		outcome := rep.outcome
+		if outcome == OutcomePaused && ts.ran {
+			outcome = OutcomeRetry // the paused wait came after a failed attempt
+		}
+		ts.end(outcome, rep.reason)
+		rep.trace = nil
+		return msgs, err
+	}
+}
+
+// settle gives the report its final outcome when no step set one, or when
+// the chain failed after a step reported success.
+func settle(ctx context.Context, rep *report, err error) {
+	if rep.outcome == "" || (err != nil && (rep.outcome == OutcomeProcessed || rep.outcome == OutcomeDuplicate)) {
+		rep.outcome = fallbackOutcome(ctx, err)
+	}
+}
+
+// traceState is one delivery's tracing: the current attempt span and what
+// the next one links to.
+type traceState struct {
+	t        *tracing
+	msg      *message.Message
+	topic    string
+	parent   trace.Span        // the span of the delivery's context (may be a no-op)
+	creation trace.SpanContext // extracted from the metadata
+	replay   trace.SpanContext // dlq.KeyReplayLink
+
+	span        trace.Span
+	ctx         context.Context // the delivery's context with span
+	n           int             // attempt spans started
+	ran         bool            // an attempt ran through Retry
+	errRecorded bool
+	attempt     int // durable attempt of the current span, 0 if it claimed none
+
+	prev        trace.SpanContext // the last ended attempt span
+	prevAttempt int
+}
+
+func (ts *traceState) start(ctx context.Context) {
+	t := ts.t
+	links := make([]trace.Link, 0, 3)
+	if ts.creation.IsValid() {
+		links = append(links, trace.Link{SpanContext: ts.creation, Attributes: []attribute.KeyValue{AttrLink.String(LinkCreation)}})
+	}
+	if ts.n == 0 && ts.replay.IsValid() {
+		links = append(links, trace.Link{SpanContext: ts.replay, Attributes: []attribute.KeyValue{AttrLink.String(LinkDeadLetter)}})
+	}
+	if ts.prev.IsValid() {
+		la := []attribute.KeyValue{AttrLink.String(LinkPreviousAttempt)}
+		if ts.prevAttempt > 0 {
+			la = append(la, AttrAttempt.Int(ts.prevAttempt))
+		}
+		links = append(links, trace.Link{SpanContext: ts.prev, Attributes: la})
+	}
+	attrs := make([]attribute.KeyValue, 0, 8)
+	attrs = append(attrs,
+		semconv.MessagingSystemKey.String(t.system),
+		semconv.MessagingDestinationName(ts.topic),
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingOperationName("process"),
+		semconv.MessagingMessageID(ts.msg.UUID),
+	)
+	if t.group != "" {
+		attrs = append(attrs, semconv.MessagingConsumerGroupName(t.group))
+	}
+	if info, ok := delivery.InfoFrom(ctx); ok && info.Count > 0 {
+		attrs = append(attrs, AttrDeliveryCount.Int(info.Count))
+	}
+	ctx = trace.ContextWithSpan(ctx, ts.parent)
+	name := "process"
+	if ts.topic != "" {
+		name += " " + ts.topic
+	}
+	ts.ctx, ts.span = t.tracer.Start(ctx, name, //nolint:spancheck // ended by end, when the attempt is over
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...), trace.WithAttributes(attrs...))
+	ts.n++
+	ts.errRecorded, ts.attempt = false, 0
+}
+
+func (ts *traceState) end(o Outcome, reason string) {
+	ts.span.SetAttributes(AttrOutcome.String(spanOutcome(o, reason)))
+	if o == OutcomeDeadLettered && reason != "" {
+		ts.span.SetAttributes(AttrDeadLetterReason.String(reason))
+	}
+	ts.span.End()
+	ts.prev, ts.prevAttempt = ts.span.SpanContext(), ts.attempt
+}
+
+// runAttempt runs one in-process attempt (called by Retry through the report):
+// the first uses the span Trace started, each later one ends the previous
+// span (outcome retry) and starts a new one linked to it.
+func (ts *traceState) runAttempt(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
+	if ts.ran {
+		ts.end(OutcomeRetry, "") // Retry goes on only after a transient failure
+		ts.start(msg.Context())
+		msg.SetContext(ts.ctx) // Retry restores its own context after the attempt
+	}
+	ts.ran = true
+	msgs, err := h(msg)
+	ts.recordError(err)
+	return msgs, err
+}
+
+// claimed annotates the current span with the claim Dedup acquired and,
+// on a redelivery, links it to the previous attempt's span from the ledger.
+func (ts *traceState) claimed(ctx context.Context, store idempotency.Store, op *idempotency.Operation) {
+	ts.attempt = op.Attempt
+	ts.span.SetAttributes(AttrOperationKey.String(op.Key), AttrAttempt.Int(op.Attempt))
+	if op.Previous.Result != idempotency.PreviousNone {
+		ts.span.SetAttributes(AttrPrevious.String(string(op.Previous.Result)))
+	}
+	if op.Attempt <= 1 || (ts.prev.IsValid() && ts.prevAttempt == op.Attempt-1) {
+		return // first attempt, or the previous one ran in this delivery (linked at start)
+	}
+	rec, err := store.Get(ctx, op.Namespace, op.Key)
+	if err != nil {
+		ts.span.AddEvent("surely: attempt ledger unavailable", trace.WithAttributes(attribute.String("error", err.Error())))
+		return
+	}
+	for _, a := range rec.History {
+		if a.Attempt != op.Attempt-1 {
+			continue
+		}
+		sc := ledgerSpan(a)
+		if !sc.IsValid() {
+			return
+		}
+		la := []attribute.KeyValue{AttrLink.String(LinkPreviousAttempt), AttrAttempt.Int(a.Attempt)}
+		if a.Result != "" {
+			la = append(la, AttrPrevious.String(a.Result))
+		}
+		ts.span.AddLink(trace.Link{SpanContext: sc, Attributes: la})
+		return
+	}
+}
+
+func ledgerSpan(a idempotency.AttemptRecord) trace.SpanContext {
+	tid, err := trace.TraceIDFromHex(a.TraceID)
+	if err != nil {
+		return trace.SpanContext{}
+	}
+	sid, err := trace.SpanIDFromHex(a.SpanID)
+	if err != nil {
+		return trace.SpanContext{}
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true})
+}
+
+func (ts *traceState) recordError(err error) {
+	if ts.errRecorded || !spanError(err) {
+		return
+	}
+	ts.errRecorded = true
+	ts.span.RecordError(err)
+	ts.span.SetStatus(codes.Error, err.Error())
+}
+
+// spanError reports whether err is an error of the attempt (handler or
+// store), as opposed to an outcome: in progress elsewhere, lease lost,
+// paused, canceled, or a dead letter decided without running the handler.
+func spanError(err error) bool {
+	if err == nil || errors.Is(err, ErrPaused) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var ip *InProgressError
+	var ll *LeaseLostError
+	if errors.As(err, &ip) || errors.As(err, &ll) {
+		return false
+	}
+	if fe, ok := dlq.AsFinal(err); ok {
+		switch {
+		case errors.Is(err, ErrExhausted), errors.Is(err, ErrConflict), errors.Is(err, ErrUndecodable),
+			fe.Reason == dlq.ReasonNoKey, fe.Reason == dlq.ReasonConflict, fe.Reason == dlq.ReasonDecode:
+			return false
+		}
+	}
+	return true
+}
+
+// spanOutcome maps a delivery outcome to surely.outcome.
+func spanOutcome(o Outcome, reason string) string {
+	switch {
+	case o == OutcomeDeadLettered && reason == string(dlq.ReasonConflict):
+		return "conflict"
+	case o == OutcomeUnprocessed:
+		return string(OutcomeProcessed)
+	case o == "":
+		return string(OutcomeRetry)
+	}
+	return string(o)
+}
+
+// attemptContext returns ctx carrying the current attempt's span when Trace
+// is in the chain: steps outside Retry (DeadLetter, Observe) see the
+// context Retry restored, whose span is the delivery's first attempt.
+func attemptContext(ctx context.Context) context.Context {
+	r := reportFrom(ctx)
+	if r == nil || r.trace == nil || r.trace.span == nil || trace.SpanContextFromContext(ctx).Equal(r.trace.span.SpanContext()) {
+		return ctx
+	}
+	return trace.ContextWithSpan(ctx, r.trace.span)
+}
+
+// startDeadLetter starts the dead-letter span (a child of the attempt span)
+// and puts its traceparent into f; end it with endDeadLetter. Without
+// Trace in the chain it returns ctx and a nil span.
+func startDeadLetter(ctx context.Context, msg *message.Message, f *dlq.Failure, topic string) (context.Context, trace.Span) {
+	r := reportFrom(ctx)
+	if r == nil || r.trace == nil {
+		return ctx, nil
+	}
+	t := r.trace.t
+	ctx, span := t.tracer.Start(ctx, "dead_letter "+topic, trace.WithSpanKind(trace.SpanKindProducer), //nolint:spancheck // the caller ends it with endDeadLetter
+		trace.WithAttributes(
+			semconv.MessagingSystemKey.String(t.system),
+			semconv.MessagingDestinationName(topic),
+			semconv.MessagingOperationTypeSend,
+			semconv.MessagingOperationName("dead_letter"),
+			semconv.MessagingMessageID(dlq.DeadLetterUUID(msg.UUID)),
+			AttrDeadLetterReason.String(string(f.Reason)),
+		))
+	f.Traceparent = Traceparent(span.SpanContext())
+	return ctx, span //nolint:spancheck // the caller ends it with endDeadLetter
+}
+
+func endDeadLetter(span trace.Span, err error) {
+	if span == nil {
+		return
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// Traceparent formats sc as a W3C traceparent ("" when sc is invalid).
+func Traceparent(sc trace.SpanContext) string {
+	if !sc.IsValid() {
+		return ""
+	}
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
+	return c["traceparent"]
+}
+
+// ParseTraceparent parses a W3C traceparent; an invalid one gives an
+// invalid SpanContext.
+func ParseTraceparent(v string) trace.SpanContext {
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": v})
+	return trace.SpanContextFromContext(ctx)
+}

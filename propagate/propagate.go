@@ -1,0 +1,171 @@
+package propagate
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/surely-dev/surely/idempotency"
+)
+
+// KeyPublishedAt is the metadata entry holding the time of a message's first
+// publish (RFC 3339, nanoseconds, UTC). The consumer's metrics measure
+// end-to-end latency from it.
+const KeyPublishedAt = "surely_published_at"
+
+// ErrInvalidOption wraps every option error of this package.
+var ErrInvalidOption = errors.New("propagate: invalid option")
+
+// ErrInvalidKey wraps the error of a message whose operation key (found in
+// its metadata or made by the key function) is unusable; the message is not
+// published.
+var ErrInvalidKey = errors.New("propagate: invalid operation key")
+
+// KeyFunc makes the operation key of a message that has none.
+type KeyFunc func(msg *message.Message) (string, error)
+
+// UUIDKey is the default KeyFunc: the message UUID.
+func UUIDKey(msg *message.Message) (string, error) { return msg.UUID, nil }
+
+// Publisher stamps the operation key, the trace context and the publish
+// time into each message's metadata, then publishes through the wrapped
+// publisher. It is safe for concurrent use when the wrapped publisher is.
+type Publisher struct {
+	pub   message.Publisher
+	field string
+	key   KeyFunc
+	prop  propagation.TextMapPropagator
+	now   func() time.Time
+}
+
+// Option configures a Publisher.
+type Option func(*Publisher) error
+
+// WithKeyMetadata sets the metadata entry of the operation key (default
+// idempotency.DefaultMetadataKey, "idempotency_key"). It must match the
+// consumer's extractor.
+func WithKeyMetadata(name string) Option {
+	return func(p *Publisher) error {
+		if name == "" {
+			return fmt.Errorf("%w: empty key metadata name", ErrInvalidOption)
+		}
+		p.field = name
+		return nil
+	}
+}
+
+// WithKey sets how the key of a message without one is made (default
+// UUIDKey). Derive it from the message (its UUID, a business identifier in
+// the payload), never from the time or a random source, so that a copy
+// gets the same key.
+func WithKey(fn KeyFunc) Option {
+	return func(p *Publisher) error {
+		if fn == nil {
+			return fmt.Errorf("%w: nil key function", ErrInvalidOption)
+		}
+		p.key = fn
+		return nil
+	}
+}
+
+// WithPropagator sets how the trace context is written (default
+// propagation.TraceContext{}, W3C traceparent and tracestate). The
+// consumer must use the same one.
+func WithPropagator(prop propagation.TextMapPropagator) Option {
+	return func(p *Publisher) error {
+		if prop == nil {
+			return fmt.Errorf("%w: nil propagator", ErrInvalidOption)
+		}
+		p.prop = prop
+		return nil
+	}
+}
+
+// WithClock sets the clock of KeyPublishedAt (default time.Now).
+func WithClock(now func() time.Time) Option {
+	return func(p *Publisher) error {
+		if now == nil {
+			return fmt.Errorf("%w: nil clock", ErrInvalidOption)
+		}
+		p.now = now
+		return nil
+	}
+}
+
+// NewPublisher wraps pub. surely never closes pub: Close on the returned
+// Publisher does nothing, the caller closes pub.
+func NewPublisher(pub message.Publisher, opts ...Option) (*Publisher, error) {
+	if pub == nil {
+		return nil, fmt.Errorf("%w: nil publisher", ErrInvalidOption)
+	}
+	p := &Publisher{
+		pub: pub, field: idempotency.DefaultMetadataKey, key: UUIDKey,
+		prop: propagation.TraceContext{}, now: time.Now,
+	}
+	for _, o := range opts {
+		if err := o(p); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Stamp writes into msg's metadata what Publish writes, without publishing:
+// the operation key, the trace context of msg.Context() and the publish
+// time, each only when missing. It fails, changing nothing, when the key
+// is unusable.
+func (p *Publisher) Stamp(msg *message.Message) error {
+	if msg == nil {
+		return fmt.Errorf("%w: nil message", ErrInvalidKey)
+	}
+	if msg.Metadata == nil {
+		msg.Metadata = make(message.Metadata)
+	}
+	key := msg.Metadata.Get(p.field)
+	if key == "" {
+		var err error
+		if key, err = p.key(msg); err != nil {
+			return fmt.Errorf("%w: message %q: %w", ErrInvalidKey, msg.UUID, err)
+		}
+	}
+	if err := idempotency.ValidateKey(key); err != nil {
+		return fmt.Errorf("%w: message %q, %s: %w", ErrInvalidKey, msg.UUID, p.field, err)
+	}
+	msg.Metadata.Set(p.field, key)
+	if !p.hasTraceContext(msg.Metadata) {
+		p.prop.Inject(msg.Context(), propagation.MapCarrier(msg.Metadata))
+	}
+	if msg.Metadata.Get(KeyPublishedAt) == "" {
+		msg.Metadata.Set(KeyPublishedAt, p.now().UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// hasTraceContext reports whether any field of the propagator is set, so a
+// retried publish keeps the creation context of its first try.
+func (p *Publisher) hasTraceContext(md message.Metadata) bool {
+	for _, f := range p.prop.Fields() {
+		if md.Get(f) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// Publish stamps every message (see Stamp) and publishes them to topic. If
+// a message cannot be stamped, nothing is published and the error says
+// which message.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if err := p.Stamp(m); err != nil {
+			return err
+		}
+	}
+	return p.pub.Publish(topic, msgs...)
+}
+
+// Close does nothing: the wrapped publisher belongs to the caller.
+func (p *Publisher) Close() error { return nil }
