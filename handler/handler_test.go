@@ -289,6 +289,10 @@ func TestPermanentErrorIsDeadLetteredOnce(t *testing.T) {
 		require.Contains(t, md.Get(dlq.KeyErrorTypes), "*retry.PermanentError")
 		require.Equal(t, dlq.Version, md.Get(dlq.KeyVersion))
 		require.NotEmpty(t, md.Get(dlq.KeyFingerprint))
+		for _, d := range dead {
+			require.Equal(t, "orders", d.Metadata.Get(dlq.KeyNamespace), "inspect and replay find the record by it")
+			require.Equal(t, memstore.DefaultRetention.String(), d.Metadata.Get(dlq.KeyRetention))
+		}
 		require.EqualValues(t, 2, e.count(middleware.OutcomeDeadLettered))
 		require.EqualValues(t, 0, e.count(middleware.OutcomeProcessed), "a dead letter is not reported as processed")
 	})
@@ -613,5 +617,31 @@ func TestUndecodableMessageIsDeadLetteredAsDecode(t *testing.T) {
 		require.Equal(t, string(dlq.ReasonDecode), dead[0].Metadata.Get(dlq.KeyReason))
 		require.Equal(t, "raw \x00 bytes", string(dead[0].Payload))
 		require.Contains(t, dead[0].Metadata.Get(dlq.KeyError), "2 values")
+	})
+}
+
+type declinedError struct{ code string }
+
+func (e *declinedError) Error() string { return "declined: " + e.code }
+
+// A redelivery of an exhausted message is dead-lettered with the recorded
+// cause's error types, not those of the "exhausted" error built from text.
+func TestExhaustedRedeliveryKeepsTheCausesErrorTypes(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		e := setup(t, 0)
+		policy := mustPolicy(t, retry.WithMaxAttempts(1), retry.WithInProcessAttempts(1), retry.WithMaxInProcessTime(time.Second))
+		h := e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
+			return nil, fmt.Errorf("charge: %w", &declinedError{code: "51"})
+		}, handler.WithPolicy(policy))
+		_, err := h(delivery("order-9", "pay 10"))
+		require.Error(t, err, "a transient failure is nacked; the redelivery finds the budget spent")
+		_, err = h(delivery("order-9", "pay 10"))
+		require.NoError(t, err)
+		dead := e.dead.Published(deadTopic)
+		require.Len(t, dead, 1)
+		md := dead[0].Metadata
+		require.Equal(t, string(dlq.ReasonExhausted), md.Get(dlq.KeyReason))
+		require.Contains(t, md.Get(dlq.KeyErrorTypes), "*handler_test.declinedError")
 	})
 }

@@ -123,7 +123,9 @@ func undecodable(d amqp.Delivery, err error) *message.Message {
 	if len(d.Headers) > 0 {
 		var jerr error
 		if headers, jerr = json.Marshal(d.Headers); jerr != nil {
-			headers = fmt.Appendf(nil, "%q", fmt.Sprintf("%v", d.Headers))
+			// A value JSON cannot hold (NaN, a year past 9999): keep the
+			// headers' text form, as a JSON string (never fails).
+			headers, _ = json.Marshal(fmt.Sprintf("%v", d.Headers))
 		}
 	}
 	id, _ := d.Headers[wmamqp.DefaultMessageUUIDHeaderKey].(string)

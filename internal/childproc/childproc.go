@@ -154,6 +154,10 @@ func Start(t *testing.T, name string, env []string) *Proc {
 	return p
 }
 
+// Exited is closed once the child has exited and been reaped; then
+// p.Cmd.ProcessState holds its exit status.
+func (p *Proc) Exited() <-chan struct{} { return p.exited }
+
 // Kill SIGKILLs the child (no-op once it has exited) and reaps it.
 func (p *Proc) Kill() {
 	select {
