@@ -136,11 +136,20 @@ func surelyNullstore(b *testing.B, ps *gochannel.GoChannel, fn message.HandlerFu
 // key prefix of its own, and deletes its keys (SCAN + DEL) when the run
 // ends. It never flushes the server.
 func surelyRedis(b *testing.B, ps *gochannel.GoChannel, fn message.HandlerFunc) message.HandlerFunc {
+	return surelyRedisWith(b, ps, fn)
+}
+
+// surelyRedisBatched is surelyRedis with redisstore.WithBatching(64).
+func surelyRedisBatched(b *testing.B, ps *gochannel.GoChannel, fn message.HandlerFunc) message.HandlerFunc {
+	return surelyRedisWith(b, ps, fn, redisstore.WithBatching(storeBatch))
+}
+
+func surelyRedisWith(b *testing.B, ps *gochannel.GoChannel, fn message.HandlerFunc, opts ...redisstore.Option) message.HandlerFunc {
 	client := testenv.Redis(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	prefix := "surely-bench:" + watermill.NewShortUUID() + ":"
-	store, err := redisstore.New(ctx, client, redisstore.WithPrefix(prefix))
+	store, err := redisstore.New(ctx, client, append([]redisstore.Option{redisstore.WithPrefix(prefix)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -209,6 +218,9 @@ var variants = []variant{
 	{"watermill_chain", watermillChain},
 	{"surely_memstore", surelyMemstore},
 	{"surely_redis", surelyRedis},
+	{"surely_redis_batched", surelyRedisBatched},
+	{"surely_sqlite_inbox", surelySQLiteInbox},
+	{"surely_sqlite_inbox_syncfull", surelySQLiteInboxFull},
 }
 
 // chainVariants adds surely_nullstore, a diagnostic, to BenchmarkChain.
@@ -222,9 +234,19 @@ var chainVariants = []variant{
 
 // BenchmarkRouter measures one message end to end through a GoChannel and a
 // message.Router: publish, delivery, the chain, ack. See the package doc.
+//
+// x_bare is the variant's ns/op divided by bare's from the same run (2
+// means twice the time per message).
 func BenchmarkRouter(b *testing.B) {
 	for _, v := range variants {
-		b.Run(v.name, func(b *testing.B) { runRouter(b, v.chain) })
+		b.Run(v.name, func(b *testing.B) {
+			runRouter(b, v.chain)
+			if v.name == "bare" {
+				setBaseline(b, "router")
+			} else {
+				reportRatio(b, "router", "x_bare")
+			}
+		})
 	}
 }
 

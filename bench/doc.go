@@ -4,19 +4,37 @@
 //
 // # Command
 //
-//	SURELY_REDIS_URL=redis://127.0.0.1:6379 go test -run '^$' -bench . -benchmem -count 3 ./bench/
+//	SURELY_REDIS_URL=redis://127.0.0.1:6379 SURELY_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/ bench/run.sh 6 bench.txt
 //
-// Without SURELY_REDIS_URL the surely_redis variants are skipped (they fail
-// under SURELY_REQUIRE_SERVICES=1). The Redis variant writes only keys under
-// a prefix of its own ("surely-bench:<run>:") and deletes them (SCAN + DEL)
-// when its run ends; it never flushes the server. Compare runs with
-// benchstat.
+// bench/run.sh builds the test binary once, runs BenchmarkRouter and
+// BenchmarkRedisStore (-benchtime 1s), BenchmarkRedisStoreInterleaved
+// (10 rounds) and BenchmarkAdapters (2000 messages) N times, each time in
+// one process, and summarises the N runs with benchstat (medians).
+// docs/BENCHMARKS.md has the figures. A single benchmark:
+//
+//	SURELY_REDIS_URL=redis://127.0.0.1:6379 go test -run '^$' -bench Router -benchmem ./bench/
+//
+// Without SURELY_REDIS_URL the Redis variants are skipped (they fail under
+// SURELY_REQUIRE_SERVICES=1), without SURELY_AMQP_URL the RabbitMQ adapter
+// (NATS is embedded). They write only keys, streams and queues of their own
+// ("surely-bench:<run>:", "surely_bench_<run>") and delete them when their
+// run ends; they never flush a server.
+//
+// # Ratios in one run
+//
+// A shared machine's load drifts over minutes, so every ratio is taken
+// inside one process: x_bare (BenchmarkRouter: ns/op over bare's),
+// x_naive (BenchmarkRedisStore: naive's ns/op over the variant's, so above
+// 1 is faster), pct_of_bare (BenchmarkAdapters: bare's ns/msg over the
+// variant's, times 100), each against its baseline's latest run in the
+// same process. BenchmarkRedisStoreInterleaved goes further and alternates
+// its variants every 256 messages.
 //
 // # Variants
 //
-// Every benchmark runs the same business handler, which does nothing but
-// count its calls (a run fails unless it ran once per message), in four
-// variants:
+// BenchmarkRouter and BenchmarkChain run the same business handler, which
+// does nothing but count its calls (a run fails unless it ran once per
+// message), in these variants:
 //
 //   - bare: the handler alone.
 //   - watermill_chain: Watermill's own middleware.PoisonQueue, Retry and
@@ -31,6 +49,13 @@
 //     lease and extractor.
 //   - surely_redis: the same with idempotency/redisstore (two round trips
 //     per message: Claim, Complete).
+//   - surely_redis_batched (BenchmarkRouter): the same with
+//     redisstore.WithBatching(64): the router's concurrent handlers share
+//     round trips.
+//   - surely_sqlite_inbox (BenchmarkRouter): the transactional inbox of
+//     idempotency/sqlstore on a SQLite file (WAL, one connection,
+//     synchronous NORMAL); surely_sqlite_inbox_syncfull the same with
+//     synchronous FULL, an fsync per commit.
 //
 // Every message has a unique idempotency_key and a unique payload, so no
 // variant ever sees a duplicate: the benchmarks measure the first-delivery
@@ -62,9 +87,9 @@
 // outside the timer). surely_redis here is sequential: two round trips per
 // message, one message at a time.
 //
-// BenchmarkChain has a fifth, diagnostic variant, surely_nullstore: surely's
-// chain on a store that acquires every claim and keeps nothing. It is the
-// cost of the middleware alone; surely_memstore minus surely_nullstore is
+// BenchmarkChain has a diagnostic variant of its own, surely_nullstore:
+// surely's chain on a store that acquires every claim and keeps nothing.
+// It is the cost of the middleware alone; surely_memstore minus surely_nullstore is
 // the in-memory store's share. memstore keeps every record (24h retention),
 // so its ns/op grows with b.N as the garbage collector marks a growing heap.
 //
@@ -72,7 +97,37 @@
 // message over bare; Watermill's chain costs about 2.3 µs and 17
 // allocations.
 //
+// # BenchmarkTelemetry
+//
+// BenchmarkChain's surely_nullstore chain with observability off (the
+// default: no provider), with the OTel API's no-op tracer and meter
+// providers, and with the SDK (every span sampled and ended, metrics
+// aggregated by a manual reader, nothing exported). off allocates exactly
+// what the chain allocated before tracing and metrics existed (5 allocs,
+// 368 B per message when measured): instrumentation that is not
+// configured is not installed.
+//
 // The watermill_chain variant leaves one goroutine per run: Watermill's
 // default Deduplicator repository starts a cleanup goroutine on
 // context.Background() that nothing can stop.
+//
+// # BenchmarkRedisStore
+//
+// The store's traffic for one message, a claim and a complete, from 1 and
+// from 16 goroutines on one go-redis client, in three variants: naive, two
+// plain commands (SET key token NX PX 60000, then SET key done XX PX
+// 86400000; no fencing, attempt count, history or outcome), surely
+// (redisstore Claim and Complete, one EVALSHA each) and surely_batched
+// (the same with WithBatching(64)). BenchmarkRedisStoreInterleaved runs the
+// same three in turns of 256 messages.
+//
+// # BenchmarkAdapters
+//
+// Consuming through surely's adapters (GoChannel, NATS JetStream embedded
+// in the process, Redis Streams, RabbitMQ) and a message.Router: bare
+// (the counting handler alone) against handler.New with the Redis store,
+// unbatched and batched. Each run publishes b.N messages first (not
+// measured) and then times from the first delivery to the last processed
+// message (ns/msg). NATS and RabbitMQ run with Concurrency 16; Redis
+// Streams and GoChannel hand out one message at a time.
 package bench
