@@ -1,0 +1,52 @@
+package amqp_test
+
+import (
+	"context"
+	"log"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	surelyamqp "github.com/surely-dev/surely/adapters/amqp"
+	"github.com/surely-dev/surely/handler"
+	"github.com/surely-dev/surely/idempotency/memstore"
+)
+
+// The adapter's subscriber and publisher with handler.New on a Watermill
+// router: the chain reads the delivery facts the subscriber puts in each
+// message's context (delivery count, nack with delay, lease extension).
+func Example() {
+	ctx := context.Background()
+	sub, err := surelyamqp.NewSubscriber("amqp://guest:guest@127.0.0.1:5672/", surelyamqp.Config{Concurrency: 4}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	pub, err := surelyamqp.NewPublisher("amqp://guest:guest@127.0.0.1:5672/", surelyamqp.PublisherConfig{}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = pub.Close() }()
+
+	store, err := memstore.New() // use redisstore or sqlstore in production
+	if err != nil {
+		log.Fatal(err)
+	}
+	h, err := handler.New(func(msg *message.Message) ([]*message.Message, error) {
+		return nil, nil // the business effect
+	},
+		handler.WithStore(store, "charge-payments"),
+		handler.WithDeadLetter(pub, "payments.dead"),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	router.AddConsumerHandler("charge-payments", "payments", sub, handler.NoPublish(h))
+	if err := router.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
