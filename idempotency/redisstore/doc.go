@@ -26,8 +26,15 @@
 //	attempts  claims ever made; canceled: those refunded by a canceled release
 //	until_ms  lease expiry (server clock, Unix ms), only while in progress
 //	outcome   JSON of idempotency.Outcome, once done
-//	history   JSON array of the newest idempotency.MaxHistory attempts
+//	history   JSON array of the newest idempotency.MaxHistory attempts; a
+//	          claim writes its attempt last, with its result as last member
 //	req       ID of the last Complete or Release (makes a re-sent call safe)
+//
+// reopened_by and base (the replay that last reopened the record and the
+// attempt count its budget started from) may be absent: no replay did.
+// Records written by earlier releases of the store, whose history members
+// come in any order, are read and completed as before: processes of both
+// releases can share the records during a rolling upgrade.
 //
 // DONE, FAILED and EXHAUSTED records expire a retention (WithRetention)
 // after their last change; an IN_PROGRESS record a retention after its

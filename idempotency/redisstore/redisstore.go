@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -253,11 +254,54 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	token := newID()
 	// The one script call of a Claim; the direct and the batched path
 	// (WithBatching) send exactly this.
-	v, err := s.send(ctx, scriptCall{sc: scriptClaim, key: s.redisKey(req.Namespace, req.Key), args: []any{
-		req.Fingerprint, ms(req.Lease), req.MaxAttempts, token, ms(s.retention), idempotency.MaxHistory,
-		req.TraceID, req.SpanID, req.Reopen}})
+	v, err := s.send(ctx, scriptCall{sc: scriptClaim, key: s.redisKey(req.Namespace, req.Key), args: s.claimArgs(req, token)})
 	if err != nil {
 		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	return claimResult(v, req, token)
+}
+
+// claimArgs are the arguments of the claim script (see lua/claim.lua).
+func (s *Store) claimArgs(req idempotency.ClaimRequest, token string) []any {
+	lease, retention := ms(req.Lease), ms(s.retention)
+	return []any{req.Fingerprint, lease, req.MaxAttempts, token, retention, lease + retention,
+		idempotency.MaxHistory, historyIDs(req.TraceID, req.SpanID), req.Reopen}
+}
+
+// historyIDs returns the trace and span IDs of a claim's attempt as the
+// JSON members the claim script adds to its history entry, each only when
+// set: ,"trace_id":"…","span_id":"…". The script appends them as they are,
+// which spares it encoding JSON.
+func historyIDs(traceID, spanID string) string {
+	var b strings.Builder
+	member := func(name, v string) {
+		if v != "" {
+			q, _ := json.Marshal(v) // a string always encodes
+			b.WriteString(`,"` + name + `":`)
+			b.Write(q)
+		}
+	}
+	member("trace_id", traceID)
+	member("span_id", spanID)
+	return b.String()
+}
+
+// claimResult reads the claim script's reply v to a claim under token. The
+// two common answers are bare values: an integer is the lease expiry of the
+// first attempt of a new key, a string the outcome of a DONE record; every
+// other answer is an array naming itself first.
+func claimResult(v any, req idempotency.ClaimRequest, token string) (idempotency.ClaimResult, error) {
+	lease := idempotency.Lease{Namespace: req.Namespace, Key: req.Key, Token: token}
+	switch v := v.(type) {
+	case int64:
+		lease.Attempt, lease.Until = 1, fromMs(v)
+		return idempotency.ClaimResult{Status: idempotency.Acquired, Lease: lease}, nil
+	case string:
+		o, err := decodeOutcome(v)
+		if err != nil {
+			return idempotency.ClaimResult{}, err
+		}
+		return idempotency.ClaimResult{Status: idempotency.Completed, Outcome: o}, nil
 	}
 	r, err := replyOf(v)
 	if err != nil {
@@ -267,12 +311,6 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	switch r.str(0) {
 	case "conflict":
 		res = idempotency.ClaimResult{Status: idempotency.Conflict, StoredFingerprint: r.str(1)}
-	case "completed":
-		o, err := decodeOutcome(r.str(1))
-		if err != nil {
-			return idempotency.ClaimResult{}, err
-		}
-		res = idempotency.ClaimResult{Status: idempotency.Completed, Outcome: o}
 	case "in_progress":
 		res = idempotency.ClaimResult{Status: idempotency.InProgress, Until: fromMs(r.int(1))}
 	case "exhausted":
@@ -282,12 +320,10 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 		}
 		res = idempotency.ClaimResult{Status: idempotency.Exhausted, Attempts: int(r.int(1)), History: h}
 	case "acquired":
+		lease.Attempt, lease.Until = int(r.int(1)), fromMs(r.int(2))
 		res = idempotency.ClaimResult{
-			Status: idempotency.Acquired,
-			Lease: idempotency.Lease{
-				Namespace: req.Namespace, Key: req.Key, Token: token,
-				Attempt: int(r.int(1)), Until: fromMs(r.int(2)),
-			},
+			Status:   idempotency.Acquired,
+			Lease:    lease,
 			Previous: idempotency.Previous{Result: idempotency.PreviousResult(r.str(3))},
 		}
 		if res.Previous.Result == idempotency.PreviousFailed {

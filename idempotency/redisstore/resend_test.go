@@ -31,11 +31,14 @@ func TestResentCallsAnswerAsTheFirst(t *testing.T) {
 	key := s.redisKey("ns", "k")
 	retention := ms(s.retention)
 
-	claim := func(token string) []any {
+	claim := func(token string) idempotency.ClaimResult {
 		t.Helper()
-		v, err := s.evalSha(ctx, s.client, scriptClaim, key, "fp", ms(time.Minute), 5, token, retention, idempotency.MaxHistory, "", "")
+		req := idempotency.ClaimRequest{Namespace: "ns", Key: "k", Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 5}
+		v, err := s.evalSha(ctx, s.client, scriptClaim, key, s.claimArgs(req, token)...)
 		require.NoError(t, err)
-		return v.([]any)
+		res, err := claimResult(v, req, token)
+		require.NoError(t, err)
+		return res
 	}
 	release := func(token, req string) any {
 		t.Helper()
@@ -51,22 +54,26 @@ func TestResentCallsAnswerAsTheFirst(t *testing.T) {
 	}
 
 	first := claim("t1")
-	require.Equal(t, []any{"acquired", int64(1), first[2], "", ""}, first)
+	require.Equal(t, idempotency.Acquired, first.Status)
+	require.Equal(t, 1, first.Lease.Attempt)
+	require.Equal(t, idempotency.Previous{}, first.Previous)
 	require.Equal(t, first, claim("t1"), "a re-sent first claim")
-	require.Equal(t, "in_progress", claim("t-other")[0], "another claim sees the live lease")
+	require.Equal(t, idempotency.InProgress, claim("t-other").Status, "another claim sees the live lease")
 
 	require.Equal(t, int64(1), release("t1", "r1"))
 	require.Equal(t, int64(1), release("t1", "r1"), "a re-sent release")
 	require.Equal(t, int64(0), release("t1", "r2"), "a second release")
 
 	second := claim("t2")
-	require.Equal(t, []any{"acquired", int64(2), second[2], "failed", "boom"}, second)
+	require.Equal(t, idempotency.Acquired, second.Status)
+	require.Equal(t, 2, second.Lease.Attempt)
+	require.Equal(t, idempotency.Previous{Result: idempotency.PreviousFailed, Error: "boom"}, second.Previous)
 	require.Equal(t, second, claim("t2"), "a re-sent claim after a failure")
 
 	require.Equal(t, int64(1), complete("t2", "c1"))
 	require.Equal(t, int64(1), complete("t2", "c1"), "a re-sent complete")
 	require.Equal(t, int64(0), complete("t2", "c2"), "a second complete")
-	require.Equal(t, "completed", claim("t2")[0], "a claim re-sent after Complete sees DONE")
+	require.Equal(t, idempotency.Completed, claim("t2").Status, "a claim re-sent after Complete sees DONE")
 
 	rec, err := s.Get(ctx, "ns", "k")
 	require.NoError(t, err)

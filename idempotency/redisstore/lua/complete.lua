@@ -2,7 +2,17 @@
 -- ARGV: token, request_id, outcome_json, retention_ms
 -- Returns 1 when the record is DONE with this outcome, 0 when the lease is lost.
 local key = KEYS[1]
-local token, req, outcome, retention = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local token, req, outcome = ARGV[1], ARGV[2], ARGV[3]
+
+-- h with its open attempt closed by members ('"result":"done",...'), or nil
+-- when h does not end with OPEN_TAIL.
+local function close_open_tail(h, members)
+  if not h or string.sub(h, -#OPEN_TAIL) ~= OPEN_TAIL then
+    return nil
+  end
+  return string.sub(h, 1, -#OPEN_TAIL - 1) .. members .. '}]'
+end
+
 local r = redis.call('HMGET', key, 'state', 'token', 'history', 'req')
 if r[4] == req then
   -- A re-send of this very call (its reply was lost). Write again so that a
@@ -13,14 +23,18 @@ end
 if r[1] ~= 'in_progress' or r[2] ~= token then
   return 0
 end
-local now = now_ms()
-local history = decode_history(r[3])
-local n = #history
-if n > 0 then
-  history[n].result = 'done'
-  history[n].ended_ms = now
+local now = now_text()
+local history = close_open_tail(r[3], '"result":"done","ended_ms":' .. now)
+if not history then
+  local h = decode_history(r[3])
+  local n = #h
+  if n > 0 then
+    h[n].result = 'done'
+    h[n].ended_ms = tonumber(now)
+  end
+  history = encode_history(h)
 end
-redis.call('HSET', key, 'state', 'done', 'outcome', outcome, 'history', encode_history(history), 'req', req)
+redis.call('HSET', key, 'state', 'done', 'outcome', outcome, 'history', history, 'req', req)
 redis.call('HDEL', key, 'until_ms')
-redis.call('PEXPIRE', key, int(retention))
+redis.call('PEXPIRE', key, ARGV[4])
 return 1

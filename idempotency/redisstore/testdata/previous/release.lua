@@ -1,0 +1,41 @@
+-- Release: KEYS[1] = record key.
+-- ARGV: token, request_id, retention_ms, canceled (0|1), final (0|1),
+--       error, error_type, reason, stack (already truncated by the client)
+-- Returns 1 when released, 0 when the lease is lost.
+local key = KEYS[1]
+local token, req, retention = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local canceled_flag, final_flag = ARGV[4] == '1', ARGV[5] == '1'
+local r = redis.call('HMGET', key, 'state', 'token', 'history', 'req', 'canceled')
+if r[4] == req then
+  redis.call('HSET', key, 'req', req)
+  return 1
+end
+if r[1] ~= 'in_progress' or r[2] ~= token then
+  return 0
+end
+local now = now_ms()
+local state, result = 'failed', 'failed'
+local canceled = tonumber(r[5]) or 0
+if canceled_flag then
+  -- Interrupted by shutdown: not charged to the budget, Final ignored.
+  canceled = canceled + 1
+  result = 'canceled'
+elseif final_flag then
+  state = 'exhausted'
+end
+local history = decode_history(r[3])
+local n = #history
+if n > 0 then
+  local h = history[n]
+  h.result = result
+  h.ended_ms = now
+  h.error, h.type, h.reason, h.stack = nil, nil, nil, nil
+  if ARGV[6] ~= '' then h.error = ARGV[6] end
+  if ARGV[7] ~= '' then h.type = ARGV[7] end
+  if ARGV[8] ~= '' then h.reason = ARGV[8] end
+  if ARGV[9] ~= '' then h.stack = ARGV[9] end
+end
+redis.call('HSET', key, 'state', state, 'canceled', int(canceled), 'history', encode_history(history), 'req', req)
+redis.call('HDEL', key, 'until_ms')
+redis.call('PEXPIRE', key, int(retention))
+return 1
