@@ -29,6 +29,7 @@ import (
 const (
 	tick            = 20 * time.Millisecond
 	pauseReach      = 15 * time.Second // an armed consumer reaches its pause point
+	pauseTries      = 3                // consumers tried in turn for one pause
 	pauseTakeover   = 30 * time.Second // another consumer completes the paused operation
 	fenceReport     = 20 * time.Second // the resumed consumer reports its fenced attempt
 	publishRetryFor = 60 * time.Second // a publish keeps failing (broker restarting)
@@ -511,21 +512,40 @@ func (f *faults) do(ctx context.Context, what string, progress int) error {
 // another consumer has completed the operation, resumes it (SIGCONT) and
 // waits for it to report its stale attempt fenced.
 func (f *faults) pause(ctx context.Context, progress int) {
-	c := f.cs.pickToPause(f.intn(1 << 20))
-	if c == nil {
-		f.log.say("pause: no consumer to pause")
+	// A consumer may get no delivery for a while (its outage breaker is
+	// open after a Redis restart, or the others took the work): disarm it
+	// and try another, a few times.
+	var (
+		c       *child
+		at      [2]string
+		reached bool
+	)
+	for try, first := 0, f.intn(1<<20); try < pauseTries && !reached; try++ {
+		c = f.cs.pickToPause(first + try)
+		if c == nil {
+			f.log.say("pause: no consumer to pause")
+			return
+		}
+		if err := c.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			f.log.say("pause: arm consumer %d: %v", c.pid, err)
+			f.cs.unpause(c)
+			return
+		}
+		var err error
+		if at, err = waitLine(ctx, c, c.pause, pauseReach); err != nil {
+			// Disarm it, and release it should it have just got there.
+			_ = c.cmd.Process.Signal(syscall.SIGUSR2)
+			_ = c.cmd.Process.Signal(syscall.SIGCONT)
+			f.log.say("pause: consumer %d did not reach its pause point: %v", c.pid, err)
+			f.cs.unpause(c)
+			continue
+		}
+		reached = true
+	}
+	if !reached {
 		return
 	}
 	defer f.cs.unpause(c)
-	if err := c.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
-		f.log.say("pause: arm consumer %d: %v", c.pid, err)
-		return
-	}
-	at, err := waitLine(ctx, c, c.pause, pauseReach)
-	if err != nil {
-		f.log.say("pause: consumer %d did not reach its pause point: %v", c.pid, err)
-		return
-	}
 	key, token := at[0], at[1]
 	if err := c.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		f.log.say("pause: SIGSTOP consumer %d: %v", c.pid, err)

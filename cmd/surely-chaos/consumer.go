@@ -115,7 +115,7 @@ type consumer struct {
 	n     names
 	db    *effectsDB
 	pid   int
-	armed atomic.Bool // SIGUSR1: pause at the next pause point
+	armed atomic.Bool // SIGUSR1: pause at the next pause point; SIGUSR2: don't
 	cont  chan os.Signal
 }
 
@@ -130,14 +130,18 @@ func runConsumer(ctx context.Context, cfg childConfig) error {
 	c.cont = make(chan os.Signal, 1)
 	signal.Notify(c.cont, syscall.SIGCONT)
 	defer signal.Stop(c.cont)
-	usr1 := make(chan os.Signal, 1)
+	usr1, usr2 := make(chan os.Signal, 1), make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
+	signal.Notify(usr2, syscall.SIGUSR2)
 	defer signal.Stop(usr1)
+	defer signal.Stop(usr2)
 	go func() {
 		for {
 			select {
 			case <-usr1:
 				c.armed.Store(true)
+			case <-usr2:
+				c.armed.Store(false)
 			case <-ctx.Done():
 				return
 			}
