@@ -12,6 +12,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
@@ -105,6 +110,11 @@ type Options struct {
 	// Progress, when set, is called after every decision, one call at a
 	// time (from the run's goroutines): keep it fast.
 	Progress func(Progress)
+	// TracerProvider, when set, gives each publish a "replay <topic>" span
+	// (kind producer) linked to the entry's dead-letter span (the
+	// envelope's dlq.KeyDeadLetterTraceparent). The replayed message's
+	// first attempt links to the dead-letter span too (dlq.KeyReplayLink).
+	TracerProvider trace.TracerProvider
 }
 
 // Action is what the run did with one entry.
@@ -521,7 +531,10 @@ func NewKeyFor(runID, entryID string) string {
 }
 
 func (r *runner) publish(ctx context.Context, e dlq.Entry, topic string, msg *message.Message) error {
-	if err := r.pub.Publish(topic, msg); err != nil {
+	span := r.startSpan(ctx, e, topic, msg)
+	err := r.pub.Publish(topic, msg)
+	endSpan(span, err)
+	if err != nil {
 		return fmt.Errorf("replay: publish entry %s to %q: %w", e.ID, topic, err)
 	}
 	at := r.o.Clock.Now()
@@ -615,3 +628,42 @@ func (r *runner) save(ctx context.Context) error {
 	}
 	return nil
 }
+
+// startSpan starts the span of one publish when a TracerProvider is set,
+// and puts it in msg's context for the publisher (a no-op span otherwise).
+func (r *runner) startSpan(ctx context.Context, e dlq.Entry, topic string, msg *message.Message) trace.Span {
+	if r.o.TracerProvider == nil {
+		return noop.Span{}
+	}
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.destination.name", topic),
+			attribute.String("messaging.message.id", msg.UUID),
+			attribute.String("surely.replay_id", r.run.ID),
+			attribute.String("surely.replay_of", e.ID),
+		),
+	}
+	if tp := e.Message.Metadata.Get(dlq.KeyDeadLetterTraceparent); tp != "" {
+		carrier := propagation.MapCarrier{"traceparent": tp}
+		if sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier)); sc.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc,
+				Attributes: []attribute.KeyValue{attribute.String("surely.link", "dead_letter")}}))
+		}
+	}
+	ctx, span := r.o.TracerProvider.Tracer(tracerName).Start(ctx, "replay "+topic, opts...)
+	msg.SetContext(ctx)
+	return span
+}
+
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// tracerName is the instrumentation scope of the replay spans.
+const tracerName = "github.com/surely-dev/surely/dlq/replay"
