@@ -652,9 +652,9 @@ func (r *runner) startSpan(ctx context.Context, e dlq.Entry, topic string, msg *
 				Attributes: []attribute.KeyValue{attribute.String("surely.link", "dead_letter")}}))
 		}
 	}
-	ctx, span := r.o.TracerProvider.Tracer(tracerName).Start(ctx, "replay "+topic, opts...)
+	ctx, span := r.o.TracerProvider.Tracer(tracerName).Start(ctx, "replay "+topic, opts...) //nolint:spancheck // the caller ends it with endSpan
 	msg.SetContext(ctx)
-	return span
+	return span //nolint:spancheck // the caller ends it with endSpan
 }
 
 func endSpan(span trace.Span, err error) {
