@@ -133,10 +133,17 @@ func (s *Subscriber) isClosed() bool {
 func (s *Subscriber) forward(ctx context.Context, topic string, in <-chan *message.Message, out chan<- *message.Message, stop context.CancelFunc) {
 	defer s.wg.Done()
 	var inflight sync.WaitGroup
+	handedOut := false
 	abandon := make(chan struct{})
 	defer func() {
 		close(out)
 		s.settle(ctx, topic, &inflight, abandon)
+		if handedOut {
+			// watermill-kafka marks an acked offset in its own goroutine,
+			// which also watches the context stop cancels, and a select
+			// between two ready cases picks either: let it mark first.
+			time.Sleep(markGrace)
+		}
 		stop()
 		drain(in) // until watermill-kafka's consumer has stopped
 	}()
@@ -161,6 +168,7 @@ func (s *Subscriber) forward(ctx context.Context, topic string, in <-chan *messa
 			return
 		}
 		inflight.Add(1)
+		handedOut = true
 		go func() {
 			defer inflight.Done()
 			select {
@@ -189,6 +197,10 @@ func (s *Subscriber) settle(ctx context.Context, topic string, inflight *sync.Wa
 	close(abandon)
 	<-done
 }
+
+// markGrace is how long a closing subscription waits, after its last
+// message was settled, before it stops watermill-kafka's consumer.
+const markGrace = 100 * time.Millisecond
 
 func drain(in <-chan *message.Message) {
 	for range in {
