@@ -146,6 +146,7 @@ func testAckAfterCommit(t *testing.T, newAdapter func(*testing.T) Adapter, f Fea
 	// message comes back, and a later attempt commits and acks it.
 	e.publish(t, order(commitFails, "pay 20"))
 	e.rec.waitFor(t, waitTimeout, "acked after a later Complete", ackedOnce(commitFails))
+	e.rec.waitFor(t, waitTimeout, "every delivery settled", allSettled(commitFails))
 	ds = e.rec.of(commitFails)
 	require.GreaterOrEqual(t, len(ds), 2, "redelivered after the failed Complete")
 	require.ErrorIs(t, ds[0].chainErr, middleware.ErrStoreUnavailable)
@@ -239,6 +240,8 @@ func testNackDelay(t *testing.T, newAdapter func(*testing.T) Adapter, f Features
 	}, c))
 	e.publish(t, order(key, "pay 10"))
 	e.rec.waitFor(t, waitTimeout, "acked after the delayed redelivery", ackedOnce(key))
+	// As in testNackRedelivers: the nack may be recorded after the ack.
+	e.rec.waitFor(t, waitTimeout, "every delivery settled", allSettled(key))
 	ds := e.rec.of(key)
 	require.Len(t, ds, 2)
 	require.Equal(t, nacked, ds[0].settled)
