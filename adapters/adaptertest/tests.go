@@ -81,15 +81,19 @@ func ackedOnce(key string) func([]seen) bool {
 	}
 }
 
-// allSettled holds when every delivery of key was acked or nacked.
-func allSettled(key string) func([]seen) bool {
+// ackedAndSettled holds when a delivery of key was acked and every other
+// one was acked or nacked: settlements are recorded asynchronously, so
+// under load a redelivery's ack can be seen before the first delivery's
+// nack.
+func ackedAndSettled(key string) func([]seen) bool {
+	acked := ackedOnce(key)
 	return func(all []seen) bool {
 		for _, s := range all {
 			if s.key == key && s.settled == unsettled {
 				return false
 			}
 		}
-		return true
+		return acked(all)
 	}
 }
 
@@ -145,8 +149,7 @@ func testAckAfterCommit(t *testing.T, newAdapter func(*testing.T) Adapter, f Fea
 	// Complete fails on the first attempt: the delivery is nacked, the
 	// message comes back, and a later attempt commits and acks it.
 	e.publish(t, order(commitFails, "pay 20"))
-	e.rec.waitFor(t, waitTimeout, "acked after a later Complete", ackedOnce(commitFails))
-	e.rec.waitFor(t, waitTimeout, "every delivery settled", allSettled(commitFails))
+	e.rec.waitFor(t, waitTimeout, "acked after a later Complete", ackedAndSettled(commitFails))
 	ds = e.rec.of(commitFails)
 	require.GreaterOrEqual(t, len(ds), 2, "redelivered after the failed Complete")
 	require.ErrorIs(t, ds[0].chainErr, middleware.ErrStoreUnavailable)
@@ -194,10 +197,7 @@ func testNackRedelivers(t *testing.T, newAdapter func(*testing.T) Adapter, f Fea
 		return nil, nil
 	}, e.defaultChain()))
 	e.publish(t, order(key, "pay 10"))
-	e.rec.waitFor(t, waitTimeout, "acked after the redelivery", ackedOnce(key))
-	// The first delivery's nack is recorded asynchronously: under load the
-	// redelivery's ack can be seen first.
-	e.rec.waitFor(t, waitTimeout, "every delivery settled", allSettled(key))
+	e.rec.waitFor(t, waitTimeout, "acked after the redelivery", ackedAndSettled(key))
 	ds := e.rec.of(key)
 	require.Len(t, ds, 2)
 	require.Equal(t, nacked, ds[0].settled)
@@ -239,9 +239,7 @@ func testNackDelay(t *testing.T, newAdapter func(*testing.T) Adapter, f Features
 		return nil, nil
 	}, c))
 	e.publish(t, order(key, "pay 10"))
-	e.rec.waitFor(t, waitTimeout, "acked after the delayed redelivery", ackedOnce(key))
-	// As in testNackRedelivers: the nack may be recorded after the ack.
-	e.rec.waitFor(t, waitTimeout, "every delivery settled", allSettled(key))
+	e.rec.waitFor(t, waitTimeout, "acked after the delayed redelivery", ackedAndSettled(key))
 	ds := e.rec.of(key)
 	require.Len(t, ds, 2)
 	require.Equal(t, nacked, ds[0].settled)
