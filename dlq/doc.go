@@ -28,8 +28,10 @@
 // A message can be dead-lettered more than once: an exhausted message that
 // is delivered again (its ack was lost, or the broker handed an in-flight
 // message to a second consumer) finds its record EXHAUSTED and is published
-// again. Every copy has the same UUID (DeadLetterUUID of the source), so a
-// dead-letter consumer or archive dedups by UUID.
+// again. Every copy has the same UUID (DeadLetterID of the source), so a
+// dead-letter consumer or archive dedups by UUID. A message republished by
+// a replay run is a new source: its dead letter's ID also derives from the
+// run (see DeadLetterID).
 //
 // # Archive
 //
