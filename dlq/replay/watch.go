@@ -42,7 +42,6 @@ type tracked struct {
 	entryID        string
 	namespace, key string // its dedup record
 	deadLetter     string // the UUID its dead letter would have
-	copies         int    // the entry's Copies when it was listed
 }
 
 func newWatcher(r *runner) *watcher {
@@ -77,7 +76,7 @@ func (w *watcher) track(e dlq.Entry, msg *message.Message) {
 	defer w.mu.Unlock()
 	w.sinceCheck++
 	w.pending = append(w.pending, tracked{entryID: e.ID, namespace: e.Namespace, key: key,
-		deadLetter: dlq.DeadLetterID(msg), copies: e.Copies})
+		deadLetter: dlq.DeadLetterID(msg)})
 	if limit := watchWindow * max(w.abortAfter, DefaultAbortAfter); len(w.pending) > limit {
 		w.pending = append(w.pending[:0:0], w.pending[len(w.pending)-limit:]...)
 	}
@@ -147,8 +146,9 @@ func (w *watcher) check(ctx context.Context, final bool) (abort bool, err error)
 				continue
 			}
 		}
-		e, gerr := w.r.archive.Get(ctx, p.deadLetter)
-		if gerr == nil && (p.deadLetter != p.entryID || e.Copies > p.copies) {
+		// The dead letter of a replayed message is a new entry (its ID
+		// derives from the run): that it exists is the re-failure.
+		if _, gerr := w.r.archive.Get(ctx, p.deadLetter); gerr == nil {
 			refailedIDs = append(refailedIDs, p.entryID)
 			resolved[p.entryID] = true
 		}
