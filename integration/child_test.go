@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
+	"github.com/surely-dev/surely/internal/childproc"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -28,8 +28,6 @@ import (
 const (
 	childEnv       = "SURELY_INTEGRATION_CHILD"
 	childConfigEnv = "SURELY_INTEGRATION_CHILD_CONFIG"
-	// childMaxLife ends a child that nobody killed (a bug in a test).
-	childMaxLife = 90 * time.Second
 )
 
 // crashPoint is where a child stops dead: it prints "AT <point> <key>
@@ -90,12 +88,8 @@ func runChild() error {
 		return fmt.Errorf("config: %w", err)
 	}
 	n := names{Prefix: cfg.Prefix}
-	ctx, cancel := context.WithTimeout(context.Background(), childMaxLife)
+	ctx, cancel := childproc.ChildContext()
 	defer cancel()
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		os.Exit(0) // the parent is gone
-	}()
 
 	opt, err := redis.ParseURL(os.Getenv("SURELY_REDIS_URL"))
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -70,12 +69,8 @@ func runPoisonChild() error {
 		return fmt.Errorf("config: %w", err)
 	}
 	n := names{Prefix: cfg.Prefix}
-	ctx, cancel := context.WithTimeout(context.Background(), childMaxLife)
+	ctx, cancel := childproc.ChildContext()
 	defer cancel()
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		os.Exit(0) // the parent is gone
-	}()
 	say := func(format string, args ...any) { _, _ = fmt.Fprintf(os.Stdout, format+"\n", args...) }
 
 	db, err := sql.Open("sqlite", "file:"+cfg.SQLite+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")

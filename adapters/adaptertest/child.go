@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -33,8 +32,6 @@ import (
 const (
 	childEnv       = "SURELY_ADAPTERTEST_CHILD"
 	childConfigEnv = "SURELY_ADAPTERTEST_CHILD_CONFIG"
-	// childMaxLife ends a child that nobody killed (a bug in a test).
-	childMaxLife = 90 * time.Second
 )
 
 // childConfig configures a child consumer (JSON in childConfigEnv).
@@ -91,12 +88,8 @@ func runChild(newSubscriber NewChildSubscriber) error {
 	if err := json.Unmarshal([]byte(os.Getenv(childConfigEnv)), &cfg); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), childMaxLife)
+	ctx, cancel := childproc.ChildContext()
 	defer cancel()
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		os.Exit(0) // the parent is gone
-	}()
 
 	opt, err := redis.ParseURL(os.Getenv("SURELY_REDIS_URL"))
 	if err != nil {

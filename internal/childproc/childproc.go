@@ -5,6 +5,7 @@ package childproc
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -191,4 +192,18 @@ func (p *Proc) WaitFor(t *testing.T, timeout time.Duration, prefixes ...string) 
 			p.Name, prefixes, timeout, p.out.All(), p.stderr.String())
 	}
 	return line
+}
+
+// MaxLife ends a child that nobody killed (a bug in a test).
+const MaxLife = 90 * time.Second
+
+// ChildContext is the child's side: a context bounded by MaxLife, and the
+// process exits as soon as its parent is gone (its stdin, which Start
+// keeps open, reaches EOF), so no child outlives the test that started it.
+func ChildContext() (context.Context, context.CancelFunc) {
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0) // the parent is gone
+	}()
+	return context.WithTimeout(context.Background(), MaxLife)
 }
