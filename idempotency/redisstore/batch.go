@@ -73,11 +73,19 @@ func (s *Store) send(ctx context.Context, c scriptCall) (any, error) {
 type batcher struct {
 	s   *Store
 	max int
+	// oneScript: a batch is one run of the batch script (a single node),
+	// not a pipeline of one script call per caller.
+	oneScript bool
 
 	mu       sync.Mutex
 	queue    []*pending
-	flushing bool // a flushing goroutine is running
+	flushers int // flushing goroutines running, at most batchDepth
 }
+
+// batchDepth is how many round trips of a batching store may be in flight
+// at once: while the server runs one batch, the client gathers and sends
+// the next, and hands out the replies of the one before.
+var batchDepth = 2
 
 // pending is one queued call and, once done is closed, its reply.
 type pending struct {
@@ -96,8 +104,10 @@ func (b *batcher) do(ctx context.Context, c scriptCall) (any, error) {
 	p := &pending{ctx: ctx, call: c, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, p)
-	start := !b.flushing
-	b.flushing = true
+	start := b.flushers < batchDepth
+	if start {
+		b.flushers++
+	}
 	b.mu.Unlock()
 	if start {
 		go b.flush()
@@ -154,19 +164,24 @@ func (b *batcher) take() []*pending {
 	clear(b.queue[n:])
 	b.queue = b.queue[:n]
 	if len(batch) == 0 {
-		b.flushing = false
+		b.flushers--
 	}
 	return batch
 }
 
-// roundTrip sends batch: a single call as a plain EVALSHA, more as one
-// pipeline. The context keeps the first caller's values (for client hooks)
-// but none of the callers' cancellation.
+// roundTrip sends batch: a single call as a plain EVALSHA; more, on a
+// single node, as one run of the batch script, elsewhere as one pipeline.
+// The context keeps the first caller's values (for client hooks) but none
+// of the callers' cancellation.
 func (b *batcher) roundTrip(batch []*pending) {
 	ctx := context.WithoutCancel(batch[0].ctx)
 	if len(batch) == 1 {
 		p := batch[0]
 		p.v, p.err = b.s.evalSha(ctx, b.s.client, p.call.sc, p.call.key, p.call.args...)
+		return
+	}
+	if b.oneScript {
+		b.script(ctx, batch)
 		return
 	}
 	noScript := b.pipeline(ctx, batch)
@@ -183,6 +198,40 @@ func (b *batcher) roundTrip(batch []*pending) {
 	}
 	for _, p := range b.pipeline(ctx, noScript) {
 		p.v, p.err = nil, fmt.Errorf("redisstore: NOSCRIPT after reload: %w", p.err)
+	}
+}
+
+// script runs batch as one call of the batch script (lua/batch.lua), which
+// runs each call's own script code on its key in turn and answers with
+// every call's reply. Only a single node takes it: on a Cluster the keys
+// would have to share a slot.
+func (b *batcher) script(ctx context.Context, batch []*pending) {
+	keys := make([]string, len(batch))
+	n := 0
+	for _, p := range batch {
+		n += 2 + len(p.call.args)
+	}
+	args := make([]any, 0, n)
+	for i, p := range batch {
+		keys[i] = p.call.key
+		args = append(args, p.call.sc.name, len(p.call.args))
+		args = append(args, p.call.args...)
+	}
+	v, err := b.s.evalShaKeys(ctx, b.s.client, scriptBatch, keys, args...)
+	replies, ok := v.([]any)
+	if err == nil && (!ok || len(replies) != len(batch)) {
+		err = fmt.Errorf("redisstore: batch: unexpected reply %v", v)
+	}
+	for i, p := range batch {
+		switch {
+		case err != nil:
+			p.v, p.err = nil, err
+		default:
+			p.v = replies[i]
+			if e, isErr := p.v.(error); isErr {
+				p.v, p.err = nil, e
+			}
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -36,35 +37,74 @@ func TestBatchingConformance(t *testing.T) {
 	})
 }
 
-// gate holds the next round trip (a command or a pipeline) of a client
-// until open is called: a round trip "in flight" for as long as a test
+// gate holds the next round trips (commands or pipelines) of a client
+// until open is called: round trips "in flight" for as long as a test
 // needs, without timing.
 type gate struct {
 	mu      sync.Mutex
-	armed   bool
-	entered chan struct{} // closed when the held round trip arrived
+	armed   int           // round trips still to hold
+	arrived int           // held round trips that arrived
+	entered chan struct{} // closed when every held round trip arrived
 	release chan struct{}
+	first   chan struct{} // releases the first held round trip alone
 }
 
-// arm makes the next round trip wait; <-g.entered tells it arrived.
-func (g *gate) arm() {
+// arm makes the next n round trips wait; <-g.entered tells they all
+// arrived.
+func (g *gate) arm(n int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.armed = true
+	g.armed, g.arrived = n, 0
 	g.entered = make(chan struct{})
 	g.release = make(chan struct{})
+	g.first = make(chan struct{})
 }
 
 func (g *gate) open() { close(g.release) }
 
+// openFirst lets the first held round trip go on, the others still held.
+func (g *gate) openFirst() { close(g.first) }
+
+// inFlight arms g for two round trips and starts run for each key in turn,
+// the second once the first one's round trip is held (so that the two do
+// not share one); it returns when both are held. A batching store then has
+// the most round trips in flight it ever has. The returned function waits
+// until every run returned.
+func (g *gate) inFlight(t *testing.T, run func(key string), keys ...string) (wait func()) {
+	t.Helper()
+	g.arm(len(keys))
+	var wg sync.WaitGroup
+	for i, key := range keys {
+		wg.Go(func() { run(key) })
+		require.Eventually(t, func() bool {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			return g.arrived == i+1
+		}, 10*time.Second, time.Millisecond, "round trip %d held", i+1)
+	}
+	<-g.entered
+	return wg.Wait
+}
+
 func (g *gate) hold() {
 	g.mu.Lock()
-	armed, entered, release := g.armed, g.entered, g.release
-	g.armed = false
+	if g.armed == 0 {
+		g.mu.Unlock()
+		return
+	}
+	g.armed--
+	g.arrived++
+	if g.armed == 0 {
+		close(g.entered)
+	}
+	release, first := g.release, g.first
+	if g.arrived > 1 {
+		first = nil // never ready
+	}
 	g.mu.Unlock()
-	if armed {
-		close(entered)
-		<-release
+	select {
+	case <-release:
+	case <-first:
 	}
 }
 
@@ -96,8 +136,9 @@ func pipelineOf(cmd string, n int) string {
 }
 
 // An idle batching store sends each call at once and alone, as without
-// batching; calls made while a round trip is in flight go together in the
-// next one, at most maxBatch per pipeline, each with its own reply.
+// batching; calls made while two round trips are in flight go together in
+// the next ones, at most maxBatch per batch script run, each with its own
+// reply.
 func TestBatchingRoundTrips(t *testing.T) {
 	client, prefix := setup(t)
 	s := newStore(t, client, redisstore.WithPrefix(prefix), redisstore.WithBatching(8))
@@ -118,17 +159,18 @@ func TestBatchingRoundTrips(t *testing.T) {
 	require.Equal(t, idempotency.Completed, dup.Status)
 	require.Equal(t, []string{"evalsha"}, rt.take(), "duplicate Claim")
 
-	// Twelve claims arrive while one is in flight.
-	g.arm()
-	first := make(chan idempotency.ClaimResult, 1)
-	go func() {
-		res, err := s.Claim(ctx, claimReq("first"))
+	// Twelve claims arrive while two are in flight (the most a store has).
+	leases := map[string]idempotency.Lease{}
+	var mu sync.Mutex
+	wait := g.inFlight(t, func(key string) {
+		res, err := s.Claim(ctx, claimReq(key))
 		if err != nil {
-			t.Errorf("first claim: %v", err)
+			t.Errorf("claim %s: %v", key, err)
 		}
-		first <- res
-	}()
-	<-g.entered
+		mu.Lock()
+		leases[key] = res.Lease
+		mu.Unlock()
+	}, "first", "second")
 	const n = 12
 	claims := make([]idempotency.ClaimResult, n)
 	errs := make([]error, n)
@@ -139,9 +181,9 @@ func TestBatchingRoundTrips(t *testing.T) {
 	waitQueued(t, s, n)
 	g.open()
 	wg.Wait()
-	firstLease := (<-first).Lease
-	require.Equal(t, []string{"evalsha", pipelineOf("evalsha", 8), pipelineOf("evalsha", 4)}, rt.take())
-	tokens := map[string]bool{firstLease.Token: true}
+	wait()
+	require.ElementsMatch(t, []string{"evalsha", "evalsha", batchOf("claim", 8), batchOf("claim", 4)}, rt.take())
+	tokens := map[string]bool{leases["first"].Token: true, leases["second"].Token: true}
 	for i := range n {
 		require.NoError(t, errs[i])
 		require.Equal(t, idempotency.Acquired, claims[i].Status)
@@ -149,16 +191,17 @@ func TestBatchingRoundTrips(t *testing.T) {
 		require.Equal(t, 1, claims[i].Lease.Attempt)
 		tokens[claims[i].Lease.Token] = true
 	}
-	require.Len(t, tokens, n+1, "one token per claim")
+	require.Len(t, tokens, n+2, "one token per claim")
 
 	// Completes batch the same way; a stale token gets its own ErrLeaseLost.
-	g.arm()
-	go func() {
-		if err := s.Complete(ctx, firstLease, idempotency.Outcome{}); err != nil {
-			t.Errorf("first complete: %v", err)
+	mu.Lock()
+	held := maps.Clone(leases)
+	mu.Unlock()
+	wait = g.inFlight(t, func(key string) {
+		if err := s.Complete(ctx, held[key], idempotency.Outcome{}); err != nil {
+			t.Errorf("complete %s: %v", key, err)
 		}
-	}()
-	<-g.entered
+	}, "first", "second")
 	stale := 3
 	claims[stale].Lease.Token = "not-the-token"
 	for i := range n {
@@ -169,7 +212,8 @@ func TestBatchingRoundTrips(t *testing.T) {
 	waitQueued(t, s, n)
 	g.open()
 	wg.Wait()
-	require.Equal(t, []string{"evalsha", pipelineOf("evalsha", 8), pipelineOf("evalsha", 4)}, rt.take())
+	wait()
+	require.ElementsMatch(t, []string{"evalsha", "evalsha", batchOf("complete", 8), batchOf("complete", 4)}, rt.take())
 	for i := range n {
 		key := fmt.Sprintf("k-%d", i)
 		rec, err := s.Get(ctx, "ns", key)
@@ -183,6 +227,52 @@ func TestBatchingRoundTrips(t *testing.T) {
 		require.Equal(t, idempotency.StateDone, rec.State)
 		require.Equal(t, key, rec.Outcome.Messages[0].UUID, "each Complete wrote its own outcome")
 	}
+}
+
+// A batch mixes claims and completes, and a call that fails on the server
+// fails alone: the other calls of its batch get their replies.
+func TestBatchingMixedAndFailing(t *testing.T) {
+	client, prefix := setup(t)
+	s := newStore(t, client, redisstore.WithPrefix(prefix), redisstore.WithBatching(8))
+	rt, g := &roundTrips{}, &gate{}
+	client.AddHook(rt)
+	client.AddHook(g)
+	ctx := t.Context()
+
+	done, err := s.Claim(ctx, claimReq("to-complete"))
+	require.NoError(t, err)
+	// A key of another type makes the claim script fail (WRONGTYPE).
+	require.NoError(t, client.Set(ctx, prefix+"ns:not-a-record", "x", time.Minute).Err())
+	rt.take()
+
+	wait := g.inFlight(t, func(key string) {
+		if err := acquireErr(ctx, s, claimReq(key)); err != nil {
+			t.Errorf("%s: %v", key, err)
+		}
+	}, "held-1", "held-2")
+	var (
+		wg                      sync.WaitGroup
+		fresh                   idempotency.ClaimResult
+		freshErr, badErr, cmErr error
+	)
+	wg.Go(func() { fresh, freshErr = s.Claim(ctx, claimReq("fresh")) })
+	waitQueued(t, s, 1)
+	wg.Go(func() { _, badErr = s.Claim(ctx, claimReq("not-a-record")) })
+	waitQueued(t, s, 2)
+	wg.Go(func() { cmErr = s.Complete(ctx, done.Lease, idempotency.Outcome{}) })
+	waitQueued(t, s, 3)
+	g.open()
+	wg.Wait()
+	wait()
+
+	require.NoError(t, freshErr)
+	require.Equal(t, idempotency.Acquired, fresh.Status)
+	require.ErrorContains(t, badErr, "WRONGTYPE")
+	require.NoError(t, cmErr)
+	require.ElementsMatch(t, []string{"evalsha", "evalsha", "batch(claim,claim,complete)"}, rt.take())
+	rec, err := s.Get(ctx, "ns", "to-complete")
+	require.NoError(t, err)
+	require.Equal(t, idempotency.StateDone, rec.State)
 }
 
 // A caller whose context ends returns at once: a queued call is never
@@ -207,11 +297,16 @@ func TestBatchingCancel(t *testing.T) {
 		return ch
 	}
 
-	g.arm()
 	ctxA, cancelA := context.WithCancel(ctx)
 	defer cancelA()
-	a := claim(ctxA, "in-flight")
-	<-g.entered
+	a, a2 := make(chan error, 1), make(chan error, 1)
+	wait := g.inFlight(t, func(key string) {
+		if key == "in-flight" {
+			a <- <-claim(ctxA, key)
+		} else {
+			a2 <- <-claim(ctx, key)
+		}
+	}, "in-flight", "in-flight-2")
 	ctxB, cancelB := context.WithCancel(ctx)
 	defer cancelB()
 	b := claim(ctxB, "queued")
@@ -225,8 +320,12 @@ func TestBatchingCancel(t *testing.T) {
 	require.ErrorIs(t, <-a, context.Canceled, "an in-flight caller returns while the round trip is still held")
 
 	g.open()
+	wait()
 	require.NoError(t, <-c)
-	require.Equal(t, []string{"evalsha", "evalsha"}, rt.take(), "the canceled queued call was never sent")
+	require.NoError(t, <-a2)
+	// The in-flight call of the canceled caller still runs: wait for it.
+	require.Eventually(t, func() bool { return redisstore.Idle(s) }, 10*time.Second, time.Millisecond)
+	require.Equal(t, []string{"evalsha", "evalsha", "evalsha"}, rt.take(), "the canceled queued call was never sent")
 
 	_, err := s.Get(ctx, "ns", "queued")
 	require.ErrorIs(t, err, idempotency.ErrNotFound)
@@ -244,7 +343,7 @@ func TestBatchingCancel(t *testing.T) {
 }
 
 // When the server lost its scripts, a batch reloads them once and re-sends
-// the calls that got NOSCRIPT.
+// its calls.
 func TestBatchingNoScript(t *testing.T) {
 	t.Parallel()
 	_, c := privateRedis(t)
@@ -257,12 +356,10 @@ func TestBatchingNoScript(t *testing.T) {
 	rt, g := &roundTrips{}, &gate{}
 	c.AddHook(rt)
 	c.AddHook(g)
-	c.AddHook(&flushBeforePipeline{other: other})
+	c.AddHook(&flushBeforeBatch{other: other})
 
-	g.arm()
-	first := make(chan error, 1)
-	go func() { _, err := s.Claim(ctx, claimReq("first")); first <- err }()
-	<-g.entered
+	held := make(chan error, 2)
+	wait := g.inFlight(t, func(key string) { held <- acquireErr(ctx, s, claimReq(key)) }, "first", "second")
 	const n = 3
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -270,17 +367,23 @@ func TestBatchingNoScript(t *testing.T) {
 		wg.Go(func() { errs[i] = acquireErr(ctx, s, claimReq(fmt.Sprintf("k-%d", i))) })
 	}
 	waitQueued(t, s, n)
-	g.open()
+	// The first round trip returns and its flusher sends the batch; the
+	// second stays held until the batch is done, so that it cannot reload
+	// the scripts in between.
+	g.openFirst()
 	wg.Wait()
-	require.NoError(t, <-first)
+	g.open()
+	wait()
+	require.NoError(t, <-held)
+	require.NoError(t, <-held)
 	for _, err := range errs {
 		require.NoError(t, err)
 	}
 	require.Equal(t, []string{
-		"evalsha",
-		pipelineOf("evalsha", n), // the scripts were flushed just before: NOSCRIPT
-		pipelineOf("script", 5),  // reload
-		pipelineOf("evalsha", n), // re-send
+		"evalsha", "evalsha",
+		batchOf("claim", n),     // the scripts were flushed just before: NOSCRIPT
+		pipelineOf("script", 6), // reload
+		batchOf("claim", n),     // re-send
 	}, rt.take())
 	require.Contains(t, logs.warnings(), "redisstore: the server's script cache is empty (restart, failover or SCRIPT FLUSH); reloading the scripts")
 }
@@ -296,27 +399,30 @@ func acquireErr(ctx context.Context, s *redisstore.Store, req idempotency.ClaimR
 	return nil
 }
 
-// flushBeforePipeline empties the server's script cache (through another
-// client) just before the first pipeline of EVALSHA is sent.
-type flushBeforePipeline struct {
+// flushBeforeBatch empties the server's script cache (through another
+// client) just before the first batch script call is sent.
+type flushBeforeBatch struct {
 	other *redis.Client
 	once  sync.Once
 }
 
-func (f *flushBeforePipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (f *flushBeforePipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (f *flushBeforeBatch) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (f *flushBeforePipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if cmds[0].Name() == "evalsha" {
+func (f *flushBeforeBatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if batchCalls(cmd) != nil {
 			var err error
 			f.once.Do(func() { err = f.other.ScriptFlush(ctx).Err() })
 			if err != nil {
 				return err
 			}
 		}
-		return next(ctx, cmds)
+		return next(ctx, cmd)
 	}
+}
+
+func (f *flushBeforeBatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // Many concurrent callers on a small batch: each gets its own, consistent
@@ -382,7 +488,7 @@ func TestBatchingConcurrent(t *testing.T) {
 		require.Equal(t, 1, n, key)
 	}
 	require.Equal(t, 3*keys, sent, "two claims and one complete per key")
-	require.Equal(t, sent, countCommands(rt.take(), "evalsha"), "one script call per Claim and per Complete")
+	require.Equal(t, sent, scriptCalls(rt.take()), "one script call per Claim and per Complete")
 
 	// Callers canceled at random points: each gets either its reply or its
 	// context's error, and the records stay consistent.
@@ -433,16 +539,23 @@ func TestBatchingConcurrent(t *testing.T) {
 	}
 }
 
-// countCommands counts cmd in the round trips, inside pipelines too.
-func countCommands(trips []string, cmd string) int {
+// scriptCalls counts the store's script calls in the round trips: each
+// EVALSHA, and each call inside a batch.
+func scriptCalls(trips []string) int {
 	n := 0
 	for _, tr := range trips {
-		tr = strings.TrimSuffix(strings.TrimPrefix(tr, "pipeline("), ")")
-		for _, c := range strings.Split(tr, ",") {
-			if c == cmd {
-				n++
-			}
+		switch {
+		case tr == "evalsha":
+			n++
+		case strings.HasPrefix(tr, "batch("):
+			n += len(strings.Split(strings.TrimSuffix(strings.TrimPrefix(tr, "batch("), ")"), ","))
 		}
 	}
 	return n
+}
+
+// batchOf names a batch script run of n calls of one kind, as roundTrips
+// records it.
+func batchOf(call string, n int) string {
+	return "batch(" + strings.TrimSuffix(strings.Repeat(call+",", n), ",") + ")"
 }

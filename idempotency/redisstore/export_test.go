@@ -15,3 +15,16 @@ func Queued(s *Store) int {
 	}
 	return n
 }
+
+// BatchSHA is the SHA-1 digest the batch script is called by.
+func BatchSHA() string { return scriptBatch.sha }
+
+// Idle reports whether s has no call queued or in flight in its batcher.
+func Idle(s *Store) bool {
+	if s.batch == nil {
+		return true
+	}
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	return s.batch.flushers == 0 && len(s.batch.queue) == 0
+}

@@ -148,7 +148,8 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 		return nil, err
 	}
 	if s.batchMax > 0 {
-		s.batch = &batcher{s: s, max: s.batchMax}
+		_, single := client.(*redis.Client)
+		s.batch = &batcher{s: s, max: s.batchMax, oneScript: single}
 	}
 	s.durability = checkDurability(ctx, client)
 	if w := s.durability.Warning; w != "" {

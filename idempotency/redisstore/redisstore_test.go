@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -129,11 +130,35 @@ type roundTrips struct {
 
 func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// ProcessHook records a command by its name, a run of the batch script as
+// batch(<its calls>).
 func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		r.add(cmd.Name())
+		if calls := batchCalls(cmd); calls != nil {
+			r.add("batch(" + strings.Join(calls, ",") + ")")
+		} else {
+			r.add(cmd.Name())
+		}
 		return next(ctx, cmd)
 	}
+}
+
+// batchCalls returns the names of the calls in a run of the batch script,
+// nil when cmd is not one.
+func batchCalls(cmd redis.Cmder) []string {
+	args := cmd.Args() // evalsha sha numkeys key... (name n arg...)...
+	if cmd.Name() != "evalsha" || len(args) < 3 || args[1] != redisstore.BatchSHA() {
+		return nil
+	}
+	keys, _ := args[2].(int)
+	var calls []string
+	for i := 3 + keys; i+1 < len(args); {
+		name, _ := args[i].(string)
+		n, _ := args[i+1].(int)
+		calls = append(calls, name)
+		i += 2 + n
+	}
+	return calls
 }
 
 func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -148,9 +173,19 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 func (r *roundTrips) add(s string) {
+	if s == "hello" || s == "pipeline(client,client)" {
+		return // a new connection's handshake, not the store's traffic
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sent = append(r.sent, s)
+}
+
+// peek returns what was sent since the last take, keeping it.
+func (r *roundTrips) peek() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.sent)
 }
 
 // take returns what was sent since the last take.
@@ -400,7 +435,7 @@ func TestNoScriptRecovery(t *testing.T) {
 	require.NoError(t, c.ScriptFlush(ctx).Err())
 	rt.take()
 	l := acquire(t, s, claimReq("after-flush"))
-	require.Equal(t, []string{"evalsha", "pipeline(script,script,script,script,script)", "evalsha"}, rt.take(),
+	require.Equal(t, []string{"evalsha", pipelineOf("script", 6), "evalsha"}, rt.take(),
 		"NOSCRIPT, reload every script in one round trip, retry")
 	require.NoError(t, s.Complete(ctx, l, idempotency.Outcome{}))
 	require.Equal(t, []string{"evalsha"}, rt.take(), "the reload covered Complete too")

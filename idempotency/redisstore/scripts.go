@@ -24,28 +24,39 @@ var (
 	luaExtend string
 	//go:embed lua/get.lua
 	luaGet string
+	//go:embed lua/batch.lua
+	luaBatch string
 )
 
 // script is a Lua script and its SHA-1 digest, the name EVALSHA calls it by.
 type script struct {
 	src, sha string
+	name     string // the batch script's name for it, if it takes part
 }
 
-func newScript(body string) *script {
+func newScript(name, body string) *script {
 	src := luaPrelude + body
 	h := sha1.Sum([]byte(src))
-	return &script{src: src, sha: hex.EncodeToString(h[:])}
+	return &script{src: src, sha: hex.EncodeToString(h[:]), name: name}
 }
 
-// The store's scripts. Each one touches exactly one key, KEYS[1].
-var (
-	scriptClaim    = newScript(luaClaim)
-	scriptComplete = newScript(luaComplete)
-	scriptRelease  = newScript(luaRelease)
-	scriptExtend   = newScript(luaExtend)
-	scriptGet      = newScript(luaGet)
+// asFunction makes the body of a one-key script a local Lua function of
+// (KEYS, ARGV), so that the batch script runs the very same code.
+func asFunction(name, body string) string {
+	return "local function " + name + "(KEYS, ARGV)\n" + body + "\nend\n"
+}
 
-	allScripts = []*script{scriptClaim, scriptComplete, scriptRelease, scriptExtend, scriptGet}
+// The store's scripts. Each one but the batch script touches exactly one
+// key, KEYS[1]; the batch script runs claim and complete on several keys.
+var (
+	scriptClaim    = newScript("claim", luaClaim)
+	scriptComplete = newScript("complete", luaComplete)
+	scriptRelease  = newScript("", luaRelease)
+	scriptExtend   = newScript("", luaExtend)
+	scriptGet      = newScript("", luaGet)
+	scriptBatch    = newScript("", asFunction("claim", luaClaim)+asFunction("complete", luaComplete)+luaBatch)
+
+	allScripts = []*script{scriptClaim, scriptComplete, scriptRelease, scriptExtend, scriptGet, scriptBatch}
 )
 
 // loadScripts loads every script into the server's script cache (on every
@@ -84,7 +95,12 @@ func loadScripts(ctx context.Context, c redis.UniversalClient) error {
 // NOSCRIPT (its script cache was emptied: restart, failover, SCRIPT FLUSH) it
 // reloads the scripts and retries once.
 func (s *Store) evalSha(ctx context.Context, c redis.Scripter, sc *script, key string, args ...any) (any, error) {
-	v, err := c.EvalSha(ctx, sc.sha, []string{key}, args...).Result()
+	return s.evalShaKeys(ctx, c, sc, []string{key}, args...)
+}
+
+// evalShaKeys is evalSha of a script that takes several keys.
+func (s *Store) evalShaKeys(ctx context.Context, c redis.Scripter, sc *script, keys []string, args ...any) (any, error) {
+	v, err := c.EvalSha(ctx, sc.sha, keys, args...).Result()
 	if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return v, err
 	}
@@ -92,5 +108,5 @@ func (s *Store) evalSha(ctx context.Context, c redis.Scripter, sc *script, key s
 	if lerr := loadScripts(ctx, s.client); lerr != nil {
 		return nil, fmt.Errorf("redisstore: reload after NOSCRIPT: %w", lerr)
 	}
-	return c.EvalSha(ctx, sc.sha, []string{key}, args...).Result()
+	return c.EvalSha(ctx, sc.sha, keys, args...).Result()
 }
