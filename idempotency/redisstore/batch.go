@@ -15,16 +15,22 @@ import (
 const MaxBatch = 4096
 
 // WithBatching makes concurrent Claim and Complete calls share round trips
-// (group commit): a call made while no round trip of the store's is in
-// flight is sent at once, alone, exactly as without batching; calls made
-// while one is in flight wait for it to return and are then sent together
-// as one pipeline of at most maxBatch commands (the rest wait for the next
-// one). There is no timer: an idle store adds no latency, and the window
-// in which calls are gathered is the round trip already in flight.
+// (group commit): a call made while fewer than two round trips of the
+// store's are in flight is sent at once, alone, exactly as without
+// batching; calls made while two are in flight wait for one to return and
+// are then sent together, at most maxBatch calls per round trip (the rest
+// wait for the next one). There is no timer: an idle store adds no
+// latency, and the window in which calls are gathered is the round trips
+// already in flight.
 //
-// Each call is still its own EVALSHA of the same script with the same
-// arguments, so the store's behaviour does not change, only how many
-// commands share a round trip; each caller gets its own result or error.
+// On a single node (a *redis.Client, Sentinel's failover client included)
+// a batch is one run of a batch script that runs each call's own claim or
+// complete code on its key: the store's behaviour does not change, only how
+// many calls share a round trip and a script invocation; each caller gets
+// its own result or error. On a Cluster or Ring client, whose scripts may
+// only touch keys of one slot, a batch is a pipeline of one EVALSHA per
+// call, which go-redis splits by node and sends to the nodes concurrently.
+//
 // A caller whose context ends while its call waits in the queue returns
 // the context's error at once and its call is never sent; one whose context
 // ends while its call is in flight also returns at once, without knowing
@@ -36,9 +42,7 @@ const MaxBatch = 4096
 // sent on their own. Batching suits many concurrent handlers on one store
 // (a router with many messages in flight); with one handler at a time it
 // changes nothing. maxBatch must be between 2 and MaxBatch; 64 is a good
-// start. Pipelines go through the client's Pipelined: on a Redis Cluster
-// (or Ring) client go-redis splits each pipeline by node, following the
-// keys' slots, and sends the parts to the nodes concurrently.
+// start.
 func WithBatching(maxBatch int) Option {
 	return func(s *Store) error {
 		if maxBatch < 2 || maxBatch > MaxBatch {

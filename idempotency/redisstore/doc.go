@@ -70,22 +70,29 @@
 // # Batching
 //
 // WithBatching(n) lets concurrent Claim and Complete calls share round
-// trips, group-commit style: when no round trip of the store is in
-// flight, a call is sent at once and alone (an idle store behaves and
-// counts exactly as above: two round trips for a fresh message, one for a
-// duplicate); the calls made while one is in flight are sent together as
-// the next pipeline, at most n commands each. There is no timer, so no
-// added latency. Each call stays one EVALSHA with the same script and
-// arguments, so a message still costs one Claim and one Complete script
-// call; only the round trips are shared: k handlers claiming at once cost
-// about 1 + ceil((k-1)/n) round trips instead of k. Each caller gets its
-// own reply or error; a caller whose context ends returns at once (a call
-// still queued is then never sent). NOSCRIPT in a pipeline reloads the
-// scripts once and re-sends the calls it failed. Release, Extend, Get and
-// a Complete under WithWaitReplicas are never batched. On a Cluster (or
-// Ring) client go-redis splits each pipeline by node, by the keys' slots.
-// It pays off with many handlers on one store; see docs/BENCHMARKS.md for
-// figures.
+// trips, group-commit style: while fewer than two round trips of the store
+// are in flight, a call is sent at once and alone (an idle store behaves
+// and counts exactly as above: two round trips for a fresh message, one
+// for a duplicate); the calls made while two are in flight are sent
+// together in the next round trip, at most n of them. There is no timer,
+// so no added latency when idle. On a single node (a *redis.Client,
+// Sentinel included) a batch is one run of a batch script that runs each
+// call's claim or complete code on its own key, in order, and answers each
+// call with what its own script would have: a message still costs exactly
+// one claim and one complete, and a call that fails on the server (a key
+// of another type, say) fails alone. Each caller gets its own reply or
+// error; a caller whose context ends returns at once (a call still queued
+// is then never sent). NOSCRIPT reloads the scripts once and re-sends the
+// batch. On a Cluster or Ring client a batch is a pipeline of one EVALSHA
+// per call instead (a script's keys must share a slot), which go-redis
+// splits by node. Release, Extend, Get and a Complete under
+// WithWaitReplicas are never batched.
+//
+// What batching saves is the per-command work around the scripts: the
+// server's reads, writes and script invocations, and the client's system
+// calls. It does not make the scripts' own work cheaper, which is what
+// bounds a store on one Redis: see docs/BENCHMARKS.md for figures and for
+// when batching pays.
 //
 // # Durability
 //
