@@ -24,7 +24,8 @@
 //	fp        payload fingerprint of the first claim
 //	token     current (or last) lease token
 //	attempts  claims ever made; canceled: those refunded by a canceled release
-//	until_ms  lease expiry (server clock, Unix ms), only while in progress
+//	until_ms  lease expiry (server clock, Unix ms) while in progress; absent
+//	          or empty otherwise
 //	outcome   JSON of idempotency.Outcome, once done
 //	history   JSON array of the newest idempotency.MaxHistory attempts; a
 //	          claim writes its attempt last, with its result as last member
