@@ -89,7 +89,7 @@ type batcher struct {
 // batchDepth is how many round trips of a batching store may be in flight
 // at once: while the server runs one batch, the client gathers and sends
 // the next, and hands out the replies of the one before.
-var batchDepth = 2
+const batchDepth = 2
 
 // pending is one queued call and, once done is closed, its reply.
 type pending struct {
