@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -179,13 +178,6 @@ func (r *roundTrips) add(s string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sent = append(r.sent, s)
-}
-
-// peek returns what was sent since the last take, keeping it.
-func (r *roundTrips) peek() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.sent)
 }
 
 // take returns what was sent since the last take.
