@@ -30,6 +30,9 @@ const MaxBatch = 4096
 // its own result or error. On a Cluster or Ring client, whose scripts may
 // only touch keys of one slot, a batch is a pipeline of one EVALSHA per
 // call, which go-redis splits by node and sends to the nodes concurrently.
+// Behind a proxy that shards keys (twemproxy, Envoy's Redis proxy) a
+// *redis.Client would send one script with keys of several shards: do not
+// batch there.
 //
 // A caller whose context ends while its call waits in the queue returns
 // the context's error at once and its call is never sent; one whose context
