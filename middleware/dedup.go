@@ -308,16 +308,16 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 	// so a message that hangs every time is dead-lettered. It is also
 	// canceled with the message context while the handler runs, but not
 	// when the handler returns: messages it produced with it stay
-	// publishable.
-	hctx, hcancel := context.WithCancelCause(attemptParent{context.WithoutCancel(ctx), ctx})
-	unlink := context.AfterFunc(ctx, func() { hcancel(context.Cause(ctx)) })
+	// publishable. It costs one allocation unless the handler waits on it
+	// (see attemptCtx).
+	hctx := newAttemptCtx(ctx)
 	msg.SetContext(hctx)
-	ext := d.startExtender(ctx, lease, hcancel)
+	ext := d.startExtender(ctx, lease, hctx)
 	msgs, herr := runHandler(h, msg)
 	lease = ext.stop()
-	unlink()
+	hctx.stop()
 	msg.SetContext(ctx)
-	if herr != nil && errors.Is(context.Cause(hctx), ErrHandlerHung) {
+	if herr != nil && errors.Is(hctx.cause(), ErrHandlerHung) {
 		herr = fmt.Errorf("%w: %w", ErrHandlerHung, herr)
 	}
 
@@ -371,16 +371,6 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 	}
 	return nil, herr
 }
-
-// attemptParent is the parent of a handler's context: the message
-// context's values and deadline without its cancellation, which Dedup
-// forwards only while the handler runs.
-type attemptParent struct {
-	context.Context // context.WithoutCancel(msgCtx)
-	msgCtx          context.Context
-}
-
-func (p attemptParent) Deadline() (time.Time, bool) { return p.msgCtx.Deadline() }
 
 // complete commits the DONE mark, retrying a failing store a few times
 // inside the lease: a lost Complete means the effect runs again later.
@@ -470,10 +460,10 @@ type extender struct {
 	start   time.Time
 	timer   *time.Timer
 	stopped bool
-	hung    context.CancelCauseFunc // cancels the handler's context
+	hctx    *attemptCtx // the handler's context, canceled when it hangs
 }
 
-func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease, hung context.CancelCauseFunc) *extender {
+func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease, hctx *attemptCtx) *extender {
 	e, _ := d.extenders.Get().(*extender)
 	if e == nil {
 		e = &extender{d: d, stopped: true}
@@ -483,7 +473,7 @@ func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease, hung
 		e.mu.Unlock()
 	}
 	e.mu.Lock()
-	e.ctx, e.lease, e.start, e.stopped, e.hung = ctx, lease, time.Now(), false, hung
+	e.ctx, e.lease, e.start, e.stopped, e.hctx = ctx, lease, time.Now(), false, hctx
 	e.timer.Reset(d.cfg.extendEvery)
 	e.mu.Unlock()
 	return e
@@ -500,7 +490,7 @@ func (e *extender) tick() {
 	if time.Since(e.start)+e.d.cfg.lease > e.d.cfg.maxHeld {
 		e.d.cfg.logger.WarnContext(e.ctx, "surely: handler exceeded the longest lease hold; canceling it and letting the lease expire",
 			"key", e.lease.Key, "attempt", e.lease.Attempt, "max_held", e.d.cfg.maxHeld)
-		e.hung(ErrHandlerHung)
+		e.hctx.hang(ErrHandlerHung)
 		return
 	}
 	sctx, cancel := e.d.storeCtx(e.ctx)
@@ -530,7 +520,7 @@ func (e *extender) stop() idempotency.Lease {
 	e.mu.Lock()
 	e.stopped = true
 	lease := e.lease
-	e.ctx, e.lease, e.hung = nil, idempotency.Lease{}, nil
+	e.ctx, e.lease, e.hctx = nil, idempotency.Lease{}, nil
 	e.mu.Unlock()
 	e.d.extenders.Put(e)
 	return lease
