@@ -267,8 +267,11 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 	log.say("plan: %d kills, %d redis restarts, %d broker restarts, %d pauses over %d ops, %d consumers × %d in flight",
 		cfg.kills, cfg.redisRestarts, cfg.brokerRestarts, cfg.pauses, cfg.ops, cfg.consumers, cfg.concurrency)
 	f := &faults{cfg: cfg, log: log, rnd: rnd, cs: cs, getter: getter, ns: n.namespace, redis: redisSv, nats: natsSv, res: &res}
+	f.reach, f.stopReach = context.WithCancel(ctx)
+	defer f.stopReach()
 	started := time.Now()
 	publishDone := false
+	allDone := false // every operation effected or dead-lettered; it stays so
 	progress := 0
 	for {
 		if !publishDone {
@@ -296,12 +299,21 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 		if _, err := cs.restartExited(); err != nil {
 			return res, err
 		}
-		if publishDone && len(plan) == 0 && progress >= cfg.ops && f.idle() {
-			if ok, err := allSettled(ctx, db, dead, ops); err != nil {
-				return res, err
-			} else if ok {
-				res.settled = true
-				break
+		if publishDone && len(plan) == 0 && progress >= cfg.ops {
+			if !allDone {
+				var err error
+				if allDone, err = allSettled(ctx, db, dead, ops); err != nil {
+					return res, err
+				}
+			}
+			if allDone {
+				// Nothing is left to deliver: a consumer armed for a
+				// pause can no longer reach its pause point.
+				f.stopReach()
+				if f.idle() {
+					res.settled = true
+					break
+				}
 			}
 		}
 		if ctx.Err() != nil {
@@ -445,18 +457,23 @@ func makePlan(rnd *rand.Rand, cfg config) []planned {
 
 // faults injects the planned faults.
 type faults struct {
-	cfg     config
-	log     *logger
-	rnd     *rand.Rand
-	cs      *children
-	getter  recordGetter
-	ns      string
-	redis   *redisServer
-	nats    *natsServer
-	wg      sync.WaitGroup // pauses under way
-	mu      sync.Mutex     // res's counters, rnd and pausing, shared with the pauses
-	pausing int
-	res     *result
+	cfg    config
+	log    *logger
+	rnd    *rand.Rand
+	cs     *children
+	getter recordGetter
+	ns     string
+	redis  *redisServer
+	nats   *natsServer
+	// reach bounds the wait of a pause for a consumer to reach its pause
+	// point; the run stops it (stopReach) once every operation is
+	// settled, since no delivery reaches a pause point after that.
+	reach     context.Context
+	stopReach context.CancelFunc
+	wg        sync.WaitGroup // pauses under way
+	mu        sync.Mutex     // res's counters, rnd and pausing, shared with the pauses
+	pausing   int
+	res       *result
 }
 
 func (f *faults) do(ctx context.Context, what string, progress int) error {
@@ -514,15 +531,21 @@ func (f *faults) do(ctx context.Context, what string, progress int) error {
 func (f *faults) pause(ctx context.Context, progress int) {
 	// A consumer may get no delivery for a while (its outage breaker is
 	// open after a Redis restart, or the others took the work): disarm it
-	// and try another, a few times.
+	// and try another, a few times, until every operation is settled
+	// (f.reach): no delivery reaches a pause point after that.
 	var (
 		c       *child
 		at      [2]string
 		reached bool
 	)
 	for try, first := 0, f.intn(1<<20); try < pauseTries && !reached; try++ {
-		c = f.cs.pickToPause(first + try)
-		if c == nil {
+		if f.reach.Err() != nil {
+			break
+		}
+		if c = f.pickReady(first + try); c == nil {
+			if f.reach.Err() != nil {
+				break
+			}
 			f.log.say("pause: no consumer to pause")
 			return
 		}
@@ -532,17 +555,22 @@ func (f *faults) pause(ctx context.Context, progress int) {
 			return
 		}
 		var err error
-		if at, err = waitLine(ctx, c, c.pause, pauseReach); err != nil {
+		if at, err = waitLine(f.reach, c, c.pause, pauseReach); err != nil {
 			// Disarm it, and release it should it have just got there.
 			_ = c.cmd.Process.Signal(syscall.SIGUSR2)
 			_ = c.cmd.Process.Signal(syscall.SIGCONT)
-			f.log.say("pause: consumer %d did not reach its pause point: %v", c.pid, err)
+			if f.reach.Err() == nil {
+				f.log.say("pause: consumer %d did not reach its pause point: %v", c.pid, err)
+			}
 			f.cs.unpause(c)
 			continue
 		}
 		reached = true
 	}
 	if !reached {
+		if f.reach.Err() != nil && ctx.Err() == nil {
+			f.log.say("pause: every operation settled before a consumer reached its pause point; no pause")
+		}
 		return
 	}
 	defer f.cs.unpause(c)
@@ -587,6 +615,22 @@ func (f *faults) pause(ctx context.Context, progress int) {
 	f.count(&f.res.fenced)
 	f.log.say("pause %d: consumer %d stopped (SIGSTOP) at %s at %d settled for %v, past its lease; another consumer completed it; resumed (SIGCONT), its stale attempt was fenced",
 		n, c.pid, key, progress, held)
+}
+
+// pickReady picks a consumer to pause (children.pickToPause), waiting for
+// one to be ready for at most pauseReach, or until every operation is
+// settled.
+func (f *faults) pickReady(i int) *child {
+	deadline := time.Now().Add(pauseReach)
+	for {
+		if c := f.cs.pickToPause(i); c != nil {
+			return c
+		}
+		if f.reach.Err() != nil || time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(tick)
+	}
 }
 
 // idle reports whether no pause is under way.

@@ -28,6 +28,7 @@ type child struct {
 	exited chan struct{}  // closed once Wait returned
 	err    error          // of Wait, valid after exited
 	paused bool           // being paused (children.mu)
+	ready  bool           // printed READY: its signal handlers are installed (children.mu)
 }
 
 // children starts, kills and stops the consumer processes.
@@ -101,6 +102,9 @@ func (cs *children) start() (*child, error) {
 				default:
 				}
 			case len(f) == 2 && f[0] == lineReady:
+				cs.mu.Lock()
+				c.ready = true
+				cs.mu.Unlock()
 			default:
 				if cs.verb {
 					cs.log.say("consumer %d: %s", c.pid, lines.Text())
@@ -137,16 +141,25 @@ func (cs *children) pick(i int) *child {
 	return free[i%len(free)]
 }
 
-// pickToPause picks a consumer as pick does and marks it paused: no kill
-// picks it until unpause.
+// pickToPause picks a consumer as pick does, among those that printed
+// READY (a SIGUSR1 sent to one started a moment ago, before it installed
+// its handler, is lost or kills it), and marks it paused: no kill picks it
+// until unpause. It returns nil when there is none.
 func (cs *children) pickToPause(i int) *child {
-	c := cs.pick(i)
-	if c != nil {
-		cs.mu.Lock()
-		c.paused = true
-		cs.paused[c.pid] = true
-		cs.mu.Unlock()
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var ready []*child
+	for _, c := range cs.live {
+		if !c.paused && c.ready {
+			ready = append(ready, c)
+		}
 	}
+	if len(ready) == 0 {
+		return nil
+	}
+	c := ready[i%len(ready)]
+	c.paused = true
+	cs.paused[c.pid] = true
 	return c
 }
 
