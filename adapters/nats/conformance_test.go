@@ -47,15 +47,6 @@ var conformanceFeatures = adaptertest.Features{
 	PubSubSkip: map[string]string{
 		"TestMessageCtx": "Subscriber.Close drains: it waits up to CloseTimeout for the messages in flight " +
 			"to be acked or nacked before it cancels their contexts; Watermill expects them cancelled at once",
-		// Failed in 3 of 4 runs of ./adapters/... under -race: 17 or 68 of
-		// 100 messages, then nothing for the test's 15s. Reproduced with
-		// the bare Subscriber (16 in parallel, 2 plain Naks each): one
-		// stalled 30s, logging "consuming failed: nats: no heartbeat
-		// received" (2× the pull's default 15s heartbeat).
-		// With pullExpiry at 5s it passed 4 of 4 runs; it stays skipped
-		// until that holds over many more.
-		"TestResendOnError": "KNOWN BUG in adapters/nats: after plain Naks the pull iterator can stall " +
-			"until its pull expires (now 5s, was 30s) under load",
 	},
 }
 

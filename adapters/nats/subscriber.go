@@ -114,11 +114,17 @@ func (s *Subscriber) ensureConsumer(ctx context.Context, topic string) (jetstrea
 	return c, nil
 }
 
-// pullExpiry bounds each pull request. nats.go's default (30s) lets a pull
-// iterator that lost track of its request (seen under load after naks, as
-// "no heartbeat received") stall that long; a short expiry renews the pull
-// sooner.
+// pullExpiry bounds each pull request (nats.go's default is 30s). The
+// iterator's missing-heartbeat check, which recovers from a pull request
+// the server lost, fires after 2 heartbeats: pullExpiry with the default
+// heartbeat of half the expiry.
 const pullExpiry = 5 * time.Second
+
+// Waits of nextMsg's short Next calls: the first, doubled up to the last.
+const (
+	recheckFirst = 25 * time.Millisecond
+	recheckLast  = 800 * time.Millisecond
+)
 
 // Subscribe creates or updates the durable consumer of topic and starts
 // consuming it. Each message carries a delivery.Info and a delivery.Control
@@ -168,7 +174,7 @@ func (s *Subscriber) read(ctx context.Context, topic string, it jetstream.Messag
 	defer it.Stop()
 	defer context.AfterFunc(ctx, it.Stop)()
 	for {
-		jm, err := it.Next()
+		jm, err := nextMsg(it)
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 			return
 		}
@@ -202,6 +208,33 @@ func (s *Subscriber) read(ctx context.Context, topic string, it jetstream.Messag
 		s.wg.Add(1)
 		go s.settle(msg, r, cancel)
 	}
+}
+
+// nextMsg returns the iterator's next message, working around a race in
+// nats.go's pull iterator (v1.55.0, jetstream/pull.go). Next sends a new
+// pull request only from checkPending, at the top of its loop, and skips
+// it while the goroutine that publishes the previous request has not yet
+// marked it done (fetchInProgress). When the server answers that request
+// at once (a message was ready: after a nak, or a backlog) and the message
+// is handed out and Next called again before that mark is cleared, Next
+// finds nothing requested, requests nothing, and waits with no pull
+// request at the server until its missing-heartbeat timer fires
+// (2 heartbeats, pullExpiry here) and it returns ErrNoHeartbeat.
+//
+// Every call of Next runs checkPending again, so short Next calls, the
+// waits doubling from recheckFirst to recheckLast, send the skipped
+// request after recheckFirst (the publishing goroutine has long finished
+// by then). A short call that times out loses nothing, and requests
+// nothing while a request is outstanding. Then a blocking Next, whose
+// heartbeat check still covers a pull request the server lost.
+func nextMsg(it jetstream.MessagesContext) (jetstream.Msg, error) {
+	for wait := recheckFirst; wait <= recheckLast; wait *= 2 {
+		jm, err := it.Next(jetstream.NextMaxWait(wait))
+		if !errors.Is(err, nats.ErrTimeout) {
+			return jm, err
+		}
+	}
+	return it.Next()
 }
 
 // settle acks or nacks the delivery as the consumer did msg.
