@@ -115,8 +115,8 @@
 //
 // # BenchmarkRedisStore
 //
-// The store's traffic for one message, a claim and a complete, from 1 and
-// from 16 goroutines on one go-redis client, in three variants: naive, two
+// The store's traffic for one message, a claim and a complete, from 1, 16
+// and 64 goroutines on one go-redis client, in three variants: naive, two
 // plain commands (SET key token NX PX 60000, then SET key done XX PX
 // 86400000; no fencing, attempt count, history or outcome), surely
 // (redisstore Claim and Complete, one EVALSHA each) and surely_batched

@@ -87,13 +87,13 @@ func surelyStoreOp(opts ...redisstore.Option) func(b *testing.B, client *redis.C
 }
 
 // BenchmarkRedisStore measures one message's store traffic, a claim and a
-// complete, with 1 and 16 concurrent handlers (goroutines) on one client:
+// complete, with 1, 16 and 64 concurrent handlers (goroutines) on one client:
 // the naive loop, redisstore without batching, and redisstore with
 // WithBatching(64). ns/op is per message; x_naive is the naive loop's
 // ns/op divided by the variant's, from the same run (throughput relative
 // to naive: above 1 is faster).
 func BenchmarkRedisStore(b *testing.B) {
-	for _, handlers := range []int{1, 16} {
+	for _, handlers := range benchHandlers {
 		group := "store/handlers=" + strconv.Itoa(handlers)
 		for _, v := range storeVariants {
 			b.Run(fmt.Sprintf("handlers=%d/%s", handlers, v.name), func(b *testing.B) {
@@ -163,7 +163,7 @@ const storeSlice = 256
 // is each variant's time per message, and <variant>-x_naive the naive
 // loop's time per message divided by the variant's.
 func BenchmarkRedisStoreInterleaved(b *testing.B) {
-	for _, handlers := range []int{1, 16} {
+	for _, handlers := range benchHandlers {
 		b.Run("handlers="+strconv.Itoa(handlers), func(b *testing.B) {
 			client := testenv.Redis(b)
 			ops := make([]messageOp, len(storeVariants))
@@ -232,3 +232,8 @@ func runSlice(op messageOp, handlers, from, n int) error {
 	wg.Wait()
 	return first
 }
+
+// benchHandlers are the numbers of concurrent handlers the store
+// benchmarks run with: one, the goal's 16, and 64, where batching gathers
+// enough calls to pay.
+var benchHandlers = []int{1, 16, 64}
