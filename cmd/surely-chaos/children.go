@@ -29,6 +29,7 @@ type child struct {
 	err    error          // of Wait, valid after exited
 	paused bool           // being paused (children.mu)
 	ready  bool           // printed READY: its signal handlers are installed (children.mu)
+	doomed bool           // picked for a kill (children.mu)
 }
 
 // children starts, kills and stops the consumer processes.
@@ -124,21 +125,24 @@ func (cs *children) start() (*child, error) {
 	return c, nil
 }
 
-// pick returns a live consumer that is not being paused, chosen by i
-// (modulo their number).
+// pick returns a live consumer that is neither being paused nor picked
+// before, chosen by i (modulo their number), for a kill: it marks it
+// doomed, so that no pause arms it in the moment before the kill.
 func (cs *children) pick(i int) *child {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	var free []*child
 	for _, c := range cs.live {
-		if !c.paused {
+		if !c.paused && !c.doomed {
 			free = append(free, c)
 		}
 	}
 	if len(free) == 0 {
 		return nil
 	}
-	return free[i%len(free)]
+	c := free[i%len(free)]
+	c.doomed = true
+	return c
 }
 
 // pickToPause picks a consumer as pick does, among those that printed
@@ -150,7 +154,7 @@ func (cs *children) pickToPause(i int) *child {
 	defer cs.mu.Unlock()
 	var ready []*child
 	for _, c := range cs.live {
-		if !c.paused && c.ready {
+		if !c.paused && !c.doomed && c.ready {
 			ready = append(ready, c)
 		}
 	}

@@ -84,3 +84,24 @@ func TestPickToPauseOnlyReady(t *testing.T) {
 	require.True(t, cs.wasPaused(up.pid))
 	require.False(t, cs.wasPaused(fresh.pid))
 }
+
+// A consumer picked for a kill is not armed for a pause in the moment
+// before the kill, nor picked for another kill.
+func TestPickedForKillIsNotPaused(t *testing.T) {
+	t.Parallel()
+	a, b := &child{pid: 1, ready: true}, &child{pid: 2, ready: true}
+	cs := &children{live: []*child{a, b}, paused: map[int]bool{}}
+	doomed := cs.pick(0)
+	require.NotNil(t, doomed)
+	other := b
+	if doomed == b {
+		other = a
+	}
+	for i := range 4 {
+		c := cs.pickToPause(i)
+		require.Same(t, other, c, "pause pick %d", i)
+		cs.unpause(c)
+	}
+	require.Same(t, other, cs.pick(1), "the other one")
+	require.Nil(t, cs.pick(0), "both picked for kills")
+}
