@@ -108,12 +108,13 @@
 //     process forgets every record. Tests and caches only.
 //   - RDB snapshots only: a restart forgets what was written since the last
 //     snapshot (minutes, by the save points).
-//   - AOF, appendfsync everysec (the usual production setting): a Redis
-//     process crash or restart loses nothing (Redis writes the AOF before
-//     it replies; tested), unless the disk is so slow that the last fsync
-//     still runs, when Redis postpones its writes by up to 2 seconds; a
-//     machine or kernel crash loses up to about one second of writes (two
-//     on such a disk).
+//   - AOF, appendfsync everysec (the usual production setting): a crash
+//     of the Redis process or of its machine loses up to about two seconds
+//     of records. While its once-a-second background fsync runs, Redis
+//     holds back its AOF writes (up to 2 seconds) but still acknowledges
+//     them, so a process crash then loses records already acknowledged;
+//     otherwise a process crash loses nothing and a machine crash up to
+//     about one second.
 //   - AOF, appendfsync always: survives a machine crash too, at the cost of
 //     an fsync per write on the server.
 //   - WithWaitReplicas(n, timeout): Complete returns only after n replicas

@@ -25,10 +25,6 @@ func TestDoneRecordAcrossARedisRestart(t *testing.T) {
 	}{
 		{name: "no persistence", survives: false},
 		{name: "RDB snapshots only", args: []string{"--save", "3600 1"}, rdb: true, survives: false},
-		// everysec: Redis writes the AOF buffer to the file before it
-		// replies, so a process kill loses nothing; only the fsync, which a
-		// machine crash needs, is once a second.
-		{name: "AOF everysec", args: []string{"--appendonly", "yes", "--appendfsync", "everysec"}, survives: true},
 		{name: "AOF always", args: []string{"--appendonly", "yes", "--appendfsync", "always"}, survives: true},
 	}
 	for _, tc := range cases {
