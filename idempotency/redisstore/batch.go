@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -30,9 +31,11 @@ const MaxBatch = 4096
 // its own result or error. On a Cluster or Ring client, whose scripts may
 // only touch keys of one slot, a batch is a pipeline of one EVALSHA per
 // call, which go-redis splits by node and sends to the nodes concurrently.
-// Behind a proxy that shards keys (twemproxy, Envoy's Redis proxy) a
-// *redis.Client would send one script with keys of several shards: do not
-// batch there.
+// New asks the server (INFO cluster) and uses the batch script only when it
+// is not in cluster mode, so a cluster node reached through a plain
+// *redis.Client gets pipelines too. Behind a proxy that shards keys
+// (twemproxy, Envoy's Redis proxy) and answers INFO as a single server, a
+// batch script would carry keys of several shards: do not batch there.
 //
 // A caller whose context ends while its call waits in the queue returns
 // the context's error at once and its call is never sent; one whose context
@@ -230,17 +233,61 @@ func (b *batcher) script(ctx context.Context, batch []*pending) {
 		err = fmt.Errorf("redisstore: batch: unexpected reply %v", v)
 	}
 	for i, p := range batch {
-		switch {
-		case err != nil:
+		if err != nil {
 			p.v, p.err = nil, err
-		default:
-			p.v = replies[i]
-			if e, isErr := p.v.(error); isErr {
-				p.v, p.err = nil, e
-			}
+			continue
+		}
+		p.v, p.err = replies[i], batchError(replies[i])
+		if p.err != nil {
+			p.v = nil
 		}
 	}
 }
+
+// singleNode reports whether a batch may be one run of the batch script on
+// client, whose keys may be in any slot: a *redis.Client whose server says
+// it is not in cluster mode. A cluster node reached through a plain client
+// (a managed cluster-mode endpoint, say) refuses a script whose keys are
+// in different slots (CROSSSLOT), so there, as when INFO cannot be read, a
+// batch is a pipeline.
+func singleNode(ctx context.Context, client redis.UniversalClient) bool {
+	c, ok := client.(*redis.Client)
+	if !ok {
+		return false
+	}
+	info, err := c.Info(ctx, "cluster").Result()
+	return err == nil && strings.Contains(info, "cluster_enabled:0")
+}
+
+// batchErrorTag marks the reply of a call that raised an error in the batch
+// script: {batchErrorTag, message}. No claim or complete reply starts so.
+const batchErrorTag = "surely-batch-error"
+
+// batchError returns the error a batch script reply stands for, or nil.
+func batchError(v any) error {
+	switch v := v.(type) {
+	case []any:
+		if len(v) == 2 && v[0] == batchErrorTag {
+			msg, _ := v[1].(string)
+			return serverError(msg)
+		}
+	case error: // not written by the script; kept in case a server does
+		return v
+	}
+	return nil
+}
+
+// serverError is the error a call of a batch got from the server (OOM,
+// WRONGTYPE, ...): a redis.Error, as the same call's error would be
+// unbatched, so that redis.HasErrorPrefix reads it alike.
+type serverError string
+
+func (e serverError) Error() string { return string(e) }
+
+// RedisError marks serverError as a redis.Error.
+func (serverError) RedisError() {}
+
+var _ redis.Error = serverError("")
 
 // pipeline sends batch as one pipeline, stores each call's reply and
 // returns the calls the server answered with NOSCRIPT.

@@ -559,3 +559,51 @@ func scriptCalls(trips []string) int {
 func batchOf(call string, n int) string {
 	return "batch(" + strings.TrimSuffix(strings.Repeat(call+",", n), ",") + ")"
 }
+
+// A call that fails on the server with an error that clients treat
+// specially inside an array (OOM here) fails alone too: the batch's
+// read-only duplicates still get their answers.
+func TestBatchingOutOfMemoryFailsAlone(t *testing.T) {
+	t.Parallel()
+	_, c := privateRedis(t, "--maxmemory-policy", "noeviction")
+	s := newStore(t, c, redisstore.WithBatching(8))
+	ctx := t.Context()
+	done := acquire(t, s, claimReq("done"))
+	require.NoError(t, s.Complete(ctx, done, idempotency.Outcome{}))
+	// From now on the server refuses every write (OOM) and serves reads.
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1").Err())
+	require.True(t, redis.HasErrorPrefix(c.Set(ctx, "probe", "x", 0).Err(), "OOM"), "writes are refused")
+
+	g := &gate{}
+	c.AddHook(g)
+	wait := g.inFlight(t, func(key string) {
+		res, err := s.Claim(ctx, claimReq("done"))
+		if err != nil || res.Status != idempotency.Completed {
+			t.Errorf("held duplicate %s: %v %v", key, res.Status, err)
+		}
+	}, "held-1", "held-2")
+	const n = 5 // duplicates around one fresh claim
+	results := make([]idempotency.ClaimResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		key := "done"
+		if i == n/2 {
+			key = "fresh"
+		}
+		wg.Go(func() { results[i], errs[i] = s.Claim(ctx, claimReq(key)) })
+		waitQueued(t, s, i+1)
+	}
+	g.open()
+	wg.Wait()
+	wait()
+	for i := range n {
+		if i == n/2 {
+			require.Error(t, errs[i])
+			require.True(t, redis.HasErrorPrefix(errs[i], "OOM"), "a redis.Error, as unbatched: %v", errs[i])
+			continue
+		}
+		require.NoError(t, errs[i], "duplicate %d", i)
+		require.Equal(t, idempotency.Completed, results[i].Status, "duplicate %d", i)
+	}
+}

@@ -77,7 +77,8 @@
 // for a duplicate); the calls made while two are in flight are sent
 // together in the next round trip, at most n of them. There is no timer,
 // so no added latency when idle. On a single node (a *redis.Client,
-// Sentinel included) a batch is one run of a batch script that runs each
+// Sentinel included, whose server is not in cluster mode) a batch is one
+// run of a batch script that runs each
 // call's claim or complete code on its own key, in order, and answers each
 // call with what its own script would have: a message still costs exactly
 // one claim and one complete, and a call that fails on the server (a key

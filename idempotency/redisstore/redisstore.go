@@ -148,8 +148,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 		return nil, err
 	}
 	if s.batchMax > 0 {
-		_, single := client.(*redis.Client)
-		s.batch = &batcher{s: s, max: s.batchMax, oneScript: single}
+		s.batch = &batcher{s: s, max: s.batchMax, oneScript: singleNode(ctx, client)}
 	}
 	s.durability = checkDurability(ctx, client)
 	if w := s.durability.Warning; w != "" {

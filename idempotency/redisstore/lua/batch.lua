@@ -4,7 +4,10 @@
 -- 'complete'), its number of arguments n, then its n arguments exactly as
 -- the call's own script takes them.
 -- Returns an array with call i's reply at i: what its own script returns,
--- or an error reply when that call raised one (the others still ran).
+-- or, when that call raised an error (the others still ran),
+-- {'surely-batch-error', message}. Not an error reply inside the array:
+-- clients stop reading an array at some error replies (OOM, READONLY, ...)
+-- and would fail every call of the batch.
 --
 -- A run of a script is atomic, and Redis reads its clock once for it (keys
 -- expire as of the script's start): the calls share one TIME reading too.
@@ -24,15 +27,15 @@ for i = 1, #KEYS do
   local fn, args = calls[name], { unpack(ARGV, a + 2, a + 1 + n) }
   a = a + 2 + n
   if not fn then
-    out[i] = { err = 'ERR surely batch: unknown call ' .. tostring(name) }
+    out[i] = { 'surely-batch-error', 'ERR surely batch: unknown call ' .. tostring(name) }
   else
     local ok, r = pcall(fn, { KEYS[i] }, args)
     if ok then
       out[i] = r
     elseif type(r) == 'table' and r.err then
-      out[i] = r
+      out[i] = { 'surely-batch-error', r.err }
     else
-      out[i] = { err = tostring(r) }
+      out[i] = { 'surely-batch-error', tostring(r) }
     end
   end
 end
