@@ -27,7 +27,9 @@ import (
 
 // adapterConcurrency is the Concurrency (messages in flight) of the
 // adapters that have one (NATS, RabbitMQ). Redis Streams hands out one
-// entry at a time per subscription, GoChannel one message at a time.
+// entry at a time per subscription; the persistent GoChannel hands every
+// message published before the subscription out at once, each in a
+// goroutine of its own.
 const adapterConcurrency = 16
 
 // adapterTimeout bounds the wait for the last message of a run.

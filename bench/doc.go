@@ -131,5 +131,6 @@
 // unbatched and batched. Each run publishes b.N messages first (not
 // measured) and then times from the first delivery to the last processed
 // message (ns/msg). NATS and RabbitMQ run with Concurrency 16; Redis
-// Streams and GoChannel hand out one message at a time.
+// Streams hands out one message at a time; the persistent GoChannel hands
+// out all b.N at once (a goroutine each).
 package bench
