@@ -136,7 +136,9 @@ type gaugeSeries struct {
 // cannot select an empty field, so their age is that of the oldest entry
 // of the wider selection: an upper bound.
 //
-// An alert that fires when dead letters wait unattended:
+// An alert that fires when dead letters wait unattended, on the names the
+// OpenTelemetry Prometheus exporter gives the two instruments
+// (surely_dlq_archived, surely_dlq_oldest_age_seconds; tested):
 //
 //	groups:
 //	  - name: surely-dead-letters

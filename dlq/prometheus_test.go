@@ -1,0 +1,63 @@
+package dlq_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/memarchive"
+)
+
+// The alert rule in RegisterArchiveMetrics' doc and the README names the
+// metrics as the OpenTelemetry Prometheus exporter writes them: this
+// scrapes them through that exporter.
+func TestArchiveMetricsPrometheusNames(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	mem, err := memarchive.New(memarchive.WithClock(clock.Now))
+	require.NoError(t, err)
+	require.NoError(t, mem.Publish("dead", dlq.Envelope(message.NewMessage("a", nil),
+		dlq.Failure{Reason: dlq.ReasonExhausted, Err: errors.New("x"), Topic: "orders", At: clock.Now().Add(-time.Hour)}, nil, "", "")))
+
+	registry := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
+	require.NoError(t, err)
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	_, err = dlq.RegisterArchiveMetrics(mp.Meter("surely"), mem, dlq.WithMetricsClock(clock.Now))
+	require.NoError(t, err)
+
+	families, err := registry.Gather()
+	require.NoError(t, err)
+	type series struct {
+		topic, reason string
+		value         float64
+	}
+	got := map[string][]series{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var s series
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "topic":
+					s.topic = l.GetValue()
+				case "reason":
+					s.reason = l.GetValue()
+				}
+			}
+			s.value = m.GetGauge().GetValue()
+			got[f.GetName()] = append(got[f.GetName()], s)
+		}
+	}
+	// The names and labels the alert rule's expressions use.
+	require.Equal(t, []series{{"orders", "exhausted", 1}}, got["surely_dlq_archived"])
+	require.Equal(t, []series{{"orders", "exhausted", 3600}}, got["surely_dlq_oldest_age_seconds"])
+}
