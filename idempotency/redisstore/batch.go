@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 
@@ -55,7 +54,7 @@ func WithBatching(maxBatch int) Option {
 			return fmt.Errorf("%w: redisstore: batch size must be between 2 and %d, got %d",
 				idempotency.ErrInvalidOption, MaxBatch, maxBatch)
 		}
-		s.batchMax = maxBatch
+		s.batch = &batcher{s: s, max: maxBatch}
 		return nil
 	}
 }
@@ -199,10 +198,9 @@ func (b *batcher) roundTrip(batch []*pending) {
 		return
 	}
 	// The server lost its script cache: reload once and re-send those calls.
-	b.s.logger.LogAttrs(ctx, slog.LevelWarn, "redisstore: the server's script cache is empty (restart, failover or SCRIPT FLUSH); reloading the scripts")
-	if err := loadScripts(ctx, b.s.client); err != nil {
+	if err := b.s.reloadScripts(ctx); err != nil {
 		for _, p := range noScript {
-			p.v, p.err = nil, fmt.Errorf("redisstore: reload after NOSCRIPT: %w", err)
+			p.v, p.err = nil, err
 		}
 		return
 	}

@@ -42,8 +42,7 @@ type Store struct {
 	waitN       int
 	waitTimeout time.Duration
 	durability  Durability
-	batchMax    int      // WithBatching; 0: every call is sent on its own
-	batch       *batcher // nil unless batching
+	batch       *batcher // WithBatching; nil: every call is sent on its own
 }
 
 // Option configures a Store. Every option validates its argument; an invalid
@@ -147,8 +146,8 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 	if err := loadScripts(ctx, client); err != nil {
 		return nil, err
 	}
-	if s.batchMax > 0 {
-		s.batch = &batcher{s: s, max: s.batchMax, oneScript: singleNode(ctx, client)}
+	if s.batch != nil {
+		s.batch.oneScript = singleNode(ctx, client)
 	}
 	s.durability = checkDurability(ctx, client)
 	if w := s.durability.Warning; w != "" {

@@ -104,9 +104,19 @@ func (s *Store) evalShaKeys(ctx context.Context, c redis.Scripter, sc *script, k
 	if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return v, err
 	}
-	s.logger.LogAttrs(ctx, slog.LevelWarn, "redisstore: the server's script cache is empty (restart, failover or SCRIPT FLUSH); reloading the scripts")
-	if lerr := loadScripts(ctx, s.client); lerr != nil {
-		return nil, fmt.Errorf("redisstore: reload after NOSCRIPT: %w", lerr)
+	if lerr := s.reloadScripts(ctx); lerr != nil {
+		return nil, lerr
 	}
 	return c.EvalSha(ctx, sc.sha, keys, args...).Result()
+}
+
+// reloadScripts loads the scripts again after a NOSCRIPT answer (the
+// server's script cache was emptied: restart, failover, SCRIPT FLUSH),
+// logging it.
+func (s *Store) reloadScripts(ctx context.Context) error {
+	s.logger.LogAttrs(ctx, slog.LevelWarn, "redisstore: the server's script cache is empty (restart, failover or SCRIPT FLUSH); reloading the scripts")
+	if err := loadScripts(ctx, s.client); err != nil {
+		return fmt.Errorf("redisstore: reload after NOSCRIPT: %w", err)
+	}
+	return nil
 }
