@@ -3,12 +3,14 @@ package middleware
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/propagate"
 )
 
@@ -44,6 +46,27 @@ type metrics struct {
 	takeovers, leaseLost, retries                metric.Int64Counter
 	deadLetters, deadLetterFailures              metric.Int64Counter
 	duration, latency                            metric.Float64Histogram
+
+	// opts caches the attribute set of each (topic, handler, outcome), all
+	// of bounded cardinality: a delivery builds none.
+	opts sync.Map // attrKey -> metric.MeasurementOption
+}
+
+type attrKey struct {
+	topic, handler string
+	outcome        Outcome
+}
+
+// attrs returns the measurement option of the attributes topic, handler
+// and outcome.
+func (m *metrics) attrs(topic, handler string, o Outcome) metric.MeasurementOption {
+	k := attrKey{topic, handler, o}
+	if v, ok := m.opts.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	v, _ := m.opts.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(
+		AttrTopic.String(topic), AttrHandler.String(handler), AttrMetricOutcome.String(string(o)))))
+	return v.(metric.MeasurementOption)
 }
 
 // WithMeterProvider records surely's metrics through mp (the OTel metrics
@@ -103,12 +126,7 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 
 // record counts one delivery.
 func (m *metrics) record(ctx context.Context, msg *message.Message, rep *report, d time.Duration) {
-	set := attribute.NewSet(
-		AttrTopic.String(message.SubscribeTopicFromCtx(ctx)),
-		AttrHandler.String(message.HandlerNameFromCtx(ctx)),
-		AttrMetricOutcome.String(string(rep.outcome)),
-	)
-	opt := metric.WithAttributeSet(set)
+	opt := m.attrs(message.SubscribeTopicFromCtx(ctx), message.HandlerNameFromCtx(ctx), rep.outcome)
 	switch rep.outcome {
 	case OutcomeProcessed, OutcomeUnprocessed:
 		m.processed.Add(ctx, 1, opt)
@@ -120,7 +138,7 @@ func (m *metrics) record(ctx context.Context, msg *message.Message, rep *report,
 		m.leaseLost.Add(ctx, 1, opt)
 	case OutcomeDeadLettered:
 		m.deadLetters.Add(ctx, 1, opt, metric.WithAttributes(AttrReason.String(rep.reason)))
-		if rep.reason == "conflict" {
+		if rep.reason == string(dlq.ReasonConflict) {
 			m.conflicts.Add(ctx, 1, opt)
 		}
 	case OutcomeDeadLetterFailed:

@@ -79,11 +79,8 @@ func Observe(opts ...ObserveOption) (message.HandlerMiddleware, error) {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			ctx := msg.Context()
 			started := time.Now()
-			rep := reportFrom(ctx) // Trace, outside, installs it
-			if rep == nil {
-				rep = new(report)
-				msg.SetContext(context.WithValue(ctx, reportKey{}, rep))
-			}
+			rctx, rep := withReport(ctx) // unless Trace, outside, installed it
+			msg.SetContext(rctx)
 			msgs, err := h(msg)
 			msg.SetContext(ctx)
 			settle(ctx, rep, err)

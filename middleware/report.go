@@ -60,6 +60,16 @@ func reportFrom(ctx context.Context) *report {
 	return r
 }
 
+// withReport returns ctx's report, or a new one and ctx carrying it: the
+// outermost of Trace and Observe installs it.
+func withReport(ctx context.Context) (context.Context, *report) {
+	if r := reportFrom(ctx); r != nil {
+		return ctx, r
+	}
+	r := new(report)
+	return context.WithValue(ctx, reportKey{}, r), r
+}
+
 func setOutcome(ctx context.Context, o Outcome) {
 	if r := reportFrom(ctx); r != nil {
 		r.outcome = o

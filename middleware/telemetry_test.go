@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -226,6 +227,66 @@ func TestTraceRedeliveryLinksThroughTheLedger(t *testing.T) {
 	assert.Equal(t, "failed", la[middleware.AttrPrevious].AsString())
 }
 
+// countGets counts Store.Get calls (the attempt ledger reads).
+type countGets struct {
+	idempotency.Store
+	mu   sync.Mutex
+	gets int
+}
+
+func (c *countGets) Get(ctx context.Context, namespace, key string) (idempotency.Record, error) {
+	c.mu.Lock()
+	c.gets++
+	c.mu.Unlock()
+	return c.Store.Get(ctx, namespace, key)
+}
+
+func (c *countGets) n() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gets
+}
+
+func TestTraceReadsTheLedgerOnlyForASampledRedelivery(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		sampler sdktrace.Sampler
+		gets    int
+	}{
+		{"sampled", sdktrace.AlwaysSample(), 1},
+		{"unsampled", sdktrace.NeverSample(), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			mem, err := memstore.New()
+			require.NoError(t, err)
+			store := &countGets{Store: mem}
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(tc.sampler))
+			h, err := handler.New(failTimes(1, errFlaky), handler.WithStore(store, "orders"),
+				handler.WithDeadLetter(faults.NewPublisher(0), deadTopic), handler.WithTracerProvider(tp),
+				handler.WithBreaker(nil), handler.WithPolicy(oneInProcess(t)))
+			require.NoError(t, err)
+			msg := message.NewMessage("m-gets", []byte(`{"order":9}`))
+			_, err = h(redeliver(msg))
+			require.ErrorIs(t, err, errFlaky)
+			assert.Zero(t, store.n(), "a first attempt reads no ledger")
+			_, err = h(redeliver(msg))
+			require.NoError(t, err)
+			assert.Equal(t, tc.gets, store.n(), "ledger reads on the redelivery")
+		})
+	}
+}
+
+// oneInProcess is a policy of one in-process attempt per delivery.
+func oneInProcess(t *testing.T) *retry.Policy {
+	t.Helper()
+	p, err := retry.NewPolicy(retry.WithInProcessAttempts(1), retry.WithMaxAttempts(5),
+		retry.WithBackoff(time.Millisecond, 2*time.Millisecond))
+	require.NoError(t, err)
+	return p
+}
+
 func TestTraceDeadLetterSpanAndReplayLink(t *testing.T) {
 	t.Parallel()
 	r := setup(t, func(*message.Message) ([]*message.Message, error) {
@@ -442,6 +503,44 @@ func TestMetricsCountEachOutcome(t *testing.T) {
 		assert.Equal(t, uint64(12), hists[middleware.MetricHandlerDuration], "one per delivery")
 		assert.Equal(t, uint64(12), hists[middleware.MetricEndToEndLatency], "every message was stamped by propagate")
 	})
+}
+
+// Each counter's data point carries the delivery's outcome (and a dead
+// letter its reason), whichever deliveries came before with other outcomes.
+func TestMetricsAttributes(t *testing.T) {
+	t.Parallel()
+	r := setup(t, func(msg *message.Message) ([]*message.Message, error) {
+		if string(msg.Payload) == "declined" {
+			return nil, retry.Permanent(errors.New("card declined"))
+		}
+		return nil, nil
+	}, 1)
+	for _, d := range []struct{ uuid, payload string }{{"a1", "ok"}, {"a2", "declined"}, {"a3", "ok"}, {"a1", "ok"}} {
+		msg, _ := r.produce(t, d.uuid, d.payload)
+		_, err := r.h(msg)
+		require.NoError(t, err)
+	}
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, r.reader.Collect(context.Background(), &rm))
+	got := map[string][]string{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if !ok {
+				continue
+			}
+			for _, p := range sum.DataPoints {
+				o, _ := p.Attributes.Value(middleware.AttrMetricOutcome)
+				reason, _ := p.Attributes.Value(middleware.AttrReason)
+				got[m.Name] = append(got[m.Name], fmt.Sprintf("%s/%s=%d", o.AsString(), reason.AsString(), p.Value))
+			}
+		}
+	}
+	assert.Equal(t, map[string][]string{
+		middleware.MetricProcessed:   {"processed/=2"},
+		middleware.MetricDuplicates:  {"duplicate/=1"},
+		middleware.MetricDeadLetters: {"dead_lettered/permanent=1"},
+	}, got)
 }
 
 func fingerprint(t *testing.T, key, payload string) string {

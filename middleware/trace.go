@@ -99,7 +99,8 @@ func WithConsumerGroup(group string) TraceOption {
 //   - the previous attempt's span: in this delivery from memory; on a
 //     redelivery, from the store's attempt ledger (Dedup records each
 //     claim's span there, so the link crosses processes and crashes; the
-//     ledger is read with one Store.Get, only on redeliveries);
+//     ledger is read with one Store.Get, only on redeliveries whose span
+//     is recording, i.e. sampled);
 //   - on the first attempt of a replayed message, the dead-letter span of
 //     the message it replays (dlq.KeyReplayLink).
 //
@@ -138,12 +139,7 @@ func Trace(tp trace.TracerProvider, opts ...TraceOption) (message.HandlerMiddlew
 func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
-		rep := reportFrom(ctx)
-		base := ctx
-		if rep == nil {
-			rep = new(report)
-			base = context.WithValue(ctx, reportKey{}, rep)
-		}
+		base, rep := withReport(ctx)
 		ts := &traceState{t: t, msg: msg, parent: trace.SpanFromContext(ctx), topic: message.SubscribeTopicFromCtx(ctx)}
 		ts.creation = trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.MapCarrier(msg.Metadata)))
 		if v := msg.Metadata.Get(dlq.KeyReplayLink); v != "" {
@@ -282,6 +278,9 @@ func (ts *traceState) claimed(ctx context.Context, store idempotency.Store, op *
 	}
 	if op.Attempt <= 1 || (ts.prev.IsValid() && ts.prevAttempt == op.Attempt-1) {
 		return // first attempt, or the previous one ran in this delivery (linked at start)
+	}
+	if !ts.span.IsRecording() {
+		return // an unsampled span drops links: no store round trip for nothing
 	}
 	rec, err := store.Get(ctx, op.Namespace, op.Key)
 	if err != nil {
