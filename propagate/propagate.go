@@ -39,6 +39,9 @@ type Publisher struct {
 	key   KeyFunc
 	prop  propagation.TextMapPropagator
 	now   func() time.Time
+	// fields are prop's Fields, asked once: a TextMapPropagator's
+	// fields do not change, and asking allocates.
+	fields []string
 }
 
 // Option configures a Publisher.
@@ -110,6 +113,7 @@ func NewPublisher(pub message.Publisher, opts ...Option) (*Publisher, error) {
 			return nil, err
 		}
 	}
+	p.fields = p.prop.Fields()
 	return p, nil
 }
 
@@ -121,9 +125,6 @@ func (p *Publisher) Stamp(msg *message.Message) error {
 	if msg == nil {
 		return fmt.Errorf("%w: nil message", ErrInvalidKey)
 	}
-	if msg.Metadata == nil {
-		msg.Metadata = make(message.Metadata)
-	}
 	key := msg.Metadata.Get(p.field)
 	if key == "" {
 		var err error
@@ -133,6 +134,9 @@ func (p *Publisher) Stamp(msg *message.Message) error {
 	}
 	if err := idempotency.ValidateKey(key); err != nil {
 		return fmt.Errorf("%w: message %q, %s: %w", ErrInvalidKey, msg.UUID, p.field, err)
+	}
+	if msg.Metadata == nil {
+		msg.Metadata = make(message.Metadata)
 	}
 	msg.Metadata.Set(p.field, key)
 	if !p.hasTraceContext(msg.Metadata) {
@@ -147,7 +151,7 @@ func (p *Publisher) Stamp(msg *message.Message) error {
 // hasTraceContext reports whether any field of the propagator is set, so a
 // retried publish keeps the creation context of its first try.
 func (p *Publisher) hasTraceContext(md message.Metadata) bool {
-	for _, f := range p.prop.Fields() {
+	for _, f := range p.fields {
 		if md.Get(f) != "" {
 			return true
 		}

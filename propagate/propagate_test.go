@@ -3,6 +3,7 @@ package propagate_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +107,21 @@ func TestBadKeysAreRejectedAndNothingIsPublished(t *testing.T) {
 			assert.Empty(t, inner.Published("orders"), "nothing published, nothing lost silently")
 		})
 	}
+}
+
+func TestStampOfABadKeyChangesNothing(t *testing.T) {
+	t.Parallel()
+	pub, _, _ := setup(t, 0)
+	bad := message.NewMessage("u", nil)
+	bad.Metadata.Set(idempotency.DefaultMetadataKey, "a\x00b")
+	want := maps.Clone(bad.Metadata)
+	require.ErrorIs(t, pub.Stamp(bad), propagate.ErrInvalidKey)
+	assert.Equal(t, want, bad.Metadata)
+
+	none := message.NewMessage("", nil) // an empty UUID is no key
+	none.Metadata = nil
+	require.ErrorIs(t, pub.Stamp(none), propagate.ErrInvalidKey)
+	assert.Nil(t, none.Metadata)
 }
 
 func TestCustomPropagator(t *testing.T) {
