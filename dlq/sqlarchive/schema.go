@@ -1,8 +1,9 @@
 package sqlarchive
 
 import (
-	"strconv"
 	"strings"
+
+	"github.com/surely-dev/surely/internal/sqldialect"
 )
 
 // Dialect is the SQL dialect of the database behind an Archive. The
@@ -23,18 +24,7 @@ const (
 	SQLite
 )
 
-func (d Dialect) String() string {
-	switch d {
-	case Postgres:
-		return "postgres"
-	case MySQL:
-		return "mysql"
-	case SQLite:
-		return "sqlite"
-	default:
-		return "Dialect(" + strconv.Itoa(int(d)) + ")"
-	}
-}
+func (d Dialect) String() string { return sqldialect.Name(int(d)) }
 
 func (d Dialect) valid() bool { return d >= Postgres && d <= SQLite }
 
@@ -52,17 +42,7 @@ func (d Dialect) rebind(q string) string {
 	if d != Postgres {
 		return q
 	}
-	var b strings.Builder
-	n := 0
-	for _, r := range q {
-		if r == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
+	return sqldialect.Rebind(q)
 }
 
 // ddl returns the statements Migrate runs: {e}, {r}, {u} stand for the
@@ -70,53 +50,28 @@ func (d Dialect) rebind(q string) string {
 func (d Dialect) ddl(prefix string) []string {
 	var stmts []string
 	switch d {
-	case Postgres:
+	case Postgres, SQLite:
+		// The same tables in the two dialects; only the column types differ.
 		stmts = []string{
 			`CREATE TABLE IF NOT EXISTS {e} (
-  seq BIGSERIAL PRIMARY KEY,
+  seq {serial},
   id TEXT NOT NULL UNIQUE,
-  payload BYTEA NOT NULL,
-  metadata BYTEA NOT NULL,
+  payload {blob} NOT NULL,
+  metadata {blob} NOT NULL,
   copies INTEGER NOT NULL,
-  archived_at BIGINT NOT NULL,
+  archived_at {int64} NOT NULL,
   reason TEXT NOT NULL,
   original_topic TEXT NOT NULL,
   handler TEXT NOT NULL,
   op_key TEXT NOT NULL,
   error TEXT NOT NULL,
   error_type TEXT NOT NULL,
-  dead_lettered_at BIGINT NOT NULL,
+  dead_lettered_at {int64} NOT NULL,
   replay_id TEXT NOT NULL)`,
 			`CREATE INDEX IF NOT EXISTS "{p}_entries_dl_idx" ON {e} (dead_lettered_at)`,
 			`CREATE INDEX IF NOT EXISTS "{p}_entries_topic_idx" ON {e} (original_topic, seq)`,
 			`CREATE TABLE IF NOT EXISTS {r} (
-  ord BIGSERIAL PRIMARY KEY,
-  entry_id TEXT NOT NULL,
-  replay_id TEXT NOT NULL,
-  UNIQUE (entry_id, replay_id))`,
-			`CREATE TABLE IF NOT EXISTS {u} (id TEXT PRIMARY KEY, body TEXT NOT NULL)`,
-		}
-	case SQLite:
-		stmts = []string{
-			`CREATE TABLE IF NOT EXISTS {e} (
-  seq INTEGER PRIMARY KEY AUTOINCREMENT,
-  id TEXT NOT NULL UNIQUE,
-  payload BLOB NOT NULL,
-  metadata BLOB NOT NULL,
-  copies INTEGER NOT NULL,
-  archived_at INTEGER NOT NULL,
-  reason TEXT NOT NULL,
-  original_topic TEXT NOT NULL,
-  handler TEXT NOT NULL,
-  op_key TEXT NOT NULL,
-  error TEXT NOT NULL,
-  error_type TEXT NOT NULL,
-  dead_lettered_at INTEGER NOT NULL,
-  replay_id TEXT NOT NULL)`,
-			`CREATE INDEX IF NOT EXISTS "{p}_entries_dl_idx" ON {e} (dead_lettered_at)`,
-			`CREATE INDEX IF NOT EXISTS "{p}_entries_topic_idx" ON {e} (original_topic, seq)`,
-			`CREATE TABLE IF NOT EXISTS {r} (
-  ord INTEGER PRIMARY KEY AUTOINCREMENT,
+  ord {serial},
   entry_id TEXT NOT NULL,
   replay_id TEXT NOT NULL,
   UNIQUE (entry_id, replay_id))`,
@@ -154,8 +109,12 @@ func (d Dialect) ddl(prefix string) []string {
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 		}
 	}
+	serial, blob, int64 := "BIGSERIAL PRIMARY KEY", "BYTEA", "BIGINT"
+	if d == SQLite {
+		serial, blob, int64 = "INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB", "INTEGER"
+	}
 	r := strings.NewReplacer("{e}", d.quote(prefix+"_entries"), "{r}", d.quote(prefix+"_replayed"),
-		"{u}", d.quote(prefix+"_runs"), "{p}", prefix)
+		"{u}", d.quote(prefix+"_runs"), "{p}", prefix, "{serial}", serial, "{blob}", blob, "{int64}", int64)
 	for i, s := range stmts {
 		stmts[i] = r.Replace(s)
 	}

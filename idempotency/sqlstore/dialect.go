@@ -3,9 +3,10 @@ package sqlstore
 import (
 	"database/sql"
 	_ "embed" // the schema lives in schema/*.sql
-	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/surely-dev/surely/internal/sqldialect"
 )
 
 // Dialect is the SQL dialect of the database behind a Store. The store
@@ -25,18 +26,7 @@ const (
 	SQLite
 )
 
-func (d Dialect) String() string {
-	switch d {
-	case Postgres:
-		return "postgres"
-	case MySQL:
-		return "mysql"
-	case SQLite:
-		return "sqlite"
-	default:
-		return "Dialect(" + strconv.Itoa(int(d)) + ")"
-	}
-}
+func (d Dialect) String() string { return sqldialect.Name(int(d)) }
 
 var (
 	//go:embed schema/postgres.sql
@@ -164,24 +154,8 @@ func newQueries(d Dialect, table string) queries {
 	q.now = "SELECT " + q.now
 	if d == Postgres {
 		for _, s := range []*string{&q.insert, &q.selectRow, &q.getRow, &q.save, &q.purge} {
-			*s = rebind(*s)
+			*s = sqldialect.Rebind(*s)
 		}
 	}
 	return q
-}
-
-// rebind turns the "?" placeholders of query into PostgreSQL's $1, $2, ...
-// The store's queries have no "?" anywhere else.
-func rebind(query string) string {
-	var b strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
