@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -128,12 +129,7 @@ func contentUUID(msg *message.Message) string {
 		_, _ = h.Write(s)
 	}
 	field(msg.Payload)
-	keys := make([]string, 0, len(msg.Metadata))
-	for k := range msg.Metadata {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(msg.Metadata)) {
 		field([]byte(k))
 		field([]byte(msg.Metadata[k]))
 	}

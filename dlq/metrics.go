@@ -234,6 +234,7 @@ func (g *archiveGauges) query(ctx context.Context) ([]gaugeSeries, error) {
 	type pair struct {
 		topic, reason string
 		count         int
+		oldest        time.Time // zero: not known yet
 	}
 	var pairs []pair
 	// A Filter cannot select an empty topic: the entries without one are
@@ -248,13 +249,18 @@ func (g *archiveGauges) query(ctx context.Context) ([]gaugeSeries, error) {
 			return nil, err
 		}
 		for reason, n := range st.ByReason {
-			pairs = append(pairs, pair{topic, reason, n})
+			p := pair{topic: topic, reason: reason, count: n}
+			if len(st.ByReason) == 1 {
+				// The topic's one reason: its Stats is the pair's.
+				p.oldest = st.Oldest
+			}
+			pairs = append(pairs, p)
 			rest[reason] -= n
 		}
 	}
 	for reason, n := range rest {
 		if n > 0 {
-			pairs = append(pairs, pair{"", reason, n})
+			pairs = append(pairs, pair{topic: "", reason: reason, count: n})
 		}
 	}
 	sort.Slice(pairs, func(i, j int) bool {
@@ -273,8 +279,12 @@ func (g *archiveGauges) query(ctx context.Context) ([]gaugeSeries, error) {
 	}
 	out := make([]gaugeSeries, 0, len(pairs))
 	for _, p := range pairs {
-		oldest := all.Oldest
-		if len(all.ByTopic) > 1 || len(all.ByReason) > 1 {
+		oldest := p.oldest
+		switch {
+		case !oldest.IsZero():
+		case len(all.ByTopic) <= 1 && len(all.ByReason) <= 1:
+			oldest = all.Oldest
+		default:
 			st, err := g.a.Stats(ctx, Filter{Topic: p.topic, Reason: Reason(p.reason)})
 			if err != nil {
 				return nil, err

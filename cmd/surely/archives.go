@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 
 	"github.com/redis/go-redis/v9"
 
@@ -22,7 +21,7 @@ func openRedisArchive(_ context.Context, client *redis.Client, ep endpoint.Endpo
 		opts = append(opts, redisarchive.WithPrefix(ep.Prefix))
 	}
 	ar, err := redisarchive.New(client, opts...)
-	return ar, archiveOptionCode(err)
+	return ar, withOptionCode(err)
 }
 
 // openSQLArchive opens the archive on db. It does not migrate: the tables
@@ -40,12 +39,5 @@ func openSQLArchive(_ context.Context, db *sql.DB, ep endpoint.Endpoint) (dlq.Ar
 		opts = append(opts, sqlarchive.WithPrefix(ep.Prefix))
 	}
 	ar, err := sqlarchive.New(db, dialect, opts...)
-	return ar, archiveOptionCode(err)
-}
-
-func archiveOptionCode(err error) error {
-	if errors.Is(err, dlq.ErrInvalidOption) {
-		return withCode(exitUsage, err)
-	}
-	return err
+	return ar, withOptionCode(err)
 }

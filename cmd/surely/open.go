@@ -185,10 +185,10 @@ func (a *app) dialStore(ctx context.Context, ep endpoint.Endpoint) (*storeConn, 
 	return nil, withCode(exitUsage, fmt.Errorf("unsupported store kind %s", ep.Kind))
 }
 
-// withOptionCode makes an invalid option (a bad prefix or table name) a
-// usage error.
+// withOptionCode makes an invalid option of a store or an archive (a bad
+// prefix or table name) a usage error.
 func withOptionCode(err error) error {
-	if errors.Is(err, idempotency.ErrInvalidOption) {
+	if errors.Is(err, idempotency.ErrInvalidOption) || errors.Is(err, dlq.ErrInvalidOption) {
 		return withCode(exitUsage, err)
 	}
 	return err

@@ -80,19 +80,17 @@ func (e Endpoint) String() string {
 
 // Archive parses the URL of a dead-letter archive.
 func Archive(raw string) (Endpoint, error) {
-	e, err := parse(raw)
-	if err != nil {
-		return e, err
-	}
-	switch e.Kind {
-	case Redis, Postgres, SQLite, MySQL, Memory:
-		return e, nil
-	}
-	return e, fmt.Errorf("%w: archive %q: want redis://, postgres://, mysql://, sqlite:PATH or mem:NAME", ErrInvalid, raw)
+	return parseData(raw, "archive", "mem:NAME")
 }
 
 // Store parses the URL of an idempotency store.
 func Store(raw string) (Endpoint, error) {
+	return parseData(raw, "store", "a file path")
+}
+
+// parseData parses the URL of an archive or a store (what), the kinds that
+// hold data; last names the form the error message lists last.
+func parseData(raw, what, last string) (Endpoint, error) {
 	e, err := parse(raw)
 	if err != nil {
 		return e, err
@@ -101,7 +99,7 @@ func Store(raw string) (Endpoint, error) {
 	case Redis, Postgres, SQLite, MySQL, Memory:
 		return e, nil
 	}
-	return e, fmt.Errorf("%w: store %q: want redis://, postgres://, mysql://, sqlite:PATH or a file path", ErrInvalid, raw)
+	return e, fmt.Errorf("%w: %s %q: want redis://, postgres://, mysql://, sqlite:PATH or %s", ErrInvalid, what, raw, last)
 }
 
 // Broker parses the URL of the broker replayed messages are published to.
