@@ -376,22 +376,48 @@ func TestRunCursorWaitsForSlowPublish(t *testing.T) {
 	}}
 	var mu sync.Mutex
 	others := 0
+	othersDone := make(chan struct{})
 	progress := func(p replay.Progress) {
 		mu.Lock()
 		defer mu.Unlock()
 		if p.EntryID != ids[1] {
 			others++
 			if others == 5 {
-				// Every other publish finished; the second one still blocks.
-				run, err := a.LoadReplay(context.Background(), "slow")
-				if err != nil || run.After != first.Seq {
-					t.Errorf("cursor %d, want %d (the blocked entry's predecessor): %v", run.After, first.Seq, err)
-				}
-				close(release)
+				close(othersDone) // every other publish finished; the second one still blocks
 			}
 		}
 	}
+	// Progress is reported before a publish's cursor is saved: wait for the
+	// saves (bounded), then check the cursor stopped before the blocked entry.
+	checked, ran := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(release)
+		defer close(checked)
+		select {
+		case <-othersDone:
+		case <-ran:
+			t.Error("the run ended before the other publishes finished")
+			return
+		}
+		var after int64
+		for range 1000 {
+			run, err := a.LoadReplay(context.Background(), "slow")
+			if err != nil {
+				t.Errorf("load run: %v", err)
+				return
+			}
+			if after = run.After; after >= first.Seq {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if after != first.Seq {
+			t.Errorf("cursor %d, want %d (the blocked entry's predecessor)", after, first.Seq)
+		}
+	}()
 	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "slow", Concurrency: 6, Clock: c, Progress: progress})
+	close(ran)
+	<-checked
 	require.NoError(t, err)
 	require.Equal(t, 6, res.Replayed)
 	last, err := a.Get(t.Context(), ids[5])
