@@ -22,6 +22,10 @@ import (
 const (
 	DefaultLease       = 30 * time.Second
 	DefaultMaxAttempts = 5
+	// DefaultStoreTimeout bounds every store call unless WithStoreTimeout
+	// says otherwise; a lease shorter than three times it lowers the bound
+	// to a third of the lease.
+	DefaultStoreTimeout = 5 * time.Second
 )
 
 type dedupConfig struct {
@@ -79,13 +83,17 @@ func WithExtension(every, maxHeld time.Duration) DedupOption {
 	}
 }
 
-// WithStoreTimeout bounds each store call. By default (0) a store call is
-// bounded by the store client's own timeouts (go-redis read and write
-// timeouts, the SQL driver's), which saves a timer per call.
+// WithStoreTimeout bounds each store call: Claim, Complete (each of its
+// retries), Release, Extend and Get. The default is DefaultStoreTimeout
+// (5s), or a third of the lease when that is shorter, so that a store that
+// stops answering (database/sql has no timeout of its own) fails the call
+// instead of holding the message, and an Extend gives up before the lease
+// it extends runs out. d must be positive and shorter than the lease
+// (checked by Dedup).
 func WithStoreTimeout(d time.Duration) DedupOption {
 	return func(c *dedupConfig) error {
-		if d < 0 {
-			return fmt.Errorf("%w: store timeout must not be negative", ErrInvalidOption)
+		if d <= 0 {
+			return fmt.Errorf("%w: store timeout must be positive, got %v", ErrInvalidOption, d)
 		}
 		c.storeTimeout = d
 		return nil
@@ -154,6 +162,12 @@ func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (mess
 	if c.extendEvery >= c.lease {
 		return nil, fmt.Errorf("%w: extension interval %v must be shorter than the lease %v", ErrInvalidOption, c.extendEvery, c.lease)
 	}
+	if c.storeTimeout == 0 {
+		c.storeTimeout = min(DefaultStoreTimeout, c.lease/3)
+	}
+	if c.storeTimeout >= c.lease {
+		return nil, fmt.Errorf("%w: store timeout %v must be shorter than the lease %v", ErrInvalidOption, c.storeTimeout, c.lease)
+	}
 	ex, err := idempotency.NewExtractor()
 	if err != nil {
 		return nil, err
@@ -204,27 +218,17 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 
 // storeCtx is the context of a store call that must finish even when the
 // message context is canceled (Complete, Release, Extend): a shutdown
-// still commits or releases its claims. It is bounded by WithStoreTimeout
-// when set; otherwise by the store client's own timeouts (go-redis: read
-// and write timeouts; database/sql: the driver's).
+// still commits or releases its claims. It is always bounded by the store
+// timeout (WithStoreTimeout).
 func (d *dedup) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx = context.WithoutCancel(ctx)
-	if d.cfg.storeTimeout <= 0 {
-		return ctx, noop
-	}
-	return context.WithTimeout(ctx, d.cfg.storeTimeout)
+	return context.WithTimeout(context.WithoutCancel(ctx), d.cfg.storeTimeout)
 }
 
 // claimCtx is the context of a Claim: the message context itself (a
 // shutdown may abandon a claim; its lease expires), bounded like storeCtx.
 func (d *dedup) claimCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d.cfg.storeTimeout <= 0 {
-		return ctx, noop
-	}
 	return context.WithTimeout(ctx, d.cfg.storeTimeout)
 }
-
-func noop() {}
 
 func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
 	op.Namespace = d.ns
