@@ -329,6 +329,19 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 		setOutcome(ctx, OutcomeProcessed)
 		return msgs, nil
 	}
+	if errors.Is(hctx.cause(), idempotency.ErrLeaseLost) {
+		// An extension found the lease taken over: the handler was
+		// canceled, and the new owner decides the record. Neither
+		// Complete nor Release (both would be refused), no dead letter,
+		// whatever the handler returned: nack. Its error is kept as text
+		// so that no classification of it (permanent, canceled) applies.
+		setOutcome(ctx, OutcomeLeaseLost)
+		lost := fmt.Errorf("extend: %w", idempotency.ErrLeaseLost)
+		if herr != nil {
+			lost = fmt.Errorf("%w; the canceled handler returned %q", lost, herr.Error())
+		}
+		return nil, &LeaseLostError{Key: op.Key, Err: lost}
+	}
 	if herr == nil {
 		outcome := idempotency.Outcome{Messages: store(msgs)}
 		if err := d.complete(ctx, lease, outcome); err != nil {
@@ -456,6 +469,10 @@ func replay(o *idempotency.Outcome) []*message.Message {
 
 // extender keeps a lease alive while the handler runs, bounded by maxHeld.
 // Extenders and their timers are pooled: arming one costs no allocation.
+//
+// mu is never held across a store or broker call: stop (and so Complete)
+// never waits for an Extend in flight. A tick's answer counts only for the
+// run it started in (gen), since a stopped extender may be reused.
 type extender struct {
 	d       *dedup
 	mu      sync.Mutex
@@ -464,7 +481,8 @@ type extender struct {
 	start   time.Time
 	timer   *time.Timer
 	stopped bool
-	hctx    *attemptCtx // the handler's context, canceled when it hangs
+	gen     uint64      // incremented by stop
+	hctx    *attemptCtx // the handler's context, canceled when it hangs or loses its lease
 }
 
 func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease, hctx *attemptCtx) *extender {
@@ -485,44 +503,61 @@ func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease, hctx
 
 // tick extends the lease. A tick that fires late, after the extender was
 // stopped and reused, extends the current owner's lease early: harmless.
+// An extension refused by fencing (ErrLeaseLost) cancels the handler's
+// context with cause idempotency.ErrLeaseLost at once: another owner has
+// the operation, and every moment the stale handler runs on widens the
+// window in which both have an effect.
 func (e *extender) tick() {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.stopped {
+		e.mu.Unlock()
 		return
 	}
 	if time.Since(e.start)+e.d.cfg.lease > e.d.cfg.maxHeld {
 		e.d.cfg.logger.WarnContext(e.ctx, "surely: handler exceeded the longest lease hold; canceling it and letting the lease expire",
 			"key", e.lease.Key, "attempt", e.lease.Attempt, "max_held", e.d.cfg.maxHeld)
 		e.hctx.hang(ErrHandlerHung)
+		e.mu.Unlock()
 		return
 	}
-	sctx, cancel := e.d.storeCtx(e.ctx)
-	l, err := e.d.store.Extend(sctx, e.lease, e.d.cfg.lease)
-	if c, ok := delivery.ControlFrom(e.ctx); ok && err == nil {
+	ctx, lease, gen := e.ctx, e.lease, e.gen
+	e.mu.Unlock()
+
+	sctx, cancel := e.d.storeCtx(ctx)
+	l, err := e.d.store.Extend(sctx, lease, e.d.cfg.lease)
+	if c, ok := delivery.ControlFrom(ctx); ok && err == nil {
 		// Keep the broker's lease in step with the store's.
 		if berr := c.Extend(sctx); berr != nil {
-			e.d.cfg.logger.WarnContext(e.ctx, "surely: broker lease extension failed", "key", e.lease.Key, "error", berr)
+			e.d.cfg.logger.WarnContext(ctx, "surely: broker lease extension failed", "key", lease.Key, "error", berr)
 		}
 	}
 	cancel()
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped || e.gen != gen {
+		return // the attempt ended meanwhile: its outcome no longer depends on this lease
+	}
 	switch {
 	case err == nil:
 		e.lease = l
 	case errors.Is(err, idempotency.ErrLeaseLost):
-		e.d.cfg.logger.WarnContext(e.ctx, "surely: lease lost while the handler runs", "key", e.lease.Key, "attempt", e.lease.Attempt)
+		e.d.cfg.logger.WarnContext(ctx, "surely: lease lost while the handler runs; canceling it", "key", lease.Key, "attempt", lease.Attempt)
+		e.hctx.hang(idempotency.ErrLeaseLost)
 		return
 	default:
-		e.d.cfg.logger.WarnContext(e.ctx, "surely: lease extension failed", "key", e.lease.Key, "error", err)
+		e.d.cfg.logger.WarnContext(ctx, "surely: lease extension failed", "key", lease.Key, "error", err)
 	}
 	e.timer.Reset(e.d.cfg.extendEvery)
 }
 
-// stop ends the extension, returns the current lease and recycles e.
+// stop ends the extension, returns the current lease and recycles e. It
+// does not wait for an extension in flight.
 func (e *extender) stop() idempotency.Lease {
 	e.timer.Stop()
 	e.mu.Lock()
 	e.stopped = true
+	e.gen++
 	lease := e.lease
 	e.ctx, e.lease, e.hctx = nil, idempotency.Lease{}, nil
 	e.mu.Unlock()
