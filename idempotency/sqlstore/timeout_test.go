@@ -64,8 +64,7 @@ func TestDedupBoundsABlockedClaimByDefault(t *testing.T) {
 			require.False(t, ran)
 		case <-time.After(30 * time.Second):
 			_ = holder.Rollback() // let the blocked Claim return before the test ends
-			<-done
-			t.Fatal("a Claim blocked on a held row was not bounded")
+			t.Fatalf("a Claim blocked on a held row was not bounded (it returned %v once the row was free)", <-done)
 		}
 		requireUsable(t, db)
 	})
