@@ -494,11 +494,16 @@ func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease, hctx
 		e.timer.Stop()
 		e.mu.Unlock()
 	}
+	e.arm(ctx, lease, hctx)
+	return e
+}
+
+// arm starts a run of a stopped extender.
+func (e *extender) arm(ctx context.Context, lease idempotency.Lease, hctx *attemptCtx) {
 	e.mu.Lock()
 	e.ctx, e.lease, e.start, e.stopped, e.hctx = ctx, lease, time.Now(), false, hctx
-	e.timer.Reset(d.cfg.extendEvery)
+	e.timer.Reset(e.d.cfg.extendEvery)
 	e.mu.Unlock()
-	return e
 }
 
 // tick extends the lease. A tick that fires late, after the extender was
