@@ -139,7 +139,10 @@ func WithDedupLogger(l *slog.Logger) DedupOption {
 // nil; InProgress returns *InProgressError (nack with a delay, not a
 // failure); Conflict and Exhausted return a *dlq.FinalError. A store outage
 // returns an error wrapping ErrStoreUnavailable. A handler panic is
-// recovered and recorded (reason "panic", with the stack).
+// recovered and recorded (reason "panic", with the stack). A lease lost
+// while the handler runs (an extension refused by fencing) cancels the
+// handler's context with cause idempotency.ErrLeaseLost and returns a
+// *LeaseLostError, as a Complete refused by fencing does.
 func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (message.HandlerMiddleware, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
