@@ -41,9 +41,8 @@ func (e *InProgressError) Error() string {
 // LeaseLostError is returned when Complete, Release or a lease extension
 // found the lease taken over (a refused extension cancels the handler's
 // context at once, with cause idempotency.ErrLeaseLost): the effect may
-// have run twice; the new owner decides the
-// record, so not even a permanent error of the stale attempt dead-letters
-// the message. Nack.
+// have run twice; the new owner decides the record, so not even a
+// permanent error of the stale attempt dead-letters the message. Nack.
 type LeaseLostError struct {
 	Key string
 	Err error
