@@ -222,15 +222,15 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 // storeCtx is the context of a store call that must finish even when the
 // message context is canceled (Complete, Release, Extend): a shutdown
 // still commits or releases its claims. It is always bounded by the store
-// timeout (WithStoreTimeout).
-func (d *dedup) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), d.cfg.storeTimeout)
+// timeout (WithStoreTimeout). Call stop when the call returned.
+func (d *dedup) storeCtx(ctx context.Context) *boundedCtx {
+	return newBoundedCtx(context.WithoutCancel(ctx), d.cfg.storeTimeout)
 }
 
 // claimCtx is the context of a Claim: the message context itself (a
 // shutdown may abandon a claim; its lease expires), bounded like storeCtx.
-func (d *dedup) claimCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, d.cfg.storeTimeout)
+func (d *dedup) claimCtx(ctx context.Context) *boundedCtx {
+	return newBoundedCtx(ctx, d.cfg.storeTimeout)
 }
 
 func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
@@ -253,9 +253,9 @@ func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.
 			req.Reopen = id
 		}
 	}
-	sctx, cancel := d.claimCtx(ctx)
+	sctx := d.claimCtx(ctx)
 	res, err := d.store.Claim(sctx, req)
-	cancel()
+	sctx.stop()
 	if err != nil {
 		return nil, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err)
 	}
@@ -359,9 +359,9 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 	}
 
 	f := d.failure(ctx, herr)
-	sctx, cancel := d.storeCtx(ctx)
+	sctx := d.storeCtx(ctx)
 	rerr := d.store.Release(sctx, lease, f)
-	cancel()
+	sctx.stop()
 	if rerr != nil && !errors.Is(rerr, idempotency.ErrLeaseLost) {
 		rerr = fmt.Errorf("%w: release %q: %w", ErrStoreUnavailable, op.Key, rerr)
 	}
@@ -379,11 +379,11 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 	case f.Final && rerr == nil:
 		fe := dlq.Final(dlq.ReasonPermanent, herr)
 		fe.Attempts = lease.Attempt
-		gctx, cancel := d.storeCtx(ctx)
+		gctx := d.storeCtx(ctx)
 		if got, err := d.store.Get(gctx, d.ns, op.Key); err == nil {
 			fe.History = got.History
 		}
-		cancel()
+		gctx.stop()
 		return nil, fe
 	}
 	if rerr != nil {
@@ -397,9 +397,9 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 func (d *dedup) complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
 	wait := 50 * time.Millisecond
 	for i := 0; ; i++ {
-		sctx, cancel := d.storeCtx(ctx)
+		sctx := d.storeCtx(ctx)
 		err := d.store.Complete(sctx, lease, outcome)
-		cancel()
+		sctx.stop()
 		if err == nil || errors.Is(err, idempotency.ErrLeaseLost) || i == 3 {
 			return err
 		}
@@ -531,7 +531,7 @@ func (e *extender) tick() {
 	ctx, lease, gen := e.ctx, e.lease, e.gen
 	e.mu.Unlock()
 
-	sctx, cancel := e.d.storeCtx(ctx)
+	sctx := e.d.storeCtx(ctx)
 	l, err := e.d.store.Extend(sctx, lease, e.d.cfg.lease)
 	if c, ok := delivery.ControlFrom(ctx); ok && err == nil {
 		// Keep the broker's lease in step with the store's.
@@ -539,7 +539,7 @@ func (e *extender) tick() {
 			e.d.cfg.logger.WarnContext(ctx, "surely: broker lease extension failed", "key", lease.Key, "error", berr)
 		}
 	}
-	cancel()
+	sctx.stop()
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
