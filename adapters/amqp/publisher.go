@@ -148,6 +148,11 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	select {
+	case <-p.closing:
+		return ErrClosed
+	default:
+	}
 	var pc *pubChannel
 	select {
 	case pc = <-p.slots:

@@ -120,3 +120,18 @@ func TestDeadLetterToADeletedQueueLosesNothing(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "second", string(d.Body))
 }
+
+func TestPublisherReconnectsAndCloses(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	pub, err := surelyamqp.NewPublisher(e.url, surelyamqp.PublisherConfig{Channels: 1}, nil)
+	require.NoError(t, err)
+	require.NoError(t, pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte("1"))))
+	surelyamqp.DropPublisherConnection(pub)
+	require.NoError(t, pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte("2"))),
+		"a lost connection is dialed again by the next Publish")
+	require.Equal(t, 2, e.count(t, e.topic))
+	require.NoError(t, pub.Close())
+	require.NoError(t, pub.Close(), "Close twice")
+	require.ErrorIs(t, pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte("3"))), surelyamqp.ErrClosed)
+}
