@@ -66,3 +66,36 @@ func TestCloseDrains(t *testing.T) {
 	require.Equal(t, "0", attrs.Attributes["ApproximateNumberOfMessages"])
 	require.Equal(t, "0", attrs.Attributes["ApproximateNumberOfMessagesNotVisible"], "nothing left to come back")
 }
+
+// TestCloseReleasesAMessageNotHandedOut: a message received but never handed
+// out (nobody read the channel) is made visible again by Close, not left to
+// its visibility timeout.
+func TestCloseReleasesAMessageNotHandedOut(t *testing.T) {
+	t.Parallel()
+	a := newAdapter()
+	topic := a.NewTopic(t)
+	pub := newPublisher(t)
+	cfg := subscriberConfig(emu.URL())
+	cfg.VisibilityTimeout = time.Hour
+	sub, err := sqs.NewSubscriber(cfg, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	_, err = sub.Subscribe(t.Context(), topic) // never read
+	require.NoError(t, err)
+	require.NoError(t, pub.Publish(topic, message.NewMessage("held", []byte("p"))))
+
+	url, err := a.admin.GetQueueUrl(t.Context(), &awssqs.GetQueueUrlInput{QueueName: aws.String(topic)})
+	require.NoError(t, err)
+	counts := func() (visible, hidden string) {
+		attrs, err := a.admin.GetQueueAttributes(t.Context(), &awssqs.GetQueueAttributesInput{QueueUrl: url.QueueUrl,
+			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll}})
+		require.NoError(t, err)
+		return attrs.Attributes["ApproximateNumberOfMessages"], attrs.Attributes["ApproximateNumberOfMessagesNotVisible"]
+	}
+	require.Eventually(t, func() bool { _, hidden := counts(); return hidden == "1" }, 15*time.Second, 10*time.Millisecond,
+		"received by the subscriber")
+	require.NoError(t, sub.Close())
+	visible, hidden := counts()
+	require.Equal(t, "0", hidden, "visible again at once after Close")
+	require.Equal(t, "1", visible, "... and still there (goaws counts hidden messages here too)")
+}
