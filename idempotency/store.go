@@ -305,8 +305,8 @@ type Record struct {
 	// NotBefore is, for a FAILED record, the earliest time (store clock) a
 	// claim may acquire it again (Failure.RetryAfter); zero if none.
 	NotBefore time.Time
-	Outcome    *Outcome
-	History    []AttemptRecord
+	Outcome   *Outcome
+	History   []AttemptRecord
 	// ExpiresAt is when the store forgets the record (retention).
 	ExpiresAt time.Time
 }
