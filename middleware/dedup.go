@@ -260,7 +260,7 @@ func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.
 		return replay(res.Outcome), nil
 	case idempotency.InProgress:
 		setOutcome(ctx, OutcomeInProgress)
-		return nil, &InProgressError{Key: op.Key, Until: res.Until}
+		return nil, &InProgressError{Key: op.Key, Until: res.Until, Wait: res.Wait}
 	case idempotency.Conflict:
 		return nil, dlq.Final(dlq.ReasonConflict, fmt.Errorf("%w: key %q, stored fingerprint %s, message fingerprint %s",
 			ErrConflict, op.Key, res.StoredFingerprint, op.Fingerprint))
@@ -399,6 +399,8 @@ func (d *dedup) failure(ctx context.Context, err error) idempotency.Failure {
 		ErrorType: dlq.ErrorTypes(err),
 		Reason:    "error",
 	}
+	// The store keeps the record from a claim until the delay has passed.
+	f.RetryAfter, _ = retry.AfterDelay(err)
 	var pe *PanicError
 	switch {
 	case errors.As(err, &pe):

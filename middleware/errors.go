@@ -28,10 +28,24 @@ var (
 )
 
 // InProgressError is returned when another owner holds a live lease on the
-// operation. It is not a failure of the message: nack it with a delay.
+// operation, or when the delay the last attempt asked for (retry.After) has
+// not passed. It is not a failure of the message: nack it with a delay.
 type InProgressError struct {
-	Key   string
+	Key string
+	// Until is when the lease or the delay ends, by the store's clock.
 	Until time.Time
+	// Wait is how long until a claim can succeed, as the store measured
+	// it (idempotency.ClaimResult.Wait); 0 when the store did not say.
+	Wait time.Duration
+}
+
+// wait is how long to wait before a redelivery: Wait, or, from a store
+// that does not report it, Until on this process's clock.
+func (e *InProgressError) wait() time.Duration {
+	if e.Wait > 0 {
+		return e.Wait
+	}
+	return time.Until(e.Until)
 }
 
 func (e *InProgressError) Error() string {

@@ -30,6 +30,8 @@
 //	history   JSON array of the newest idempotency.MaxHistory attempts; a
 //	          claim writes its attempt last, with its result as last member
 //	req       ID of the last Complete or Release (makes a re-sent call safe)
+//	nb_ms     retry-after time of a failed record (server clock, Unix ms):
+//	          no claim acquires it before then; absent otherwise
 //
 // reopened_by and base (the replay that last reopened the record and the
 // attempt count its budget started from) may be absent: no replay did.

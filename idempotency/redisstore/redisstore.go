@@ -311,7 +311,7 @@ func claimResult(v any, req idempotency.ClaimRequest, token string) (idempotency
 	case "conflict":
 		res = idempotency.ClaimResult{Status: idempotency.Conflict, StoredFingerprint: r.str(1)}
 	case "in_progress":
-		res = idempotency.ClaimResult{Status: idempotency.InProgress, Until: fromMs(r.int(1))}
+		res = idempotency.ClaimResult{Status: idempotency.InProgress, Until: fromMs(r.int(1)), Wait: time.Duration(r.int(2)) * time.Millisecond}
 	case "exhausted":
 		h, err := decodeHistory(r.str(2))
 		if err != nil {
@@ -416,7 +416,7 @@ func (s *Store) Release(ctx context.Context, lease idempotency.Lease, f idempote
 	v, err := s.evalSha(ctx, s.client, scriptRelease, s.redisKey(lease.Namespace, lease.Key),
 		lease.Token, newID(), ms(s.retention), flag(f.Canceled), flag(f.Final),
 		idempotency.Truncate(f.Error, idempotency.MaxErrorLen), f.ErrorType, f.Reason,
-		idempotency.Truncate(f.Stack, idempotency.MaxStackLen))
+		idempotency.Truncate(f.Stack, idempotency.MaxStackLen), ms(max(f.RetryAfter, 0)))
 	if err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
@@ -483,6 +483,7 @@ func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Rec
 		ExpiresAt:   fromMs(r.int(8)),
 		ReopenedBy:  r.str(9),
 		BudgetBase:  int(r.int(10)),
+		NotBefore:   fromMs(r.int(11)),
 	}
 	if rec.State == idempotency.StateDone {
 		if rec.Outcome, err = decodeOutcome(r.str(6)); err != nil {
