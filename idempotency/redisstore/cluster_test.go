@@ -101,10 +101,14 @@ func TestCluster(t *testing.T) {
 
 	t.Run("WaitReplicas", func(t *testing.T) {
 		ws := newStore(t, c, redisstore.WithWaitReplicas(1, 50*time.Millisecond))
-		l := acquire(t, ws, claimReq("wait"))
-		err := ws.Complete(t.Context(), l, idempotency.Outcome{})
+		_, err := ws.Claim(t.Context(), claimReq("wait"))
+		require.ErrorIs(t, err, redisstore.ErrNotReplicated, "the claim is not replicated")
+		l := acquire(t, s, claimReq("wait"))
+		err = ws.Complete(t.Context(), l, idempotency.Outcome{})
 		require.ErrorIs(t, err, redisstore.ErrNotReplicated, "the key's primary has no replica")
-		res, err := ws.Claim(t.Context(), claimReq("wait"))
+		_, err = ws.Claim(t.Context(), claimReq("wait"))
+		require.ErrorIs(t, err, redisstore.ErrNotReplicated, "the DONE record is not confirmed")
+		res, err := s.Claim(t.Context(), claimReq("wait"))
 		require.NoError(t, err)
 		require.Equal(t, idempotency.Completed, res.Status)
 	})

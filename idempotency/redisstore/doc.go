@@ -66,7 +66,7 @@
 // (Claim answers Completed with the stored outcome). When the server lost
 // its script cache (restart, failover, SCRIPT FLUSH) the store gets
 // NOSCRIPT, reloads the scripts and retries once, transparently.
-// WithWaitReplicas adds one round trip to Complete (WAIT).
+// WithWaitReplicas adds one round trip to Claim and to Complete (WAIT).
 //
 // # Batching
 //
@@ -87,7 +87,7 @@
 // is then never sent). NOSCRIPT reloads the scripts once and re-sends the
 // batch. On a Cluster or Ring client a batch is a pipeline of one EVALSHA
 // per call instead (a script's keys must share a slot), which go-redis
-// splits by node. Release, Extend, Get and a Complete under
+// splits by node. Release, Extend, Get, and a Claim or Complete under
 // WithWaitReplicas are never batched.
 //
 // What batching saves is the per-command work around the scripts: the
@@ -121,11 +121,20 @@
 //   - WithWaitReplicas(n, timeout): Complete returns only after n replicas
 //     acknowledged the DONE record (Redis WAIT), else an error wrapping
 //     ErrNotReplicated; a failover to an acknowledged replica keeps it.
+//     Claims are covered too: an acquired claim is acknowledged by n
+//     replicas before the handler runs (else Claim releases it, refunded,
+//     and fails with ErrNotReplicated), so a failover cannot forget a lease
+//     and let a second owner run; and a Claim that finds a DONE record
+//     answers Completed only once n replicas hold it (a write of its own,
+//     rewriting the record's state with the same value, follows the record
+//     in the replication stream, and WAIT confirms that write), so the
+//     redelivery of a message whose Complete returned ErrNotReplicated is
+//     not acked on the primary's word alone.
 //     Replication is asynchronous otherwise: a failover can lose the last
 //     writes whatever the primary's AOF. WAIT does not make Redis strongly
 //     consistent (a replica can still be promoted without the write in rare
-//     cases), and it costs one more round trip per Complete that lasts until
-//     the replicas answered.
+//     cases), and it costs one more round trip per Claim and per Complete
+//     that lasts until the replicas answered.
 //
 // For an effect that must never run twice whatever crashes, use the
 // transactional inbox of idempotency/sqlstore instead: there the DONE mark
