@@ -62,7 +62,7 @@ func TestCluster(t *testing.T) {
 		retention = time.Second
 	)
 	s := newStore(t, c, redisstore.WithRetention(retention))
-	require.Equal(t, "no persistence (no AOF, no RDB): a restart loses every DONE record; duplicates become possible",
+	require.Equal(t, "no persistence (no AOF, no RDB): a restart loses all DONE records; duplicates become possible",
 		s.Durability().Warning, "the weakest primary decides")
 
 	t.Run("Conformance", func(t *testing.T) {

@@ -102,8 +102,11 @@
 // forgets a DONE record, the next delivery of that message runs the handler
 // again: a duplicate effect. New reads INFO persistence (and CONFIG GET
 // appendfsync and save, when the server allows CONFIG), reports it in
-// Store.Durability and logs a warning when a restart would forget records.
-// By configuration, from weakest to strongest:
+// Store.Durability and logs a warning, saying how much, whenever a crash or
+// restart of the server can forget acknowledged records: every setting
+// below except AOF with appendfsync always (and an AOF whose fsync policy
+// CONFIG GET does not reveal). The warning goes to slog.Default() unless
+// WithLogger is given. By configuration, from weakest to strongest:
 //
 //   - No persistence (no AOF, no RDB save points): any restart of the Redis
 //     process forgets every record. Tests and caches only.
@@ -116,6 +119,9 @@
 //     them, so a process crash then loses records already acknowledged;
 //     otherwise a process crash loses nothing and a machine crash up to
 //     about one second.
+//   - AOF, appendfsync no: a process crash loses nothing (Redis has written
+//     the record to the OS before it answers), a machine crash whatever the
+//     OS had not flushed yet (typically up to about 30 seconds).
 //   - AOF, appendfsync always: survives a machine crash too, at the cost of
 //     an fsync per write on the server.
 //   - WithWaitReplicas(n, timeout): Complete returns only after n replicas

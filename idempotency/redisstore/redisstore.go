@@ -87,8 +87,8 @@ func WithRetention(d time.Duration) Option {
 	}
 }
 
-// WithLogger sets the logger (default: discard). The store logs the
-// persistence warning of New and script reloads.
+// WithLogger sets the logger (default: slog.Default()). The store logs
+// only warnings: the persistence warning of New and script reloads.
 func WithLogger(l *slog.Logger) Option {
 	return func(s *Store) error {
 		if l == nil {
@@ -126,7 +126,8 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 // New returns a store on client. It loads the store's Lua scripts (SCRIPT
 // LOAD), so that every later call is a single EVALSHA, and reads the
 // server's persistence settings (see Durability), logging a warning when a
-// restart would forget DONE records. It fails when the server cannot be
+// crash or restart of the server can forget acknowledged DONE records (to
+// slog.Default() unless WithLogger is given). It fails when the server cannot be
 // reached or refuses the scripts.
 //
 // The store never closes client: the caller owns it and closes it after the
@@ -140,7 +141,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 		client:    client,
 		prefix:    DefaultPrefix,
 		retention: DefaultRetention,
-		logger:    slog.New(slog.DiscardHandler),
+		logger:    slog.Default(),
 	}
 	for _, o := range opts {
 		if err := o(s); err != nil {

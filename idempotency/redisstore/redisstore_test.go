@@ -363,12 +363,16 @@ func TestDurabilityWarnsWithoutPersistence(t *testing.T) {
 	require.False(t, d.RDB, "the shared test server runs with --save \"\"")
 	require.True(t, d.ConfigRead)
 	require.Contains(t, []string{"always", "everysec", "no"}, d.AppendFsync)
-	require.Equal(t, "no persistence (no AOF, no RDB): a restart loses every DONE record; duplicates become possible", d.Warning)
+	require.Equal(t, "no persistence (no AOF, no RDB): a restart loses all DONE records; duplicates become possible", d.Warning)
 	require.Equal(t, []string{d.Warning}, logs.warnings())
 }
 
 func TestDurabilityLevels(t *testing.T) {
-	const noAOF = "no AOF: a restart loses DONE records written since the last RDB save; duplicates become possible"
+	const (
+		noAOF    = "no AOF: a restart loses the DONE records written since the last RDB save; duplicates become possible"
+		noConfig = "no AOF: a restart loses the DONE records written since the last RDB save, or all of them without save points (CONFIG GET refused); duplicates become possible"
+		everysec = "AOF appendfsync everysec: a crash of the Redis process or its machine can lose up to about 2 seconds of acknowledged DONE records; duplicates become possible"
+	)
 	for _, tc := range []struct {
 		name  string
 		args  []string
@@ -388,14 +392,14 @@ func TestDurabilityLevels(t *testing.T) {
 		{
 			name: "AOF everysec",
 			args: []string{"--appendonly", "yes"},
-			want: redisstore.Durability{AOF: true, AppendFsync: "everysec", ConfigRead: true},
+			want: redisstore.Durability{AOF: true, AppendFsync: "everysec", ConfigRead: true, Warning: everysec},
 		},
 		{
 			// Managed services often disable CONFIG: RDB is unknown then,
 			// so the warning is the one that does not claim there is none.
 			name: "CONFIG disabled",
 			args: []string{"--rename-command", "CONFIG", ""},
-			want: redisstore.Durability{Warning: noAOF},
+			want: redisstore.Durability{Warning: noConfig},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
