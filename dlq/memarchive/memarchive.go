@@ -140,7 +140,11 @@ func (a *Archive) List(_ context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Entry
 	var out []dlq.Entry
 	for ; i < len(a.order) && len(out) < limit; i++ {
 		if f.Match(*a.order[i]) {
-			out = append(out, clone(a.order[i]))
+			e := clone(a.order[i])
+			if p.OmitPayload {
+				e.Message.Payload = nil
+			}
+			out = append(out, e)
 		}
 	}
 	return out, nil

@@ -204,7 +204,12 @@ func decode(id string, h map[string]string) (dlq.Entry, error) {
 }
 
 // fetch reads the hashes of ids in one pipeline, skipping deleted ones.
-func (a *Archive) fetch(ctx context.Context, ids []string) ([]dlq.Entry, error) {
+// Without payloads (omit) it reads in two: the field names, then every
+// field but the payload.
+func (a *Archive) fetch(ctx context.Context, ids []string, omit bool) ([]dlq.Entry, error) {
+	if omit {
+		return a.fetchBare(ctx, ids)
+	}
 	cmds := make([]*redis.MapStringStringCmd, len(ids))
 	_, err := a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
@@ -225,6 +230,56 @@ func (a *Archive) fetch(ctx context.Context, ids []string) ([]dlq.Entry, error) 
 		if err != nil {
 			return nil, err
 		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// fetchBare is fetch without the payloads, which never leave the server.
+func (a *Archive) fetchBare(ctx context.Context, ids []string) ([]dlq.Entry, error) {
+	names := make([]*redis.StringSliceCmd, len(ids))
+	_, err := a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			names[i] = p.HKeys(ctx, a.entryKey(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redisarchive: read entries: %w", err)
+	}
+	fields := make([][]string, len(ids))
+	vals := make([]*redis.SliceCmd, len(ids))
+	_, err = a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			fields[i] = slices.DeleteFunc(names[i].Val(), func(f string) bool { return f == "p" })
+			if len(fields[i]) > 0 {
+				vals[i] = p.HMGet(ctx, a.entryKey(id), fields[i]...)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redisarchive: read entries: %w", err)
+	}
+	out := make([]dlq.Entry, 0, len(ids))
+	for i, id := range ids {
+		if vals[i] == nil {
+			continue // deleted since the index was read
+		}
+		h := make(map[string]string, len(fields[i]))
+		for j, v := range vals[i].Val() {
+			if v, ok := v.(string); ok {
+				h[fields[i][j]] = v
+			}
+		}
+		if _, ok := h["seq"]; !ok {
+			continue // deleted between the two reads
+		}
+		e, err := decode(id, h)
+		if err != nil {
+			return nil, err
+		}
+		e.Message.Payload = nil
 		out = append(out, e)
 	}
 	return out, nil
@@ -349,7 +404,7 @@ func (a *Archive) List(ctx context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Ent
 	if err != nil || len(ids) == 0 {
 		return nil, err
 	}
-	return a.fetch(ctx, ids)
+	return a.fetch(ctx, ids, p.OmitPayload)
 }
 
 // Stats summarises the entries f selects; it reads every entry.
