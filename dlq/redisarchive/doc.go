@@ -54,6 +54,30 @@
 // dlq.RegisterArchiveMetrics) should keep it far below; use sqlarchive for
 // more.
 //
+// # Durability
+//
+// Publish returns once its script ran on the primary, and Ingest (or the
+// dead-letter step) then acks the broker's copy: from that moment the
+// archive holds the only copy, and it is exactly as durable as the Redis
+// behind it. By the server's persistence:
+//
+//   - no AOF: a restart loses the entries written since the last RDB save
+//     (all of them without save points);
+//   - AOF appendfsync everysec: a crash of the Redis process or its
+//     machine can lose up to about 2 seconds of acknowledged entries;
+//   - AOF appendfsync no: a machine crash loses what the OS had not yet
+//     flushed (typically up to about 30 seconds);
+//   - AOF appendfsync always: a crash loses nothing acknowledged.
+//
+// Replication is asynchronous: a failover can lose the last entries
+// whatever the primary's persistence, unless WithWaitReplicas(n, timeout)
+// makes Publish wait until n replicas acknowledged them (Redis WAIT; else
+// an error wrapping ErrNotReplicated, and Ingest nacks, so the broker keeps
+// its copy). The first Publish reads the server's persistence once (the
+// check the Redis idempotency store makes in its New) and logs a warning,
+// to slog.Default() unless WithLogger is given, for every setting but AOF
+// always.
+//
 // # Retention
 //
 // Nothing is evicted: no key has a TTL and the index has no length cap.
