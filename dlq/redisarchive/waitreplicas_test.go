@@ -31,14 +31,18 @@ func TestPublishWaitReplicas(t *testing.T) {
 		}, 20*time.Second, 20*time.Millisecond, "replication did not reach %q", want)
 	}
 	online("state=online")
-	a, err := redisarchive.New(c, redisarchive.WithWaitReplicas(1, 100*time.Millisecond),
-		redisarchive.WithLogger(slog.New(slog.DiscardHandler)))
+	quiet := redisarchive.WithLogger(slog.New(slog.DiscardHandler))
+	// WAIT returns as soon as the replica answered: a long timeout costs
+	// nothing while it is up, and spares a loaded machine a false failure.
+	a, err := redisarchive.New(c, redisarchive.WithWaitReplicas(1, 10*time.Second), quiet)
 	require.NoError(t, err)
 	require.NoError(t, a.Publish("dead", message.NewMessage("kept", []byte("p"))))
 
+	short, err := redisarchive.New(c, redisarchive.WithWaitReplicas(1, 100*time.Millisecond), quiet)
+	require.NoError(t, err)
 	replica.Stop()
 	online("connected_slaves:0")
-	err = a.Publish("dead", message.NewMessage("unconfirmed", []byte("p")))
+	err = short.Publish("dead", message.NewMessage("unconfirmed", []byte("p")))
 	require.ErrorIs(t, err, redisarchive.ErrNotReplicated)
 	require.Contains(t, err.Error(), "0 of 1 replicas acknowledged within 100ms")
 

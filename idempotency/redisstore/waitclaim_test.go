@@ -46,8 +46,11 @@ func TestWaitReplicasCoversClaims(t *testing.T) {
 	t.Parallel()
 	_, replica, c := replicated(t)
 	ctx := t.Context()
-	const timeout = 100 * time.Millisecond
-	s := newStore(t, c, redisstore.WithWaitReplicas(1, timeout))
+	// WAIT returns as soon as the replica answered: a long timeout costs
+	// nothing while it is up, and spares a loaded machine a false failure;
+	// short is the store that meets the stopped replica.
+	s := newStore(t, c, redisstore.WithWaitReplicas(1, 10*time.Second))
+	short := newStore(t, c, redisstore.WithWaitReplicas(1, 100*time.Millisecond))
 
 	// With the replica up every step is confirmed.
 	l := acquire(t, s, claimReq("done"))
@@ -60,15 +63,15 @@ func TestWaitReplicasCoversClaims(t *testing.T) {
 	l = acquire(t, s, claimReq("unconfirmed"))
 	replica.Stop()
 	waitReplicas(t, c, 0)
-	err = s.Complete(ctx, l, idempotency.Outcome{Messages: []idempotency.StoredMessage{{UUID: "v"}}})
+	err = short.Complete(ctx, l, idempotency.Outcome{Messages: []idempotency.StoredMessage{{UUID: "v"}}})
 	require.ErrorIs(t, err, redisstore.ErrNotReplicated)
 
 	// Its redelivery finds DONE on the primary, and must not ack it yet.
-	_, err = s.Claim(ctx, claimReq("unconfirmed"))
+	_, err = short.Claim(ctx, claimReq("unconfirmed"))
 	require.ErrorIs(t, err, redisstore.ErrNotReplicated, "a DONE record not confirmed replicated is not reported Completed")
 
 	// A new claim is not handed out unreplicated; it is released, refunded.
-	_, err = s.Claim(ctx, claimReq("fresh"))
+	_, err = short.Claim(ctx, claimReq("fresh"))
 	require.ErrorIs(t, err, redisstore.ErrNotReplicated, "an unreplicated claim is not acquired")
 	rec, err := s.Get(ctx, "ns", "fresh")
 	require.NoError(t, err)
