@@ -111,3 +111,67 @@ func TestWaitReplicasCompletedRoundTrips(t *testing.T) {
 	require.Equal(t, []string{"evalsha", "pipeline(eval,wait)"}, rt.take(),
 		"claim, then the confirming write and WAIT in one round trip")
 }
+
+// A replica that is connected but behind does not confirm a DONE record it
+// has not received: the confirming write follows the record in the
+// replication stream, so WAIT waits for the record itself, not only for
+// what this connection wrote before. (Redis documents WAIT as counting the
+// writes of its own connection; Redis 7.0.15, the version tested, was
+// seen to count every write made before the connection's last command, so
+// there this test passes without the confirming write too.)
+func TestWaitReplicasLaggingReplicaDoesNotConfirmDone(t *testing.T) {
+	t.Parallel()
+	primary, replica, c := replicated(t)
+	ctx := t.Context()
+	s := newStore(t, c, redisstore.WithWaitReplicas(1, 10*time.Second))
+	// The record is written by one process and found by another, whose
+	// connection has written nothing yet: a WAIT of its own alone would
+	// count every connected replica.
+	fresh := redis.NewClient(&redis.Options{Addr: primary.Addr})
+	t.Cleanup(func() { _ = fresh.Close() })
+	short := newStore(t, fresh, redisstore.WithWaitReplicas(1, 100*time.Millisecond))
+	plain := newStore(t, c)
+
+	// Every write so far is acknowledged: a WAIT of a connection that wrote
+	// nothing since would answer 1 at once.
+	caughtUp(t, c)
+	replica.Pause(t) // connected, online, and frozen at its last ack
+	t.Cleanup(func() { replica.Resume(t) })
+	l := acquire(t, plain, claimReq("lagging"))
+	require.NoError(t, plain.Complete(ctx, l, idempotency.Outcome{}))
+	_, err := short.Claim(ctx, claimReq("lagging"))
+	require.ErrorIs(t, err, redisstore.ErrNotReplicated, "the paused replica never received the DONE record")
+
+	replica.Resume(t)
+	res, err := s.Claim(ctx, claimReq("lagging"))
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Completed, res.Status)
+}
+
+// caughtUp waits until the one replica has acknowledged everything the
+// primary has written (its offset in INFO replication equals
+// master_repl_offset).
+func caughtUp(t *testing.T, c *redis.Client) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		info, err := c.Info(t.Context(), "replication").Result()
+		if err != nil {
+			return false
+		}
+		var master, acked string
+		for _, line := range strings.Split(info, "\n") {
+			line = strings.TrimSpace(line)
+			if v, ok := strings.CutPrefix(line, "master_repl_offset:"); ok {
+				master = v
+			}
+			if v, ok := strings.CutPrefix(line, "slave0:"); ok {
+				for _, kv := range strings.Split(v, ",") {
+					if o, ok := strings.CutPrefix(kv, "offset="); ok {
+						acked = o
+					}
+				}
+			}
+		}
+		return master != "" && master == acked
+	}, 20*time.Second, 20*time.Millisecond, "the replica did not catch up")
+}
