@@ -186,7 +186,12 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 			if err != nil {
 				return nil, dlq.Final(dlq.ReasonNoKey, err)
 			}
-			op = &idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
+			if r := reportFrom(ctx); r != nil {
+				op = &r.op // the outcome report reads it
+			} else {
+				op = new(idempotency.Operation)
+			}
+			*op = idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
 			msg.SetContext(idempotency.WithOperation(ctx, op))
 			defer msg.SetContext(ctx)
 			defer func() { annotate(err, op) }()
@@ -276,11 +281,12 @@ func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
 	last := "none recorded"
 	if n := len(res.History); n > 0 {
 		h := res.History[n-1]
-		if h.Reason == string(dlq.ReasonPanic) {
-			reason = dlq.ReasonPanic
-		}
-		if h.Reason == string(dlq.ReasonPermanent) {
-			reason = dlq.ReasonPermanent
+		switch h.Reason {
+		case "", failureError, failureCanceled:
+		default:
+			// panic, permanent, or the reason of a *dlq.FinalError the
+			// handler returned: the dead letter keeps it.
+			reason = dlq.Reason(h.Reason)
 		}
 		last = h.Result
 		if h.Error != "" {
@@ -357,10 +363,15 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 		setOutcome(ctx, OutcomeLeaseLost)
 		return nil, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("release after %q: %w", herr.Error(), rerr)}
 	case f.Final && rerr == nil:
-		fe := dlq.Final(dlq.ReasonPermanent, herr)
-		fe.Attempts = lease.Attempt
+		fe, ok := dlq.AsFinal(herr)
+		if !ok {
+			fe = dlq.Final(dlq.ReasonPermanent, herr)
+		}
+		if fe.Attempts == 0 {
+			fe.Attempts = lease.Attempt
+		}
 		gctx, cancel := d.storeCtx(ctx)
-		if got, err := d.store.Get(gctx, d.ns, op.Key); err == nil {
+		if got, err := d.store.Get(gctx, d.ns, op.Key); err == nil && fe.History == nil {
 			fe.History = got.History
 		}
 		cancel()
@@ -397,7 +408,7 @@ func (d *dedup) failure(ctx context.Context, err error) idempotency.Failure {
 	f := idempotency.Failure{
 		Error:     redact(err.Error()),
 		ErrorType: dlq.ErrorTypes(err),
-		Reason:    "error",
+		Reason:    failureError,
 	}
 	var pe *PanicError
 	switch {
@@ -405,12 +416,25 @@ func (d *dedup) failure(ctx context.Context, err error) idempotency.Failure {
 		f.Reason = string(dlq.ReasonPanic)
 		f.Stack = redact(pe.Stack)
 	case retry.Classify(ctx, err) == retry.ClassCanceled:
-		f.Canceled, f.Reason = true, "canceled"
-	case retry.IsPermanent(err):
-		f.Final, f.Reason = true, string(dlq.ReasonPermanent)
+		f.Canceled, f.Reason = true, failureCanceled
+	default:
+		// Every final verdict leaves the record final (EXHAUSTED), so a
+		// duplicate delivery is dead-lettered again without running: a
+		// *dlq.FinalError the handler returned keeps its reason.
+		if fe, ok := dlq.AsFinal(err); ok {
+			f.Final, f.Reason = true, string(fe.Reason)
+		} else if retry.IsPermanent(err) {
+			f.Final, f.Reason = true, string(dlq.ReasonPermanent)
+		}
 	}
 	return f
 }
+
+// Failure reasons recorded in the history besides the dead-letter reasons.
+const (
+	failureError    = "error"
+	failureCanceled = "canceled"
+)
 
 // runHandler runs h, turning a panic into a *PanicError.
 func runHandler(h message.HandlerFunc, msg *message.Message) (msgs []*message.Message, err error) {

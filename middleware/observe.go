@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/idempotency"
 )
 
 // OutcomeParams describes one delivery's end, for an OnOutcome callback.
@@ -18,6 +20,13 @@ type OutcomeParams struct {
 	Attempts int
 	// Attempt is the durable attempt number of the last attempt (0 if no claim).
 	Attempt int
+	// Key and Namespace identify the operation, as the identity step
+	// extracted it (empty when the message had none, or could not be
+	// decoded): the same key the handler got from idempotency.KeyFrom.
+	Key, Namespace string
+	// Previous is how the attempt before the last one ended, as its claim
+	// reported (idempotency.PreviousNone when no claim was acquired).
+	Previous idempotency.PreviousResult
 	// Reason is the dead-letter reason, for OutcomeDeadLettered.
 	Reason string
 	// Err is what the chain returned (nil when it acked).
@@ -94,6 +103,7 @@ func Observe(opts ...ObserveOption) (message.HandlerMiddleware, error) {
 				c.onOutcome(lctx, OutcomeParams{
 					Msg: msg, Outcome: rep.outcome, Attempts: rep.attempts, Attempt: rep.attempt,
 					Reason: rep.reason, Err: err, Duration: d,
+					Key: rep.op.Key, Namespace: rep.op.Namespace, Previous: rep.op.Previous.Result,
 				})
 			}
 			return msgs, err
