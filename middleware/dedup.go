@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -182,8 +181,11 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 			if text, bad := msg.Metadata[dlq.KeyDecodeError]; bad {
 				return nil, dlq.Final(dlq.ReasonDecode, fmt.Errorf("%w: %s", ErrUndecodable, text))
 			}
-			id, err := d.ex.Extract(msg)
+			id, err := extract(d.ex, msg)
 			if err != nil {
+				if _, ok := dlq.AsFinal(err); ok {
+					return nil, err
+				}
 				return nil, dlq.Final(dlq.ReasonNoKey, err)
 			}
 			if r := reportFrom(ctx); r != nil {
@@ -401,9 +403,9 @@ func (d *dedup) complete(ctx context.Context, lease idempotency.Lease, outcome i
 }
 
 func (d *dedup) failure(ctx context.Context, err error) idempotency.Failure {
-	redact := d.cfg.redact
-	if redact == nil {
-		redact = func(s string) string { return s }
+	redact := func(s string) string { return s }
+	if r := d.cfg.redact; r != nil {
+		redact = func(s string) string { return safeRedact(r, s) }
 	}
 	f := idempotency.Failure{
 		Error:     redact(err.Error()),
@@ -439,11 +441,34 @@ const (
 // runHandler runs h, turning a panic into a *PanicError.
 func runHandler(h message.HandlerFunc, msg *message.Message) (msgs []*message.Message, err error) {
 	defer func() {
-		if v := recover(); v != nil {
-			msgs, err = nil, &PanicError{Value: v, Stack: idempotency.Truncate(string(debug.Stack()), idempotency.MaxStackLen)}
+		if pe := recovered(recover(), ""); pe != nil {
+			msgs, err = nil, pe
 		}
 	}()
 	return h(msg)
+}
+
+// extract runs the key sources of ex, turning a panic of one into a final
+// failure with reason panic: a message without an identity has no budget
+// to retry against.
+func extract(ex *idempotency.Extractor, msg *message.Message) (id idempotency.Identity, err error) {
+	defer func() {
+		if pe := recovered(recover(), "key source"); pe != nil {
+			id, err = idempotency.Identity{}, dlq.Final(dlq.ReasonPanic, pe)
+		}
+	}()
+	return ex.Extract(msg)
+}
+
+// safeRedact applies redact to s; a redactor that panics yields
+// dlq.RedactorPanicked, never the unredacted s.
+func safeRedact(redact dlq.Redactor, s string) (out string) {
+	defer func() {
+		if recover() != nil {
+			out = dlq.RedactorPanicked
+		}
+	}()
+	return redact(s)
 }
 
 func store(msgs []*message.Message) []idempotency.StoredMessage {

@@ -29,7 +29,10 @@ const (
 // idempotency.OperationFrom), where Dedup finds it. A message without a key
 // follows policy; an invalid key is a final failure with reason no_key. A
 // message an adapter marked undecodable (dlq.KeyDecodeError) is a final
-// failure with reason decode, before any key is looked for.
+// failure with reason decode, before any key is looked for. A key source
+// that panics is a final failure with reason panic (a *PanicError with the
+// stack): without an identity there is no durable budget to retry
+// against, and a panic that escaped would be redelivered without end.
 func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.HandlerMiddleware, error) {
 	if ex == nil {
 		return nil, fmt.Errorf("%w: nil extractor", ErrInvalidOption)
@@ -42,7 +45,10 @@ func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.Handl
 			if text, bad := msg.Metadata[dlq.KeyDecodeError]; bad {
 				return nil, dlq.Final(dlq.ReasonDecode, fmt.Errorf("%w: %s", ErrUndecodable, text))
 			}
-			id, err := ex.Extract(msg)
+			id, err := extract(ex, msg)
+			if fe, ok := dlq.AsFinal(err); ok { // a key source panicked
+				return nil, fe
+			}
 			ctx := msg.Context()
 			var op *idempotency.Operation
 			if r := reportFrom(ctx); r != nil {
