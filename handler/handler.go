@@ -86,6 +86,9 @@ func WithStore(store idempotency.Store, namespace string) Option {
 		if err := idempotency.ValidateNamespace(namespace); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
+		if namespace == middleware.KeylessNamespace {
+			return fmt.Errorf("%w: namespace %q is reserved", ErrInvalidOption, namespace)
+		}
 		c.store, c.namespace = store, namespace
 		return nil
 	}

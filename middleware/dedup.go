@@ -2,6 +2,8 @@ package middleware
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -130,13 +132,27 @@ func WithDedupLogger(l *slog.Logger) DedupOption {
 // nil; InProgress returns *InProgressError (nack with a delay, not a
 // failure); Conflict and Exhausted return a *dlq.FinalError. A store outage
 // returns an error wrapping ErrStoreUnavailable. A handler panic is
-// recovered and recorded (reason "panic", with the stack).
+// recovered and recorded (reason "panic", with the stack). A failure that
+// is final (retry.Permanent, or a *dlq.FinalError the handler returns,
+// whose reason is kept) leaves the record EXHAUSTED, so a duplicate is
+// dead-lettered again without running; a shutdown (the message context
+// canceled and the error its cancellation) releases the claim uncharged,
+// even when marked final.
+//
+// A message without a key (ProcessWithoutDedup) has no dedup record, but
+// a bounded number of attempts: by the broker's delivery count
+// (delivery.Info.Count) when the adapter reports one, else by an attempt
+// record under its UUID in KeylessNamespace (see ProcessWithoutDedup). A
+// message with neither a count nor a UUID gets one attempt.
 func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (message.HandlerMiddleware, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
 	}
 	if err := idempotency.ValidateNamespace(namespace); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	if namespace == KeylessNamespace {
+		return nil, fmt.Errorf("%w: namespace %q is reserved for the attempt records of keyless messages", ErrInvalidOption, namespace)
 	}
 	c := dedupConfig{
 		lease: DefaultLease, maxAttempts: DefaultMaxAttempts,
@@ -199,14 +215,96 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 			defer func() { annotate(err, op) }()
 		}
 		if op.Key == "" { // ProcessWithoutDedup
-			msgs, err := runHandler(h, msg)
-			if err == nil {
-				setOutcome(ctx, OutcomeUnprocessed)
-			}
-			return msgs, err
+			return d.keyless(ctx, h, msg, op)
 		}
-		return d.handle(ctx, h, msg, op)
+		return d.handle(ctx, h, msg, op, d.ns)
 	}
+}
+
+// keyless runs a message without an operation key (ProcessWithoutDedup)
+// within the attempt budget. It has no dedup record, so its attempts are
+// counted, in this order, by:
+//
+//   - the broker's delivery count (delivery.Info.Count), when the adapter
+//     reports one: no store call. The failure of the last attempt of the
+//     budget is dead-lettered at once (reason exhausted, or panic), and a
+//     delivery past the budget (the process died on the last one) is
+//     dead-lettered without running.
+//   - otherwise an attempt record under the message UUID, in the store,
+//     in the reserved namespace KeylessNamespace with the key
+//     "<namespace>/<UUID>" (the UUID's SHA-256 when it is no valid key), so
+//     it never meets an operation key. It goes through the same state
+//     machine as an operation's record: a crash is counted, the budget ends
+//     in a dead letter (exhausted, or panic). It ends DONE when the handler
+//     succeeds, so a redelivery of the same message (same UUID) is acked as
+//     a duplicate while the record is retained.
+//   - a message with neither (no count, no UUID) has one attempt: its
+//     failure is dead-lettered (reason exhausted).
+//
+// The handler sees the operation with an empty key either way.
+func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
+	if info, ok := delivery.InfoFrom(ctx); ok && info.Count > 0 {
+		return d.keylessCounted(ctx, h, msg, op, info.Count, d.cfg.maxAttempts)
+	}
+	if msg.UUID == "" {
+		return d.keylessCounted(ctx, h, msg, op, 1, 1)
+	}
+	rec := &idempotency.Operation{Key: keylessKey(d.ns, msg.UUID), Fingerprint: op.Fingerprint}
+	msgs, err := d.handle(ctx, h, msg, rec, KeylessNamespace)
+	op.Attempt, op.Previous = rec.Attempt, rec.Previous
+	if err == nil {
+		if r := reportFrom(ctx); r != nil && r.outcome == OutcomeProcessed {
+			r.outcome = OutcomeUnprocessed
+		}
+	}
+	return msgs, err
+}
+
+// keylessCounted runs attempt count (of budget) of a keyless message
+// counted without a record.
+func (d *dedup) keylessCounted(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, count, budget int) ([]*message.Message, error) {
+	if count > budget {
+		fe := dlq.Final(dlq.ReasonExhausted, fmt.Errorf("%w: message %q without an operation key was delivered %d times; the budget is %d",
+			ErrExhausted, msg.UUID, count, budget))
+		fe.Attempts = count - 1
+		return nil, fe
+	}
+	op.Attempt = count
+	if r := reportFrom(ctx); r != nil {
+		r.attempt = count
+	}
+	msgs, err := runHandler(h, msg)
+	if err == nil {
+		setOutcome(ctx, OutcomeUnprocessed)
+		return msgs, nil
+	}
+	if _, final := dlq.AsFinal(err); final || count < budget ||
+		retry.Classify(ctx, err) != retry.ClassTransient {
+		return nil, err
+	}
+	// The last attempt of the budget failed: dead-letter it now, with its
+	// cause, rather than on a redelivery that knows nothing of it.
+	reason := dlq.ReasonExhausted
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		reason = dlq.ReasonPanic
+	}
+	fe := dlq.Final(reason, err)
+	fe.Attempts = count
+	return nil, fe
+}
+
+// keylessKey is the key of the attempt record of a keyless message in
+// KeylessNamespace: the handler's namespace (which has no "/"), a "/" and
+// the message UUID, or "sha256:" and its hex digest when the UUID is no
+// valid key.
+func keylessKey(ns, uuid string) string {
+	key := ns + "/" + uuid
+	if idempotency.ValidateKey(key) != nil {
+		sum := sha256.Sum256([]byte(uuid))
+		key = ns + "/sha256:" + hex.EncodeToString(sum[:])
+	}
+	return key
 }
 
 // storeCtx is the context of a store call that must finish even when the
@@ -233,11 +331,13 @@ func (d *dedup) claimCtx(ctx context.Context) (context.Context, context.CancelFu
 
 func noop() {}
 
-func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
-	op.Namespace = d.ns
+// handle claims op in namespace ns (the handler's, or KeylessNamespace for
+// the attempt record of a message without a key) and acts on the result.
+func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, ns string) ([]*message.Message, error) {
+	op.Namespace = ns
 	op.Retention = d.retention
 	req := idempotency.ClaimRequest{
-		Namespace: d.ns, Key: op.Key, Fingerprint: op.Fingerprint,
+		Namespace: ns, Key: op.Key, Fingerprint: op.Fingerprint,
 		Lease: d.cfg.lease, MaxAttempts: d.cfg.maxAttempts,
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
@@ -373,7 +473,7 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 			fe.Attempts = lease.Attempt
 		}
 		gctx, cancel := d.storeCtx(ctx)
-		if got, err := d.store.Get(gctx, d.ns, op.Key); err == nil && fe.History == nil {
+		if got, err := d.store.Get(gctx, lease.Namespace, lease.Key); err == nil && fe.History == nil {
 			fe.History = got.History
 		}
 		cancel()

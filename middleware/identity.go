@@ -19,8 +19,15 @@ const (
 	// processed silently.
 	RejectMissingKey MissingKeyPolicy = iota
 	// ProcessWithoutDedup runs the handler without a dedup record when the
-	// key is missing. A redelivery then runs the effect again. Invalid keys
-	// (too long, control characters) are still rejected.
+	// key is missing: another message with the same payload runs the
+	// effect again. Invalid keys (too long, control characters) are still
+	// rejected. The attempts stay bounded (see Dedup): by the broker's
+	// delivery count when the adapter reports one, else by an attempt
+	// record under the message UUID in KeylessNamespace; a message that
+	// keeps failing is dead-lettered (reason exhausted, or panic) after the
+	// budget. Without a broker count, that record also makes a redelivery
+	// of the same message (same UUID) after a success a duplicate, while
+	// the store retains it.
 	ProcessWithoutDedup
 )
 
@@ -90,3 +97,8 @@ func annotate(err error, op *idempotency.Operation) {
 		fe.Namespace, fe.Retention = op.Namespace, op.Retention
 	}
 }
+
+// KeylessNamespace is the store namespace of the attempt records of
+// messages without a key (ProcessWithoutDedup). It is reserved: Dedup and
+// handler.WithStore refuse it as a handler's namespace.
+const KeylessNamespace = "surely.keyless"
