@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
@@ -146,4 +147,46 @@ func TestOutcomeParamsCarryTheOperation(t *testing.T) {
 			require.Equal(t, w.previous, p.Previous, "delivery %d", i)
 		}
 	})
+}
+
+// TestFinalVerdictNotDeadLetteredUnrecorded: when the store cannot record
+// a final verdict (its Release fails), the message is not dead-lettered
+// and acked while its record is still claimable: it is nacked, and the
+// redelivery, once the store is back, records the verdict and
+// dead-letters it once.
+func TestFinalVerdictNotDeadLetteredUnrecorded(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"final", dlq.Final(dlq.ReasonDecode, errors.New("schema v3 unknown"))},
+		{"permanent", retry.Permanent(errors.New("card declined"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				e := setup(t, 0)
+				var calls atomic.Int32
+				h := e.chain(t, func(*message.Message) ([]*message.Message, error) {
+					if calls.Add(1) == 1 {
+						e.store.SetDown(true) // the release of this verdict fails
+					}
+					return nil, tc.err
+				})
+				_, err := h(delivery("order-1", "pay 10"))
+				require.ErrorIs(t, err, middleware.ErrStoreUnavailable)
+				require.Empty(t, e.dead.Published(deadTopic), "not dead-lettered while the record is claimable")
+				e.store.SetDown(false)
+				time.Sleep(10 * time.Second) // the unreleased lease expires
+
+				_, err = h(delivery("order-1", "pay 10"))
+				require.NoError(t, err)
+				require.Len(t, e.dead.Published(deadTopic), 1)
+				rec, err := e.mem.Get(t.Context(), "orders", "order-1")
+				require.NoError(t, err)
+				require.Equal(t, idempotency.StateExhausted, rec.State)
+			})
+		})
+	}
 }
