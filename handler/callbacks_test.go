@@ -51,9 +51,8 @@ func TestPanickingKeySourceIsDeadLettered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := setup(t, 0)
 		ex, err := idempotency.NewExtractor(idempotency.WithSources(idempotency.FromFunc(func(msg *message.Message) (string, error) {
-			var tenants map[string]string
-			tenants["x"] = msg.Metadata.Get("tenant") // nil map write
-			return "", nil
+			var tenants []string
+			return tenants[len(msg.Metadata.Get("tenant"))], nil // index out of range
 		})))
 		require.NoError(t, err)
 		var calls atomic.Int32
@@ -66,7 +65,7 @@ func TestPanickingKeySourceIsDeadLettered(t *testing.T) {
 		require.Len(t, dead, 1)
 		require.Equal(t, string(dlq.ReasonPanic), dead[0].Metadata.Get(dlq.KeyReason))
 		require.Contains(t, dead[0].Metadata.Get(dlq.KeyError), "key source panicked")
-		require.Contains(t, dead[0].Metadata.Get(dlq.KeyError), "nil map")
+		require.Contains(t, dead[0].Metadata.Get(dlq.KeyError), "index out of range")
 	})
 }
 
