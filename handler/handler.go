@@ -77,7 +77,9 @@ type Option func(*config) error
 
 // WithStore sets the dedup store and the namespace of this handler's records
 // (required). Use the handler name, with the consumer group when several
-// groups consume one topic. surely never closes the store's client.
+// groups consume one topic. middleware.KeylessNamespace is reserved (the
+// attempt records of messages without a key). surely never closes the
+// store's client.
 func WithStore(store idempotency.Store, namespace string) Option {
 	return func(c *config) error {
 		if store == nil {
@@ -143,7 +145,10 @@ func WithLease(d time.Duration) Option {
 }
 
 // WithIdentity sets the key extractor and the missing-key policy (default:
-// idempotency.NewExtractor(), middleware.RejectMissingKey).
+// idempotency.NewExtractor(), middleware.RejectMissingKey). A key source
+// that panics dead-letters the message (reason panic); a message without a
+// key under middleware.ProcessWithoutDedup still has a bounded number of
+// attempts (see middleware.ProcessWithoutDedup).
 func WithIdentity(ex *idempotency.Extractor, missing middleware.MissingKeyPolicy) Option {
 	return func(c *config) error {
 		if ex == nil {
@@ -168,7 +173,10 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithOnOutcome calls fn once per delivery with its outcome.
+// WithOnOutcome calls fn once per delivery with its outcome and operation
+// (middleware.OutcomeParams). A panic in fn is recovered and logged at error
+// level (to slog.Default() without WithLogger); the delivery is acked or
+// nacked as the chain decided.
 func WithOnOutcome(fn func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult) Option {
 	return func(c *config) error {
 		if fn == nil {
@@ -180,7 +188,8 @@ func WithOnOutcome(fn func(context.Context, middleware.OutcomeParams) middleware
 }
 
 // WithRedactor passes every error text through r before it is stored in the
-// attempt history or written to a dead letter.
+// attempt history or written to a dead letter. A text on which r panics is
+// replaced by dlq.RedactorPanicked, never written unredacted.
 func WithRedactor(r dlq.Redactor) Option {
 	return func(c *config) error {
 		if r == nil {
