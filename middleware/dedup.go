@@ -94,7 +94,8 @@ func WithStoreTimeout(d time.Duration) DedupOption {
 }
 
 // WithHistoryRedactor passes every error text through r before it is stored
-// in the attempt history.
+// in the attempt history. A text on which r panics is stored as
+// dlq.RedactorPanicked, never unredacted.
 func WithHistoryRedactor(r dlq.Redactor) DedupOption {
 	return func(c *dedupConfig) error {
 		if r == nil {

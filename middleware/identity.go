@@ -53,8 +53,10 @@ func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.Handl
 				return nil, dlq.Final(dlq.ReasonDecode, fmt.Errorf("%w: %s", ErrUndecodable, text))
 			}
 			id, err := extract(ex, msg)
-			if fe, ok := dlq.AsFinal(err); ok { // a key source panicked
-				return nil, fe
+			if err != nil {
+				if fe, ok := dlq.AsFinal(err); ok { // a key source panicked
+					return nil, fe
+				}
 			}
 			ctx := msg.Context()
 			var op *idempotency.Operation
