@@ -178,12 +178,14 @@ func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (mess
 	if rr, ok := store.(idempotency.RetentionReporter); ok {
 		d.retention = rr.Retention()
 	}
+	d.kl = &dedup{store: store, ns: KeylessNamespace, cfg: c, ex: ex, retention: d.retention}
 	return d.middleware, nil
 }
 
 type dedup struct {
 	store     idempotency.Store
 	ns        string
+	kl        *dedup // keeps the attempt records of keyless messages, in KeylessNamespace
 	cfg       dedupConfig
 	ex        *idempotency.Extractor
 	extenders sync.Pool
@@ -218,8 +220,103 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 		if op.Key == "" { // ProcessWithoutDedup
 			return d.keyless(ctx, h, msg, op)
 		}
-		return d.handle(ctx, h, msg, op, d.ns)
+		return d.handle(ctx, h, msg, op)
 	}
+}
+
+// storeCtx is the context of a store call that must finish even when the
+// message context is canceled (Complete, Release, Extend): a shutdown
+// still commits or releases its claims. It is bounded by WithStoreTimeout
+// when set; otherwise by the store client's own timeouts (go-redis: read
+// and write timeouts; database/sql: the driver's).
+func (d *dedup) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx = context.WithoutCancel(ctx)
+	if d.cfg.storeTimeout <= 0 {
+		return ctx, noop
+	}
+	return context.WithTimeout(ctx, d.cfg.storeTimeout)
+}
+
+// claimCtx is the context of a Claim: the message context itself (a
+// shutdown may abandon a claim; its lease expires), bounded like storeCtx.
+func (d *dedup) claimCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d.cfg.storeTimeout <= 0 {
+		return ctx, noop
+	}
+	return context.WithTimeout(ctx, d.cfg.storeTimeout)
+}
+
+func noop() {}
+
+func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
+	op.Namespace = d.ns
+	op.Retention = d.retention
+	req := idempotency.ClaimRequest{
+		Namespace: d.ns, Key: op.Key, Fingerprint: op.Fingerprint,
+		Lease: d.cfg.lease, MaxAttempts: d.cfg.maxAttempts,
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		req.TraceID, req.SpanID = sc.TraceID().String(), sc.SpanID().String()
+	}
+	// A replayed message reopens an EXHAUSTED record once per replay run.
+	// A malformed run ID is ignored (no reopen), never stored.
+	if id := msg.Metadata.Get(dlq.KeyReplayID); id != "" {
+		if err := idempotency.ValidateKey(id); err != nil {
+			d.cfg.logger.WarnContext(ctx, "surely: ignoring an invalid replay ID; the record is not reopened",
+				"key", op.Key, "error", err)
+		} else {
+			req.Reopen = id
+		}
+	}
+	sctx, cancel := d.claimCtx(ctx)
+	res, err := d.store.Claim(sctx, req)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err)
+	}
+	switch res.Status {
+	case idempotency.Acquired:
+		return d.run(ctx, h, msg, op, res)
+	case idempotency.Completed:
+		setOutcome(ctx, OutcomeDuplicate)
+		return replay(res.Outcome), nil
+	case idempotency.InProgress:
+		setOutcome(ctx, OutcomeInProgress)
+		return nil, &InProgressError{Key: op.Key, Until: res.Until}
+	case idempotency.Conflict:
+		return nil, dlq.Final(dlq.ReasonConflict, fmt.Errorf("%w: key %q, stored fingerprint %s, message fingerprint %s",
+			ErrConflict, op.Key, res.StoredFingerprint, op.Fingerprint))
+	case idempotency.Exhausted:
+		return nil, exhaustedError(op.Key, res)
+	default:
+		return nil, fmt.Errorf("%w: claim %q returned unknown status %v", ErrStoreUnavailable, op.Key, res.Status)
+	}
+}
+
+func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
+	reason := dlq.ReasonExhausted
+	last := "none recorded"
+	if n := len(res.History); n > 0 {
+		h := res.History[n-1]
+		switch h.Reason {
+		case "", "error", "canceled": // not final verdicts
+		default:
+			// panic, permanent, or the reason of a *dlq.FinalError the
+			// handler returned: the dead letter keeps it.
+			reason = dlq.Reason(h.Reason)
+		}
+		last = h.Result
+		if h.Error != "" {
+			last += ": " + h.Error
+		}
+	}
+	fe := dlq.Final(reason, fmt.Errorf("%w: key %q after %d attempts; last attempt %s", ErrExhausted, key, res.Attempts, last))
+	fe.Attempts, fe.History = res.Attempts, res.History
+	if n := len(res.History); n > 0 {
+		// The cause is known only as recorded: its type chain, not ours.
+		fe.ErrorTypes = res.History[n-1].Type
+	}
+	return fe
 }
 
 // keyless runs a message without an operation key (ProcessWithoutDedup)
@@ -251,7 +348,7 @@ func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message
 		return d.keylessCounted(ctx, h, msg, op, 1, 1)
 	}
 	rec := &idempotency.Operation{Key: keylessKey(d.ns, msg.UUID), Fingerprint: op.Fingerprint}
-	msgs, err := d.handle(ctx, h, msg, rec, KeylessNamespace)
+	msgs, err := d.kl.handle(ctx, h, msg, rec)
 	op.Attempt, op.Previous = rec.Attempt, rec.Previous
 	if err == nil {
 		if r := reportFrom(ctx); r != nil && r.outcome == OutcomeProcessed {
@@ -306,103 +403,6 @@ func keylessKey(ns, uuid string) string {
 		key = ns + "/sha256:" + hex.EncodeToString(sum[:])
 	}
 	return key
-}
-
-// storeCtx is the context of a store call that must finish even when the
-// message context is canceled (Complete, Release, Extend): a shutdown
-// still commits or releases its claims. It is bounded by WithStoreTimeout
-// when set; otherwise by the store client's own timeouts (go-redis: read
-// and write timeouts; database/sql: the driver's).
-func (d *dedup) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx = context.WithoutCancel(ctx)
-	if d.cfg.storeTimeout <= 0 {
-		return ctx, noop
-	}
-	return context.WithTimeout(ctx, d.cfg.storeTimeout)
-}
-
-// claimCtx is the context of a Claim: the message context itself (a
-// shutdown may abandon a claim; its lease expires), bounded like storeCtx.
-func (d *dedup) claimCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d.cfg.storeTimeout <= 0 {
-		return ctx, noop
-	}
-	return context.WithTimeout(ctx, d.cfg.storeTimeout)
-}
-
-func noop() {}
-
-// handle claims op in namespace ns (the handler's, or KeylessNamespace for
-// the attempt record of a message without a key) and acts on the result.
-func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, ns string) ([]*message.Message, error) {
-	op.Namespace = ns
-	op.Retention = d.retention
-	req := idempotency.ClaimRequest{
-		Namespace: ns, Key: op.Key, Fingerprint: op.Fingerprint,
-		Lease: d.cfg.lease, MaxAttempts: d.cfg.maxAttempts,
-	}
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		req.TraceID, req.SpanID = sc.TraceID().String(), sc.SpanID().String()
-	}
-	// A replayed message reopens an EXHAUSTED record once per replay run.
-	// A malformed run ID is ignored (no reopen), never stored.
-	if id := msg.Metadata.Get(dlq.KeyReplayID); id != "" {
-		if err := idempotency.ValidateKey(id); err != nil {
-			d.cfg.logger.WarnContext(ctx, "surely: ignoring an invalid replay ID; the record is not reopened",
-				"key", op.Key, "error", err)
-		} else {
-			req.Reopen = id
-		}
-	}
-	sctx, cancel := d.claimCtx(ctx)
-	res, err := d.store.Claim(sctx, req)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err)
-	}
-	switch res.Status {
-	case idempotency.Acquired:
-		return d.run(ctx, h, msg, op, res)
-	case idempotency.Completed:
-		setOutcome(ctx, OutcomeDuplicate)
-		return replay(res.Outcome), nil
-	case idempotency.InProgress:
-		setOutcome(ctx, OutcomeInProgress)
-		return nil, &InProgressError{Key: op.Key, Until: res.Until}
-	case idempotency.Conflict:
-		return nil, dlq.Final(dlq.ReasonConflict, fmt.Errorf("%w: key %q, stored fingerprint %s, message fingerprint %s",
-			ErrConflict, op.Key, res.StoredFingerprint, op.Fingerprint))
-	case idempotency.Exhausted:
-		return nil, exhaustedError(op.Key, res)
-	default:
-		return nil, fmt.Errorf("%w: claim %q returned unknown status %v", ErrStoreUnavailable, op.Key, res.Status)
-	}
-}
-
-func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
-	reason := dlq.ReasonExhausted
-	last := "none recorded"
-	if n := len(res.History); n > 0 {
-		h := res.History[n-1]
-		switch h.Reason {
-		case "", failureError, failureCanceled:
-		default:
-			// panic, permanent, or the reason of a *dlq.FinalError the
-			// handler returned: the dead letter keeps it.
-			reason = dlq.Reason(h.Reason)
-		}
-		last = h.Result
-		if h.Error != "" {
-			last += ": " + h.Error
-		}
-	}
-	fe := dlq.Final(reason, fmt.Errorf("%w: key %q after %d attempts; last attempt %s", ErrExhausted, key, res.Attempts, last))
-	fe.Attempts, fe.History = res.Attempts, res.History
-	if n := len(res.History); n > 0 {
-		// The cause is known only as recorded: its type chain, not ours.
-		fe.ErrorTypes = res.History[n-1].Type
-	}
-	return fe
 }
 
 func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult) ([]*message.Message, error) {
@@ -474,7 +474,7 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 			fe.Attempts = lease.Attempt
 		}
 		gctx, cancel := d.storeCtx(ctx)
-		if got, err := d.store.Get(gctx, lease.Namespace, lease.Key); err == nil && fe.History == nil {
+		if got, err := d.store.Get(gctx, d.ns, op.Key); err == nil && fe.History == nil {
 			fe.History = got.History
 		}
 		cancel()
@@ -511,7 +511,7 @@ func (d *dedup) failure(ctx context.Context, err error) idempotency.Failure {
 	f := idempotency.Failure{
 		Error:     redact(err.Error()),
 		ErrorType: dlq.ErrorTypes(err),
-		Reason:    failureError,
+		Reason:    "error",
 	}
 	var pe *PanicError
 	switch {
@@ -519,7 +519,7 @@ func (d *dedup) failure(ctx context.Context, err error) idempotency.Failure {
 		f.Reason = string(dlq.ReasonPanic)
 		f.Stack = redact(pe.Stack)
 	case retry.Classify(ctx, err) == retry.ClassCanceled:
-		f.Canceled, f.Reason = true, failureCanceled
+		f.Canceled, f.Reason = true, "canceled"
 	default:
 		// Every final verdict leaves the record final (EXHAUSTED), so a
 		// duplicate delivery is dead-lettered again without running: a
@@ -532,12 +532,6 @@ func (d *dedup) failure(ctx context.Context, err error) idempotency.Failure {
 	}
 	return f
 }
-
-// Failure reasons recorded in the history besides the dead-letter reasons.
-const (
-	failureError    = "error"
-	failureCanceled = "canceled"
-)
 
 // runHandler runs h, turning a panic into a *PanicError.
 func runHandler(h message.HandlerFunc, msg *message.Message) (msgs []*message.Message, err error) {
