@@ -28,10 +28,7 @@ const DefaultDeadLetterRetryWait = time.Second
 // the error is (or wraps) its cancellation, even one marked
 // retry.Permanent or wrapped in a *dlq.FinalError, nothing is published
 // and the error is returned (nacked, outcome canceled), as retry.Classify
-// decides and the dedup step releases the claim (no attempt charged). An
-// error wrapping ErrStoreUnavailable is never dead-lettered either: the
-// store could not record the verdict, so the message is nacked and judged
-// again on its redelivery.
+// decides and the dedup step releases the claim (no attempt charged).
 //
 // Returning nil is what makes Watermill ack; Observe (outside this step)
 // still reports the delivery as dead_lettered, not processed.
@@ -46,19 +43,15 @@ func DeadLetter(pub *dlq.Publisher) (message.HandlerMiddleware, error) {
 				return msgs, nil
 			}
 			ctx := msg.Context()
-			switch {
-			case retry.Classify(ctx, err) == retry.ClassCanceled:
+			if retry.Classify(ctx, err) == retry.ClassCanceled {
 				// A shutdown beats a final verdict (as in retry.Classify
 				// and the dedup step's release): nack, no dead letter.
 				setOutcome(ctx, OutcomeCanceled)
 				return msgs, err
-			case errors.Is(err, ErrStoreUnavailable):
-				// The store could not record the verdict (the record may
-				// still be claimable): nack, and decide on redelivery.
-				return msgs, err
 			}
 			_, final := dlq.AsFinal(err)
-			if !final && !retry.IsPermanent(err) {
+			permanent := retry.IsPermanent(err) && !errors.Is(err, ErrStoreUnavailable)
+			if !final && !permanent {
 				return msgs, err
 			}
 			ctx = attemptContext(ctx)

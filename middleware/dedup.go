@@ -481,6 +481,13 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 		return nil, fe
 	}
 	if rerr != nil {
+		if f.Final {
+			// The store did not record the final verdict, so the record
+			// is still claimable: nack, and let the redelivery record it.
+			// The verdict is kept as text only, so that no step
+			// dead-letters (and acks) the message meanwhile.
+			return nil, fmt.Errorf("final failure not recorded (%s): %w", herr.Error(), rerr)
+		}
 		return nil, errors.Join(herr, rerr)
 	}
 	return nil, herr
