@@ -1,9 +1,11 @@
 package handler_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -82,12 +84,18 @@ func TestPanickingOnOutcomeIsBounded(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
 			e := setup(t, 0)
+			var logs bytes.Buffer
+			logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))
 			var calls atomic.Int32
-			h := e.chain(t, func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil }, panicky)
+			h := e.chain(t, func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil },
+				panicky, handler.WithLogger(logger))
 			n := deliverContained(t, h, func() *message.Message { return delivery("order-1", "pay 10") }, 10)
 			require.Equal(t, 1, n)
 			require.EqualValues(t, 1, calls.Load())
 			require.Empty(t, e.dead.Published(deadTopic))
+			require.Contains(t, logs.String(), "level=ERROR")
+			require.Contains(t, logs.String(), "OnOutcome callback panicked")
+			require.Contains(t, logs.String(), "dashboard client is nil")
 		})
 	})
 	t.Run("failing", func(t *testing.T) {

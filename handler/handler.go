@@ -62,6 +62,7 @@ type config struct {
 	extractor  *idempotency.Extractor
 	missingKey middleware.MissingKeyPolicy
 	logger     *slog.Logger
+	loggerSet  bool
 	onOutcome  func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult
 	redact     dlq.Redactor
 	group      string
@@ -168,7 +169,7 @@ func WithLogger(l *slog.Logger) Option {
 		if l == nil {
 			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 		}
-		c.logger = l
+		c.logger, c.loggerSet = l, true
 		return nil
 	}
 }
@@ -324,7 +325,10 @@ func New(fn message.HandlerFunc, opts ...Option) (message.HandlerFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	obsOpts := []middleware.ObserveOption{middleware.WithLogger(c.logger)}
+	var obsOpts []middleware.ObserveOption
+	if c.loggerSet { // else a panicking OnOutcome is reported to slog.Default()
+		obsOpts = append(obsOpts, middleware.WithLogger(c.logger))
+	}
 	if c.onOutcome != nil {
 		obsOpts = append(obsOpts, middleware.WithOnOutcome(c.onOutcome))
 	}
