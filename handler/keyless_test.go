@@ -2,6 +2,8 @@ package handler_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -176,5 +178,22 @@ func TestKeylessMessageWithoutUUIDHasOneAttempt(t *testing.T) {
 		require.Len(t, dead, 1)
 		require.Equal(t, string(dlq.ReasonExhausted), dead[0].Metadata.Get(dlq.KeyReason))
 		require.Equal(t, "1", dead[0].Metadata.Get(dlq.KeyAttempts))
+	})
+}
+
+// TestKeylessRecordOfAnUnusableUUID: a message UUID that is no valid key
+// (a control byte) is counted under its SHA-256.
+func TestKeylessRecordOfAnUnusableUUID(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		e := setup(t, 0)
+		h := keylessChain(t, e, func(*message.Message) ([]*message.Message, error) { return nil, errors.New("inventory 503") })
+		const uuid = "m\x00-1"
+		n := deliverContained(t, h, func() *message.Message { return message.NewMessage(uuid, []byte("pay 10")) }, 100)
+		require.Equal(t, 4, n)
+		sum := sha256.Sum256([]byte(uuid))
+		rec, err := e.mem.Get(t.Context(), middleware.KeylessNamespace, "orders/sha256:"+hex.EncodeToString(sum[:]))
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StateExhausted, rec.State)
 	})
 }
