@@ -3,7 +3,10 @@ package middleware
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
+
+	"github.com/surely-dev/surely/idempotency"
 )
 
 var (
@@ -67,13 +70,30 @@ func (e *LeaseLostError) Error() string {
 
 func (e *LeaseLostError) Unwrap() error { return e.Err }
 
-// PanicError is a recovered handler panic.
+// PanicError is a recovered panic of the handler, or of a callback the
+// chain calls around it (Where names it: "key source"; empty for the
+// handler).
 type PanicError struct {
 	Value any
 	Stack string
+	Where string
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("surely: handler panicked: %v", e.Value) }
+func (e *PanicError) Error() string {
+	where := e.Where
+	if where == "" {
+		where = "handler"
+	}
+	return fmt.Sprintf("surely: %s panicked: %v", where, e.Value)
+}
+
+// recovered turns a recovered panic value into a *PanicError, or nil.
+func recovered(v any, where string) *PanicError {
+	if v == nil {
+		return nil
+	}
+	return &PanicError{Value: v, Stack: idempotency.Truncate(string(debug.Stack()), idempotency.MaxStackLen), Where: where}
+}
 
 // Unwrap returns the panic value when it is an error.
 func (e *PanicError) Unwrap() error {
