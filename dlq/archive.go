@@ -76,6 +76,13 @@ type Filter struct {
 type Page struct {
 	After int64
 	Limit int
+	// OmitPayload lists the entries without their payloads: each entry's
+	// Message.Payload is nil, everything else (metadata included) is as
+	// usual, and the archive neither reads nor transfers the payloads. For
+	// listings that need only IDs and metadata (a purge, an ls), whose
+	// pages of large dead letters would otherwise hold every payload in
+	// memory at once.
+	OmitPayload bool
 }
 
 // Stats summarises the entries a Filter selects.

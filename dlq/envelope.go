@@ -136,6 +136,8 @@ func FailureFrom(err error) Failure {
 
 // Redactor rewrites an error text before it is written anywhere (envelope,
 // history). Use it to strip secrets such as connection strings or tokens.
+// A Redactor that panics is contained: the text it was given is replaced
+// by RedactorPanicked, never written unredacted.
 type Redactor func(text string) string
 
 // Envelope returns the dead-letter message for msg: its payload and
@@ -145,6 +147,8 @@ type Redactor func(text string) string
 func Envelope(msg *message.Message, f Failure, redact Redactor, host, group string) *message.Message {
 	if redact == nil {
 		redact = func(s string) string { return s }
+	} else {
+		redact = contained(redact)
 	}
 	out := message.NewMessage(DeadLetterID(msg), msg.Payload)
 	for k, v := range msg.Metadata {
@@ -335,11 +339,28 @@ func NewPublisher(pub message.Publisher, topic string, opts ...Option) (*Publish
 func (p *Publisher) Topic() string { return p.topic }
 
 // Redact applies the publisher's redaction hook (identity when none is set).
+// A hook that panics yields RedactorPanicked instead of the text.
 func (p *Publisher) Redact(s string) string {
 	if p.redact == nil {
 		return s
 	}
-	return p.redact(s)
+	return contained(p.redact)(s)
+}
+
+// RedactorPanicked replaces a text that a Redactor panicked on: a text
+// that could not be redacted is never written.
+const RedactorPanicked = "[text withheld: the redactor panicked]"
+
+// contained wraps redact so that a panic in it yields RedactorPanicked.
+func contained(redact Redactor) Redactor {
+	return func(s string) (out string) {
+		defer func() {
+			if recover() != nil {
+				out = RedactorPanicked
+			}
+		}()
+		return redact(s)
+	}
 }
 
 // Publish writes the envelope of msg. The source message may be acked only

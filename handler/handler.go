@@ -62,6 +62,7 @@ type config struct {
 	extractor  *idempotency.Extractor
 	missingKey middleware.MissingKeyPolicy
 	logger     *slog.Logger
+	loggerSet  bool
 	onOutcome  func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult
 	redact     dlq.Redactor
 	group      string
@@ -77,7 +78,9 @@ type Option func(*config) error
 
 // WithStore sets the dedup store and the namespace of this handler's records
 // (required). Use the handler name, with the consumer group when several
-// groups consume one topic. surely never closes the store's client.
+// groups consume one topic. middleware.KeylessNamespace is reserved (the
+// attempt records of messages without a key). surely never closes the
+// store's client.
 func WithStore(store idempotency.Store, namespace string) Option {
 	return func(c *config) error {
 		if store == nil {
@@ -85,6 +88,9 @@ func WithStore(store idempotency.Store, namespace string) Option {
 		}
 		if err := idempotency.ValidateNamespace(namespace); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
+		if namespace == middleware.KeylessNamespace {
+			return fmt.Errorf("%w: namespace %q is reserved", ErrInvalidOption, namespace)
 		}
 		c.store, c.namespace = store, namespace
 		return nil
@@ -140,7 +146,10 @@ func WithLease(d time.Duration) Option {
 }
 
 // WithIdentity sets the key extractor and the missing-key policy (default:
-// idempotency.NewExtractor(), middleware.RejectMissingKey).
+// idempotency.NewExtractor(), middleware.RejectMissingKey). A key source
+// that panics dead-letters the message (reason panic); a message without a
+// key under middleware.ProcessWithoutDedup still has a bounded number of
+// attempts (see middleware.ProcessWithoutDedup).
 func WithIdentity(ex *idempotency.Extractor, missing middleware.MissingKeyPolicy) Option {
 	return func(c *config) error {
 		if ex == nil {
@@ -160,12 +169,15 @@ func WithLogger(l *slog.Logger) Option {
 		if l == nil {
 			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 		}
-		c.logger = l
+		c.logger, c.loggerSet = l, true
 		return nil
 	}
 }
 
-// WithOnOutcome calls fn once per delivery with its outcome.
+// WithOnOutcome calls fn once per delivery with its outcome and operation
+// (middleware.OutcomeParams). A panic in fn is recovered and logged at error
+// level (to slog.Default() without WithLogger); the delivery is acked or
+// nacked as the chain decided.
 func WithOnOutcome(fn func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult) Option {
 	return func(c *config) error {
 		if fn == nil {
@@ -177,7 +189,8 @@ func WithOnOutcome(fn func(context.Context, middleware.OutcomeParams) middleware
 }
 
 // WithRedactor passes every error text through r before it is stored in the
-// attempt history or written to a dead letter.
+// attempt history or written to a dead letter. A text on which r panics is
+// replaced by dlq.RedactorPanicked, never written unredacted.
 func WithRedactor(r dlq.Redactor) Option {
 	return func(c *config) error {
 		if r == nil {
@@ -312,7 +325,10 @@ func New(fn message.HandlerFunc, opts ...Option) (message.HandlerFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	obsOpts := []middleware.ObserveOption{middleware.WithLogger(c.logger)}
+	var obsOpts []middleware.ObserveOption
+	if c.loggerSet { // else a panicking OnOutcome is reported to slog.Default()
+		obsOpts = append(obsOpts, middleware.WithLogger(c.logger))
+	}
 	if c.onOutcome != nil {
 		obsOpts = append(obsOpts, middleware.WithOnOutcome(c.onOutcome))
 	}

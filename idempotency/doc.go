@@ -30,15 +30,34 @@
 //     counted too. [ClaimResult.Previous] says how the previous attempt ended;
 //     [PreviousUnknown] means its lease expired: the owner died mid-effect.
 //   - [Completed]: DONE; the stored [Outcome] (with the produced messages) is returned.
-//   - [InProgress]: a live lease is held by another owner; do not run, do not
-//     count a failure, nack with a delay.
+//   - [InProgress]: a live lease is held by another owner, or the last
+//     attempt's retry-after delay has not passed; do not run, do not count a
+//     failure, nack with a delay of [ClaimResult.Wait].
 //   - [Conflict]: the key was claimed with another fingerprint.
 //   - [Exhausted]: a final failure was released, or the budget is spent:
 //     the claim is refused when Attempts-Canceled >= MaxAttempts.
 //
 // The checks run in this order: a fingerprint that differs from the stored
 // one is a Conflict whatever the state (a DONE record must not ack another
-// payload as its duplicate); then DONE, a live lease, the budget.
+// payload as its duplicate); then DONE, a live lease, a pending retry-after
+// delay, the budget.
+//
+// # Retry-after delays
+//
+// A Release whose [Failure] carries RetryAfter (the handler returned
+// retry.After(d, err)) keeps [Record.NotBefore] = the store's now + d. Until
+// then a claim returns InProgress, charges nothing, and says in
+// [ClaimResult.Wait] how long is left, so a broker that redelivers early
+// (one with no delayed nack of its own) only causes another nack: the next
+// attempt runs no sooner than d after the failure, by the store's clock.
+// The record is kept a retention after NotBefore. A final or canceled
+// release ignores RetryAfter. After the budget's last attempt the delay
+// still runs before the claim that finds the budget spent.
+//
+// [ClaimResult.Wait] of every InProgress claim is measured by the store, on
+// its clock (the live lease's remaining time, or the remaining delay): a
+// caller paces its redelivery with it, never with Until against its own
+// clock, which may be ahead of or behind the store's.
 //
 // Complete, Release and Extend succeed only while the lease's token is the
 // record's current one; otherwise they return [ErrLeaseLost] and change
@@ -60,7 +79,7 @@
 //
 // A message republished from the dead-letter archive carries its replay
 // run's ID, which the dedup step passes as [ClaimRequest.Reopen]. After the
-// usual checks (Conflict, DONE, live lease) a FAILED or EXHAUSTED record
+// usual checks (Conflict, DONE, live lease, pending retry-after delay) a FAILED or EXHAUSTED record
 // that this ID has not reopened yet gets a fresh budget: [Record.BudgetBase]
 // is set to Attempts-Canceled, so the budget is charged
 // Attempts-Canceled-BudgetBase from then on, and [Record.ReopenedBy] to the

@@ -36,8 +36,10 @@ const (
 	Acquired Status = iota + 1
 	// Completed: the operation already committed. Do not run the handler; ack.
 	Completed
-	// InProgress: another live owner holds the lease. Do not run, do not count a
-	// failure; nack with a delay (never ack).
+	// InProgress: another live owner holds the lease, or the last attempt
+	// asked for a delay (Failure.RetryAfter) that has not passed yet. Do not
+	// run, do not count a failure; nack with a delay of ClaimResult.Wait
+	// (never ack).
 	InProgress
 	// Conflict: the key was first seen with another payload fingerprint.
 	Conflict
@@ -192,8 +194,16 @@ type ClaimResult struct {
 	Previous Previous
 	// Outcome is set when Status is Completed.
 	Outcome *Outcome
-	// Until is when the live owner's lease expires, when Status is InProgress.
+	// Until is when the live owner's lease expires, or when the delay the
+	// last attempt asked for ends, when Status is InProgress. It is a time
+	// of the store's clock: compare it with nothing of the caller's.
 	Until time.Time
+	// Wait is, when Status is InProgress, how long until a claim can
+	// succeed, as the store measured it on its own clock: the live lease's
+	// remaining time, or what is left of the last attempt's retry-after
+	// delay. It is always positive then. Use it, not Until, to pace a
+	// redelivery: a caller's clock may differ from the store's.
+	Wait time.Duration
 	// StoredFingerprint is the fingerprint the key was first claimed with, when
 	// Status is Conflict.
 	StoredFingerprint string
@@ -231,6 +241,12 @@ type Failure struct {
 	// Canceled marks an attempt that was interrupted by its context (shutdown):
 	// it is not charged to the budget and Final is ignored.
 	Canceled bool
+	// RetryAfter is the earliest time, after the Release, at which the
+	// operation may be attempted again (retry.After). When positive, and
+	// neither Final nor Canceled is set, the store keeps the record's
+	// NotBefore at its own now + RetryAfter; a Claim before then returns
+	// InProgress with the remaining Wait, not charged to the budget.
+	RetryAfter time.Duration
 }
 
 // AttemptRecord is one entry of the bounded per-key attempt history.
@@ -287,8 +303,11 @@ type Record struct {
 	ReopenedBy string
 	// LeaseUntil is the lease expiry of an in-progress record.
 	LeaseUntil time.Time
-	Outcome    *Outcome
-	History    []AttemptRecord
+	// NotBefore is, for a FAILED record, the earliest time (store clock) a
+	// claim may acquire it again (Failure.RetryAfter); zero if none.
+	NotBefore time.Time
+	Outcome   *Outcome
+	History   []AttemptRecord
 	// ExpiresAt is when the store forgets the record (retention).
 	ExpiresAt time.Time
 }

@@ -24,6 +24,12 @@ const DefaultDeadLetterRetryWait = time.Second
 // DefaultDeadLetterRetryWait and returns both errors joined: the router
 // nacks and nothing is lost. Transient errors pass through untouched.
 //
+// A shutdown beats a final verdict: when the message context is done and
+// the error is (or wraps) its cancellation, even one marked
+// retry.Permanent or wrapped in a *dlq.FinalError, nothing is published
+// and the error is returned (nacked, outcome canceled), as retry.Classify
+// decides and the dedup step releases the claim (no attempt charged).
+//
 // Returning nil is what makes Watermill ack; Observe (outside this step)
 // still reports the delivery as dead_lettered, not processed.
 func DeadLetter(pub *dlq.Publisher) (message.HandlerMiddleware, error) {
@@ -37,6 +43,12 @@ func DeadLetter(pub *dlq.Publisher) (message.HandlerMiddleware, error) {
 				return msgs, nil
 			}
 			ctx := msg.Context()
+			if retry.Classify(ctx, err) == retry.ClassCanceled {
+				// A shutdown beats a final verdict (as in retry.Classify
+				// and the dedup step's release): nack, no dead letter.
+				setOutcome(ctx, OutcomeCanceled)
+				return msgs, err
+			}
 			_, final := dlq.AsFinal(err)
 			permanent := retry.IsPermanent(err) && !errors.Is(err, ErrStoreUnavailable)
 			if !final && !permanent {

@@ -2,10 +2,11 @@ package middleware
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -101,7 +102,8 @@ func WithStoreTimeout(d time.Duration) DedupOption {
 }
 
 // WithHistoryRedactor passes every error text through r before it is stored
-// in the attempt history.
+// in the attempt history. A text on which r panics is stored as
+// dlq.RedactorPanicked, never unredacted.
 func WithHistoryRedactor(r dlq.Redactor) DedupOption {
 	return func(c *dedupConfig) error {
 		if r == nil {
@@ -139,16 +141,30 @@ func WithDedupLogger(l *slog.Logger) DedupOption {
 // nil; InProgress returns *InProgressError (nack with a delay, not a
 // failure); Conflict and Exhausted return a *dlq.FinalError. A store outage
 // returns an error wrapping ErrStoreUnavailable. A handler panic is
-// recovered and recorded (reason "panic", with the stack). A lease lost
-// while the handler runs (an extension refused by fencing) cancels the
-// handler's context with cause idempotency.ErrLeaseLost and returns a
-// *LeaseLostError, as a Complete refused by fencing does.
+// recovered and recorded (reason "panic", with the stack). A failure that
+// is final (retry.Permanent, or a *dlq.FinalError the handler returns,
+// whose reason is kept) leaves the record EXHAUSTED, so a duplicate is
+// dead-lettered again without running; a shutdown (the message context
+// canceled and the error its cancellation) releases the claim uncharged,
+// even when marked final. A lease lost while the handler runs (an
+// extension refused by fencing) cancels the handler's context with cause
+// idempotency.ErrLeaseLost and returns a *LeaseLostError, as a Complete
+// refused by fencing does.
+//
+// A message without a key (ProcessWithoutDedup) has no dedup record, but
+// a bounded number of attempts: by the broker's delivery count
+// (delivery.Info.Count) when the adapter reports one, else by an attempt
+// record under its UUID in KeylessNamespace (see ProcessWithoutDedup). A
+// message with neither a count nor a UUID gets one attempt.
 func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (message.HandlerMiddleware, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
 	}
 	if err := idempotency.ValidateNamespace(namespace); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	if namespace == KeylessNamespace {
+		return nil, fmt.Errorf("%w: namespace %q is reserved for the attempt records of keyless messages", ErrInvalidOption, namespace)
 	}
 	c := dedupConfig{
 		lease: DefaultLease, maxAttempts: DefaultMaxAttempts,
@@ -179,12 +195,14 @@ func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (mess
 	if rr, ok := store.(idempotency.RetentionReporter); ok {
 		d.retention = rr.Retention()
 	}
+	d.kl = &dedup{store: store, ns: KeylessNamespace, cfg: c, ex: ex, retention: d.retention}
 	return d.middleware, nil
 }
 
 type dedup struct {
 	store     idempotency.Store
 	ns        string
+	kl        *dedup // keeps the attempt records of keyless messages, in KeylessNamespace
 	cfg       dedupConfig
 	ex        *idempotency.Extractor
 	extenders sync.Pool
@@ -199,21 +217,25 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 			if text, bad := msg.Metadata[dlq.KeyDecodeError]; bad {
 				return nil, dlq.Final(dlq.ReasonDecode, fmt.Errorf("%w: %s", ErrUndecodable, text))
 			}
-			id, err := d.ex.Extract(msg)
+			id, err := extract(d.ex, msg)
 			if err != nil {
+				if _, ok := dlq.AsFinal(err); ok {
+					return nil, err
+				}
 				return nil, dlq.Final(dlq.ReasonNoKey, err)
 			}
-			op = &idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
+			if r := reportFrom(ctx); r != nil {
+				op = &r.op // the outcome report reads it
+			} else {
+				op = new(idempotency.Operation)
+			}
+			*op = idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
 			msg.SetContext(idempotency.WithOperation(ctx, op))
 			defer msg.SetContext(ctx)
 			defer func() { annotate(err, op) }()
 		}
 		if op.Key == "" { // ProcessWithoutDedup
-			msgs, err := runHandler(h, msg)
-			if err == nil {
-				setOutcome(ctx, OutcomeUnprocessed)
-			}
-			return msgs, err
+			return d.keyless(ctx, h, msg, op)
 		}
 		return d.handle(ctx, h, msg, op)
 	}
@@ -267,7 +289,7 @@ func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.
 		return replay(res.Outcome), nil
 	case idempotency.InProgress:
 		setOutcome(ctx, OutcomeInProgress)
-		return nil, &InProgressError{Key: op.Key, Until: res.Until}
+		return nil, &InProgressError{Key: op.Key, Until: res.Until, Wait: res.Wait}
 	case idempotency.Conflict:
 		return nil, dlq.Final(dlq.ReasonConflict, fmt.Errorf("%w: key %q, stored fingerprint %s, message fingerprint %s",
 			ErrConflict, op.Key, res.StoredFingerprint, op.Fingerprint))
@@ -283,11 +305,12 @@ func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
 	last := "none recorded"
 	if n := len(res.History); n > 0 {
 		h := res.History[n-1]
-		if h.Reason == string(dlq.ReasonPanic) {
-			reason = dlq.ReasonPanic
-		}
-		if h.Reason == string(dlq.ReasonPermanent) {
-			reason = dlq.ReasonPermanent
+		switch h.Reason {
+		case "", "error", "canceled": // not final verdicts
+		default:
+			// panic, permanent, or the reason of a *dlq.FinalError the
+			// handler returned: the dead letter keeps it.
+			reason = dlq.Reason(h.Reason)
 		}
 		last = h.Result
 		if h.Error != "" {
@@ -301,6 +324,92 @@ func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
 		fe.ErrorTypes = res.History[n-1].Type
 	}
 	return fe
+}
+
+// keyless runs a message without an operation key (ProcessWithoutDedup)
+// within the attempt budget. It has no dedup record, so its attempts are
+// counted, in this order, by:
+//
+//   - the broker's delivery count (delivery.Info.Count), when the adapter
+//     reports one: no store call. The failure of the last attempt of the
+//     budget is dead-lettered at once (reason exhausted, or panic), and a
+//     delivery past the budget (the process died on the last one) is
+//     dead-lettered without running.
+//   - otherwise an attempt record under the message UUID, in the store,
+//     in the reserved namespace KeylessNamespace with the key
+//     "<namespace>/<UUID>" (the UUID's SHA-256 when it is no valid key), so
+//     it never meets an operation key. It goes through the same state
+//     machine as an operation's record: a crash is counted, the budget ends
+//     in a dead letter (exhausted, or panic). It ends DONE when the handler
+//     succeeds, so a redelivery of the same message (same UUID) is acked as
+//     a duplicate while the record is retained.
+//   - a message with neither (no count, no UUID) has one attempt: its
+//     failure is dead-lettered (reason exhausted).
+//
+// The handler sees the operation with an empty key either way.
+func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
+	if info, ok := delivery.InfoFrom(ctx); ok && info.Count > 0 {
+		return d.keylessCounted(ctx, h, msg, op, info.Count, d.cfg.maxAttempts)
+	}
+	if msg.UUID == "" {
+		return d.keylessCounted(ctx, h, msg, op, 1, 1)
+	}
+	rec := &idempotency.Operation{Key: keylessKey(d.ns, msg.UUID), Fingerprint: op.Fingerprint}
+	msgs, err := d.kl.handle(ctx, h, msg, rec)
+	op.Attempt, op.Previous = rec.Attempt, rec.Previous
+	if err == nil {
+		if r := reportFrom(ctx); r != nil && r.outcome == OutcomeProcessed {
+			r.outcome = OutcomeUnprocessed
+		}
+	}
+	return msgs, err
+}
+
+// keylessCounted runs attempt count (of budget) of a keyless message
+// counted without a record.
+func (d *dedup) keylessCounted(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, count, budget int) ([]*message.Message, error) {
+	if count > budget {
+		fe := dlq.Final(dlq.ReasonExhausted, fmt.Errorf("%w: message %q without an operation key was delivered %d times; the budget is %d",
+			ErrExhausted, msg.UUID, count, budget))
+		fe.Attempts = count - 1
+		return nil, fe
+	}
+	op.Attempt = count
+	if r := reportFrom(ctx); r != nil {
+		r.attempt = count
+	}
+	msgs, err := runHandler(h, msg)
+	if err == nil {
+		setOutcome(ctx, OutcomeUnprocessed)
+		return msgs, nil
+	}
+	if _, final := dlq.AsFinal(err); final || count < budget ||
+		retry.Classify(ctx, err) != retry.ClassTransient {
+		return nil, err
+	}
+	// The last attempt of the budget failed: dead-letter it now, with its
+	// cause, rather than on a redelivery that knows nothing of it.
+	reason := dlq.ReasonExhausted
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		reason = dlq.ReasonPanic
+	}
+	fe := dlq.Final(reason, err)
+	fe.Attempts = count
+	return nil, fe
+}
+
+// keylessKey is the key of the attempt record of a keyless message in
+// KeylessNamespace: the handler's namespace (which has no "/"), a "/" and
+// the message UUID, or "sha256:" and its hex digest when the UUID is no
+// valid key.
+func keylessKey(ns, uuid string) string {
+	key := ns + "/" + uuid
+	if idempotency.ValidateKey(key) != nil {
+		sum := sha256.Sum256([]byte(uuid))
+		key = ns + "/sha256:" + hex.EncodeToString(sum[:])
+	}
+	return key
 }
 
 func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult) ([]*message.Message, error) {
@@ -377,16 +486,28 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 		setOutcome(ctx, OutcomeLeaseLost)
 		return nil, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("release after %q: %w", herr.Error(), rerr)}
 	case f.Final && rerr == nil:
-		fe := dlq.Final(dlq.ReasonPermanent, herr)
-		fe.Attempts = lease.Attempt
+		fe, ok := dlq.AsFinal(herr)
+		if !ok {
+			fe = dlq.Final(dlq.ReasonPermanent, herr)
+		}
+		if fe.Attempts == 0 {
+			fe.Attempts = lease.Attempt
+		}
 		gctx := d.storeCtx(ctx)
-		if got, err := d.store.Get(gctx, d.ns, op.Key); err == nil {
+		if got, err := d.store.Get(gctx, d.ns, op.Key); err == nil && fe.History == nil {
 			fe.History = got.History
 		}
 		gctx.stop()
 		return nil, fe
 	}
 	if rerr != nil {
+		if f.Final {
+			// The store did not record the final verdict, so the record
+			// is still claimable: nack, and let the redelivery record it.
+			// The verdict is kept as text only, so that no step
+			// dead-letters (and acks) the message meanwhile.
+			return nil, fmt.Errorf("final failure not recorded (%s): %w", herr.Error(), rerr)
+		}
 		return nil, errors.Join(herr, rerr)
 	}
 	return nil, herr
@@ -410,15 +531,17 @@ func (d *dedup) complete(ctx context.Context, lease idempotency.Lease, outcome i
 }
 
 func (d *dedup) failure(ctx context.Context, err error) idempotency.Failure {
-	redact := d.cfg.redact
-	if redact == nil {
-		redact = func(s string) string { return s }
+	redact := func(s string) string { return s }
+	if r := d.cfg.redact; r != nil {
+		redact = func(s string) string { return safeRedact(r, s) }
 	}
 	f := idempotency.Failure{
 		Error:     redact(err.Error()),
 		ErrorType: dlq.ErrorTypes(err),
 		Reason:    "error",
 	}
+	// The store keeps the record from a claim until the delay has passed.
+	f.RetryAfter, _ = retry.AfterDelay(err)
 	var pe *PanicError
 	switch {
 	case errors.As(err, &pe):
@@ -426,8 +549,15 @@ func (d *dedup) failure(ctx context.Context, err error) idempotency.Failure {
 		f.Stack = redact(pe.Stack)
 	case retry.Classify(ctx, err) == retry.ClassCanceled:
 		f.Canceled, f.Reason = true, "canceled"
-	case retry.IsPermanent(err):
-		f.Final, f.Reason = true, string(dlq.ReasonPermanent)
+	default:
+		// Every final verdict leaves the record final (EXHAUSTED), so a
+		// duplicate delivery is dead-lettered again without running: a
+		// *dlq.FinalError the handler returned keeps its reason.
+		if fe, ok := dlq.AsFinal(err); ok {
+			f.Final, f.Reason = true, string(fe.Reason)
+		} else if retry.IsPermanent(err) {
+			f.Final, f.Reason = true, string(dlq.ReasonPermanent)
+		}
 	}
 	return f
 }
@@ -435,11 +565,34 @@ func (d *dedup) failure(ctx context.Context, err error) idempotency.Failure {
 // runHandler runs h, turning a panic into a *PanicError.
 func runHandler(h message.HandlerFunc, msg *message.Message) (msgs []*message.Message, err error) {
 	defer func() {
-		if v := recover(); v != nil {
-			msgs, err = nil, &PanicError{Value: v, Stack: idempotency.Truncate(string(debug.Stack()), idempotency.MaxStackLen)}
+		if pe := recovered(recover(), ""); pe != nil {
+			msgs, err = nil, pe
 		}
 	}()
 	return h(msg)
+}
+
+// extract runs the key sources of ex, turning a panic of one into a final
+// failure with reason panic: a message without an identity has no budget
+// to retry against.
+func extract(ex *idempotency.Extractor, msg *message.Message) (id idempotency.Identity, err error) {
+	defer func() {
+		if pe := recovered(recover(), "key source"); pe != nil {
+			id, err = idempotency.Identity{}, dlq.Final(dlq.ReasonPanic, pe)
+		}
+	}()
+	return ex.Extract(msg)
+}
+
+// safeRedact applies redact to s; a redactor that panics yields
+// dlq.RedactorPanicked, never the unredacted s.
+func safeRedact(redact dlq.Redactor, s string) (out string) {
+	defer func() {
+		if recover() != nil {
+			out = dlq.RedactorPanicked
+		}
+	}()
+	return redact(s)
 }
 
 func store(msgs []*message.Message) []idempotency.StoredMessage {

@@ -46,7 +46,13 @@
 // the in-process attempts, failing dead-letter publish) it asks the broker
 // through a delivery.Control when the adapter provides one, and otherwise
 // waits before returning the error. That paces the consumer instead of
-// spinning.
+// spinning. A wait here is bounded (MaxInProcessTime, MaxInProgressWait);
+// a retry.After delay longer than that is kept by the store instead
+// (Dedup records it on Release), so the early redelivery finds the
+// operation InProgress and is nacked again, uncharged. The wait of an
+// InProgress nack is the one the store measured on its own clock
+// (idempotency.ClaimResult.Wait), never an expiry read against this
+// process's clock.
 //
 // # Context
 //

@@ -3,7 +3,10 @@ package middleware
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
+
+	"github.com/surely-dev/surely/idempotency"
 )
 
 var (
@@ -28,10 +31,24 @@ var (
 )
 
 // InProgressError is returned when another owner holds a live lease on the
-// operation. It is not a failure of the message: nack it with a delay.
+// operation, or when the delay the last attempt asked for (retry.After) has
+// not passed. It is not a failure of the message: nack it with a delay.
 type InProgressError struct {
-	Key   string
+	Key string
+	// Until is when the lease or the delay ends, by the store's clock.
 	Until time.Time
+	// Wait is how long until a claim can succeed, as the store measured
+	// it (idempotency.ClaimResult.Wait); 0 when the store did not say.
+	Wait time.Duration
+}
+
+// wait is how long to wait before a redelivery: Wait, or, from a store
+// that does not report it, Until on this process's clock.
+func (e *InProgressError) wait() time.Duration {
+	if e.Wait > 0 {
+		return e.Wait
+	}
+	return time.Until(e.Until)
 }
 
 func (e *InProgressError) Error() string {
@@ -54,13 +71,30 @@ func (e *LeaseLostError) Error() string {
 
 func (e *LeaseLostError) Unwrap() error { return e.Err }
 
-// PanicError is a recovered handler panic.
+// PanicError is a recovered panic of the handler, or of a callback the
+// chain calls around it (Where names it: "key source"; empty for the
+// handler).
 type PanicError struct {
 	Value any
 	Stack string
+	Where string
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("surely: handler panicked: %v", e.Value) }
+func (e *PanicError) Error() string {
+	where := e.Where
+	if where == "" {
+		where = "handler"
+	}
+	return fmt.Sprintf("surely: %s panicked: %v", where, e.Value)
+}
+
+// recovered turns a recovered panic value into a *PanicError, or nil.
+func recovered(v any, where string) *PanicError {
+	if v == nil {
+		return nil
+	}
+	return &PanicError{Value: v, Stack: idempotency.Truncate(string(debug.Stack()), idempotency.MaxStackLen), Where: where}
+}
 
 // Unwrap returns the panic value when it is an error.
 func (e *PanicError) Unwrap() error {

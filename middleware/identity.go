@@ -19,8 +19,15 @@ const (
 	// processed silently.
 	RejectMissingKey MissingKeyPolicy = iota
 	// ProcessWithoutDedup runs the handler without a dedup record when the
-	// key is missing. A redelivery then runs the effect again. Invalid keys
-	// (too long, control characters) are still rejected.
+	// key is missing: another message with the same payload runs the
+	// effect again. Invalid keys (too long, control characters) are still
+	// rejected. The attempts stay bounded (see Dedup): by the broker's
+	// delivery count when the adapter reports one, else by an attempt
+	// record under the message UUID in KeylessNamespace; a message that
+	// keeps failing is dead-lettered (reason exhausted, or panic) after the
+	// budget. Without a broker count, that record also makes a redelivery
+	// of the same message (same UUID) after a success a duplicate, while
+	// the store retains it.
 	ProcessWithoutDedup
 )
 
@@ -29,7 +36,10 @@ const (
 // idempotency.OperationFrom), where Dedup finds it. A message without a key
 // follows policy; an invalid key is a final failure with reason no_key. A
 // message an adapter marked undecodable (dlq.KeyDecodeError) is a final
-// failure with reason decode, before any key is looked for.
+// failure with reason decode, before any key is looked for. A key source
+// that panics is a final failure with reason panic (a *PanicError with the
+// stack): without an identity there is no durable budget to retry
+// against, and a panic that escaped would be redelivered without end.
 func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.HandlerMiddleware, error) {
 	if ex == nil {
 		return nil, fmt.Errorf("%w: nil extractor", ErrInvalidOption)
@@ -42,7 +52,12 @@ func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.Handl
 			if text, bad := msg.Metadata[dlq.KeyDecodeError]; bad {
 				return nil, dlq.Final(dlq.ReasonDecode, fmt.Errorf("%w: %s", ErrUndecodable, text))
 			}
-			id, err := ex.Extract(msg)
+			id, err := extract(ex, msg)
+			if err != nil {
+				if fe, ok := dlq.AsFinal(err); ok { // a key source panicked
+					return nil, fe
+				}
+			}
 			ctx := msg.Context()
 			var op *idempotency.Operation
 			if r := reportFrom(ctx); r != nil {
@@ -84,3 +99,8 @@ func annotate(err error, op *idempotency.Operation) {
 		fe.Namespace, fe.Retention = op.Namespace, op.Retention
 	}
 }
+
+// KeylessNamespace is the store namespace of the attempt records of
+// messages without a key (ProcessWithoutDedup). It is reserved: Dedup and
+// handler.WithStore refuse it as a handler's namespace.
+const KeylessNamespace = "surely.keyless"

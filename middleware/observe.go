@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/idempotency"
 )
 
 // OutcomeParams describes one delivery's end, for an OnOutcome callback.
@@ -18,6 +20,13 @@ type OutcomeParams struct {
 	Attempts int
 	// Attempt is the durable attempt number of the last attempt (0 if no claim).
 	Attempt int
+	// Key and Namespace identify the operation, as the identity step
+	// extracted it (empty when the message had none, or could not be
+	// decoded): the same key the handler got from idempotency.KeyFrom.
+	Key, Namespace string
+	// Previous is how the attempt before the last one ended, as its claim
+	// reported (idempotency.PreviousNone when no claim was acquired).
+	Previous idempotency.PreviousResult
 	// Reason is the dead-letter reason, for OutcomeDeadLettered.
 	Reason string
 	// Err is what the chain returned (nil when it acked).
@@ -31,6 +40,7 @@ type OutcomeResult struct{}
 
 type observeConfig struct {
 	logger    *slog.Logger
+	loggerSet bool
 	onOutcome func(context.Context, OutcomeParams) OutcomeResult
 	metrics   *metrics // nil: no metrics
 }
@@ -45,12 +55,15 @@ func WithLogger(l *slog.Logger) ObserveOption {
 		if l == nil {
 			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 		}
-		c.logger = l
+		c.logger, c.loggerSet = l, true
 		return nil
 	}
 }
 
-// WithOnOutcome calls fn once per delivery with its outcome.
+// WithOnOutcome calls fn once per delivery with its outcome, after the
+// chain decided it. A panic in fn is recovered and logged at error level
+// (to slog.Default() without WithLogger); it changes nothing about the
+// delivery, which is acked or nacked as the chain decided.
 func WithOnOutcome(fn func(context.Context, OutcomeParams) OutcomeResult) ObserveOption {
 	return func(c *observeConfig) error {
 		if fn == nil {
@@ -91,14 +104,34 @@ func Observe(opts ...ObserveOption) (message.HandlerMiddleware, error) {
 				c.metrics.record(ctx, msg, rep, d)
 			}
 			if c.onOutcome != nil {
-				c.onOutcome(lctx, OutcomeParams{
+				c.callOnOutcome(lctx, OutcomeParams{
 					Msg: msg, Outcome: rep.outcome, Attempts: rep.attempts, Attempt: rep.attempt,
 					Reason: rep.reason, Err: err, Duration: d,
+					Key: rep.op.Key, Namespace: rep.op.Namespace, Previous: rep.op.Previous.Result,
 				})
 			}
 			return msgs, err
 		}
 	}, nil
+}
+
+// callOnOutcome calls the OnOutcome callback. A panic in it is recovered
+// and logged at error level (to slog.Default() when no logger was given):
+// the delivery keeps the chain's verdict. Were the panic to escape, the
+// router would nack a message already processed or dead-lettered, and
+// every redelivery would panic again, without end.
+func (c *observeConfig) callOnOutcome(ctx context.Context, p OutcomeParams) {
+	defer func() {
+		if pe := recovered(recover(), "outcome callback"); pe != nil {
+			l := c.logger
+			if !c.loggerSet {
+				l = slog.Default()
+			}
+			l.ErrorContext(ctx, "surely: the OnOutcome callback panicked; the delivery keeps its outcome",
+				"outcome", string(p.Outcome), "message_uuid", p.Msg.UUID, "panic", fmt.Sprint(pe.Value), "stack", pe.Stack)
+		}
+	}()
+	c.onOutcome(ctx, p)
 }
 
 func fallbackOutcome(ctx context.Context, err error) Outcome {

@@ -27,9 +27,19 @@ const leaseLostWait = 100 * time.Millisecond
 //   - nil: done.
 //   - a *dlq.FinalError, retry.Permanent: no retry; returned for the dead letter.
 //   - cancellation of the message context: returned at once (not a failure).
-//   - *InProgressError, *LeaseLostError: not a failure; nacked after a wait.
+//   - *InProgressError, *LeaseLostError: not a failure; nacked after a wait
+//     (for InProgressError, its Wait as the store measured it, at most
+//     MaxInProgressWait).
 //   - anything else is transient: retried in process, then nacked after the
 //     backoff delay, so the broker redelivers it for the next durable attempt.
+//
+// An error marked with retry.After(d) is retried no sooner than d after
+// the failure, on every broker: a d that does not fit in MaxInProcessTime
+// is handed whole to the broker's delayed nack when it has one; otherwise
+// Retry waits at most MaxInProcessTime before the nack, and Dedup's store
+// record (idempotency.Failure.RetryAfter, Record.NotBefore) answers an
+// earlier redelivery with InProgress, which is nacked again and not
+// charged to the attempt budget.
 //
 // A "delayed nack" uses the broker's own delay when the adapter provides a
 // delivery.Control that supports it (NATS JetStream NakWithDelay, SQS
@@ -78,7 +88,7 @@ func Retry(policy *retry.Policy, breaker *retry.Breaker) (message.HandlerMiddlew
 					// learns its lease expiry and waits for that instead.
 					wait := leaseLostWait
 					if ip != nil {
-						wait = min(max(time.Until(ip.Until), 10*time.Millisecond), MaxInProgressWait)
+						wait = min(max(ip.wait(), 10*time.Millisecond), MaxInProgressWait)
 					}
 					nackAfter(ctx, wait)
 					return nil, err
@@ -86,7 +96,15 @@ func Retry(policy *retry.Policy, breaker *retry.Breaker) (message.HandlerMiddlew
 				setOutcome(ctx, OutcomeRetry)
 				delay := policy.Delay(n, err)
 				if n >= policy.InProcessAttempts() || time.Since(start)+delay > policy.MaxInProcessTime() {
-					nackAfter(ctx, min(delay, policy.MaxInProcessTime()))
+					// A retry.After delay is a promise ("not before d"):
+					// the broker gets all of it. Waiting here is capped;
+					// the store's NotBefore turns an earlier redelivery
+					// into an uncharged InProgress.
+					brokerDelay := min(delay, policy.MaxInProcessTime())
+					if _, ok := retry.AfterDelay(err); ok {
+						brokerDelay = delay
+					}
+					nackCapped(ctx, brokerDelay, min(delay, policy.MaxInProcessTime()))
 					return nil, err
 				}
 				if !sleep(ctx, delay) {
@@ -121,11 +139,16 @@ func classify(ctx context.Context, err error) (retry.Result, bool) {
 // nackAfter arranges for the nack that follows to be redelivered no sooner
 // than d: through the broker when the adapter put a delivery.Control in the
 // context and the broker supports delays, else by waiting here.
-func nackAfter(ctx context.Context, d time.Duration) {
+func nackAfter(ctx context.Context, d time.Duration) { nackCapped(ctx, d, d) }
+
+// nackCapped is nackAfter waiting here at most local when the broker has
+// no delayed nack: a handler that waits holds its broker lease and its
+// consumer.
+func nackCapped(ctx context.Context, d, local time.Duration) {
 	if c, ok := delivery.ControlFrom(ctx); ok && c.NackAfter(d) {
 		return
 	}
-	sleep(ctx, d)
+	sleep(ctx, min(d, local))
 }
 
 // sleep waits d or until ctx is done; it reports whether d elapsed.

@@ -136,12 +136,24 @@ func Trace(tp trace.TracerProvider, opts ...TraceOption) (message.HandlerMiddlew
 	return t.middleware, nil
 }
 
+// creation reads the message's creation context from its metadata with
+// the propagator. A propagator that panics is contained: the attempt is
+// traced without the creation link (it only serves the trace).
+func (t *tracing) creation(msg *message.Message) (sc trace.SpanContext) {
+	defer func() {
+		if recover() != nil {
+			sc = trace.SpanContext{}
+		}
+	}()
+	return trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.MapCarrier(msg.Metadata)))
+}
+
 func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
 		base, rep := withReport(ctx)
 		ts := &traceState{t: t, msg: msg, parent: trace.SpanFromContext(ctx), topic: message.SubscribeTopicFromCtx(ctx)}
-		ts.creation = trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.MapCarrier(msg.Metadata)))
+		ts.creation = t.creation(msg)
 		if v := msg.Metadata.Get(dlq.KeyReplayLink); v != "" {
 			ts.replay = ParseTraceparent(v)
 		}

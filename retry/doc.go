@@ -11,7 +11,13 @@
 //   - [Permanent](err): retrying cannot help (a payload that does not
 //     decode, a rule it breaks). The message is dead-lettered at once.
 //   - [After](d, err): transient, and the next attempt must not come before
-//     d (a Retry-After header, a rate limiter's reset).
+//     d (a Retry-After header, a rate limiter's reset). The promise is kept
+//     on every broker, whatever [WithMaxInProcessTime]: a longer d is
+//     handed whole to the broker's delayed nack where it has one, and the
+//     dedup store keeps the time ("not before") so that an earlier
+//     redelivery is nacked again without spending an attempt. A message
+//     that asks for d every time is therefore dead-lettered no sooner than
+//     MaxAttempts × d after its first attempt.
 //   - anything else: transient, retried with backoff within the budget.
 //     Unknown errors are retried, since most are.
 //
@@ -50,7 +56,8 @@
 //     attempts with backoff sleeps, then a nack, so that a message does not
 //     hold its broker lease (ack deadline, visibility timeout) for long and
 //     longer waits are left to the broker's redelivery. A delay that does not
-//     fit in what is left of the time budget becomes the nack's delay.
+//     fit in what is left of the time budget becomes the nack's delay (a
+//     backoff delay capped at MaxInProcessTime, an [After] delay whole).
 //
 // Every in-process attempt counts against the durable budget too.
 //

@@ -37,6 +37,11 @@
 //     no upper bound). With NackDelay the adapter's Control.NackAfter
 //     accepted the delay (the broker held the message back); without, it
 //     refused and the chain waited.
+//   - RetryAfterPastInProcess: retry.After(1s) with 200ms of in-process
+//     time: the second attempt runs no sooner than 1s minus 50ms after the
+//     failure, and is attempt 2. With NackDelay the broker waits the whole
+//     delay; without, the chain waits 200ms and the store's retry-after
+//     time answers the early redeliveries InProgress, uncharged.
 //   - SlowHandler: a handler running 3×AckWait runs once, with two
 //     competing consumers. With LeaseExtension the message is delivered
 //     once (the dedup step extended the broker's deadline), and a control

@@ -31,6 +31,7 @@ var suiteTests = []suiteTest{
 	{"AckAfterCommit", testAckAfterCommit},
 	{"NackRedelivers", testNackRedelivers},
 	{"NackDelay", testNackDelay},
+	{"RetryAfterPastInProcess", testRetryAfterPastInProcess},
 	{"SlowHandler", testSlowHandler},
 	{"Malformed", testMalformed},
 	{"Load", testLoad},

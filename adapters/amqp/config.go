@@ -16,7 +16,8 @@ import (
 // ErrInvalidOption wraps every configuration error of the constructors.
 var ErrInvalidOption = errors.New("amqp: invalid option")
 
-// ErrClosed is returned by Subscribe and SubscribeInitialize after Close.
+// ErrClosed is returned by Subscribe and SubscribeInitialize after the
+// Subscriber's Close, and by Publish after the Publisher's.
 var ErrClosed = errors.New("amqp: subscriber closed")
 
 // Defaults.
@@ -45,10 +46,12 @@ const DeliveryLimit = math.MaxInt32
 // QueueArguments returns the arguments surely declares every queue with:
 // a quorum queue (x-queue-type quorum: replicated, and it counts deliveries
 // in the x-delivery-count header) with DeliveryLimit. Queues are durable,
-// neither exclusive nor auto-deleted. Create a queue with these arguments
-// (plus any of your own, such as x-max-length) when you declare it yourself:
-// the Subscriber declares its queue with exactly these and RabbitMQ refuses
-// a declaration whose arguments differ from the existing queue's.
+// neither exclusive nor auto-deleted. Create a queue with exactly these
+// arguments when you declare it yourself: the Subscriber and the Publisher
+// declare the queue with them, and RabbitMQ refuses a declaration whose
+// arguments differ from the existing queue's (ErrQueueMismatch), also when
+// the existing queue has one more (such as x-max-length; measured on
+// RabbitMQ 3.10.8).
 func QueueArguments() amqp.Table {
 	return amqp.Table{
 		"x-queue-type":     amqp.QueueTypeQuorum,

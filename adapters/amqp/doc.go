@@ -2,11 +2,14 @@
 // Subscriber and Publisher with safe defaults for at-least-once delivery,
 // and the delivery facts surely's middleware uses.
 //
-// The Publisher is watermill-amqp's (v3), configured here; both sides use
-// its Marshaler interface (default: its DefaultMarshaler, metadata as
-// headers), so the wire format is watermill-amqp's. The Subscriber consumes
-// with amqp091-go directly, because watermill-amqp's subscriber is not safe
-// as it is: a message its Unmarshaler rejects (a quorum queue's integer
+// Both sides use watermill-amqp's (v3) Marshaler interface (default: its
+// DefaultMarshaler, metadata as headers), so the wire format is
+// watermill-amqp's, but both talk to the broker with amqp091-go directly.
+// The Publisher does, because watermill-amqp's publisher cannot see a
+// returned message (it registers no basic.return listener), so a mandatory
+// publish to a deleted queue would still be confirmed and lost. The
+// Subscriber does, because watermill-amqp's subscriber is not safe as it
+// is: a message its Unmarshaler rejects (a quorum queue's integer
 // x-delivery-count header is enough) is nacked below the router and
 // requeued at once, forever; it handles one message at a time per
 // subscription whatever the prefetch; it nacks the messages in flight as
@@ -31,9 +34,17 @@
 //
 //   - Durable quorum queues (QueueArguments: x-queue-type quorum), declared
 //     by the Subscriber, and by the Publisher before its first message to
-//     a topic when the queue does not exist yet (RabbitMQ confirms a message
-//     that no queue takes, and drops it). A quorum queue is replicated,
-//     confirms a publish once a majority has it, and counts deliveries.
+//     a topic. A quorum queue is replicated, confirms a publish once a
+//     majority has it, and counts deliveries.
+//   - Mandatory publishing: RabbitMQ confirms a message that no queue takes,
+//     and drops it, so a queue deleted after the Publisher declared it (by
+//     an operator, or by an x-expires of its own) would swallow every later
+//     message, a dead letter included, while its source is acked. The
+//     Publisher publishes every message with the mandatory flag; the broker
+//     returns an unroutable one (basic.return, which it sends before the
+//     message's confirm on the same channel, and one message at a time is in
+//     flight on a channel), and Publish fails with ErrUnroutable. The next
+//     Publish to the topic declares the queue again.
 //   - x-delivery-limit DeliveryLimit (2^31-1): the broker never drops a
 //     message after N deliveries (RabbitMQ 4.0's release notes give quorum
 //     queues a default limit of 20; on RabbitMQ 3, -1 dropped a message at
@@ -46,22 +57,32 @@
 //     than it works on, so the others stay available to other consumers,
 //     and up to Concurrency messages are handled at once.
 //   - Publisher confirms on every publishing channel, and a pool of
-//     PublisherConfig.Channels channels (default 8; watermill-amqp's
-//     default of none opens a channel per Publish): Publish returns only
+//     PublisherConfig.Channels channels (default 8), each opened on first
+//     use and again after it was lost: Publish returns only
 //     after the broker confirmed, and a broker nack (a full queue that
 //     rejects publishes, for instance) is an error.
 //   - Persistent delivery mode (2): a durable queue's messages survive a
 //     broker restart. A marshaler that turns it off is refused.
 //
-// Classic queues are not the default because they give surely less and
-// risk more: they have no delivery count (a redelivery carries only the
+// Classic queues are not used because they give surely less and risk
+// more: they have no delivery count (a redelivery carries only the
 // redelivered flag, so Info.Count would be 0 on every redelivery), and they
 // are not replicated (mirroring is deprecated, and gone in RabbitMQ 4), so
 // the loss of one node's disk loses their messages, confirmed or not. A
-// queue that exists with other arguments (a classic queue, or a quorum
-// queue without x-delivery-limit) is never changed: Subscribe returns the
-// broker's PRECONDITION_FAILED. The Publisher uses any existing queue as
-// it is.
+// queue that exists with other arguments than QueueArguments (a classic or
+// transient queue, a quorum queue without x-delivery-limit, or one with an
+// argument of its own) is never changed and never used: Subscribe,
+// SubscribeInitialize and Publish return ErrQueueMismatch with the broker's
+// PRECONDITION_FAILED, which names the first argument that differs. Refused
+// rather than warned about, because several such arguments drop messages
+// the broker confirmed: x-max-length or x-max-length-bytes with the default
+// overflow (drop-head), x-message-ttl, x-expires (the queue itself goes), a
+// transient queue (gone at a broker restart). RabbitMQ 3.10.8 refuses a
+// declaration that lacks an argument the queue has (measured), so declaring
+// with surely's arguments finds all of them. Policies are not arguments:
+// an operator policy (max-length, message-ttl, expires) applies to a queue
+// without any client seeing it; do not put one that drops messages on
+// surely's queues.
 //
 // # Delivery facts in the message context
 //
@@ -115,7 +136,7 @@
 //
 // NewSubscriber and NewPublisher dial the URL themselves (with the
 // AMQPConfig of their config) and own that connection: they reconnect when
-// it is lost, and Close closes it. Neither takes a caller's connection:
+// it is lost (the Publisher at its next Publish), and Close closes it. Neither takes a caller's connection:
 // one connection to consume and another to publish is also RabbitMQ's
 // advice, since a publisher blocked by a resource alarm must not hold up
 // the acks of consumers on the same connection.

@@ -11,3 +11,14 @@ func DropConnection(s *Subscriber) {
 		_ = c.Close()
 	}
 }
+
+// DropPublisherConnection closes the publisher's current connection, as a
+// network failure would.
+func DropPublisherConnection(p *Publisher) {
+	p.mu.Lock()
+	c := p.conn
+	p.mu.Unlock()
+	if c != nil {
+		_ = c.Close()
+	}
+}

@@ -6,35 +6,74 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/ThreeDotsLabs/watermill"
-	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Publisher is a Watermill publisher on RabbitMQ: watermill-amqp's, set up
-// for at-least-once delivery. Publish returns only after the broker
-// confirmed every message (publisher confirms). It owns its connection.
-type Publisher struct {
-	inner *wmamqp.Publisher
+// ErrUnroutable is returned by Publish for a message that no queue took:
+// the topic's queue was deleted (by an operator, or by its x-expires)
+// after the publisher declared it. RabbitMQ would confirm such a message
+// and drop it; the Publisher publishes with the mandatory flag, so the
+// broker returns it instead, and Publish fails. The next Publish to the
+// topic declares the queue again.
+var ErrUnroutable = errors.New("amqp: message returned unroutable (no queue took it)")
 
-	mu    sync.Mutex // serializes queue declarations
-	ready map[string]bool
+// ErrQueueMismatch is returned by Publish, Subscribe and SubscribeInitialize
+// for a queue that exists with other arguments than surely declares
+// (durable, QueueArguments): a classic or transient queue, or one with
+// x-max-length, x-message-ttl, x-expires or any other argument of its own.
+// surely never changes an existing queue, and does not use one that can
+// drop a confirmed message.
+var ErrQueueMismatch = errors.New("amqp: queue exists with other arguments than surely's")
+
+// returnBuffer is the capacity of a publishing channel's basic.return
+// listener. One message at a time is in flight on a channel, so at most one
+// return waits there; amqp091-go blocks its connection's reader while a
+// listener is full, so the buffer has room to spare.
+const returnBuffer = 4
+
+// Publisher is a Watermill publisher on RabbitMQ, set up for at-least-once
+// delivery: Publish returns only after the broker confirmed every message
+// into a queue (publisher confirms, mandatory flag). It owns its
+// connection. Its marshaler is watermill-amqp's Marshaler.
+type Publisher struct {
+	url     string
+	cfg     PublisherConfig
+	logger  *slog.Logger
+	slots   chan *pubChannel // the channel pool: a Publish takes one and puts it back
+	closing chan struct{}
+
+	dialMu sync.Mutex // one dial at a time
+
+	mu     sync.Mutex // guards conn, closed and ready
+	conn   *amqp.Connection
+	closed bool
+	ready  map[string]bool // topics whose queue was declared
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 var _ message.Publisher = (*Publisher)(nil)
 
+// pubChannel is one channel of the pool, in confirm mode, opened on first
+// use and again after it was lost or discarded.
+type pubChannel struct {
+	ch      *amqp.Channel
+	returns chan amqp.Return
+}
+
 // NewPublisher connects to the RabbitMQ server at url and returns a
-// publisher that owns the connection: it reconnects when the connection is
-// lost, and Close closes it. logger may be nil (discard).
+// publisher that owns the connection: it connects again when the
+// connection is lost (on the next Publish), and Close closes it. logger may
+// be nil (discard).
 //
 // Messages go to the default exchange with the topic as routing key, so a
-// topic is a queue. Before the first message to a topic, the publisher makes
-// sure the queue exists: it keeps an existing queue as it is (whatever its
-// arguments) and declares a missing one as the Subscriber does (durable,
-// QueueArguments), because RabbitMQ confirms and drops a message that no
-// queue takes. Every channel of the pool is in confirm mode, and messages
-// are persistent (delivery mode 2).
+// topic is a queue. Before its first message to a topic, the publisher
+// declares the queue as the Subscriber does (durable, QueueArguments): it
+// creates a missing queue, and refuses one that exists with other
+// arguments (ErrQueueMismatch). Every message is published mandatory on a
+// channel in confirm mode, and persistent (delivery mode 2).
 func NewPublisher(url string, cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) {
 	if url == "" {
 		return nil, fmt.Errorf("%w: empty url", ErrInvalidOption)
@@ -46,84 +85,216 @@ func NewPublisher(url string, cfg PublisherConfig, logger *slog.Logger) (*Publis
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	dial := dialConfig(cfg.AMQPConfig, "surely publisher")
-	topicKey := func(topic string) string { return topic }
-	inner, err := wmamqp.NewPublisher(wmamqp.Config{
-		Connection: wmamqp.ConnectionConfig{AmqpURI: url, AmqpConfig: &dial},
-		Marshaler:  cfg.Marshaler,
-		Exchange:   wmamqp.ExchangeConfig{GenerateName: wmamqp.GenerateExchangeNameConstant("")},
-		Queue:      wmamqp.QueueConfig{GenerateName: wmamqp.GenerateQueueNameTopicName, Durable: true, Arguments: QueueArguments()},
-		Publish: wmamqp.PublishConfig{
-			GenerateRoutingKey: topicKey,
-			ChannelPoolSize:    cfg.Channels,
-			ConfirmDelivery:    true,
-		},
-		TopologyBuilder: &wmamqp.DefaultTopologyBuilder{},
-	}, watermill.NewSlogLogger(logger))
-	if err != nil {
-		return nil, fmt.Errorf("amqp: publisher: %w", err)
+	p := &Publisher{
+		url: url, cfg: cfg, logger: logger,
+		slots:   make(chan *pubChannel, cfg.Channels),
+		closing: make(chan struct{}),
+		ready:   map[string]bool{},
 	}
-	return &Publisher{inner: inner, ready: map[string]bool{}}, nil
+	for range cfg.Channels {
+		p.slots <- &pubChannel{}
+	}
+	if _, err := p.connection(); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
-// Publish publishes msgs to the queue named topic, one after the other,
-// each waiting for the broker's confirmation (for a quorum queue: written
-// to a majority of its replicas). It stops at the first failure: the
-// messages before it are stored, that one and the rest may or may not be
-// (a connection lost while waiting); publishing all of them again is safe
-// when the consumer deduplicates, as surely's chain does.
+// connection returns the live connection, dialing a new one when there is
+// none or it was lost.
+func (p *Publisher) connection() (*amqp.Connection, error) {
+	p.dialMu.Lock()
+	defer p.dialMu.Unlock()
+	p.mu.Lock()
+	c, closed := p.conn, p.closed
+	p.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if c != nil && !c.IsClosed() {
+		return c, nil
+	}
+	c, err := amqp.DialConfig(p.url, dialConfig(p.cfg.AMQPConfig, "surely publisher"))
+	if err != nil {
+		return nil, fmt.Errorf("amqp: connect: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = c.Close()
+		return nil, ErrClosed
+	}
+	p.conn = c
+	return c, nil
+}
+
+// Publish publishes msgs to the queue named topic, one after the other on
+// one channel, each waiting for the broker's confirmation (for a quorum
+// queue: written to a majority of its replicas). It stops at the first
+// failure: the messages before it are stored, that one and the rest may or
+// may not be (a connection lost while waiting); publishing all of them
+// again is safe when the consumer deduplicates, as surely's chain does.
 //
-// A broker that blocks publishers (memory or disk alarm) makes Publish wait
-// until the alarm clears; cancel msg.Context() to stop waiting for the send.
+// A message that no queue takes (the queue was deleted since it was
+// declared) is an error wrapping ErrUnroutable, and so is a broker's nack
+// (a full queue that rejects publishes, for instance). A broker that blocks
+// publishers (memory or disk alarm) makes Publish wait until the alarm
+// clears; cancel msg.Context() to stop waiting (for a free channel of the
+// pool, or for the confirmation).
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if err := validQueueName(topic); err != nil {
 		return err
 	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	select {
+	case <-p.closing:
+		return ErrClosed
+	default:
+	}
+	var pc *pubChannel
+	select {
+	case pc = <-p.slots:
+	case <-p.closing:
+		return ErrClosed
+	case <-msgs[0].Context().Done():
+		return fmt.Errorf("amqp: publish to %q: waiting for a channel: %w", topic, msgs[0].Context().Err())
+	}
+	defer func() { p.slots <- pc }()
 	if err := p.ensureQueue(topic); err != nil {
 		return err
 	}
-	if err := p.inner.Publish(topic, msgs...); err != nil {
-		return fmt.Errorf("amqp: publish to %q: %w", topic, err)
+	for _, msg := range msgs {
+		if err := p.publish(pc, topic, msg); err != nil {
+			return fmt.Errorf("amqp: publish to %q: %w", topic, err)
+		}
 	}
 	return nil
 }
 
-// ensureQueue makes sure the queue named topic exists, once per topic.
-func (p *Publisher) ensureQueue(topic string) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ready[topic] {
+// publish publishes msg mandatory on pc and waits for its confirmation.
+func (p *Publisher) publish(pc *pubChannel, topic string, msg *message.Message) error {
+	out, err := p.cfg.Marshaler.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("marshal message %s: %w", msg.UUID, err)
+	}
+	if err := p.open(pc); err != nil {
+		return err
+	}
+	ctx := msg.Context()
+	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, "", topic, true, false, out)
+	if err != nil {
+		pc.discard()
+		return fmt.Errorf("send message %s: %w", msg.UUID, err)
+	}
+	select {
+	case <-dc.Done():
+	case <-ctx.Done():
+		// Its confirmation (or return) would come later on this channel,
+		// where it could pass for the next message's: drop the channel.
+		pc.discard()
+		return fmt.Errorf("message %s: waiting for the broker's confirmation: %w", msg.UUID, ctx.Err())
+	}
+	// RabbitMQ sends a mandatory message's basic.return before its
+	// basic.ack on the same channel, and amqp091-go hands the return to
+	// the listener before it marks the confirmation done: with one message
+	// in flight on the channel, a return waiting now is this message's.
+	select {
+	case r := <-pc.returns:
+		p.forget(topic)
+		p.logger.Warn("amqp: message returned unroutable; the queue is declared again on the next publish",
+			"topic", topic, "message_uuid", msg.UUID, "reply_code", r.ReplyCode, "reply_text", r.ReplyText)
+		return fmt.Errorf("%w: message %s to queue %q: %d %s", ErrUnroutable, msg.UUID, topic, r.ReplyCode, r.ReplyText)
+	default:
+	}
+	if !dc.Acked() {
+		if pc.ch.IsClosed() {
+			pc.discard()
+		}
+		return fmt.Errorf("message %s not confirmed by the broker (nack, or the channel closed)", msg.UUID)
+	}
+	return nil
+}
+
+// open gives pc a live channel in confirm mode.
+func (p *Publisher) open(pc *pubChannel) error {
+	if pc.ch != nil && !pc.ch.IsClosed() {
 		return nil
 	}
-	if p.inner.Closed() {
-		return errors.New("amqp: publisher closed")
+	pc.discard()
+	conn, err := p.connection()
+	if err != nil {
+		return err
 	}
-	if !p.inner.IsConnected() {
-		return errors.New("amqp: not connected")
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
 	}
-	conn := p.inner.Connection()
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return fmt.Errorf("confirm mode: %w", err)
+	}
+	pc.ch, pc.returns = ch, ch.NotifyReturn(make(chan amqp.Return, returnBuffer))
+	return nil
+}
+
+// discard closes pc's channel, if any; the next use opens a new one.
+func (pc *pubChannel) discard() {
+	if pc.ch != nil {
+		_ = pc.ch.Close()
+	}
+	pc.ch, pc.returns = nil, nil
+}
+
+// ensureQueue declares the queue named topic (see declare) before the
+// first message to it, and after a message to it was returned.
+func (p *Publisher) ensureQueue(topic string) error {
+	p.mu.Lock()
+	ok := p.ready[topic]
+	p.mu.Unlock()
+	if ok {
+		return nil
+	}
+	conn, err := p.connection()
+	if err != nil {
+		return err
+	}
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("amqp: open channel: %w", err)
 	}
-	_, err = ch.QueueDeclarePassive(topic, true, false, false, false, nil)
-	var aerr *amqp.Error
-	if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
-		// The failed passive declaration closed the channel.
-		if ch, err = conn.Channel(); err != nil {
-			return fmt.Errorf("amqp: open channel: %w", err)
-		}
-		err = declare(ch, topic)
-	} else if err != nil {
-		err = fmt.Errorf("amqp: check queue %q: %w", topic, err)
-	}
-	_ = ch.Close()
-	if err != nil {
+	defer func() { _ = ch.Close() }()
+	if err := declare(ch, topic); err != nil {
 		return err
 	}
+	p.mu.Lock()
 	p.ready[topic] = true
+	p.mu.Unlock()
 	return nil
 }
 
-// Close closes the channel pool and the connection.
-func (p *Publisher) Close() error { return p.inner.Close() }
+// forget makes the next Publish to topic declare its queue again.
+func (p *Publisher) forget(topic string) {
+	p.mu.Lock()
+	delete(p.ready, topic)
+	p.mu.Unlock()
+}
+
+// Close closes the connection (and with it every channel). A Publish still
+// waiting for a confirmation then fails; later ones return ErrClosed.
+func (p *Publisher) Close() error {
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		c := p.conn
+		p.mu.Unlock()
+		close(p.closing)
+		if c != nil {
+			if err := c.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
+				p.closeErr = fmt.Errorf("amqp: close: %w", err)
+			}
+		}
+	})
+	return p.closeErr
+}

@@ -35,21 +35,6 @@ func TestPublisherDeclaresAQuorumQueueAndPublishesPersistently(t *testing.T) {
 	require.Equal(t, "v", d.Headers["k"])
 }
 
-func TestPublishReturnsTheBrokersRefusal(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	// An operator's queue, kept as it is: it refuses messages beyond one.
-	_, err := e.channel(t).QueueDeclare(e.topic, true, false, false, false, amqp.Table{
-		"x-max-length": int64(1), "x-overflow": "reject-publish",
-	})
-	require.NoError(t, err)
-	require.NoError(t, e.pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte("1"))))
-	err = e.pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte("2")))
-	require.Error(t, err, "Publish waits for the broker's confirmation, and a nack is an error")
-	require.ErrorContains(t, err, "not confirmed")
-	require.Equal(t, 1, e.ready(t, e.topic))
-}
-
 func TestPublishRefusesBadTopics(t *testing.T) {
 	t.Parallel()
 	e := setup(t)

@@ -109,8 +109,9 @@ func declare(ch *amqp.Channel, topic string) error {
 	_, err := ch.QueueDeclare(topic, true, false, false, false, QueueArguments())
 	var aerr *amqp.Error
 	if errors.As(err, &aerr) && aerr.Code == amqp.PreconditionFailed {
-		return fmt.Errorf("amqp: queue %q exists with other arguments than surely's "+
-			"(a classic queue, or a quorum queue without x-delivery-limit?); surely never changes an existing queue: %w", topic, err)
+		return fmt.Errorf("%w: queue %q (a classic or transient queue, one with a length limit, TTL or expiry "+
+			"of its own, or a quorum queue without x-delivery-limit?); surely never changes an existing queue: %w",
+			ErrQueueMismatch, topic, err)
 	}
 	if err != nil {
 		return fmt.Errorf("amqp: declare queue %q: %w", topic, err)

@@ -23,7 +23,7 @@
 //
 // # Subscriber defaults, and why
 //
-//   - Ack after the handler: watermill-aws deletes a message only once it
+//   - Ack after the handler: the Subscriber deletes a message only once it
 //     was acked, which the router does after surely's chain returned nil.
 //     A message neither acked nor nacked (the process died) comes back
 //     after its visibility timeout.
@@ -80,8 +80,15 @@
 //
 // NewSubscriber and NewPublisher make their own SQS clients from the
 // aws.Config given; they close nothing of the caller's. Subscriber.Close
-// stops receiving (a long poll in flight is cancelled) and returns once the
-// receivers stopped; a message in flight then is not deleted and comes back
-// after its visibility timeout. Close the subscriber before the router to
-// let in-flight handlers be cut short rather than acked late.
+// drains, like the other adapters': it stops receiving (a long poll in
+// flight is cancelled) and handing out messages (one received but not
+// handed out is made visible again at once), waits up to CloseTimeout for
+// the messages in flight to be acked (and deleted) or nacked, and only then
+// cancels the contexts of handlers still running; their messages come back
+// after their visibility timeout. The handlers' contexts therefore derive
+// from the context given to Subscribe (the router's), not from
+// watermill-aws', which it cancels as soon as it is closed, and the
+// Subscriber deletes acked messages itself. Closing the subscriber before
+// the router lets in-flight handlers finish and ack; the router closes it
+// again, harmlessly.
 package sqs

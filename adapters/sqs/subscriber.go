@@ -10,13 +10,19 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wmsqs "github.com/ThreeDotsLabs/watermill-aws/sqs"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/surely-dev/surely/delivery"
 )
 
-// nackTimeout bounds the visibility change of a nack.
+// nackTimeout bounds the visibility change of a nack, and the deletion of
+// an acked message.
 const nackTimeout = 10 * time.Second
+
+// CloseTimeout bounds how long Close waits for the messages in flight to be
+// acked or nacked.
+const CloseTimeout = 30 * time.Second
 
 // Subscriber is a Watermill subscriber on Amazon SQS: watermill-aws'
 // subscriber, configured for at-least-once delivery, whose messages carry
@@ -28,7 +34,8 @@ type Subscriber struct {
 	client  *awssqs.Client
 	pending *pending
 
-	closing   chan struct{}
+	closing   chan struct{} // stop handing out messages
+	abandon   chan struct{} // stop waiting for acks
 	closeOnce sync.Once
 
 	mu     sync.Mutex // orders Subscribe against Close
@@ -53,7 +60,7 @@ func NewSubscriber(cfg Config, logger *slog.Logger) (*Subscriber, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Subscriber{
-		cfg: cfg, logger: logger, pending: &pending{}, closing: make(chan struct{}),
+		cfg: cfg, logger: logger, pending: &pending{}, closing: make(chan struct{}), abandon: make(chan struct{}),
 		client: awssqs.NewFromConfig(cfg.AWSConfig, cfg.OptFns...),
 	}
 	u := &unmarshaler{inner: cfg.Unmarshaler, pending: s.pending}
@@ -111,66 +118,106 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	out := make(chan *message.Message)
 	s.wg.Add(1)
-	go s.forward(sctx, cancel, string(*url), in, out)
+	go s.forward(ctx, sctx, cancel, string(*url), in, out)
 	return out, nil
 }
 
-// forward hands out each message of in with its delivery facts in its
-// context, and starts watching for its nack. Only forward sends on out
-// and closes it.
-func (s *Subscriber) forward(ctx context.Context, cancel context.CancelFunc, queueURL string,
+// forward hands out a copy of each message of in, with its delivery facts
+// in its context, and starts settling it. The copy's context derives from
+// ctx (Subscribe's), not from watermill-aws' message context, which
+// watermill-aws cancels as soon as it is closed: a handler runs on while
+// Close drains. Only forward sends on out and closes it.
+func (s *Subscriber) forward(ctx, sctx context.Context, cancel context.CancelFunc, queueURL string,
 	in <-chan *message.Message, out chan<- *message.Message) {
 	defer s.wg.Done()
 	defer close(out)
 	defer cancel()
-	for msg := range in {
-		r := s.pending.take(msg)
+	for im := range in {
+		r := s.pending.take(im)
 		if r == nil {
 			// Not unmarshaled by this subscriber: cannot happen; let it
 			// come back after its visibility timeout.
-			s.logger.ErrorContext(ctx, "surely/sqs: message without delivery facts", "message_uuid", msg.UUID)
+			s.logger.ErrorContext(ctx, "surely/sqs: message without delivery facts", "message_uuid", im.UUID)
 			continue
 		}
-		r.msg, r.client, r.queueURL, r.visibility = msg, s.client, queueURL, s.cfg.VisibilityTimeout
-		mctx := msg.Context()
+		om := im.Copy()
+		r.msg, r.client, r.queueURL, r.visibility = om, s.client, queueURL, s.cfg.VisibilityTimeout
+		mctx, mcancel := context.WithCancel(ctx)
 		if r.hasInfo {
 			mctx = delivery.WithInfo(mctx, r.info)
 		}
-		msg.SetContext(delivery.WithControl(mctx, r))
+		om.SetContext(delivery.WithControl(mctx, r))
 		select {
-		case out <- msg:
+		case out <- om:
 		case <-s.closing:
-			return // watermill-aws leaves it; it comes back after its visibility timeout
-		case <-ctx.Done():
+			mcancel()
+			s.release(om, r) // received, never handed out: visible again at once
+			return
+		case <-sctx.Done():
+			mcancel()
+			s.release(om, r)
 			return
 		}
 		s.wg.Add(1)
-		go s.settle(msg, r)
+		go func() {
+			defer s.wg.Done()
+			defer mcancel()
+			s.settle(im, om, r)
+		}()
 	}
 }
 
-// settle turns a nack into a visibility change (watermill-aws does nothing
-// on a nack); watermill-aws deletes an acked message itself.
-func (s *Subscriber) settle(msg *message.Message, r *received) {
-	defer s.wg.Done()
+// settle waits until om is acked or nacked and settles the SQS message: an
+// ack deletes it here (watermill-aws would delete it only while it is not
+// closed), a nack changes its visibility (watermill-aws does nothing on a
+// nack). Then it nacks im, watermill-aws' message, which lets its receiver
+// go on without a call to SQS.
+func (s *Subscriber) settle(im, om *message.Message, r *received) {
+	defer im.Nack()
 	select {
-	case <-msg.Acked():
+	case <-om.Acked():
 		r.acked()
-	case <-msg.Nacked():
 		ctx, cancel := context.WithTimeout(context.Background(), nackTimeout)
 		defer cancel()
-		if err := r.nack(ctx); err != nil {
-			s.logger.WarnContext(msg.Context(), "surely/sqs: nack failed; the message comes back after its visibility timeout",
-				"message_uuid", msg.UUID, "error", err)
+		if err := s.delete(ctx, r); err != nil {
+			s.logger.WarnContext(om.Context(), "surely/sqs: delete of an acked message failed; it comes back after its visibility timeout",
+				"message_uuid", om.UUID, "error", err)
 		}
-	case <-s.closing:
+	case <-om.Nacked():
+		s.release(om, r)
+	case <-s.abandon:
 		// Left as it is: it comes back after its visibility timeout.
 	}
 }
 
-// Close stops receiving and waits for the receivers to stop. Messages not
-// acked by then come back after their visibility timeout. Close is safe to
-// call more than once (the router calls it too).
+// delete deletes the acked message of r from its queue.
+func (s *Subscriber) delete(ctx context.Context, r *received) error {
+	_, err := s.client.DeleteMessage(ctx, &awssqs.DeleteMessageInput{
+		QueueUrl: aws.String(r.queueURL), ReceiptHandle: aws.String(r.receipt),
+	})
+	if err != nil {
+		return fmt.Errorf("sqs: delete message: %w", err)
+	}
+	return nil
+}
+
+// release nacks the message of r: visible again at once, or after
+// NackAfter's delay.
+func (s *Subscriber) release(om *message.Message, r *received) {
+	ctx, cancel := context.WithTimeout(context.Background(), nackTimeout)
+	defer cancel()
+	if err := r.nack(ctx); err != nil {
+		s.logger.WarnContext(om.Context(), "surely/sqs: nack failed; the message comes back after its visibility timeout",
+			"message_uuid", om.UUID, "error", err)
+	}
+}
+
+// Close stops receiving and handing out messages (one received but not
+// handed out is made visible again at once), waits up to CloseTimeout for
+// those in flight to be acked or nacked (an ack deletes its message), then
+// cancels the contexts of those still running: their messages come back
+// after their visibility timeout. Close is safe to call more than once
+// (the router calls it too).
 func (s *Subscriber) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
@@ -178,8 +225,18 @@ func (s *Subscriber) Close() error {
 		s.closed = true
 		s.mu.Unlock()
 		close(s.closing)
-		err = s.inner.Close()
-		s.wg.Wait()
+		err = s.inner.Close() // no more receives; it leaves its messages to settle
+		done := make(chan struct{})
+		go func() { s.wg.Wait(); close(done) }()
+		t := time.NewTimer(CloseTimeout)
+		select {
+		case <-done:
+		case <-t.C:
+			s.logger.Warn("surely/sqs: messages still in flight at close; they come back after their visibility timeout")
+		}
+		t.Stop()
+		close(s.abandon)
+		<-done
 		s.pending.clear()
 	})
 	return err

@@ -90,7 +90,7 @@ runs that republished an entry (their IDs are in show and --json).`,
 			}
 			defer ar.close()
 			// One more than asked tells whether a next page exists.
-			entries, err := ar.List(cmd.Context(), f, dlq.Page{After: cursor, Limit: limit + 1})
+			entries, err := ar.List(cmd.Context(), f, dlq.Page{After: cursor, Limit: limit + 1, OmitPayload: true})
 			if err != nil {
 				return fmt.Errorf("list: %w", err)
 			}

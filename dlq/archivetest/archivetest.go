@@ -148,6 +148,7 @@ var tests = []struct {
 	{"GetMissing", testGetMissing},
 	{"ListFilters", testListFilters},
 	{"ListPages", testListPages},
+	{"ListOmitsPayload", testListOmitsPayload},
 	{"Stats", testStats},
 	{"Delete", testDelete},
 	{"MarkReplayed", testMarkReplayed},

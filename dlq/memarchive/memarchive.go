@@ -3,7 +3,9 @@
 //
 // It keeps dead letters in the process's memory: a crash or a restart
 // forgets every one of them, which is exactly what an archive exists to
-// prevent. Use dlq/redisarchive or dlq/sqlarchive in production.
+// prevent. An acknowledged dead letter (Publish returned, Ingest acked the
+// broker's copy) survives nothing but the process. Use dlq/redisarchive or
+// dlq/sqlarchive in production.
 //
 // An Archive is safe for concurrent use. It is a Watermill publisher that
 // ignores the topic: pass it to handler.WithDeadLetter with any topic name.
@@ -140,7 +142,11 @@ func (a *Archive) List(_ context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Entry
 	var out []dlq.Entry
 	for ; i < len(a.order) && len(out) < limit; i++ {
 		if f.Match(*a.order[i]) {
-			out = append(out, clone(a.order[i]))
+			e := clone(a.order[i])
+			if p.OmitPayload {
+				e.Message.Payload = nil
+			}
+			out = append(out, e)
 		}
 	}
 	return out, nil

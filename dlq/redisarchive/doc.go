@@ -45,7 +45,8 @@
 // at least 16, doubling up to 256), read the summary fields of each batch
 // in one pipelined HMGET round trip, and evaluate the Filter in the client
 // with dlq.Filter.Match; List then reads the selected entries in full (one
-// pipelined HGETALL round trip). So a List costs O(entries scanned until
+// pipelined HGETALL round trip), or, with Page.OmitPayload, every field but
+// the payload (a pipelined HKEYS round trip, then HMGET). So a List costs O(entries scanned until
 // the page is full) and a Stats O(all entries), without payloads crossing
 // the network. A Filter with IDs reads only those entries. Measured on a
 // loaded two-core machine with 10,000 entries: Stats about 0.5 s, a page of
@@ -53,6 +54,30 @@
 // archive of up to some hundred thousand dead letters, which an alert (see
 // dlq.RegisterArchiveMetrics) should keep it far below; use sqlarchive for
 // more.
+//
+// # Durability
+//
+// Publish returns once its script ran on the primary, and Ingest (or the
+// dead-letter step) then acks the broker's copy: from that moment the
+// archive holds the only copy, and it is exactly as durable as the Redis
+// behind it. By the server's persistence:
+//
+//   - no AOF: a restart loses the entries written since the last RDB save
+//     (all of them without save points);
+//   - AOF appendfsync everysec: a crash of the Redis process or its
+//     machine can lose up to about 2 seconds of acknowledged entries;
+//   - AOF appendfsync no: a machine crash loses what the OS had not yet
+//     flushed (typically up to about 30 seconds);
+//   - AOF appendfsync always: a crash loses nothing acknowledged.
+//
+// Replication is asynchronous: a failover can lose the last entries
+// whatever the primary's persistence, unless WithWaitReplicas(n, timeout)
+// makes Publish wait until n replicas acknowledged them (Redis WAIT; else
+// an error wrapping ErrNotReplicated, and Ingest nacks, so the broker keeps
+// its copy). The first Publish reads the server's persistence once (the
+// check the Redis idempotency store makes in its New) and logs a warning,
+// to slog.Default() unless WithLogger is given, for every setting but AOF
+// always.
 //
 // # Retention
 //

@@ -9,12 +9,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/internal/redispersist"
 )
 
 // DefaultPrefix is the key prefix unless WithPrefix is given.
@@ -23,13 +25,26 @@ const DefaultPrefix = "surely:dlq"
 // scanBatch is how many index entries List and Stats read per round trip.
 const scanBatch = 256
 
+// ErrNotReplicated is returned (wrapped) by Publish under WithWaitReplicas
+// when fewer replicas than asked acknowledged an entry within the timeout.
+// The entry is stored on the primary; only its replication is not
+// confirmed. Ingest then nacks the broker's copy, which is delivered again
+// and counted as a copy of the entry.
+var ErrNotReplicated = errors.New("redisarchive: entry not acknowledged by enough replicas")
+
 // Archive is a dlq.Archive on Redis. It is safe for concurrent use.
 type Archive struct {
 	rdb       redis.UniversalClient
 	tag       string // "{prefix}:"
 	now       func() time.Time
-	log       *slog.Logger
+	log       *slog.Logger // Prune's reports; discard unless WithLogger
+	warn      *slog.Logger // warnings; slog.Default() unless WithLogger
 	retention time.Duration
+
+	waitN       int
+	waitTimeout time.Duration
+
+	checked sync.Once // the persistence check of the first Publish
 }
 
 var _ dlq.Archive = (*Archive)(nil)
@@ -61,13 +76,36 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// WithLogger sets the logger Prune reports to (default: discard).
+// WithLogger sets the logger of the archive: the persistence warning of
+// the first Publish (default: slog.Default()) and Prune's reports
+// (default: discard).
 func WithLogger(l *slog.Logger) Option {
 	return func(a *Archive) error {
 		if l == nil {
 			return fmt.Errorf("%w: nil logger", dlq.ErrInvalidOption)
 		}
-		a.log = l
+		a.log, a.warn = l, l
+		return nil
+	}
+}
+
+// WithWaitReplicas makes Publish return only after n replicas acknowledged
+// each entry (Redis WAIT n timeout), and return an error wrapping
+// ErrNotReplicated when fewer did within timeout. It costs one more round
+// trip per Publish, lasting until the replicas answered (up to timeout).
+// WAIT is sent on the connection that wrote the entries, as Redis
+// requires; this needs a *redis.Client (single node, Sentinel) or a
+// *redis.ClusterClient.
+func WithWaitReplicas(n int, timeout time.Duration) Option {
+	return func(a *Archive) error {
+		if n < 1 {
+			return fmt.Errorf("%w: redisarchive: WAIT needs at least 1 replica, got %d", dlq.ErrInvalidOption, n)
+		}
+		if timeout < time.Millisecond {
+			// WAIT 0 blocks forever: never let a Publish hang.
+			return fmt.Errorf("%w: redisarchive: WAIT timeout must be at least 1ms, got %v", dlq.ErrInvalidOption, timeout)
+		}
+		a.waitN, a.waitTimeout = n, timeout
 		return nil
 	}
 }
@@ -89,13 +127,62 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Archive, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: nil redis client", dlq.ErrInvalidOption)
 	}
-	a := &Archive{rdb: rdb, tag: "{" + DefaultPrefix + "}:", now: time.Now, log: slog.New(slog.DiscardHandler)}
+	a := &Archive{
+		rdb: rdb, tag: "{" + DefaultPrefix + "}:", now: time.Now,
+		log: slog.New(slog.DiscardHandler), warn: slog.Default(),
+	}
 	for _, o := range opts {
 		if err := o(a); err != nil {
 			return nil, err
 		}
 	}
+	if a.waitN > 0 {
+		switch rdb.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			return nil, fmt.Errorf("%w: redisarchive: WithWaitReplicas needs a *redis.Client or *redis.ClusterClient, got %T",
+				dlq.ErrInvalidOption, rdb)
+		}
+	}
 	return a, nil
+}
+
+// checkPersistence reads the server's persistence once and warns when a
+// crash or restart can lose acknowledged dead letters (see the package
+// doc), as redisstore does for its records.
+func (a *Archive) checkPersistence(ctx context.Context) {
+	const what = "dead letters"
+	p, err := redispersist.Read(ctx, a.rdb)
+	warning := ""
+	if err != nil {
+		warning = redispersist.Unknown(err, what)
+	} else {
+		warning = p.Loss(what)
+	}
+	if warning == "" {
+		return
+	}
+	attrs := []slog.Attr{slog.Bool("aof", p.AOF), slog.String("appendfsync", p.AppendFsync),
+		slog.Bool("rdb", p.RDB), slog.Bool("config_read", p.ConfigRead)}
+	a.warn.LogAttrs(ctx, slog.LevelWarn,
+		"redisarchive: "+warning+"; an acknowledged dead letter lost this way is gone for good", attrs...)
+}
+
+// primaryConn returns a connection to the primary of the archive's slot:
+// WAIT counts the replicas that acknowledged its own connection's writes.
+func (a *Archive) primaryConn(ctx context.Context) (*redis.Conn, error) {
+	switch c := a.rdb.(type) {
+	case *redis.Client:
+		return c.Conn(), nil
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, a.seqKey())
+		if err != nil {
+			return nil, err
+		}
+		return n.Conn(), nil
+	}
+	// New refuses WithWaitReplicas on any other client.
+	return nil, fmt.Errorf("WAIT needs a *redis.Client or *redis.ClusterClient, got %T", a.rdb)
 }
 
 func (a *Archive) seqKey() string            { return a.tag + "seq" }
@@ -146,6 +233,19 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 			return fmt.Errorf("redisarchive: publish: %w", dlq.ErrNoID)
 		}
 	}
+	if len(msgs) > 0 {
+		a.checked.Do(func() { a.checkPersistence(msgs[0].Context()) })
+	}
+	var rdb redis.Scripter = a.rdb
+	var conn *redis.Conn
+	if a.waitN > 0 && len(msgs) > 0 {
+		c, err := a.primaryConn(msgs[0].Context())
+		if err != nil {
+			return fmt.Errorf("redisarchive: publish: %w", err)
+		}
+		defer func() { _ = c.Close() }()
+		rdb, conn = c, c
+	}
 	for _, m := range msgs {
 		now := a.now()
 		e := dlq.EntryFromMessage(m, now)
@@ -158,8 +258,20 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 			args = append(args, "m:"+k, v)
 		}
 		keys := []string{a.entryKey(m.UUID), a.seqKey(), a.idxKey()}
-		if err := publishScript.Run(m.Context(), a.rdb, keys, args...).Err(); err != nil {
+		if err := publishScript.Run(m.Context(), rdb, keys, args...).Err(); err != nil {
 			return fmt.Errorf("redisarchive: publish %q: %w", m.UUID, err)
+		}
+	}
+	if conn != nil {
+		// One WAIT covers every entry written on conn.
+		ctx := msgs[len(msgs)-1].Context()
+		acked, err := conn.Wait(ctx, a.waitN, a.waitTimeout).Result()
+		if err != nil {
+			return fmt.Errorf("redisarchive: publish: WAIT: %w", err)
+		}
+		if acked < int64(a.waitN) {
+			return fmt.Errorf("redisarchive: publish: %w: %d of %d replicas acknowledged within %v",
+				ErrNotReplicated, acked, a.waitN, a.waitTimeout)
 		}
 	}
 	return nil
@@ -204,7 +316,12 @@ func decode(id string, h map[string]string) (dlq.Entry, error) {
 }
 
 // fetch reads the hashes of ids in one pipeline, skipping deleted ones.
-func (a *Archive) fetch(ctx context.Context, ids []string) ([]dlq.Entry, error) {
+// Without payloads (omit) it reads in two: the field names, then every
+// field but the payload.
+func (a *Archive) fetch(ctx context.Context, ids []string, omit bool) ([]dlq.Entry, error) {
+	if omit {
+		return a.fetchBare(ctx, ids)
+	}
 	cmds := make([]*redis.MapStringStringCmd, len(ids))
 	_, err := a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
@@ -225,6 +342,56 @@ func (a *Archive) fetch(ctx context.Context, ids []string) ([]dlq.Entry, error) 
 		if err != nil {
 			return nil, err
 		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// fetchBare is fetch without the payloads, which never leave the server.
+func (a *Archive) fetchBare(ctx context.Context, ids []string) ([]dlq.Entry, error) {
+	names := make([]*redis.StringSliceCmd, len(ids))
+	_, err := a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			names[i] = p.HKeys(ctx, a.entryKey(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redisarchive: read entries: %w", err)
+	}
+	fields := make([][]string, len(ids))
+	vals := make([]*redis.SliceCmd, len(ids))
+	_, err = a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			fields[i] = slices.DeleteFunc(names[i].Val(), func(f string) bool { return f == "p" })
+			if len(fields[i]) > 0 {
+				vals[i] = p.HMGet(ctx, a.entryKey(id), fields[i]...)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redisarchive: read entries: %w", err)
+	}
+	out := make([]dlq.Entry, 0, len(ids))
+	for i, id := range ids {
+		if vals[i] == nil {
+			continue // deleted since the index was read
+		}
+		h := make(map[string]string, len(fields[i]))
+		for j, v := range vals[i].Val() {
+			if v, ok := v.(string); ok {
+				h[fields[i][j]] = v
+			}
+		}
+		if _, ok := h["seq"]; !ok {
+			continue // deleted between the two reads
+		}
+		e, err := decode(id, h)
+		if err != nil {
+			return nil, err
+		}
+		e.Message.Payload = nil
 		out = append(out, e)
 	}
 	return out, nil
@@ -349,7 +516,7 @@ func (a *Archive) List(ctx context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Ent
 	if err != nil || len(ids) == 0 {
 		return nil, err
 	}
-	return a.fetch(ctx, ids)
+	return a.fetch(ctx, ids, p.OmitPayload)
 }
 
 // Stats summarises the entries f selects; it reads every entry.

@@ -42,6 +42,20 @@
 // runs between the two commits may page past the later-committed lower
 // Seq. SQLite serialises writes and has no such window.
 //
+// # Durability
+//
+// Publish returns once its transaction committed, and Ingest (or the
+// dead-letter step) then acks the broker's copy: an acknowledged dead
+// letter survives whatever the database's committed transactions survive.
+// With the defaults (PostgreSQL synchronous_commit on, InnoDB
+// innodb_flush_log_at_trx_commit=1, SQLite's synchronous=FULL) that is a
+// crash of the process or of the machine; a
+// database tuned to acknowledge commits before they reach the disk
+// (synchronous_commit off, innodb_flush_log_at_trx_commit 0 or 2, SQLite
+// synchronous below FULL) can lose the last ones, and asynchronous
+// replicas can lose them in a failover. The archive does not check these
+// settings.
+//
 // # Retention
 //
 // Nothing is deleted unless asked: WithRetention(d) makes Prune delete the

@@ -252,7 +252,11 @@ func (a *Archive) where(f dlq.Filter, after int64) (string, []any) {
 	return " WHERE " + strings.Join(conds, " AND "), args
 }
 
-const entryCols = "e.seq, e.id, e.payload, e.metadata, e.copies, e.archived_at"
+const (
+	entryCols = "e.seq, e.id, e.payload, e.metadata, e.copies, e.archived_at"
+	// bareCols are entryCols without the payload (Page.OmitPayload).
+	bareCols = "e.seq, e.id, e.metadata, e.copies, e.archived_at"
+)
 
 // Get returns one entry, or dlq.ErrEntryNotFound.
 func (a *Archive) Get(ctx context.Context, id string) (dlq.Entry, error) {
@@ -267,10 +271,15 @@ func (a *Archive) Get(ctx context.Context, id string) (dlq.Entry, error) {
 }
 
 // List returns one page of the entries f selects, in Seq order: one
-// query with the filter in SQL, one for the page's replay marks.
+// query with the filter in SQL, one for the page's replay marks. With
+// p.OmitPayload the query does not select the payload column.
 func (a *Archive) List(ctx context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Entry, error) {
 	w, args := a.where(f, p.After)
-	rows, err := a.db.QueryContext(ctx, a.q("SELECT "+entryCols+" FROM "+a.entries+" e"+w+" ORDER BY e.seq LIMIT ?"),
+	cols := entryCols
+	if p.OmitPayload {
+		cols = bareCols
+	}
+	rows, err := a.db.QueryContext(ctx, a.q("SELECT "+cols+" FROM "+a.entries+" e"+w+" ORDER BY e.seq LIMIT ?"),
 		append(args, dlq.PageLimit(p))...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlarchive: list: %w", err)
@@ -284,7 +293,11 @@ func (a *Archive) List(ctx context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Ent
 			payload, meta []byte
 			copies        int
 		)
-		if err := rows.Scan(&seq, &id, &payload, &meta, &copies, &at); err != nil {
+		dest := []any{&seq, &id, &payload, &meta, &copies, &at}
+		if p.OmitPayload {
+			dest = slices.Delete(dest, 2, 3)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("sqlarchive: list: %w", err)
 		}
 		md, err := decodeMetadata(meta)

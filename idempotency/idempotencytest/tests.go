@@ -49,6 +49,11 @@ var tests = []struct {
 	{"ReopenNotLiveLease", testReopenNotLiveLease},
 	{"ReopenCreatesRecord", testReopenCreatesRecord},
 	{"ReopenInvalidID", testReopenInvalidID},
+	{"InProgressWaitIsStoreMeasured", testInProgressWaitIsStoreMeasured},
+	{"RetryAfterDelaysClaim", testRetryAfterDelaysClaim},
+	{"RetryAfterBeforeBudget", testRetryAfterBeforeBudget},
+	{"RetryAfterIgnoredWhenFinalOrCanceled", testRetryAfterIgnoredWhenFinalOrCanceled},
+	{"RetryAfterKeepsRecord", testRetryAfterKeepsRecord},
 }
 
 // N claims race for one fresh key: exactly one wins, the others see its

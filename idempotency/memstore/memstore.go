@@ -109,7 +109,7 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 			prev = previousOf(r.History)
 		case idempotency.StateInProgress:
 			if now.Before(r.LeaseUntil) {
-				return idempotency.ClaimResult{Status: idempotency.InProgress, Until: r.LeaseUntil}, nil
+				return idempotency.ClaimResult{Status: idempotency.InProgress, Until: r.LeaseUntil, Wait: r.LeaseUntil.Sub(now)}, nil
 			}
 			// The owner's lease expired without Complete or Release.
 			if n := len(r.History); n > 0 && r.History[n-1].Result == idempotency.ResultInProgress {
@@ -119,6 +119,10 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 			r.State = idempotency.StateFailed
 			prev = idempotency.Previous{Result: idempotency.PreviousUnknown}
 		case idempotency.StateFailed:
+			if now.Before(r.NotBefore) {
+				// The last attempt asked for a delay: not charged.
+				return idempotency.ClaimResult{Status: idempotency.InProgress, Until: r.NotBefore, Wait: r.NotBefore.Sub(now)}, nil
+			}
 			prev = previousOf(r.History)
 		}
 		if reopens(req, r) {
@@ -138,6 +142,7 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	s.seq++
 	r.Attempts++
 	r.State = idempotency.StateInProgress
+	r.NotBefore = time.Time{}
 	var tok [32]byte
 	b := strconv.AppendUint(tok[:0], s.seq, 36)
 	b = append(b, '.')
@@ -255,7 +260,12 @@ func (s *Store) Release(ctx context.Context, lease idempotency.Lease, f idempote
 		r.State = idempotency.StateExhausted
 	}
 	r.LeaseUntil = time.Time{}
+	r.NotBefore = time.Time{}
 	r.ExpiresAt = now.Add(s.retention)
+	if r.State == idempotency.StateFailed && !f.Canceled && f.RetryAfter > 0 {
+		r.NotBefore = now.Add(f.RetryAfter)
+		r.ExpiresAt = r.NotBefore.Add(s.retention)
+	}
 	if n := len(r.History); n > 0 {
 		h := &r.History[n-1]
 		h.Result, h.Ended = result, now

@@ -43,8 +43,8 @@ const MaxBatch = 4096
 // itself is bounded by the client's read and write timeouts, not by any
 // caller's context, since it carries the calls of several callers.
 //
-// Release, Extend, Get and a Complete under WithWaitReplicas are always
-// sent on their own. Batching suits many concurrent handlers on one store
+// Release, Extend, Get, and a Claim or Complete under WithWaitReplicas are
+// always sent on their own. Batching suits many concurrent handlers on one store
 // (a router with many messages in flight); with one handler at a time it
 // changes nothing. maxBatch must be between 2 and MaxBatch; 64 is a good
 // start.

@@ -62,7 +62,7 @@ func TestCluster(t *testing.T) {
 		retention = time.Second
 	)
 	s := newStore(t, c, redisstore.WithRetention(retention))
-	require.Equal(t, "no persistence (no AOF, no RDB): a restart loses every DONE record; duplicates become possible",
+	require.Equal(t, "no persistence (no AOF, no RDB): a restart loses all DONE records; duplicates become possible",
 		s.Durability().Warning, "the weakest primary decides")
 
 	t.Run("Conformance", func(t *testing.T) {
@@ -101,10 +101,14 @@ func TestCluster(t *testing.T) {
 
 	t.Run("WaitReplicas", func(t *testing.T) {
 		ws := newStore(t, c, redisstore.WithWaitReplicas(1, 50*time.Millisecond))
-		l := acquire(t, ws, claimReq("wait"))
-		err := ws.Complete(t.Context(), l, idempotency.Outcome{})
+		_, err := ws.Claim(t.Context(), claimReq("wait"))
+		require.ErrorIs(t, err, redisstore.ErrNotReplicated, "the claim is not replicated")
+		l := acquire(t, s, claimReq("wait"))
+		err = ws.Complete(t.Context(), l, idempotency.Outcome{})
 		require.ErrorIs(t, err, redisstore.ErrNotReplicated, "the key's primary has no replica")
-		res, err := ws.Claim(t.Context(), claimReq("wait"))
+		_, err = ws.Claim(t.Context(), claimReq("wait"))
+		require.ErrorIs(t, err, redisstore.ErrNotReplicated, "the DONE record is not confirmed")
+		res, err := s.Claim(t.Context(), claimReq("wait"))
 		require.NoError(t, err)
 		require.Equal(t, idempotency.Completed, res.Status)
 	})

@@ -30,6 +30,8 @@
 //	history   JSON array of the newest idempotency.MaxHistory attempts; a
 //	          claim writes its attempt last, with its result as last member
 //	req       ID of the last Complete or Release (makes a re-sent call safe)
+//	nb_ms     retry-after time of a failed record (server clock, Unix ms):
+//	          no claim acquires it before then; absent otherwise
 //
 // reopened_by and base (the replay that last reopened the record and the
 // attempt count its budget started from) may be absent: no replay did.
@@ -69,7 +71,7 @@
 // (Claim answers Completed with the stored outcome). When the server lost
 // its script cache (restart, failover, SCRIPT FLUSH) the store gets
 // NOSCRIPT, reloads the scripts and retries once, transparently.
-// WithWaitReplicas adds one round trip to Complete (WAIT).
+// WithWaitReplicas adds one round trip to Claim and to Complete (WAIT).
 //
 // # Batching
 //
@@ -90,7 +92,7 @@
 // is then never sent). NOSCRIPT reloads the scripts once and re-sends the
 // batch. On a Cluster or Ring client a batch is a pipeline of one EVALSHA
 // per call instead (a script's keys must share a slot), which go-redis
-// splits by node. Release, Extend, Get and a Complete under
+// splits by node. Release, Extend, Get, and a Claim or Complete under
 // WithWaitReplicas are never batched.
 //
 // What batching saves is the per-command work around the scripts: the
@@ -105,8 +107,11 @@
 // forgets a DONE record, the next delivery of that message runs the handler
 // again: a duplicate effect. New reads INFO persistence (and CONFIG GET
 // appendfsync and save, when the server allows CONFIG), reports it in
-// Store.Durability and logs a warning when a restart would forget records.
-// By configuration, from weakest to strongest:
+// Store.Durability and logs a warning, saying how much, whenever a crash or
+// restart of the server can forget acknowledged records: every setting
+// below except AOF with appendfsync always (and an AOF whose fsync policy
+// CONFIG GET does not reveal). The warning goes to slog.Default() unless
+// WithLogger is given. By configuration, from weakest to strongest:
 //
 //   - No persistence (no AOF, no RDB save points): any restart of the Redis
 //     process forgets every record. Tests and caches only.
@@ -119,16 +124,28 @@
 //     them, so a process crash then loses records already acknowledged;
 //     otherwise a process crash loses nothing and a machine crash up to
 //     about one second.
+//   - AOF, appendfsync no: a process crash loses nothing (Redis has written
+//     the record to the OS before it answers), a machine crash whatever the
+//     OS had not flushed yet (typically up to about 30 seconds).
 //   - AOF, appendfsync always: survives a machine crash too, at the cost of
 //     an fsync per write on the server.
 //   - WithWaitReplicas(n, timeout): Complete returns only after n replicas
 //     acknowledged the DONE record (Redis WAIT), else an error wrapping
 //     ErrNotReplicated; a failover to an acknowledged replica keeps it.
+//     Claims are covered too: an acquired claim is acknowledged by n
+//     replicas before the handler runs (else Claim releases it, refunded,
+//     and fails with ErrNotReplicated), so a failover cannot forget a lease
+//     and let a second owner run; and a Claim that finds a DONE record
+//     answers Completed only once n replicas hold it (a write of its own,
+//     rewriting the record's state with the same value, follows the record
+//     in the replication stream, and WAIT confirms that write), so the
+//     redelivery of a message whose Complete returned ErrNotReplicated is
+//     not acked on the primary's word alone.
 //     Replication is asynchronous otherwise: a failover can lose the last
 //     writes whatever the primary's AOF. WAIT does not make Redis strongly
 //     consistent (a replica can still be promoted without the write in rare
-//     cases), and it costs one more round trip per Complete that lasts until
-//     the replicas answered.
+//     cases), and it costs one more round trip per Claim and per Complete
+//     that lasts until the replicas answered.
 //
 // For an effect that must never run twice whatever crashes, use the
 // transactional inbox of idempotency/sqlstore instead: there the DONE mark

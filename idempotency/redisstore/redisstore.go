@@ -23,12 +23,21 @@ const (
 	DefaultRetention = 24 * time.Hour
 )
 
-// ErrNotReplicated is returned (wrapped) by Complete under WithWaitReplicas
-// when fewer replicas than asked acknowledged the DONE record within the
-// timeout. The record is DONE on the primary; only its replication is not
-// confirmed. The caller should not ack: a redelivery claims Completed if
-// the primary kept the record.
-var ErrNotReplicated = errors.New("redisstore: DONE record not acknowledged by enough replicas")
+// ErrNotReplicated is returned (wrapped) under WithWaitReplicas when fewer
+// replicas than asked acknowledged a record within the timeout:
+//
+//   - by Complete: the record is DONE on the primary; only its replication
+//     is not confirmed. The caller should not ack.
+//   - by Claim, for a claim it acquired: the claim was released (refunded,
+//     as a canceled attempt) before Claim returned, so no handler runs on
+//     a lease a failover could forget.
+//   - by Claim, for a DONE record it found (a redelivery, typically after a
+//     Complete that returned ErrNotReplicated): the record is not reported
+//     Completed, so the message is not acked, until replicas hold it.
+//
+// The middleware treats it as an unavailable store: the message is nacked
+// and redelivered.
+var ErrNotReplicated = errors.New("redisstore: record not acknowledged by enough replicas")
 
 // Store is an idempotency.Store on Redis. It is safe for concurrent use and
 // keeps no state of its own besides its configuration: every record lives in
@@ -78,8 +87,8 @@ func WithRetention(d time.Duration) Option {
 	}
 }
 
-// WithLogger sets the logger (default: discard). The store logs the
-// persistence warning of New and script reloads.
+// WithLogger sets the logger (default: slog.Default()). The store logs
+// only warnings: the persistence warning of New and script reloads.
 func WithLogger(l *slog.Logger) Option {
 	return func(s *Store) error {
 		if l == nil {
@@ -90,13 +99,16 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithWaitReplicas makes Complete wait until n replicas acknowledged the
-// DONE record (Redis WAIT n timeout), and return an error wrapping
-// ErrNotReplicated when fewer did within timeout. It costs one more round
-// trip per Complete, which lasts until the replicas answered (up to
-// timeout). WAIT is sent on the connection that wrote the record, as Redis
-// requires; this needs a *redis.Client (single node, Sentinel) or a
-// *redis.ClusterClient.
+// WithWaitReplicas makes Claim and Complete wait until n replicas
+// acknowledged the record (Redis WAIT n timeout), and return an error
+// wrapping ErrNotReplicated when fewer did within timeout: an acquired
+// claim, a DONE record written by Complete, and a DONE record a Claim
+// found (see ErrNotReplicated). It costs one more round trip per Claim and
+// per Complete, which lasts until the replicas answered (up to timeout);
+// give the middleware's store timeout room for it. WAIT is sent on the
+// connection that wrote the record, as Redis requires; this needs a
+// *redis.Client (single node, Sentinel) or a *redis.ClusterClient. Claims
+// and Completes under this option are never batched.
 func WithWaitReplicas(n int, timeout time.Duration) Option {
 	return func(s *Store) error {
 		if n < 1 {
@@ -114,7 +126,8 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 // New returns a store on client. It loads the store's Lua scripts (SCRIPT
 // LOAD), so that every later call is a single EVALSHA, and reads the
 // server's persistence settings (see Durability), logging a warning when a
-// restart would forget DONE records. It fails when the server cannot be
+// crash or restart of the server can forget acknowledged DONE records (to
+// slog.Default() unless WithLogger is given). It fails when the server cannot be
 // reached or refuses the scripts.
 //
 // The store never closes client: the caller owns it and closes it after the
@@ -128,7 +141,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*St
 		client:    client,
 		prefix:    DefaultPrefix,
 		retention: DefaultRetention,
-		logger:    slog.New(slog.DiscardHandler),
+		logger:    slog.Default(),
 	}
 	for _, o := range opts {
 		if err := o(s); err != nil {
@@ -251,6 +264,9 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 		return idempotency.ClaimResult{}, err
 	}
 	token := newID()
+	if s.waitN > 0 {
+		return s.claimAndWait(ctx, req, token)
+	}
 	// The one script call of a Claim; the direct and the batched path
 	// (WithBatching) send exactly this.
 	v, err := s.send(ctx, scriptCall{sc: scriptClaim, key: s.redisKey(req.Namespace, req.Key), args: s.claimArgs(req, token)})
@@ -311,7 +327,7 @@ func claimResult(v any, req idempotency.ClaimRequest, token string) (idempotency
 	case "conflict":
 		res = idempotency.ClaimResult{Status: idempotency.Conflict, StoredFingerprint: r.str(1)}
 	case "in_progress":
-		res = idempotency.ClaimResult{Status: idempotency.InProgress, Until: fromMs(r.int(1))}
+		res = idempotency.ClaimResult{Status: idempotency.InProgress, Until: fromMs(r.int(1)), Wait: time.Duration(r.int(2)) * time.Millisecond}
 	case "exhausted":
 		h, err := decodeHistory(r.str(2))
 		if err != nil {
@@ -376,22 +392,30 @@ func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome i
 	return okOrLost(v)
 }
 
-// completeAndWait runs the Complete script and then WAIT on one connection:
-// WAIT counts the replicas that acknowledged the writes of its own
-// connection.
-func (s *Store) completeAndWait(ctx context.Context, key string, args []any) error {
-	var node *redis.Client
+// primaryConn returns a connection to the primary that holds key. WAIT
+// counts the replicas that acknowledged the writes of its own connection,
+// so a write and its WAIT must share one.
+func (s *Store) primaryConn(ctx context.Context, key string) (*redis.Conn, error) {
 	switch c := s.client.(type) {
 	case *redis.Client:
-		node = c
+		return c.Conn(), nil
 	case *redis.ClusterClient:
 		n, err := c.MasterForKey(ctx, key)
 		if err != nil {
-			return fmt.Errorf("redisstore: complete: %w", err)
+			return nil, err
 		}
-		node = n
+		return n.Conn(), nil
 	}
-	conn := node.Conn()
+	// New refuses WithWaitReplicas on any other client.
+	return nil, fmt.Errorf("WAIT needs a *redis.Client or *redis.ClusterClient, got %T", s.client)
+}
+
+// completeAndWait runs the Complete script and then WAIT on one connection.
+func (s *Store) completeAndWait(ctx context.Context, key string, args []any) error {
+	conn, err := s.primaryConn(ctx, key)
+	if err != nil {
+		return fmt.Errorf("redisstore: complete: %w", err)
+	}
 	defer func() { _ = conn.Close() }()
 	v, err := s.evalSha(ctx, conn, scriptComplete, key, args...)
 	if err != nil {
@@ -400,12 +424,88 @@ func (s *Store) completeAndWait(ctx context.Context, key string, args []any) err
 	if err := okOrLost(v); err != nil {
 		return err
 	}
-	acked, err := conn.Wait(ctx, s.waitN, s.waitTimeout).Result()
-	if err != nil {
-		return fmt.Errorf("redisstore: complete: WAIT: %w", err)
+	if err := s.wait(ctx, conn, ""); err != nil {
+		return fmt.Errorf("redisstore: complete: %w", err)
 	}
-	if acked < int64(s.waitN) {
-		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, acked, s.waitN, s.waitTimeout)
+	return nil
+}
+
+// releaseTimeout bounds the release of a claim that was not replicated,
+// which runs even when the caller's context has ended.
+const releaseTimeout = 5 * time.Second
+
+// claimAndWait runs the Claim script and, for an acquired claim or a DONE
+// record, WAIT on the same connection (see ErrNotReplicated). An acquired
+// claim that is not replicated is released as canceled (not charged to the
+// budget); when that release fails too, the claim stays until its lease
+// expires.
+func (s *Store) claimAndWait(ctx context.Context, req idempotency.ClaimRequest, token string) (idempotency.ClaimResult, error) {
+	key := s.redisKey(req.Namespace, req.Key)
+	conn, err := s.primaryConn(ctx, key)
+	if err != nil {
+		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	defer func() { _ = conn.Close() }()
+	v, err := s.evalSha(ctx, conn, scriptClaim, key, s.claimArgs(req, token)...)
+	if err != nil {
+		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	res, err := claimResult(v, req, token)
+	if err != nil {
+		return idempotency.ClaimResult{}, err
+	}
+	switch res.Status {
+	case idempotency.Acquired:
+		if err := s.wait(ctx, conn, ""); err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+			defer cancel()
+			rerr := s.Release(rctx, res.Lease, idempotency.Failure{Canceled: true, Error: err.Error()})
+			return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", errors.Join(err, rerr))
+		}
+	case idempotency.Completed:
+		// The record was written on another connection: a write of this
+		// one that follows it in the replication stream makes WAIT count
+		// only the replicas that hold it.
+		if err := s.wait(ctx, conn, key); err != nil {
+			return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// confirmDone rewrites the state of a DONE record with its own value: a
+// no-op that Redis still replicates after the record, so a WAIT on the
+// same connection confirms the record. It touches nothing else (the TTL
+// stays) and writes nothing when the record is gone or changed.
+const confirmDone = `if redis.call('HGET', KEYS[1], 'state') == 'done' then redis.call('HSET', KEYS[1], 'state', 'done') end return 1`
+
+// wait sends WAIT on conn, after confirmDone on doneKey when it is set (in
+// one round trip), and returns an error wrapping ErrNotReplicated when
+// fewer than waitN replicas acknowledged within waitTimeout.
+func (s *Store) wait(ctx context.Context, conn *redis.Conn, doneKey string) error {
+	var (
+		n   int64
+		err error
+	)
+	if doneKey == "" {
+		n, err = conn.Wait(ctx, s.waitN, s.waitTimeout).Result()
+	} else {
+		var acked *redis.Cmd
+		_, err = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Eval(ctx, confirmDone, []string{doneKey})
+			// The pipeline has no Wait method: the same command by name.
+			acked = p.Do(ctx, "wait", s.waitN, ms(s.waitTimeout))
+			return nil
+		})
+		if err == nil {
+			n, err = acked.Int64()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("WAIT: %w", err)
+	}
+	if n < int64(s.waitN) {
+		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, n, s.waitN, s.waitTimeout)
 	}
 	return nil
 }
@@ -421,7 +521,7 @@ func (s *Store) Release(ctx context.Context, lease idempotency.Lease, f idempote
 	v, err := s.evalSha(ctx, s.client, scriptRelease, s.redisKey(lease.Namespace, lease.Key),
 		lease.Token, newID(), ms(s.retention), flag(f.Canceled), flag(f.Final),
 		idempotency.Truncate(f.Error, idempotency.MaxErrorLen), f.ErrorType, f.Reason,
-		idempotency.Truncate(f.Stack, idempotency.MaxStackLen))
+		idempotency.Truncate(f.Stack, idempotency.MaxStackLen), ms(max(f.RetryAfter, 0)))
 	if err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
@@ -488,6 +588,7 @@ func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Rec
 		ExpiresAt:   fromMs(r.int(8)),
 		ReopenedBy:  r.str(9),
 		BudgetBase:  int(r.int(10)),
+		NotBefore:   fromMs(r.int(11)),
 	}
 	if rec.State == idempotency.StateDone {
 		if rec.Outcome, err = decodeOutcome(r.str(6)); err != nil {

@@ -363,12 +363,16 @@ func TestDurabilityWarnsWithoutPersistence(t *testing.T) {
 	require.False(t, d.RDB, "the shared test server runs with --save \"\"")
 	require.True(t, d.ConfigRead)
 	require.Contains(t, []string{"always", "everysec", "no"}, d.AppendFsync)
-	require.Equal(t, "no persistence (no AOF, no RDB): a restart loses every DONE record; duplicates become possible", d.Warning)
+	require.Equal(t, "no persistence (no AOF, no RDB): a restart loses all DONE records; duplicates become possible", d.Warning)
 	require.Equal(t, []string{d.Warning}, logs.warnings())
 }
 
 func TestDurabilityLevels(t *testing.T) {
-	const noAOF = "no AOF: a restart loses DONE records written since the last RDB save; duplicates become possible"
+	const (
+		noAOF    = "no AOF: a restart loses the DONE records written since the last RDB save; duplicates become possible"
+		noConfig = "no AOF: a restart loses the DONE records written since the last RDB save, or all of them without save points (CONFIG GET refused); duplicates become possible"
+		everysec = "AOF appendfsync everysec: a crash of the Redis process or its machine can lose up to about 2 seconds of acknowledged DONE records; duplicates become possible"
+	)
 	for _, tc := range []struct {
 		name  string
 		args  []string
@@ -388,14 +392,14 @@ func TestDurabilityLevels(t *testing.T) {
 		{
 			name: "AOF everysec",
 			args: []string{"--appendonly", "yes"},
-			want: redisstore.Durability{AOF: true, AppendFsync: "everysec", ConfigRead: true},
+			want: redisstore.Durability{AOF: true, AppendFsync: "everysec", ConfigRead: true, Warning: everysec},
 		},
 		{
 			// Managed services often disable CONFIG: RDB is unknown then,
 			// so the warning is the one that does not claim there is none.
 			name: "CONFIG disabled",
 			args: []string{"--rename-command", "CONFIG", ""},
-			want: redisstore.Durability{Warning: noAOF},
+			want: redisstore.Durability{Warning: noConfig},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -460,22 +464,24 @@ func errString(err error) string {
 }
 
 // With WithWaitReplicas and no replica, Complete says the record was not
-// replicated, yet the record is DONE on the primary.
+// replicated, yet the record is DONE on the primary. (The claim is taken
+// by a store without the option: under it, the claim would fail too.)
 func TestWaitReplicasWithoutReplica(t *testing.T) {
 	t.Parallel()
 	_, c := privateRedis(t)
 	const timeout = 50 * time.Millisecond
 	s := newStore(t, c, redisstore.WithWaitReplicas(1, timeout))
+	plain := newStore(t, c)
 	ctx := t.Context()
 
-	l := acquire(t, s, claimReq("k"))
+	l := acquire(t, plain, claimReq("k"))
 	start := time.Now()
 	err := s.Complete(ctx, l, idempotency.Outcome{Messages: []idempotency.StoredMessage{{UUID: "u"}}})
 	require.ErrorIs(t, err, redisstore.ErrNotReplicated)
 	require.Contains(t, err.Error(), "0 of 1 replicas acknowledged within 50ms")
 	require.GreaterOrEqual(t, time.Since(start), timeout, "WAIT waited for the timeout")
 
-	res, err := s.Claim(ctx, claimReq("k"))
+	res, err := plain.Claim(ctx, claimReq("k"))
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Completed, res.Status, "the record is DONE on the primary")
 	require.Equal(t, "u", res.Outcome.Messages[0].UUID)

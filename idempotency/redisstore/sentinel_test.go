@@ -112,17 +112,23 @@ func TestSentinel(t *testing.T) {
 		// The new primary has the record but not the scripts (SCRIPT LOAD
 		// is not replicated): the store reloads them and answers. The first
 		// calls may still meet the old primary's dead connections.
+		// The new primary has no replica, so the store under
+		// WithWaitReplicas would not confirm the record: read it with one
+		// without.
+		plain := newStore(t, c)
 		var res idempotency.ClaimResult
 		require.Eventually(t, func() bool {
-			res, err = s.Claim(ctx, claimReq("kept"))
+			res, err = plain.Claim(ctx, claimReq("kept"))
 			return err == nil
 		}, 30*time.Second, 100*time.Millisecond, "no claim through the new primary")
 		require.Equal(t, idempotency.Completed, res.Status, "the acknowledged DONE record survived the failover")
 		require.Equal(t, "u", res.Outcome.Messages[0].UUID)
-		l = acquire(t, s, claimReq("after-failover"))
+		_, err = s.Claim(ctx, claimReq("after-failover"))
+		require.ErrorIs(t, err, redisstore.ErrNotReplicated, "the new primary has no replica: no claim is handed out")
+		l = acquire(t, plain, claimReq("after-failover"))
 		err = s.Complete(ctx, l, idempotency.Outcome{})
 		require.ErrorIs(t, err, redisstore.ErrNotReplicated, "the new primary has no replica, yet the record is DONE")
-		res, err = s.Claim(ctx, claimReq("after-failover"))
+		res, err = plain.Claim(ctx, claimReq("after-failover"))
 		require.NoError(t, err)
 		require.Equal(t, idempotency.Completed, res.Status)
 	})

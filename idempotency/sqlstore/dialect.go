@@ -74,7 +74,7 @@ func (d Dialect) ddl(table string) []string {
 
 // The columns of a record after its primary key (namespace, op_key), in
 // the order rows are scanned and saved.
-const columns = "state, fingerprint, token, attempts, canceled, lease_until_ms, expires_at_ms, updated_at_ms, outcome, history, reopened_by, budget_base"
+const columns = "state, fingerprint, token, attempts, canceled, lease_until_ms, expires_at_ms, updated_at_ms, outcome, history, reopened_by, budget_base, not_before_ms"
 
 // purgeBatch is how many expired rows one Purge statement deletes.
 const purgeBatch = 1000
@@ -116,7 +116,7 @@ func newQueries(d Dialect, table string) queries {
 		// transaction's start.
 		q.now = "(floor(extract(epoch from clock_timestamp()) * 1000))::bigint"
 		q.insert = "INSERT INTO " + t + " (namespace, op_key, " + columns + ")" +
-			" VALUES (?, ?, 'in_progress', ?, ?, 0, 0, 0, 0, 0, NULL, '[]', '', 0) ON CONFLICT (namespace, op_key) DO NOTHING"
+			" VALUES (?, ?, 'in_progress', ?, ?, 0, 0, 0, 0, 0, NULL, '[]', '', 0, 0) ON CONFLICT (namespace, op_key) DO NOTHING"
 		// SKIP LOCKED: a row a claim holds is not waited for; the outer
 		// condition is checked again on the row's newest version.
 		q.purge = "DELETE FROM " + t + " WHERE (namespace, op_key) IN (SELECT namespace, op_key FROM " + t +
@@ -132,7 +132,7 @@ func newQueries(d Dialect, table string) queries {
 		// INSERT IGNORE would take a shared one, and two claims upgrading
 		// their shared locks with FOR UPDATE deadlock.
 		q.insert = "INSERT INTO " + t + " (namespace, op_key, " + columns + ")" +
-			" VALUES (?, ?, 'in_progress', ?, ?, 0, 0, 0, 0, 0, NULL, '[]', '', 0) ON DUPLICATE KEY UPDATE namespace = namespace"
+			" VALUES (?, ?, 'in_progress', ?, ?, 0, 0, 0, 0, 0, NULL, '[]', '', 0, 0) ON DUPLICATE KEY UPDATE namespace = namespace"
 		// A total order, so that the statement is deterministic for
 		// statement-based replication.
 		q.purge = "DELETE FROM " + t + " WHERE expires_at_ms <= ? ORDER BY expires_at_ms, namespace, op_key LIMIT " + strconv.Itoa(purgeBatch)
@@ -141,7 +141,7 @@ func newQueries(d Dialect, table string) queries {
 		t = `"` + table + `"`
 		q.now = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
 		q.insert = "INSERT INTO " + t + " (namespace, op_key, " + columns + ")" +
-			" VALUES (?, ?, 'in_progress', ?, ?, 0, 0, 0, 0, 0, NULL, '[]', '', 0) ON CONFLICT (namespace, op_key) DO NOTHING"
+			" VALUES (?, ?, 'in_progress', ?, ?, 0, 0, 0, 0, 0, NULL, '[]', '', 0, 0) ON CONFLICT (namespace, op_key) DO NOTHING"
 		q.lock = "UPDATE " + t + " SET token = token WHERE namespace = ? AND op_key = ?"
 		q.purge = "DELETE FROM " + t + " WHERE rowid IN (SELECT rowid FROM " + t +
 			" WHERE expires_at_ms <= ? LIMIT " + strconv.Itoa(purgeBatch) + ")"
@@ -149,7 +149,7 @@ func newQueries(d Dialect, table string) queries {
 	q.selectRow = "SELECT " + columns + " FROM " + t + " WHERE namespace = ? AND op_key = ?" + forUpdate
 	q.getRow = "SELECT " + q.now + ", " + columns + " FROM " + t + " WHERE namespace = ? AND op_key = ?"
 	q.save = "UPDATE " + t + " SET state = ?, fingerprint = ?, token = ?, attempts = ?, canceled = ?," +
-		" lease_until_ms = ?, expires_at_ms = ?, updated_at_ms = ?, outcome = ?, history = ?, reopened_by = ?, budget_base = ?" +
+		" lease_until_ms = ?, expires_at_ms = ?, updated_at_ms = ?, outcome = ?, history = ?, reopened_by = ?, budget_base = ?, not_before_ms = ?" +
 		" WHERE namespace = ? AND op_key = ?"
 	q.now = "SELECT " + q.now
 	if d == Postgres {

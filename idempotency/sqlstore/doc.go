@@ -29,6 +29,12 @@
 //	updated_at_ms      time of the last write
 //	outcome            JSON of idempotency.Outcome, once done
 //	history            JSON array of the newest idempotency.MaxHistory attempts
+//	reopened_by, budget_base  the replay that last reopened the record, and its budget base
+//	not_before_ms      retry-after time of a failed record (else 0): no claim before it
+//
+// A table made by an earlier version lacks the later columns: run Migrate
+// (or the ALTER TABLE statements at the end of the schema file) before
+// deploying; it adds them with their defaults and keeps every row.
 //
 // Times are Unix milliseconds of the database clock. An index on
 // expires_at_ms serves Purge.

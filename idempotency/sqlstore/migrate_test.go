@@ -28,7 +28,7 @@ func TestMigrateAddsReopenColumns(t *testing.T) {
 			_, err := db.ExecContext(t.Context(), stmt)
 			require.NoError(t, err, stmt)
 		}
-		require.Equal(t, 2, added, "the schema adds two columns")
+		require.Equal(t, 3, added, "the schema adds three columns")
 		far := time.Now().Add(time.Hour).UnixMilli()
 		_, err := db.ExecContext(t.Context(), rebind(b.dialect, "INSERT INTO "+quote(b.dialect, table)+
 			" (namespace, op_key, state, fingerprint, token, attempts, canceled, lease_until_ms, expires_at_ms, updated_at_ms, outcome, history)"+

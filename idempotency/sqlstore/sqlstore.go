@@ -248,6 +248,7 @@ type row struct {
 	history     []histEntry
 	reopenedBy  string
 	budgetBase  int
+	notBefore   int64 // a FAILED record's retry-after time; 0 if none
 }
 
 // histEntry is one attempt as stored in the history column (a JSON array,
@@ -274,7 +275,7 @@ func scanRow(sc interface{ Scan(...any) error }, lead ...any) (row, error) {
 		history []byte
 	)
 	dest := append(lead, &r.state, &r.fingerprint, &r.token, &r.attempts, &r.canceled,
-		&r.leaseUntil, &r.expiresAt, &r.updatedAt, &r.outcome, &history, &r.reopenedBy, &r.budgetBase)
+		&r.leaseUntil, &r.expiresAt, &r.updatedAt, &r.outcome, &history, &r.reopenedBy, &r.budgetBase, &r.notBefore)
 	if err := sc.Scan(dest...); err != nil {
 		return row{}, err
 	}
@@ -319,7 +320,7 @@ func (s *Store) save(ctx context.Context, tx *sql.Tx, namespace, key string, r r
 		outcome = string(r.outcome)
 	}
 	if _, err := tx.ExecContext(ctx, s.q.save, r.state, r.fingerprint, r.token, r.attempts, r.canceled,
-		r.leaseUntil, r.expiresAt, r.updatedAt, outcome, string(history), r.reopenedBy, r.budgetBase, namespace, key); err != nil {
+		r.leaseUntil, r.expiresAt, r.updatedAt, outcome, string(history), r.reopenedBy, r.budgetBase, r.notBefore, namespace, key); err != nil {
 		return fmt.Errorf("update: %w", err)
 	}
 	return nil
@@ -421,7 +422,7 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequ
 			prev = previousOf(r.history)
 		case idempotency.StateInProgress:
 			if now < r.leaseUntil {
-				return idempotency.ClaimResult{Status: idempotency.InProgress, Until: fromMs(r.leaseUntil)}, nil
+				return waiting(r.leaseUntil, now), nil
 			}
 			// The owner's lease expired without Complete or Release: it died
 			// or hung, so its effect may or may not have happened.
@@ -431,6 +432,10 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequ
 			}
 			prev = idempotency.Previous{Result: idempotency.PreviousUnknown}
 		case idempotency.StateFailed:
+			if now < r.notBefore {
+				// The last attempt asked for a delay: not charged.
+				return waiting(r.notBefore, now), nil
+			}
 			prev = previousOf(r.history)
 		}
 		if reopens(req, r) {
@@ -440,7 +445,7 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequ
 		}
 		if r.attempts-r.canceled-r.budgetBase >= req.MaxAttempts {
 			r.state = string(idempotency.StateExhausted)
-			r.leaseUntil = 0
+			r.leaseUntil, r.notBefore = 0, 0
 			r.expiresAt = now + ms(s.retention)
 			r.updatedAt = now
 			if err := s.save(ctx, tx, req.Namespace, req.Key, r); err != nil {
@@ -453,6 +458,7 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequ
 	r.attempts++
 	r.state = string(idempotency.StateInProgress)
 	r.token = token
+	r.notBefore = 0
 	r.leaseUntil = now + ms(req.Lease)
 	// Never forgotten while leased; an owner that dies leaves a failure of
 	// unknown outcome, forgotten a retention after its lease expires.
@@ -500,6 +506,12 @@ func previousOf(h []histEntry) idempotency.Previous {
 	default:
 		return idempotency.Previous{Result: idempotency.PreviousFailed, Error: last.Error}
 	}
+}
+
+// waiting is the InProgress result of a claim at now refused until until
+// (a live lease or a retry-after delay), with the wait measured here.
+func waiting(until, now int64) idempotency.ClaimResult {
+	return idempotency.ClaimResult{Status: idempotency.InProgress, Until: fromMs(until), Wait: time.Duration(until-now) * time.Millisecond}
 }
 
 func exhausted(r row) idempotency.ClaimResult {
@@ -649,7 +661,12 @@ func (s *Store) Release(ctx context.Context, lease idempotency.Lease, f idempote
 			r.state = string(idempotency.StateExhausted)
 		}
 		r.leaseUntil = 0
+		r.notBefore = 0
 		r.expiresAt = now + ms(s.retention)
+		if r.state == string(idempotency.StateFailed) && !f.Canceled && f.RetryAfter > 0 {
+			r.notBefore = now + ms(f.RetryAfter)
+			r.expiresAt = r.notBefore + ms(s.retention)
+		}
 		if n := len(r.history); n > 0 {
 			h := &r.history[n-1]
 			h.Result, h.Ended = result, now
@@ -716,6 +733,7 @@ func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Rec
 		ExpiresAt:   fromMs(r.expiresAt),
 		ReopenedBy:  r.reopenedBy,
 		BudgetBase:  r.budgetBase,
+		NotBefore:   fromMs(r.notBefore),
 	}
 	if rec.State == idempotency.StateDone {
 		if rec.Outcome, err = decodeOutcome(r.outcome); err != nil {

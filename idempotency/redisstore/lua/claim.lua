@@ -8,7 +8,8 @@
 --   until_ms                  acquired, first attempt of a new key
 --   outcome_json              completed (a duplicate)
 --   {'conflict', stored_fingerprint}
---   {'in_progress', until_ms}
+--   {'in_progress', until_ms, wait_ms}   (a live lease, or a failed
+--                             record's retry-after time nb_ms not passed)
 --   {'exhausted', attempts, history_json}
 --   {'acquired', attempt, until_ms, previous_result, previous_error}
 -- The two common answers are bare values, which Redis returns at a fraction
@@ -53,7 +54,7 @@ if state == 'done' then
   return r[2] or ''
 end
 
-local r = redis.call('HMGET', key, 'fp', 'attempts', 'canceled', 'until_ms', 'history', 'token', 'reopened_by', 'base')
+local r = redis.call('HMGET', key, 'fp', 'attempts', 'canceled', 'until_ms', 'history', 'token', 'reopened_by', 'base', 'nb_ms')
 if r[1] ~= fp then
   return {'conflict', r[1] or ''}
 end
@@ -67,9 +68,15 @@ local reopens = reopen ~= '' and reopen ~= reopened_by
 if state == 'exhausted' and not reopens then
   return {'exhausted', attempts, r[5] or '[]'}
 end
+local now = now_text()
+-- The last attempt asked for a delay (retry-after): not charged. A record
+-- of an earlier release has no nb_ms.
+local nb = tonumber(r[9])
+if state == 'failed' and nb and tonumber(now) < nb then
+  return {'in_progress', nb, nb - tonumber(now)}
+end
 local history = decode_history(r[5])
 local n = #history
-local now = now_text()
 local prev, prev_err = '', ''
 if state == 'in_progress' then
   local until_ms = tonumber(r[4]) or 0
@@ -87,7 +94,7 @@ if state == 'in_progress' then
     return {'acquired', attempts, until_ms, prev, prev_err}
   end
   if tonumber(now) < until_ms then
-    return {'in_progress', until_ms}
+    return {'in_progress', until_ms, until_ms - tonumber(now)}
   end
   -- The owner's lease expired without Complete or Release: it died or hung,
   -- so its effect may or may not have happened.
@@ -110,7 +117,7 @@ end
 if attempts - canceled - base >= tonumber(ARGV[3]) then
   local h = encode_history(history)
   redis.call('HSET', key, 'state', 'exhausted', 'history', h)
-  redis.call('HDEL', key, 'until_ms')
+  redis.call('HDEL', key, 'until_ms', 'nb_ms')
   redis.call('PEXPIRE', key, ARGV[5])
   return {'exhausted', attempts, h}
 end
@@ -126,5 +133,8 @@ redis.call('HSET', key,
   'attempts', int(attempts), 'canceled', int(canceled),
   'until_ms', int(until_ms), 'history', with_attempt(encode_history(history), int(attempts), now),
   'reopened_by', reopened_by, 'base', int(base))
+if r[9] then
+  redis.call('HDEL', key, 'nb_ms')
+end
 redis.call('PEXPIRE', key, ARGV[6])
 return {'acquired', attempts, until_ms, prev, prev_err}

@@ -1,9 +1,9 @@
 -- Get: KEYS[1] = record key. Read only.
 -- Returns {} when there is no record, else
 -- {state, fp, token, attempts, canceled, until_ms, outcome, history, expires_at_ms,
---  reopened_by, base}
+--  reopened_by, base, nb_ms}
 local key = KEYS[1]
-local r = redis.call('HMGET', key, 'state', 'fp', 'token', 'attempts', 'canceled', 'until_ms', 'outcome', 'history', 'reopened_by', 'base')
+local r = redis.call('HMGET', key, 'state', 'fp', 'token', 'attempts', 'canceled', 'until_ms', 'outcome', 'history', 'reopened_by', 'base', 'nb_ms')
 if not r[1] then
   return {}
 end
@@ -12,4 +12,4 @@ local pttl = redis.call('PTTL', key)
 if pttl >= 0 then
   expires = now_ms() + pttl
 end
-return {r[1], r[2] or '', r[3] or '', r[4] or '0', r[5] or '0', r[6] or '', r[7] or '', r[8] or '', expires, r[9] or '', r[10] or '0'}
+return {r[1], r[2] or '', r[3] or '', r[4] or '0', r[5] or '0', r[6] or '', r[7] or '', r[8] or '', expires, r[9] or '', r[10] or '0', r[11] or '0'}

@@ -1,6 +1,7 @@
 -- Release: KEYS[1] = record key.
 -- ARGV: token, request_id, retention_ms, canceled (0|1), final (0|1),
---       error, error_type, reason, stack (already truncated by the client)
+--       error, error_type, reason, stack (already truncated by the client),
+--       retry_after_ms (0 for none; absent from earlier releases' clients)
 -- Returns 1 when released, 0 when the lease is lost.
 local key = KEYS[1]
 local token, req, retention = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -36,6 +37,15 @@ if n > 0 then
   if ARGV[9] ~= '' then h.stack = ARGV[9] end
 end
 redis.call('HSET', key, 'state', state, 'canceled', int(canceled), 'history', encode_history(history), 'req', req)
-redis.call('HDEL', key, 'until_ms')
+-- A failure that asked for a delay keeps the record from claims until
+-- nb_ms (server clock), and keeps it a retention after that.
+local delay = tonumber(ARGV[10]) or 0
+if state == 'failed' and not canceled_flag and delay > 0 then
+  redis.call('HSET', key, 'nb_ms', int(now + delay))
+  redis.call('HDEL', key, 'until_ms')
+  redis.call('PEXPIRE', key, int(retention + delay))
+  return 1
+end
+redis.call('HDEL', key, 'until_ms', 'nb_ms')
 redis.call('PEXPIRE', key, int(retention))
 return 1

@@ -32,3 +32,7 @@ CREATE TABLE IF NOT EXISTS `surely_inbox` (
 -- gave the record a fresh budget, and attempts - canceled at that moment.
 ALTER TABLE `surely_inbox` ADD COLUMN reopened_by VARBINARY(512) NOT NULL DEFAULT '';
 ALTER TABLE `surely_inbox` ADD COLUMN budget_base INT NOT NULL DEFAULT 0;
+
+-- Retry-after delay (idempotency.Failure.RetryAfter): a FAILED record is
+-- not claimed again before this time; 0 means none.
+ALTER TABLE `surely_inbox` ADD COLUMN not_before_ms BIGINT NOT NULL DEFAULT 0;

@@ -26,3 +26,7 @@ CREATE INDEX IF NOT EXISTS "surely_inbox_expires_idx" ON "surely_inbox" (expires
 -- gave the record a fresh budget, and attempts - canceled at that moment.
 ALTER TABLE "surely_inbox" ADD COLUMN reopened_by TEXT NOT NULL DEFAULT '';
 ALTER TABLE "surely_inbox" ADD COLUMN budget_base INTEGER NOT NULL DEFAULT 0;
+
+-- Retry-after delay (idempotency.Failure.RetryAfter): a FAILED record is
+-- not claimed again before this time; 0 means none.
+ALTER TABLE "surely_inbox" ADD COLUMN not_before_ms INTEGER NOT NULL DEFAULT 0;
