@@ -201,9 +201,9 @@ func WithRedactor(r dlq.Redactor) Option {
 	}
 }
 
-// WithStoreTimeout bounds every store call (default: none, the store
-// client's own timeouts apply). Set it for database/sql stores, which have
-// no timeout of their own.
+// WithStoreTimeout bounds every store call (default:
+// middleware.DefaultStoreTimeout, 5s, or a third of the lease when that is
+// shorter). It must be shorter than the lease.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

@@ -23,6 +23,10 @@ import (
 const (
 	DefaultLease       = 30 * time.Second
 	DefaultMaxAttempts = 5
+	// DefaultStoreTimeout bounds every store call unless WithStoreTimeout
+	// says otherwise; a lease shorter than three times it lowers the bound
+	// to a third of the lease.
+	DefaultStoreTimeout = 5 * time.Second
 )
 
 type dedupConfig struct {
@@ -80,13 +84,17 @@ func WithExtension(every, maxHeld time.Duration) DedupOption {
 	}
 }
 
-// WithStoreTimeout bounds each store call. By default (0) a store call is
-// bounded by the store client's own timeouts (go-redis read and write
-// timeouts, the SQL driver's), which saves a timer per call.
+// WithStoreTimeout bounds each store call: Claim, Complete (each of its
+// retries), Release, Extend and Get. The default is DefaultStoreTimeout
+// (5s), or a third of the lease when that is shorter, so that a store that
+// stops answering (database/sql has no timeout of its own) fails the call
+// instead of holding the message, and an Extend gives up before the lease
+// it extends runs out. d must be positive and shorter than the lease
+// (checked by Dedup).
 func WithStoreTimeout(d time.Duration) DedupOption {
 	return func(c *dedupConfig) error {
-		if d < 0 {
-			return fmt.Errorf("%w: store timeout must not be negative", ErrInvalidOption)
+		if d <= 0 {
+			return fmt.Errorf("%w: store timeout must be positive, got %v", ErrInvalidOption, d)
 		}
 		c.storeTimeout = d
 		return nil
@@ -138,7 +146,10 @@ func WithDedupLogger(l *slog.Logger) DedupOption {
 // whose reason is kept) leaves the record EXHAUSTED, so a duplicate is
 // dead-lettered again without running; a shutdown (the message context
 // canceled and the error its cancellation) releases the claim uncharged,
-// even when marked final.
+// even when marked final. A lease lost while the handler runs (an
+// extension refused by fencing) cancels the handler's context with cause
+// idempotency.ErrLeaseLost and returns a *LeaseLostError, as a Complete
+// refused by fencing does.
 //
 // A message without a key (ProcessWithoutDedup) has no dedup record, but
 // a bounded number of attempts: by the broker's delivery count
@@ -169,6 +180,12 @@ func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (mess
 	}
 	if c.extendEvery >= c.lease {
 		return nil, fmt.Errorf("%w: extension interval %v must be shorter than the lease %v", ErrInvalidOption, c.extendEvery, c.lease)
+	}
+	if c.storeTimeout == 0 {
+		c.storeTimeout = min(DefaultStoreTimeout, c.lease/3)
+	}
+	if c.storeTimeout >= c.lease {
+		return nil, fmt.Errorf("%w: store timeout %v must be shorter than the lease %v", ErrInvalidOption, c.storeTimeout, c.lease)
 	}
 	ex, err := idempotency.NewExtractor()
 	if err != nil {
@@ -226,27 +243,17 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 
 // storeCtx is the context of a store call that must finish even when the
 // message context is canceled (Complete, Release, Extend): a shutdown
-// still commits or releases its claims. It is bounded by WithStoreTimeout
-// when set; otherwise by the store client's own timeouts (go-redis: read
-// and write timeouts; database/sql: the driver's).
-func (d *dedup) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx = context.WithoutCancel(ctx)
-	if d.cfg.storeTimeout <= 0 {
-		return ctx, noop
-	}
-	return context.WithTimeout(ctx, d.cfg.storeTimeout)
+// still commits or releases its claims. It is always bounded by the store
+// timeout (WithStoreTimeout). Call stop when the call returned.
+func (d *dedup) storeCtx(ctx context.Context) *boundedCtx {
+	return newBoundedCtx(context.WithoutCancel(ctx), d.cfg.storeTimeout)
 }
 
 // claimCtx is the context of a Claim: the message context itself (a
 // shutdown may abandon a claim; its lease expires), bounded like storeCtx.
-func (d *dedup) claimCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d.cfg.storeTimeout <= 0 {
-		return ctx, noop
-	}
-	return context.WithTimeout(ctx, d.cfg.storeTimeout)
+func (d *dedup) claimCtx(ctx context.Context) *boundedCtx {
+	return newBoundedCtx(ctx, d.cfg.storeTimeout)
 }
-
-func noop() {}
 
 func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
 	op.Namespace = d.ns
@@ -268,9 +275,9 @@ func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.
 			req.Reopen = id
 		}
 	}
-	sctx, cancel := d.claimCtx(ctx)
+	sctx := d.claimCtx(ctx)
 	res, err := d.store.Claim(sctx, req)
-	cancel()
+	sctx.stop()
 	if err != nil {
 		return nil, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err)
 	}
@@ -434,6 +441,19 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 		setOutcome(ctx, OutcomeProcessed)
 		return msgs, nil
 	}
+	if errors.Is(hctx.cause(), idempotency.ErrLeaseLost) {
+		// An extension found the lease taken over: the handler was
+		// canceled, and the new owner decides the record. Neither
+		// Complete nor Release (both would be refused), no dead letter,
+		// whatever the handler returned: nack. Its error is kept as text
+		// so that no classification of it (permanent, canceled) applies.
+		setOutcome(ctx, OutcomeLeaseLost)
+		lost := fmt.Errorf("extend: %w", idempotency.ErrLeaseLost)
+		if herr != nil {
+			lost = fmt.Errorf("%w; the canceled handler returned %q", lost, herr.Error())
+		}
+		return nil, &LeaseLostError{Key: op.Key, Err: lost}
+	}
 	if herr == nil {
 		outcome := idempotency.Outcome{Messages: store(msgs)}
 		if err := d.complete(ctx, lease, outcome); err != nil {
@@ -448,9 +468,9 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 	}
 
 	f := d.failure(ctx, herr)
-	sctx, cancel := d.storeCtx(ctx)
+	sctx := d.storeCtx(ctx)
 	rerr := d.store.Release(sctx, lease, f)
-	cancel()
+	sctx.stop()
 	if rerr != nil && !errors.Is(rerr, idempotency.ErrLeaseLost) {
 		rerr = fmt.Errorf("%w: release %q: %w", ErrStoreUnavailable, op.Key, rerr)
 	}
@@ -473,11 +493,11 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 		if fe.Attempts == 0 {
 			fe.Attempts = lease.Attempt
 		}
-		gctx, cancel := d.storeCtx(ctx)
+		gctx := d.storeCtx(ctx)
 		if got, err := d.store.Get(gctx, d.ns, op.Key); err == nil && fe.History == nil {
 			fe.History = got.History
 		}
-		cancel()
+		gctx.stop()
 		return nil, fe
 	}
 	if rerr != nil {
@@ -498,9 +518,9 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 func (d *dedup) complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
 	wait := 50 * time.Millisecond
 	for i := 0; ; i++ {
-		sctx, cancel := d.storeCtx(ctx)
+		sctx := d.storeCtx(ctx)
 		err := d.store.Complete(sctx, lease, outcome)
-		cancel()
+		sctx.stop()
 		if err == nil || errors.Is(err, idempotency.ErrLeaseLost) || i == 3 {
 			return err
 		}
@@ -605,6 +625,10 @@ func replay(o *idempotency.Outcome) []*message.Message {
 
 // extender keeps a lease alive while the handler runs, bounded by maxHeld.
 // Extenders and their timers are pooled: arming one costs no allocation.
+//
+// mu is never held across a store or broker call: stop (and so Complete)
+// never waits for an Extend in flight. A tick's answer counts only for the
+// run it started in (gen), since a stopped extender may be reused.
 type extender struct {
 	d       *dedup
 	mu      sync.Mutex
@@ -613,7 +637,8 @@ type extender struct {
 	start   time.Time
 	timer   *time.Timer
 	stopped bool
-	hctx    *attemptCtx // the handler's context, canceled when it hangs
+	gen     uint64      // incremented by stop
+	hctx    *attemptCtx // the handler's context, canceled when it hangs or loses its lease
 }
 
 func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease, hctx *attemptCtx) *extender {
@@ -625,53 +650,75 @@ func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease, hctx
 		e.timer.Stop()
 		e.mu.Unlock()
 	}
+	e.arm(ctx, lease, hctx)
+	return e
+}
+
+// arm starts a run of a stopped extender.
+func (e *extender) arm(ctx context.Context, lease idempotency.Lease, hctx *attemptCtx) {
 	e.mu.Lock()
 	e.ctx, e.lease, e.start, e.stopped, e.hctx = ctx, lease, time.Now(), false, hctx
-	e.timer.Reset(d.cfg.extendEvery)
+	e.timer.Reset(e.d.cfg.extendEvery)
 	e.mu.Unlock()
-	return e
 }
 
 // tick extends the lease. A tick that fires late, after the extender was
 // stopped and reused, extends the current owner's lease early: harmless.
+// An extension refused by fencing (ErrLeaseLost) cancels the handler's
+// context with cause idempotency.ErrLeaseLost at once: another owner has
+// the operation, and every moment the stale handler runs on widens the
+// window in which both have an effect.
 func (e *extender) tick() {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.stopped {
+		e.mu.Unlock()
 		return
 	}
 	if time.Since(e.start)+e.d.cfg.lease > e.d.cfg.maxHeld {
 		e.d.cfg.logger.WarnContext(e.ctx, "surely: handler exceeded the longest lease hold; canceling it and letting the lease expire",
 			"key", e.lease.Key, "attempt", e.lease.Attempt, "max_held", e.d.cfg.maxHeld)
 		e.hctx.hang(ErrHandlerHung)
+		e.mu.Unlock()
 		return
 	}
-	sctx, cancel := e.d.storeCtx(e.ctx)
-	l, err := e.d.store.Extend(sctx, e.lease, e.d.cfg.lease)
-	if c, ok := delivery.ControlFrom(e.ctx); ok && err == nil {
+	ctx, lease, gen := e.ctx, e.lease, e.gen
+	e.mu.Unlock()
+
+	sctx := e.d.storeCtx(ctx)
+	l, err := e.d.store.Extend(sctx, lease, e.d.cfg.lease)
+	if c, ok := delivery.ControlFrom(ctx); ok && err == nil {
 		// Keep the broker's lease in step with the store's.
 		if berr := c.Extend(sctx); berr != nil {
-			e.d.cfg.logger.WarnContext(e.ctx, "surely: broker lease extension failed", "key", e.lease.Key, "error", berr)
+			e.d.cfg.logger.WarnContext(ctx, "surely: broker lease extension failed", "key", lease.Key, "error", berr)
 		}
 	}
-	cancel()
+	sctx.stop()
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped || e.gen != gen {
+		return // the attempt ended meanwhile: its outcome no longer depends on this lease
+	}
 	switch {
 	case err == nil:
 		e.lease = l
 	case errors.Is(err, idempotency.ErrLeaseLost):
-		e.d.cfg.logger.WarnContext(e.ctx, "surely: lease lost while the handler runs", "key", e.lease.Key, "attempt", e.lease.Attempt)
+		e.d.cfg.logger.WarnContext(ctx, "surely: lease lost while the handler runs; canceling it", "key", lease.Key, "attempt", lease.Attempt)
+		e.hctx.hang(idempotency.ErrLeaseLost)
 		return
 	default:
-		e.d.cfg.logger.WarnContext(e.ctx, "surely: lease extension failed", "key", e.lease.Key, "error", err)
+		e.d.cfg.logger.WarnContext(ctx, "surely: lease extension failed", "key", lease.Key, "error", err)
 	}
 	e.timer.Reset(e.d.cfg.extendEvery)
 }
 
-// stop ends the extension, returns the current lease and recycles e.
+// stop ends the extension, returns the current lease and recycles e. It
+// does not wait for an extension in flight.
 func (e *extender) stop() idempotency.Lease {
 	e.timer.Stop()
 	e.mu.Lock()
 	e.stopped = true
+	e.gen++
 	lease := e.lease
 	e.ctx, e.lease, e.hctx = nil, idempotency.Lease{}, nil
 	e.mu.Unlock()

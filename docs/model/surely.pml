@@ -188,9 +188,15 @@ deliver:
 	:: res == ACQUIRED -> skip
 	fi;
 
-	/* The handler runs; the extender may keep the lease (bounded hold). */
+	/* The handler runs; the extender may keep the lease (bounded hold).
+	 * An extension refused by fencing cancels the handler at once: no
+	 * effect, no Complete or Release; nack (lease_lost). */
 	if
-	:: !extended -> extended = true; extend(tok, ok)
+	:: !extended -> extended = true; extend(tok, ok);
+		if
+		:: !ok -> goto deliver
+		:: else -> skip
+		fi
 	:: true -> skip
 	fi;
 	CRASH_POINT;
