@@ -2,14 +2,18 @@ package handler_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+	_ "modernc.org/sqlite"
 	"pgregory.net/rapid"
 
 	surelydelivery "github.com/surely-dev/surely/delivery"
@@ -17,6 +21,9 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
+	"github.com/surely-dev/surely/idempotency/redisstore"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
+	"github.com/surely-dev/surely/internal/testenv"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -42,18 +49,65 @@ import (
 //   - the handler runs at most MaxAttempts times per key and budget, plus
 //     the crashes, before the message is dead-lettered.
 //
-// The store's clock is injected (memstore.WithClock) and starts skewed
-// from the process clock by up to an hour either way. The broker supports
-// native delays, so no step sleeps. Run longer with -rapid.checks=N (the
-// default is 100 sequences).
+//   - in inbox mode (sqlstore's Inbox on SQLite), at most one committed
+//     effect per key.
+//
+// It runs on memstore (lease mode), whose clock is injected
+// (memstore.WithClock), starts skewed from the process clock by up to an
+// hour either way and moves only when a step says so (lease expiry,
+// retention expiry); on Redis (lease mode); and on SQLite (the inbox). On
+// the servers time is real: a step that lets a lease expire waits out the
+// 100ms lease. The broker supports native delays, so no other step sleeps.
+// Run longer with -rapid.checks=N (default 100 sequences per store), e.g.
+// go test ./handler -run TestPropertyChainMemstore -rapid.checks=100000.
 
 const (
-	propNS        = "prop"
-	propLease     = 30 * time.Second
-	propAttempts  = 3
-	propMinDelay  = 10 * time.Millisecond
-	propMaxInProc = 10 * time.Second
+	propAttempts = 3
+	propMinDelay = 10 * time.Millisecond
 )
+
+// propBackend is the store under test and how time passes for it.
+type propBackend struct {
+	store idempotency.Store
+	ns    string
+	// lease and maxInProc: the dedup lease and the policy's in-process time.
+	lease, maxInProc time.Duration
+	// now is the store's clock (approximately, for a server's).
+	now func() time.Time
+	// advance lets d pass on the store's clock.
+	advance func(d time.Duration)
+	// expire forgets every record (retention); nil when the store cannot.
+	expire func()
+	// inbox is the SQLite database of sqlstore's transactional inbox: the
+	// handler's effect is a row in prop_effects, committed with DONE.
+	inbox      *sql.DB
+	inboxStore *sqlstore.Store
+}
+
+// memBackend is a memstore whose clock starts skewed from the process
+// clock by up to an hour either way and moves only when told.
+func memBackend(t *rapid.T) propBackend {
+	skew := time.Duration(rapid.Int64Range(-int64(time.Hour), int64(time.Hour)).Draw(t, "skew"))
+	clk := &propClock{now: time.Now().Add(skew)}
+	st, err := memstore.New(memstore.WithClock(clk.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return propBackend{
+		store: st, ns: "prop", lease: 30 * time.Second, maxInProc: 10 * time.Second,
+		now: clk.Now, advance: clk.advance,
+		expire: func() { clk.advance(memstore.DefaultRetention + time.Hour) },
+	}
+}
+
+// realAdvance waits out d on a server's clock, bounded by two leases.
+func realAdvance(lease time.Duration) func(time.Duration) {
+	return func(d time.Duration) {
+		if d >= lease {
+			time.Sleep(lease + 20*time.Millisecond) // the lease is the condition: it must pass
+		}
+	}
+}
 
 // propControl is the broker's delivery control: it records the delays
 // asked for, and always supports them (a broker-native delay).
@@ -145,13 +199,11 @@ const (
 	resCount
 )
 
-var resNames = [...]string{"success", "transient", "permanent", "panic", "retry.After", "dlq.Final", "shutdown"}
-
 // propWorld is one sequence's store, chain and reference model.
 type propWorld struct {
 	t        *rapid.T
 	store    idempotency.Store
-	clock    *propClock
+	b        propBackend
 	dead     *propDLQ
 	chain    message.HandlerFunc
 	ex       *idempotency.Extractor
@@ -171,30 +223,34 @@ type propWorld struct {
 	cancel    context.CancelFunc
 }
 
-func newPropWorld(t *rapid.T) *propWorld {
-	skew := time.Duration(rapid.Int64Range(-int64(time.Hour), int64(time.Hour)).Draw(t, "skew"))
-	clk := &propClock{now: time.Now().Add(skew)}
-	st, err := memstore.New(memstore.WithClock(clk.Now))
-	if err != nil {
-		t.Fatal(err)
-	}
+func newPropWorld(t *rapid.T, b propBackend) *propWorld {
 	w := &propWorld{
-		t: t, store: st, clock: clk, dead: &propDLQ{},
+		t: t, store: b.store, b: b, dead: &propDLQ{},
 		attempts: map[string]int{}, seen: map[string]int{}, runs: map[string]int{}, crashes: map[string]int{},
 	}
+	var err error
 	w.ex, err = idempotency.NewExtractor()
 	if err != nil {
 		t.Fatal(err)
 	}
 	policy, err := retry.NewPolicy(retry.WithMaxAttempts(propAttempts), retry.WithInProcessAttempts(1),
-		retry.WithBackoff(10*propMinDelay, time.Second), retry.WithMaxInProcessTime(propMaxInProc),
+		retry.WithBackoff(10*propMinDelay, time.Second), retry.WithMaxInProcessTime(b.maxInProc),
 		retry.WithRand(func() float64 { return w.jitter }))
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.chain, err = handler.New(w.business,
-		handler.WithStore(st, propNS), handler.WithDeadLetter(w.dead, "dead"),
-		handler.WithPolicy(policy), handler.WithBreaker(nil), handler.WithLease(propLease))
+	fn := w.business
+	if b.inbox != nil {
+		fn = b.inboxStore.Inbox(func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error) {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO prop_effects (k, uuid) VALUES (?, ?)", msg.Metadata.Get(idempotency.DefaultMetadataKey), msg.UUID); err != nil {
+				return nil, err
+			}
+			return w.business(msg) // a failure rolls the effect back
+		})
+	}
+	w.chain, err = handler.New(fn,
+		handler.WithStore(b.store, b.ns), handler.WithDeadLetter(w.dead, "dead"),
+		handler.WithPolicy(policy), handler.WithBreaker(nil), handler.WithLease(b.lease))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +298,7 @@ func (w *propWorld) business(msg *message.Message) ([]*message.Message, error) {
 }
 
 func (w *propWorld) record(key string) (idempotency.Record, bool) {
-	r, err := w.store.Get(context.Background(), propNS, key)
+	r, err := w.store.Get(context.Background(), w.b.ns, key)
 	if errors.Is(err, idempotency.ErrNotFound) {
 		return r, false
 	}
@@ -259,7 +315,7 @@ func (w *propWorld) noteReopen(m *propMsg) {
 	if !ok || m.replay == "" || r.ReopenedBy == m.replay || r.Fingerprint != w.fingerprint(m) {
 		return
 	}
-	expired := r.State == idempotency.StateInProgress && !w.clock.Now().Before(r.LeaseUntil)
+	expired := r.State == idempotency.StateInProgress && !w.b.now().Before(r.LeaseUntil)
 	if r.State == idempotency.StateExhausted || r.State == idempotency.StateFailed || expired {
 		w.runs[m.key], w.crashes[m.key] = 0, 0
 	}
@@ -303,6 +359,15 @@ func (w *propWorld) deliver(m *propMsg) {
 	if published == 1 && found && rec.Fingerprint == w.fingerprint(m) && rec.State != idempotency.StateExhausted {
 		w.t.Fatalf("%s dead-lettered, but its record is %v, not exhausted: it could run again", m.uuid, rec.State)
 	}
+	if w.b.inbox != nil {
+		var n int
+		if err := w.b.inbox.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM prop_effects WHERE k = ?", m.key).Scan(&n); err != nil {
+			w.t.Fatal(err)
+		}
+		if n > 1 {
+			w.t.Fatalf("key %s: %d committed effects in inbox mode", m.key, n)
+		}
+	}
 	if found {
 		if rec.Attempts < w.attempts[m.key] {
 			w.t.Fatalf("key %s: attempts went down from %d to %d", m.key, w.attempts[m.key], rec.Attempts)
@@ -343,8 +408,8 @@ func (w *propWorld) checkDelay(m *propMsg, ctl *propControl, err error) {
 func (w *propWorld) crash(m *propMsg) {
 	w.noteReopen(m)
 	res, err := w.store.Claim(context.Background(), idempotency.ClaimRequest{
-		Namespace: propNS, Key: m.key, Fingerprint: w.fingerprint(m),
-		Lease: propLease, MaxAttempts: propAttempts, Reopen: m.replay,
+		Namespace: w.b.ns, Key: m.key, Fingerprint: w.fingerprint(m),
+		Lease: w.b.lease, MaxAttempts: propAttempts, Reopen: m.replay,
 	})
 	if err != nil {
 		w.t.Fatalf("crash claim: %v", err)
@@ -387,8 +452,8 @@ func (w *propWorld) step() {
 		// with no floor: the generator draws d >= propMinDelay.
 		// TODO(defect 2): retry.After(d) with d above the policy's
 		// MaxInProcessTime is nacked with MaxInProcessTime, less than d;
-		// the generator keeps d within it. Re-enable: 2*propMaxInProc.
-		w.after = time.Duration(rapid.Int64Range(int64(propMinDelay), int64(propMaxInProc)).Draw(t, "after"))
+		// the generator keeps d within it. Re-enable: 2*w.b.maxInProc.
+		w.after = time.Duration(rapid.Int64Range(int64(propMinDelay), int64(w.b.maxInProc)).Draw(t, "after"))
 		// FINDING: full jitter draws the backoff from [0, cap], with no
 		// floor, so a transient failure can be nacked with a delay near 0
 		// (a jitter draw of 0 nacks at once). The draw is kept above a
@@ -413,8 +478,8 @@ func (w *propWorld) step() {
 		}
 		w.crash(rapid.SampledFrom(w.msgs).Draw(t, "message"))
 	case 6: // time passes: up to two leases, or past the retention
-		if rapid.IntRange(0, 9).Draw(t, "expire") == 0 {
-			w.clock.advance(memstore.DefaultRetention + 3*propLease)
+		if w.b.expire != nil && rapid.IntRange(0, 9).Draw(t, "expire") == 0 {
+			w.b.expire()
 			// Every record is forgotten; a later delivery creates it anew.
 			clear(w.attempts)
 			clear(w.seen)
@@ -422,7 +487,7 @@ func (w *propWorld) step() {
 			clear(w.crashes)
 			return
 		}
-		w.clock.advance(time.Duration(rapid.Int64Range(0, int64(2*propLease)).Draw(t, "advance")))
+		w.b.advance(time.Duration(rapid.Int64Range(0, int64(2*w.b.lease)).Draw(t, "advance")))
 	case 7: // an operator replays a dead letter
 		var dead []*propMsg
 		for _, m := range w.msgs {
@@ -450,13 +515,75 @@ func (w *propWorld) step() {
 	}
 }
 
+func runProp(rt *rapid.T, b propBackend, maxSteps int) {
+	w := newPropWorld(rt, b)
+	n := rapid.IntRange(1, maxSteps).Draw(rt, "steps")
+	for range n {
+		w.step()
+	}
+}
+
+// TestPropertyChainMemstore runs 100 sequences by default; run the long
+// version with -rapid.checks=100000 (about a minute).
 func TestPropertyChainMemstore(t *testing.T) {
 	t.Parallel()
-	rapid.Check(t, func(rt *rapid.T) {
-		w := newPropWorld(rt)
-		n := rapid.IntRange(1, 60).Draw(rt, "steps")
-		for range n {
-			w.step()
+	rapid.Check(t, func(rt *rapid.T) { runProp(rt, memBackend(rt), 60) })
+}
+
+// The runs on real stores are short: their leases expire in real time
+// (100ms), and a sequence has at most 25 steps. Run only
+// TestPropertyChainMemstore with a large -rapid.checks.
+
+func TestPropertyChainRedis(t *testing.T) {
+	t.Parallel()
+	client := testenv.Redis(t)
+	ctx := context.Background()
+	prefix := fmt.Sprintf("surely-prop-%d:", time.Now().UnixNano())
+	t.Cleanup(func() {
+		iter := client.Scan(context.Background(), 0, prefix+"*", 100).Iterator()
+		for iter.Next(context.Background()) {
+			client.Del(context.Background(), iter.Val())
 		}
+	})
+	st, err := redisstore.New(ctx, client, redisstore.WithPrefix(prefix))
+	require.NoError(t, err)
+	seq := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		seq++
+		lease := 100 * time.Millisecond
+		runProp(rt, propBackend{
+			store: st, ns: "prop" + strconv.Itoa(seq), lease: lease, maxInProc: 30 * time.Millisecond,
+			now: time.Now, advance: realAdvance(lease),
+		}, 25)
+	})
+}
+
+func TestPropertyChainSQLiteInbox(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	seq := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		seq++
+		dsn := "file:" + filepath.Join(dir, fmt.Sprintf("prop%d.db", seq)) + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"
+		db, err := sql.Open("sqlite", dsn)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		defer func() { _ = db.Close() }()
+		st, err := sqlstore.New(db, sqlstore.SQLite)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if err := st.Migrate(context.Background()); err != nil {
+			rt.Fatal(err)
+		}
+		if _, err := db.ExecContext(context.Background(), "CREATE TABLE prop_effects (k TEXT NOT NULL, uuid TEXT NOT NULL)"); err != nil {
+			rt.Fatal(err)
+		}
+		lease := 100 * time.Millisecond
+		runProp(rt, propBackend{
+			store: st, ns: "prop", lease: lease, maxInProc: 30 * time.Millisecond,
+			now: time.Now, advance: realAdvance(lease), inbox: db, inboxStore: st,
+		}, 25)
 	})
 }
