@@ -103,7 +103,7 @@ func acquire(t *testing.T, s *redisstore.Store, req idempotency.ClaimRequest) id
 func TestConformance(t *testing.T) {
 	client, prefix := setup(t)
 	const (
-		lease = 150 * time.Millisecond
+		lease = 400 * time.Millisecond // a loaded machine can stall a subtest 150ms between two calls
 		// Longer than the suite's 400ms example: under -race on a loaded
 		// machine a subtest can stall for a few hundred milliseconds between
 		// two calls, and a record must not expire in between.
