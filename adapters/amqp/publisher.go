@@ -143,8 +143,10 @@ func (p *Publisher) connection() (*amqp.Connection, error) {
 // again is safe when the consumer deduplicates, as surely's chain does.
 //
 // A message that no queue takes (the queue was deleted since it was
-// declared) is an error wrapping ErrUnroutable, and so is a broker's nack
-// (a full queue that rejects publishes, for instance). A broker that blocks
+// declared) is an error wrapping ErrUnroutable. A broker's nack (a full
+// queue that rejects publishes, for instance) and a channel or connection
+// lost before the confirmation are errors too, not ErrUnroutable; the next
+// Publish opens a new channel. A broker that blocks
 // publishers (memory or disk alarm) makes Publish wait until the alarm
 // clears; cancel msg.Context() to stop waiting (for a free channel of the
 // pool, or for the confirmation).
