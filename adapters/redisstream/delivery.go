@@ -332,10 +332,12 @@ func newReceived(s *Subscriber, stream, id string) *received {
 // subscription goes on with the next entry after NackResendSleep; a
 // consumer of the group claims the entry once it was idle for MaxIdleTime.
 // That is d at the earliest when d <= MaxIdleTime; for a longer d, the
-// claim comes early, and surely's dedup store (the failure's not-before
-// time) answers it with an uncharged InProgress, postponed in turn, until
-// d has passed. So a postponed message comes back between d and about
-// d + MaxIdleTime + ClaimInterval after the nack.
+// claim comes early: for a retry.After(d), surely's dedup store (the
+// failure's not-before time) answers it with an uncharged InProgress,
+// postponed in turn, until d has passed, so the message comes back
+// between d and about d + MaxIdleTime + ClaimInterval after the nack; a
+// longer backoff delay (MaxInProcessTime above MaxIdleTime), which is no
+// promise, is cut to MaxIdleTime.
 func (r *received) NackAfter(d time.Duration) bool {
 	r.delay.Store(int64(max(d, 0)))
 	return true

@@ -69,10 +69,11 @@
 // the group's pending entries list, unacked, its idle time restarted; the
 // subscription goes on with the next entry after NackResendSleep; and a
 // consumer of the group (this one included) claims the entry once it was
-// idle for MaxIdleTime, a new delivery (Count + 1). A claim before d (d >
-// MaxIdleTime) is answered by surely's dedup store, which keeps the
-// failure's not-before time, with an InProgress that spends no attempt and
-// is postponed in turn. So a postponed message comes back between d and
+// idle for MaxIdleTime, a new delivery (Count + 1). A claim before a
+// retry.After's d (d > MaxIdleTime) is answered by surely's dedup store,
+// which keeps the failure's not-before time, with an InProgress that
+// spends no attempt and is postponed in turn (a plain backoff delay is no
+// promise, and is cut to MaxIdleTime). So a postponed message comes back between d and
 // about d + MaxIdleTime + ClaimInterval after its nack, and "not before d"
 // rests on the dedup store for a d beyond MaxIdleTime. The subscriber
 // drops watermill-redisstream's own XACK of a postponed entry (in its
