@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
 
@@ -114,7 +115,12 @@ func WithHistoryRedactor(r dlq.Redactor) DedupOption {
 	}
 }
 
-// WithDedupLogger sets the logger (default: discard).
+// WithDedupLogger sets the logger of Dedup's warnings (default:
+// slog.Default(), read when a warning is logged): a handler canceled for
+// outliving the longest lease hold, a lease lost or not extended, a
+// Complete retried, a replay ID ignored. Each says that a guarantee is
+// weaker than expected for one message; Dedup logs nothing per message
+// otherwise.
 func WithDedupLogger(l *slog.Logger) DedupOption {
 	return func(c *dedupConfig) error {
 		if l == nil {
@@ -151,11 +157,18 @@ func WithDedupLogger(l *slog.Logger) DedupOption {
 // idempotency.ErrLeaseLost and returns a *LeaseLostError, as a Complete
 // refused by fencing does.
 //
-// A message without a key (ProcessWithoutDedup) has no dedup record, but
-// a bounded number of attempts: by the broker's delivery count
-// (delivery.Info.Count) when the adapter reports one, else by an attempt
-// record under its UUID in KeylessNamespace (see ProcessWithoutDedup). A
-// message with neither a count nor a UUID gets one attempt.
+// A message without a key (ProcessWithoutDedup) has no dedup record and
+// is never skipped as a duplicate, but it has a bounded number of
+// attempts: those that ran the handler are charged to an attempt record
+// under its UUID in KeylessNamespace, except the first attempt of a
+// delivery the broker numbers as the first (delivery.Info.Count 1), which
+// costs no store call unless it fails (see ProcessWithoutDedup). A message
+// without a UUID is bounded by the broker's count, else gets one attempt.
+//
+// A *dlq.FinalError the handler returns is never written: the attempts,
+// history and operation the dead letter needs go into a copy, which
+// dlq.AsFinal finds in the returned error (errors.Is still finds the
+// handler's). A package-level final error is safe to return.
 func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (message.HandlerMiddleware, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
@@ -168,7 +181,6 @@ func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (mess
 	}
 	c := dedupConfig{
 		lease: DefaultLease, maxAttempts: DefaultMaxAttempts,
-		logger: slog.New(slog.DiscardHandler),
 	}
 	for _, o := range opts {
 		if err := o(&c); err != nil {
@@ -195,18 +207,27 @@ func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (mess
 	if rr, ok := store.(idempotency.RetentionReporter); ok {
 		d.retention = rr.Retention()
 	}
-	d.kl = &dedup{store: store, ns: KeylessNamespace, cfg: c, ex: ex, retention: d.retention}
+	d.kl = &dedup{store: store, ns: KeylessNamespace, cfg: c, ex: ex, retention: d.retention, forKeyless: true}
 	return d.middleware, nil
 }
 
 type dedup struct {
-	store     idempotency.Store
-	ns        string
-	kl        *dedup // keeps the attempt records of keyless messages, in KeylessNamespace
-	cfg       dedupConfig
-	ex        *idempotency.Extractor
-	extenders sync.Pool
-	retention time.Duration // the store's, when it reports one
+	store      idempotency.Store
+	ns         string
+	kl         *dedup // keeps the attempt records of keyless messages, in KeylessNamespace
+	cfg        dedupConfig
+	ex         *idempotency.Extractor
+	extenders  sync.Pool
+	retention  time.Duration // the store's, when it reports one
+	forKeyless bool          // d keeps keyless attempt records: a success closes one uncharged
+}
+
+// log is the logger of warnings: the one given, else slog.Default().
+func (c *dedupConfig) log() *slog.Logger {
+	if c.logger != nil {
+		return c.logger
+	}
+	return slog.Default()
 }
 
 func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
@@ -232,7 +253,7 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 			*op = idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
 			msg.SetContext(idempotency.WithOperation(ctx, op))
 			defer msg.SetContext(ctx)
-			defer func() { annotate(err, op) }()
+			defer func() { err = annotate(err, op) }()
 		}
 		if op.Key == "" { // ProcessWithoutDedup
 			return d.keyless(ctx, h, msg, op)
@@ -256,30 +277,9 @@ func (d *dedup) claimCtx(ctx context.Context) *boundedCtx {
 }
 
 func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
-	op.Namespace = d.ns
-	op.Retention = d.retention
-	req := idempotency.ClaimRequest{
-		Namespace: d.ns, Key: op.Key, Fingerprint: op.Fingerprint,
-		Lease: d.cfg.lease, MaxAttempts: d.cfg.maxAttempts,
-	}
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		req.TraceID, req.SpanID = sc.TraceID().String(), sc.SpanID().String()
-	}
-	// A replayed message reopens an EXHAUSTED record once per replay run.
-	// A malformed run ID is ignored (no reopen), never stored.
-	if id := msg.Metadata.Get(dlq.KeyReplayID); id != "" {
-		if err := idempotency.ValidateKey(id); err != nil {
-			d.cfg.logger.WarnContext(ctx, "surely: ignoring an invalid replay ID; the record is not reopened",
-				"key", op.Key, "error", err)
-		} else {
-			req.Reopen = id
-		}
-	}
-	sctx := d.claimCtx(ctx)
-	res, err := d.store.Claim(sctx, req)
-	sctx.stop()
+	res, err := d.claim(ctx, msg, op, "")
 	if err != nil {
-		return nil, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err)
+		return nil, err
 	}
 	switch res.Status {
 	case idempotency.Acquired:
@@ -298,6 +298,40 @@ func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.
 	default:
 		return nil, fmt.Errorf("%w: claim %q returned unknown status %v", ErrStoreUnavailable, op.Key, res.Status)
 	}
+}
+
+// claim claims op's record. reopen, when set, is a fresh budget's ID
+// (ClaimRequest.Reopen); else a replayed message's run ID reopens it.
+func (d *dedup) claim(ctx context.Context, msg *message.Message, op *idempotency.Operation, reopen string) (idempotency.ClaimResult, error) {
+	op.Namespace = d.ns
+	op.Retention = d.retention
+	req := idempotency.ClaimRequest{
+		Namespace: d.ns, Key: op.Key, Fingerprint: op.Fingerprint,
+		Lease: d.cfg.lease, MaxAttempts: d.cfg.maxAttempts,
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		req.TraceID, req.SpanID = sc.TraceID().String(), sc.SpanID().String()
+	}
+	// A replayed message reopens an EXHAUSTED record once per replay run.
+	// A malformed run ID is ignored (no reopen), never stored.
+	if id := msg.Metadata.Get(dlq.KeyReplayID); id != "" && reopen == "" {
+		if err := idempotency.ValidateKey(id); err != nil {
+			d.cfg.log().WarnContext(ctx, "surely: ignoring an invalid replay ID; the record is not reopened",
+				"key", op.Key, "error", err)
+		} else {
+			req.Reopen = id
+		}
+	}
+	if reopen != "" {
+		req.Reopen = reopen
+	}
+	sctx := d.claimCtx(ctx)
+	res, err := d.store.Claim(sctx, req)
+	sctx.stop()
+	if err != nil {
+		return res, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err)
+	}
+	return res, nil
 }
 
 func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
@@ -327,42 +361,98 @@ func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
 }
 
 // keyless runs a message without an operation key (ProcessWithoutDedup)
-// within the attempt budget. It has no dedup record, so its attempts are
-// counted, in this order, by:
+// within the attempt budget. It has no dedup record: nothing is ever
+// skipped as a duplicate. Only attempts that ran the handler are charged,
+// to an attempt record under the message UUID, in the store, in the
+// reserved namespace KeylessNamespace with the key "<namespace>/<UUID>"
+// (the UUID's SHA-256 when it is no valid key), so it never meets an
+// operation key:
 //
-//   - the broker's delivery count (delivery.Info.Count), when the adapter
-//     reports one: no store call. The failure of the last attempt of the
-//     budget is dead-lettered at once (reason exhausted, or panic), and a
-//     delivery past the budget (the process died on the last one) is
-//     dead-lettered without running.
-//   - otherwise an attempt record under the message UUID, in the store,
-//     in the reserved namespace KeylessNamespace with the key
-//     "<namespace>/<UUID>" (the UUID's SHA-256 when it is no valid key), so
-//     it never meets an operation key. It goes through the same state
-//     machine as an operation's record: a crash is counted, the budget ends
-//     in a dead letter (exhausted, or panic). It ends DONE when the handler
-//     succeeds, so a redelivery of the same message (same UUID) is acked as
-//     a duplicate while the record is retained.
-//   - a message with neither (no count, no UUID) has one attempt: its
-//     failure is dead-lettered (reason exhausted).
+//   - the first attempt of a delivery the broker numbers as the first
+//     (delivery.Info.Count 1) runs without a store call: a success costs
+//     nothing durable. Its failure is charged to the record, which it
+//     reopens with a fresh budget (an earlier message that reused the
+//     UUID no longer counts).
+//   - every other attempt (a redelivery, an in-process retry, a broker
+//     without a count) claims the record before it runs, as an operation's
+//     record is claimed: a crash is counted, a retry.After delay kept, a
+//     shutdown not charged, and the budget ends in a dead letter
+//     (exhausted, or panic). A breaker pause, which runs nothing, charges
+//     nothing. A success closes the claim uncharged (never DONE), so a
+//     later message with the same UUID runs.
+//   - a message without a UUID has no record: the broker's count bounds
+//     it when there is one, else it has one attempt (its failure is
+//     dead-lettered, reason exhausted).
 //
-// The handler sees the operation with an empty key either way.
+// The handler sees the operation with an empty key, and its attempt
+// number and how the previous attempt ended, as for a keyed message.
 func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
-	if info, ok := delivery.InfoFrom(ctx); ok && info.Count > 0 {
-		return d.keylessCounted(ctx, h, msg, op, info.Count, d.cfg.maxAttempts)
-	}
+	info, counted := delivery.InfoFrom(ctx)
+	counted = counted && info.Count > 0
 	if msg.UUID == "" {
+		if counted {
+			return d.keylessCounted(ctx, h, msg, op, info.Count, d.cfg.maxAttempts)
+		}
 		return d.keylessCounted(ctx, h, msg, op, 1, 1)
 	}
-	rec := &idempotency.Operation{Key: keylessKey(d.ns, msg.UUID), Fingerprint: op.Fingerprint}
-	msgs, err := d.kl.handle(ctx, h, msg, rec)
-	op.Attempt, op.Previous = rec.Attempt, rec.Previous
-	if err == nil {
-		if r := reportFrom(ctx); r != nil && r.outcome == OutcomeProcessed {
-			r.outcome = OutcomeUnprocessed
-		}
+	rec := &idempotency.Operation{Key: keylessKey(d.ns, msg.UUID)}
+	r := reportFrom(ctx)
+	if !counted || info.Count != 1 || r == nil || r.attempts > 1 {
+		// Without the report, an in-process retry could not be told
+		// from the first attempt: claim.
+		return d.keylessRecord(ctx, h, msg, op, rec, "")
 	}
-	return msgs, err
+	op.Attempt, op.Previous = 1, idempotency.Previous{}
+	r.attempt = 1
+	msgs, err := runHandler(h, msg)
+	if err == nil {
+		setOutcome(ctx, OutcomeUnprocessed)
+		return msgs, nil
+	}
+	if retry.Classify(ctx, err) == retry.ClassCanceled {
+		return nil, err // a shutdown: not charged
+	}
+	// Charge the failure to the record, with a fresh budget: the message
+	// is new by the broker's count. The record goes through the same
+	// Claim and Release as an attempt that claimed before it ran.
+	ran := func(*message.Message) ([]*message.Message, error) { return nil, err }
+	return d.keylessRecord(ctx, ran, msg, op, rec, "keyless-"+watermill.NewUUID())
+}
+
+// keylessRecord runs h as an attempt charged to the keyless record rec.
+// reopen, when set, gives the record a fresh budget, and h only reports
+// the failure of an attempt that already ran: when the record cannot be
+// claimed, that failure is returned as it is, not recorded.
+func (d *dedup) keylessRecord(ctx context.Context, h message.HandlerFunc, msg *message.Message, op, rec *idempotency.Operation, reopen string) ([]*message.Message, error) {
+	res, err := d.kl.claim(ctx, msg, rec, reopen)
+	if err == nil && res.Status == idempotency.Acquired {
+		// The handler reads the message's operation, not rec.
+		seen := func(m *message.Message) ([]*message.Message, error) {
+			op.Attempt, op.Previous = rec.Attempt, rec.Previous
+			return h(m)
+		}
+		return d.kl.run(ctx, seen, msg, rec, res)
+	}
+	if reopen != "" {
+		return h(msg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch res.Status {
+	case idempotency.InProgress:
+		setOutcome(ctx, OutcomeInProgress)
+		return nil, &InProgressError{Key: rec.Key, Until: res.Until, Wait: res.Wait}
+	case idempotency.Exhausted:
+		return nil, exhaustedError(rec.Key, res)
+	case idempotency.Completed:
+		// A record left DONE (no longer written for keyless messages)
+		// must not skip this message, nor can it count its attempts:
+		// one attempt.
+		return d.keylessCounted(ctx, h, msg, op, 1, 1)
+	default:
+		return nil, fmt.Errorf("%w: claim %q returned unexpected status %v", ErrStoreUnavailable, rec.Key, res.Status)
+	}
 }
 
 // keylessCounted runs attempt count (of budget) of a keyless message
@@ -437,6 +527,11 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 		herr = fmt.Errorf("%w: %w", ErrHandlerHung, herr)
 	}
 
+	if herr == nil && d.forKeyless {
+		d.closeKeyless(ctx, lease)
+		setOutcome(ctx, OutcomeUnprocessed)
+		return msgs, nil
+	}
 	if herr == nil && op.Committed {
 		setOutcome(ctx, OutcomeProcessed)
 		return msgs, nil
@@ -486,19 +581,32 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 		setOutcome(ctx, OutcomeLeaseLost)
 		return nil, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("release after %q: %w", herr.Error(), rerr)}
 	case f.Final && rerr == nil:
+		// The handler's own FinalError is never written (see finalCopy).
 		fe, ok := dlq.AsFinal(herr)
 		if !ok {
 			fe = dlq.Final(dlq.ReasonPermanent, herr)
 		}
-		if fe.Attempts == 0 {
-			fe.Attempts = lease.Attempt
+		var history []idempotency.AttemptRecord
+		if fe.History == nil {
+			gctx := d.storeCtx(ctx)
+			if got, err := d.store.Get(gctx, d.ns, op.Key); err == nil {
+				history = got.History
+			}
+			gctx.stop()
 		}
-		gctx := d.storeCtx(ctx)
-		if got, err := d.store.Get(gctx, d.ns, op.Key); err == nil && fe.History == nil {
-			fe.History = got.History
+		set := func(cp *dlq.FinalError) {
+			if cp.Attempts == 0 {
+				cp.Attempts = lease.Attempt
+			}
+			if cp.History == nil {
+				cp.History = history
+			}
 		}
-		gctx.stop()
-		return nil, fe
+		if !ok {
+			set(fe)
+			return nil, fe
+		}
+		return nil, editFinal(herr, fe, set)
 	}
 	if rerr != nil {
 		if f.Final {
@@ -513,6 +621,21 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 	return nil, herr
 }
 
+// closeKeyless ends the claim of a keyless record whose attempt
+// succeeded: released uncharged (as canceled, reason "succeeded"), never
+// DONE, so that no later message with the same UUID is skipped. The
+// message is acked either way: a failure here is only logged, and leaves
+// the claim to expire.
+func (d *dedup) closeKeyless(ctx context.Context, lease idempotency.Lease) {
+	sctx := d.storeCtx(ctx)
+	err := d.store.Release(sctx, lease, idempotency.Failure{Canceled: true, Reason: "succeeded", Error: "succeeded"})
+	sctx.stop()
+	if err != nil {
+		d.cfg.log().WarnContext(ctx, "surely: closing the attempt record of a keyless message failed; it stays claimed until its lease expires",
+			"key", lease.Key, "error", err)
+	}
+}
+
 // complete commits the DONE mark, retrying a failing store a few times
 // inside the lease: a lost Complete means the effect runs again later.
 func (d *dedup) complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
@@ -524,7 +647,7 @@ func (d *dedup) complete(ctx context.Context, lease idempotency.Lease, outcome i
 		if err == nil || errors.Is(err, idempotency.ErrLeaseLost) || i == 3 {
 			return err
 		}
-		d.cfg.logger.WarnContext(ctx, "surely: complete failed, retrying", "key", lease.Key, "error", err)
+		d.cfg.log().WarnContext(ctx, "surely: complete failed, retrying", "key", lease.Key, "error", err)
 		time.Sleep(wait)
 		wait *= 2
 	}
@@ -675,7 +798,7 @@ func (e *extender) tick() {
 		return
 	}
 	if time.Since(e.start)+e.d.cfg.lease > e.d.cfg.maxHeld {
-		e.d.cfg.logger.WarnContext(e.ctx, "surely: handler exceeded the longest lease hold; canceling it and letting the lease expire",
+		e.d.cfg.log().WarnContext(e.ctx, "surely: handler exceeded the longest lease hold; canceling it and letting the lease expire",
 			"key", e.lease.Key, "attempt", e.lease.Attempt, "max_held", e.d.cfg.maxHeld)
 		e.hctx.hang(ErrHandlerHung)
 		e.mu.Unlock()
@@ -689,7 +812,7 @@ func (e *extender) tick() {
 	if c, ok := delivery.ControlFrom(ctx); ok && err == nil {
 		// Keep the broker's lease in step with the store's.
 		if berr := c.Extend(sctx); berr != nil {
-			e.d.cfg.logger.WarnContext(ctx, "surely: broker lease extension failed", "key", lease.Key, "error", berr)
+			e.d.cfg.log().WarnContext(ctx, "surely: broker lease extension failed", "key", lease.Key, "error", berr)
 		}
 	}
 	sctx.stop()
@@ -703,11 +826,11 @@ func (e *extender) tick() {
 	case err == nil:
 		e.lease = l
 	case errors.Is(err, idempotency.ErrLeaseLost):
-		e.d.cfg.logger.WarnContext(ctx, "surely: lease lost while the handler runs; canceling it", "key", lease.Key, "attempt", lease.Attempt)
+		e.d.cfg.log().WarnContext(ctx, "surely: lease lost while the handler runs; canceling it", "key", lease.Key, "attempt", lease.Attempt)
 		e.hctx.hang(idempotency.ErrLeaseLost)
 		return
 	default:
-		e.d.cfg.logger.WarnContext(ctx, "surely: lease extension failed", "key", lease.Key, "error", err)
+		e.d.cfg.log().WarnContext(ctx, "surely: lease extension failed", "key", lease.Key, "error", err)
 	}
 	e.timer.Reset(e.d.cfg.extendEvery)
 }

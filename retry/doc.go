@@ -67,7 +67,10 @@
 //     fit in what is left of the time budget becomes the nack's delay (a
 //     backoff delay capped at MaxInProcessTime, an [After] delay whole).
 //
-// Every in-process attempt counts against the durable budget too.
+// Every in-process attempt counts against the durable budget too, for a
+// message without a key (middleware.ProcessWithoutDedup) as for a keyed
+// one; a delivery the breaker paused, which ran nothing, counts for
+// neither.
 //
 // # Outage breaker
 //
