@@ -18,6 +18,8 @@
 // UUID (a second copy counts in Copies and keeps Seq) also under concurrent
 // publishers, and archives a message that is not an envelope; that List
 // selects exactly what dlq.Filter.Match selects for every Filter field and
-// pages by Seq; that Stats counts the same selection; and Delete,
+// pages by Seq, and that a reader paging with a cursor while four writers
+// publish sees every entry once (Seq order is the order entries become
+// visible); that Stats counts the same selection; and Delete,
 // MarkReplayed, SaveReplay and LoadReplay with their not-found errors.
 package archivetest
