@@ -62,7 +62,7 @@ import (
 //     letter (shutdowns aside), and one whose handler succeeded is acked.
 //
 //   - in inbox mode (sqlstore's Inbox on SQLite), at most one committed
-//     effect per key.
+//     effect per operation key.
 //
 // It runs on memstore (lease mode), whose clock is injected
 // (memstore.WithClock), starts skewed from the process clock by up to an
@@ -334,6 +334,16 @@ func (w *propWorld) outcome(msg *message.Message) ([]*message.Message, error) {
 	case resShutdown:
 		w.shutdown = true
 		w.cancel()
+		// The handler learns of the shutdown through its context, as one
+		// whose dependency call returns on Done would: once something
+		// waited on the attempt's context (the inbox's BeginTx does), its
+		// cancellation follows the message context's in a goroutine
+		// (context.AfterFunc), so Err alone may still be nil here.
+		select {
+		case <-msg.Context().Done():
+		case <-time.After(5 * time.Second):
+			w.t.Fatalf("%s: the attempt's context was not canceled with the message context", msg.UUID)
+		}
 		if op, ok := idempotency.OperationFrom(msg.Context()); ok && op.Key != "" {
 			w.crashes[op.Key]++ // refunded: not charged to the budget
 		}
@@ -424,7 +434,7 @@ func (w *propWorld) deliver(m *propMsg) {
 	if published == 1 && found && rec.Fingerprint == w.fingerprint(m) && rec.State != idempotency.StateExhausted {
 		w.t.Fatalf("%s dead-lettered, but its record is %v, not exhausted: it could run again", m.uuid, rec.State)
 	}
-	if w.b.inbox != nil {
+	if w.b.inbox != nil && m.key != "" { // keyless effects are not deduplicated
 		var n int
 		if err := w.b.inbox.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM prop_effects WHERE k = ?", m.key).Scan(&n); err != nil {
 			w.t.Fatal(err)
