@@ -34,8 +34,10 @@ const leaseLostWait = 100 * time.Millisecond
 //   - anything else is transient: retried in process, then nacked after the
 //     backoff delay, so the broker redelivers it for the next durable attempt.
 //     The backoff is policy.Delay of the message's durable attempt number
-//     (Dedup's count, when Dedup is inside Retry, else this delivery's), so
-//     the delay grows across redeliveries, not only within one.
+//     (the Operation.Attempt that Dedup sets, found in the context or in the
+//     report of Observe or Trace outside Retry, as in handler.New; else the
+//     attempts of this delivery), so the delay grows across redeliveries,
+//     not only within one.
 //
 // An error marked with retry.After(d) is retried no sooner than d after
 // the failure, on every broker: a d that does not fit in MaxInProcessTime
