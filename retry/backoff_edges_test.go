@@ -10,23 +10,9 @@ import (
 	"github.com/surely-dev/surely/retry"
 )
 
-// The edges of Backoff's documented value rules: a zero multiplier, one
-// below 1 or NaN, a cap that lands exactly on the largest Duration, and a
-// cap of zero that draws nothing.
-
-func TestBackoffZeroMultiplierIsDefault(t *testing.T) {
-	t.Parallel()
-	b := retry.Backoff{Initial: time.Second, Max: time.Hour}
-	assert.Equal(t, 4*time.Second, b.Cap(3), "Initial * DefaultMultiplier^2")
-}
-
-func TestBackoffMultiplierBelowOneIsConstant(t *testing.T) {
-	t.Parallel()
-	for _, m := range []float64{0.5, -3, math.NaN()} {
-		b := retry.Backoff{Initial: time.Second, Max: time.Hour, Multiplier: m}
-		assert.Equal(t, time.Second, b.Cap(5), "multiplier %v", m)
-	}
-}
+// The edges of Backoff's documented value rules: a cap that lands exactly on
+// the largest Duration, a draw at the top of the range, and a cap of zero
+// that draws nothing.
 
 func TestBackoffCapReachesLargestDuration(t *testing.T) {
 	t.Parallel()
