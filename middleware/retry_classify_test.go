@@ -1,0 +1,127 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/middleware"
+	"github.com/surely-dev/surely/retry"
+)
+
+// The retry step's classification of a handler error: how many in-process
+// attempts it makes, and what the outage breaker is told (only a transient
+// failure counts against it).
+
+// retryStep returns the retry step over fn with three in-process attempts,
+// no backoff, and a breaker that one transient failure out of one opens.
+func retryStep(t *testing.T, fn message.HandlerFunc) (message.HandlerFunc, *retry.Breaker) {
+	t.Helper()
+	policy, err := retry.NewPolicy(retry.WithInProcessAttempts(3), retry.WithMaxAttempts(5),
+		retry.WithBackoff(0, 0), retry.WithMaxInProcessTime(time.Hour))
+	require.NoError(t, err)
+	breaker, err := retry.NewBreaker(retry.WithWindow(1), retry.WithMinSamples(1), retry.WithThreshold(1),
+		retry.WithCooldown(time.Minute, time.Minute))
+	require.NoError(t, err)
+	mw, err := middleware.Retry(policy, breaker)
+	require.NoError(t, err)
+	return mw(fn), breaker
+}
+
+func TestRetryRejectsNilPolicy(t *testing.T) {
+	t.Parallel()
+	_, err := middleware.Retry(nil, nil)
+	require.ErrorIs(t, err, middleware.ErrInvalidOption)
+}
+
+func TestRetryClassification(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, testRetryClassification)
+}
+
+func testRetryClassification(t *testing.T) {
+	boom := errors.New("boom")
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	// counted: the failure is transient, so the breaker hears it, opens,
+	// and holds the second attempt back (ErrPaused after its cooldown).
+	cases := []struct {
+		name     string
+		ctx      context.Context
+		err      error
+		attempts int
+		counted  bool
+	}{
+		{"success", context.Background(), nil, 1, false},
+		{"transient", context.Background(), boom, 1, true},
+		{"permanent", context.Background(), retry.Permanent(boom), 1, false},
+		{"final", context.Background(), dlq.Final(dlq.ReasonConflict, boom), 1, false},
+		{"final wrapping a transient", context.Background(), dlq.Final(dlq.ReasonExhausted, fmt.Errorf("x: %w", boom)), 1, false},
+		{"canceled", canceled, fmt.Errorf("call: %w", context.Canceled), 1, false},
+		{"canceled error, live context", context.Background(), context.Canceled, 1, true},
+	}
+	for _, c := range cases {
+		var calls int
+		h, breaker := retryStep(t, func(*message.Message) ([]*message.Message, error) {
+			calls++
+			return nil, c.err
+		})
+		msg := message.NewMessage("m-1", []byte("{}"))
+		msg.SetContext(c.ctx)
+		_, err := h(msg)
+		assert.Equal(t, c.attempts, calls, c.name)
+		switch {
+		case c.counted:
+			assert.ErrorIs(t, err, middleware.ErrPaused, c.name)
+			assert.NotEqual(t, retry.BreakerClosed, breaker.State(), c.name)
+		case c.err == nil:
+			assert.NoError(t, err, c.name)
+			assert.Equal(t, retry.BreakerClosed, breaker.State(), c.name)
+		default:
+			assert.Same(t, c.err, err, "%s: the error goes back unchanged", c.name)
+			assert.Equal(t, retry.BreakerClosed, breaker.State(), "%s: not counted", c.name)
+		}
+	}
+}
+
+// Without a breaker, a transient error is tried InProcessAttempts times
+// and then given back.
+func TestRetryTransientUsesInProcessAttempts(t *testing.T) {
+	t.Parallel()
+	policy, err := retry.NewPolicy(retry.WithInProcessAttempts(3), retry.WithBackoff(0, 0))
+	require.NoError(t, err)
+	mw, err := middleware.Retry(policy, nil)
+	require.NoError(t, err)
+	boom := errors.New("boom")
+	var calls int
+	_, herr := mw(func(*message.Message) ([]*message.Message, error) { calls++; return nil, boom })(message.NewMessage("m-1", nil))
+	require.Same(t, boom, herr)
+	require.Equal(t, 3, calls)
+}
+
+// Another owner's live lease and a lost lease are neither retried in
+// process nor counted by the breaker: the message goes back after a wait.
+func TestRetryInProgressAndLeaseLostNotRetried(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		for _, err := range []error{
+			&middleware.InProgressError{Key: "k", Until: time.Now().Add(time.Second)},
+			&middleware.LeaseLostError{Key: "k", Err: errors.New("lost")},
+		} {
+			var calls int
+			h, breaker := retryStep(t, func(*message.Message) ([]*message.Message, error) { calls++; return nil, err })
+			_, herr := h(message.NewMessage("m-1", nil))
+			assert.Same(t, err, herr)
+			assert.Equal(t, 1, calls, "%T", err)
+			assert.Equal(t, retry.BreakerClosed, breaker.State(), "%T is neutral", err)
+		}
+	})
+}
