@@ -2,13 +2,16 @@ package replay_test
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/replay"
+	"github.com/surely-dev/surely/idempotency"
 )
 
 // Progress.Total is the number of entries the call will decide: the
@@ -34,16 +37,36 @@ func TestProgressTotalIsSelectionOrMax(t *testing.T) {
 	}
 }
 
-// A run whose final re-failure check succeeds logs no warning about it.
-func TestRunFinalCheckLogsNoWarning(t *testing.T) {
+// A run whose re-failure checks (after every publish here, and the final
+// one) succeed logs no warning about them.
+func TestRunRefailureChecksLogNoWarning(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	a := newArchive(t, clock)
-	archive(t, a, 0, 2, entrySpec{retention: time.Hour})
+	archive(t, a, 0, 4, entrySpec{retention: time.Hour})
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	res, err := replay.Run(t.Context(), a, &recorder{clock: clock}, replay.Options{Clock: clock, Logger: logger})
+	res, err := replay.Run(t.Context(), a, &recorder{clock: clock}, replay.Options{Clock: clock, Logger: logger, AbortAfter: 1})
 	require.NoError(t, err)
-	require.Equal(t, 2, res.Replayed)
+	require.Equal(t, 4, res.Replayed)
 	require.Empty(t, logs.String())
+}
+
+// An envelope retention that is not positive is no retention: the
+// DefaultRetention applies.
+func TestRunZeroEnvelopeRetentionFallsBack(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	a := newArchive(t, clock)
+	src := source(0)
+	env := dlq.Envelope(src, dlq.Failure{
+		Reason: dlq.ReasonExhausted, Err: errors.New("down"), Topic: "orders",
+		OperationKey: src.Metadata.Get(idempotency.DefaultMetadataKey), At: t0.Add(-time.Minute),
+	}, nil, "host-1", "group-1")
+	env.Metadata.Set(dlq.KeyRetention, "0s")
+	require.NoError(t, a.Publish("dead-letters", env))
+	res, err := replay.Run(t.Context(), a, &recorder{clock: clock}, replay.Options{Clock: clock, DefaultRetention: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Replayed, "a minute old, within the default hour")
+	require.Zero(t, res.Refused)
 }
