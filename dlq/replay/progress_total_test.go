@@ -70,3 +70,16 @@ func TestRunZeroEnvelopeRetentionFallsBack(t *testing.T) {
 	require.Equal(t, 1, res.Replayed, "a minute old, within the default hour")
 	require.Zero(t, res.Refused)
 }
+
+// Publishes that all happen at the same instant give no achieved rate
+// (zero), not an infinite one.
+func TestRunRateOfInstantPublishesIsZero(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock() // moves only when the limiter sleeps: never here
+	a := newArchive(t, clock)
+	archive(t, a, 0, 3, entrySpec{retention: time.Hour})
+	res, err := replay.Run(t.Context(), a, &recorder{clock: clock}, replay.Options{Clock: clock})
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Replayed)
+	require.Zero(t, res.Rate)
+}
