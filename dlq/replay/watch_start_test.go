@@ -2,6 +2,7 @@ package replay_test
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,4 +36,24 @@ func TestRunSkipsEarlierDeadLettersOfTheRunAcrossPages(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed)
 	require.Zero(t, res.Refailed, "none of them is a re-failure of this call")
+}
+
+// Between the archive scans (at most one per second of the run's clock),
+// the re-failures of the messages the watcher follows still count: here
+// the clock stands still, so only the first check scans.
+func TestRunAbortsOnFollowedRefailuresBetweenScans(t *testing.T) {
+	t.Parallel()
+	c := newFakeClock()
+	a := newArchive(t, c)
+	archive(t, a, 0, 10, entrySpec{retention: time.Hour})
+	var publishes atomic.Int32
+	pub := &recorder{clock: c}
+	// The first replayed message succeeds, every later one fails again.
+	pub.hook = refailing(t, a, func(published) bool { return publishes.Add(1) > 1 })
+	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "followed", AbortAfter: 3, Clock: c})
+	require.ErrorIs(t, err, replay.ErrAborted)
+	// The check after 3 publishes (a scan) finds 2 in a row, the one after
+	// 6 publishes (no scan) 3 more: abort before the 7th.
+	require.Equal(t, 6, res.Replayed)
+	require.Equal(t, 5, res.Refailed)
 }
