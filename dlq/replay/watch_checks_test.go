@@ -88,3 +88,19 @@ func TestRunStoreSuccessBreaksRefailures(t *testing.T) {
 	require.Equal(t, 9, res.Replayed)
 	require.Equal(t, 7, res.Refailed)
 }
+
+// Re-failures add up across checks until a success: at one publish per
+// second every publish is followed by a check, and the third re-failure in
+// a row aborts.
+func TestRunRefailuresAddUpAcrossChecks(t *testing.T) {
+	t.Parallel()
+	c := newFakeClock()
+	a := newArchive(t, c)
+	archive(t, a, 0, 6, entrySpec{retention: time.Hour})
+	pub := &recorder{clock: c}
+	pub.hook = refailing(t, a, func(published) bool { return true })
+	res, err := replay.Run(t.Context(), a, pub, replay.Options{Rate: 1, AbortAfter: 3, Clock: c})
+	require.ErrorIs(t, err, replay.ErrAborted)
+	require.Equal(t, 3, res.Replayed)
+	require.Equal(t, 3, res.Refailed)
+}
