@@ -19,6 +19,10 @@
 #                     take this many times the unmutated run (default 10)
 #   MUTATION_MIN_EFFICACY  exit 1 when a package's efficacy is below this
 #                     percent (default 0: report only)
+#   MUTATION_EXCLUDE  one more file regexp to exclude in every package
+#                     (paths relative to the package directory), e.g.
+#                     '^(trace|metrics|observe)\.go$' to measure only the
+#                     rest of middleware
 #   SURELY_*_URL      the servers the redisstore and sqlstore tests use;
 #                     defaults are the loopback ones .ci/run uses, and
 #                     SURELY_REQUIRE_SERVICES=1 makes a missing server a
@@ -64,6 +68,9 @@ fi
 # to DIR).
 excludes() {
 	local args=(-E '/')
+	if [ -n "${MUTATION_EXCLUDE:-}" ]; then
+		args+=(-E "$MUTATION_EXCLUDE")
+	fi
 	case $1 in
 	idempotency/redisstore) args+=(-E '^(batch|durability|scripts)\.go$') ;;
 	idempotency/sqlstore) args+=(-E '^(dialect|inbox)\.go$') ;;
