@@ -16,7 +16,11 @@
 #                     use the cores, and parallel runs turn slow tests into
 #                     timeouts)
 #   MUTATION_TIMEOUT  gremlins --timeout-coefficient: a mutant's test run may
-#                     take this many times the unmutated run (default 10)
+#                     take this many times the unmutated coverage run
+#                     (default 20). The mutant's run includes compiling the
+#                     package, the coverage run mostly comes from the build
+#                     cache: on a busy machine raise this when ordinary
+#                     mutants show up as TIMED OUT.
 #   MUTATION_MIN_EFFICACY  exit 1 when a package's efficacy is below this
 #                     percent (default 0: report only)
 #   MUTATION_EXCLUDE  one more file regexp to exclude in every package
@@ -47,7 +51,7 @@ cd "$(dirname "$0")/.."
 
 GREMLINS=${GREMLINS:-github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0}
 workers=${MUTATION_WORKERS:-1}
-coefficient=${MUTATION_TIMEOUT:-10}
+coefficient=${MUTATION_TIMEOUT:-20}
 min_efficacy=${MUTATION_MIN_EFFICACY:-0}
 out=${MUTATION_OUT:-$(mktemp -d -t surely-mutation.XXXXXX)}
 mkdir -p "$out"
