@@ -125,3 +125,29 @@ func TestRetryInProgressAndLeaseLostNotRetried(t *testing.T) {
 		}
 	})
 }
+
+// A consumer shutting down stops in-process retries, also with no backoff
+// to wait: the next attempt never starts once the message context ended.
+func TestRetryNoAttemptAfterShutdown(t *testing.T) {
+	t.Parallel()
+	policy, err := retry.NewPolicy(retry.WithInProcessAttempts(3), retry.WithBackoff(0, 0))
+	require.NoError(t, err)
+	mw, err := middleware.Retry(policy, nil)
+	require.NoError(t, err)
+	boom := errors.New("boom")
+	for range 20 { // a zero-length timer would race the ended context
+		ctx, cancel := context.WithCancel(context.Background())
+		calls := 0
+		h := mw(func(*message.Message) ([]*message.Message, error) {
+			calls++
+			cancel() // shutdown during the attempt; the error itself is transient
+			return nil, boom
+		})
+		msg := message.NewMessage("m-1", nil)
+		msg.SetContext(ctx)
+		_, herr := h(msg)
+		cancel()
+		require.Same(t, boom, herr)
+		require.Equal(t, 1, calls)
+	}
+}
