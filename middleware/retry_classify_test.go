@@ -151,3 +151,49 @@ func TestRetryNoAttemptAfterShutdown(t *testing.T) {
 		require.Equal(t, 1, calls)
 	}
 }
+
+// The in-process time budget: a delay that would cross
+// MaxInProcessTime gives the message back instead of sleeping; one that
+// lands exactly on it still sleeps and retries.
+func TestRetryInProcessTimeBudget(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		policy, err := retry.NewPolicy(retry.WithInProcessAttempts(5), retry.WithMaxInProcessTime(time.Second))
+		require.NoError(t, err)
+		mw, err := middleware.Retry(policy, nil)
+		require.NoError(t, err)
+		boom := errors.New("boom")
+		run := func(after time.Duration) (int, time.Duration) {
+			calls := 0
+			h := mw(func(*message.Message) ([]*message.Message, error) { calls++; return nil, retry.After(after, boom) })
+			start := time.Now()
+			_, herr := h(message.NewMessage("m-1", nil))
+			require.ErrorIs(t, herr, boom)
+			return calls, time.Since(start)
+		}
+		calls, took := run(2 * time.Second)
+		assert.Equal(t, 1, calls, "2s would cross the 1s budget: no in-process retry")
+		assert.Equal(t, time.Second, took, "the wait is capped at the budget")
+
+		calls, took = run(time.Second)
+		assert.Equal(t, 2, calls, "1s lands exactly on the budget: one retry")
+		assert.Equal(t, 2*time.Second, took)
+	})
+}
+
+// Another owner's lease that already ran out is waited on for a short
+// floor (10ms), not retried at once.
+func TestRetryInProgressWaitFloor(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		policy, err := retry.NewPolicy()
+		require.NoError(t, err)
+		mw, err := middleware.Retry(policy, nil)
+		require.NoError(t, err)
+		ip := &middleware.InProgressError{Key: "k", Until: time.Now().Add(-time.Second)}
+		start := time.Now()
+		_, herr := mw(func(*message.Message) ([]*message.Message, error) { return nil, ip })(message.NewMessage("m-1", nil))
+		require.Same(t, ip, herr)
+		require.Equal(t, 10*time.Millisecond, time.Since(start))
+	})
+}
