@@ -385,3 +385,22 @@ func TestDedupReleaseErrors(t *testing.T) {
 	require.ErrorIs(t, err, faults.ErrInjected)
 	require.Equal(t, 2, store.Calls("Release"))
 }
+
+// By default a handler may hold its lease for ten leases: one running for
+// three leases is extended, not canceled.
+func TestDedupDefaultLongestHold(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		store := leaseStore(t)
+		h := leaseDedup(t, store, func(msg *message.Message) ([]*message.Message, error) {
+			select {
+			case <-time.After(3 * time.Second):
+				return nil, nil
+			case <-msg.Context().Done():
+				return nil, msg.Context().Err()
+			}
+		}, middleware.WithLease(time.Second))
+		_, err := h(leaseMsg("u-1", "k-1", `{}`))
+		require.NoError(t, err)
+	})
+}
