@@ -404,3 +404,26 @@ func TestDedupDefaultLongestHold(t *testing.T) {
 		require.NoError(t, err)
 	})
 }
+
+// exhaustedNoHistory reports every key exhausted, with no attempt ledger.
+type exhaustedNoHistory struct{ idempotency.Store }
+
+func (exhaustedNoHistory) Claim(context.Context, idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+	return idempotency.ClaimResult{Status: idempotency.Exhausted, Attempts: 3}, nil
+}
+
+// A store may report an exhausted record without its ledger: the message is
+// still dead-lettered as exhausted.
+func TestDedupExhaustedWithoutHistory(t *testing.T) {
+	t.Parallel()
+	h := leaseDedup(t, exhaustedNoHistory{leaseStore(t)}, func(*message.Message) ([]*message.Message, error) {
+		t.Error("the handler ran for an exhausted key")
+		return nil, nil
+	})
+	_, err := h(leaseMsg("u-1", "k-1", `{}`))
+	fe, final := dlq.AsFinal(err)
+	require.True(t, final)
+	assert.Equal(t, dlq.ReasonExhausted, fe.Reason)
+	assert.Equal(t, 3, fe.Attempts)
+	assert.Contains(t, err.Error(), "last attempt none recorded")
+}
