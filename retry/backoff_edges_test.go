@@ -41,6 +41,6 @@ func TestBackoffZeroCapDrawsNothing(t *testing.T) {
 	assert.Zero(t, retry.Backoff{}.Delay(3, rnd))
 	assert.Zero(t, retry.Backoff{Initial: -time.Second}.Delay(1, rnd))
 	assert.Zero(t, draws, "no delay to draw, so the jitter source is left alone")
-	assert.Equal(t, 500*time.Millisecond, retry.Backoff{Initial: time.Second}.Delay(1, rnd))
+	assert.Equal(t, 750*time.Millisecond, retry.Backoff{Initial: time.Second}.Delay(1, rnd), "equal jitter: half the cap plus the draw of the other half")
 	assert.Equal(t, 1, draws)
 }

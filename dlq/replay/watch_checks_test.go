@@ -54,6 +54,19 @@ func storeConsumer(store idempotency.Store, ok func(n int32) bool) func(p publis
 	}
 }
 
+// seedExhausted gives the archived operations op-first..op-(first+n-1)
+// the EXHAUSTED records their dead letters left: with a store, the
+// retention guard reads them (a missing record is refused as expired).
+func seedExhausted(t *testing.T, store idempotency.Store, first, n int) {
+	t.Helper()
+	for k := first; k < first+n; k++ {
+		res, err := store.Claim(t.Context(), idempotency.ClaimRequest{Namespace: "reserve", Key: fmt.Sprintf("op-%d", k),
+			Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 1})
+		require.NoError(t, err)
+		require.NoError(t, store.Release(t.Context(), res.Lease, idempotency.Failure{Error: "down", Final: true}))
+	}
+}
+
 // With a dedup store, the records of the followed messages tell: DONE is
 // a success, EXHAUSTED after a reopen by this run a re-failure, also when
 // no dead letter says so and no archive scan runs (the clock stands still).
@@ -64,6 +77,7 @@ func TestRunStoreOutcomesBetweenScans(t *testing.T) {
 	archive(t, a, 0, 10, entrySpec{retention: time.Hour})
 	store, err := memstore.New()
 	require.NoError(t, err)
+	seedExhausted(t, store, 0, 10)
 	pub := &recorder{clock: c, hook: storeConsumer(store, func(n int32) bool { return n == 1 })}
 	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "stored", AbortAfter: 3, Store: store, Clock: c})
 	require.ErrorIs(t, err, replay.ErrAborted)
@@ -81,6 +95,7 @@ func TestRunStoreSuccessBreaksRefailures(t *testing.T) {
 	archive(t, a, 0, 9, entrySpec{retention: time.Hour})
 	store, err := memstore.New()
 	require.NoError(t, err)
+	seedExhausted(t, store, 0, 9)
 	pub := &recorder{clock: c, hook: storeConsumer(store, func(n int32) bool { return n == 4 || n == 5 })}
 	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "broken", AbortAfter: 4, Store: store, Clock: c})
 	require.NoError(t, err)
