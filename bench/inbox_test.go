@@ -189,9 +189,10 @@ func counterOf(msg *message.Message) int {
 // roundtrips/msg (PostgreSQL, MySQL): writes answered by a read on the
 // connections; and on PostgreSQL, from the server: xact_commit/msg, the
 // delta of pg_stat_database.xact_commit of the run's private database
-// (surely_bench_<random>, dropped afterwards), and wal_bytes/msg, the WAL
-// written (pg_current_wal_lsn) while the run was timed: cluster-wide, so
-// other clients of the server add to it.
+// (surely_bench_<random>, dropped afterwards); wal_bytes/msg, the WAL
+// written (pg_current_wal_lsn) while the run was timed; and wal_syncs/msg,
+// the delta of pg_stat_wal.wal_sync (WAL flushes) over the run. The last
+// two are the whole server's: other clients of the server add to them.
 //
 // Without SURELY_POSTGRES_URL or SURELY_MYSQL_URL that database is skipped
 // (failed under SURELY_REQUIRE_SERVICES=1); SQLite always runs.
@@ -244,7 +245,7 @@ func runInbox(b *testing.B, d inboxDB, v inboxVariant, handlers int) {
 	// No idle connection of setup's stays: on PostgreSQL, idleXactCommit
 	// waits until the database has no backend.
 	setup.SetMaxIdleConns(0)
-	var xactBefore int64
+	var xactBefore, syncsBefore int64
 	if place.pg != nil {
 		place.pg.idleXactCommit(b)
 	}
@@ -267,6 +268,7 @@ func runInbox(b *testing.B, d inboxDB, v inboxVariant, handlers int) {
 		// report their counts: from here on, the database's commits are
 		// the run's.
 		xactBefore = place.pg.xactCommit(b)
+		syncsBefore = place.pg.walSyncs(b)
 	}
 	run := watermill.NewShortUUID()
 
@@ -326,6 +328,7 @@ func runInbox(b *testing.B, d inboxDB, v inboxVariant, handlers int) {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(place.pg.idleXactCommit(b)-xactBefore)/msgs, "xact_commit/msg")
+		b.ReportMetric(float64(place.pg.walSyncs(b)-syncsBefore)/msgs, "wal_syncs/msg")
 	}
 
 	// Every message had its effect, once.
@@ -452,6 +455,16 @@ func (p *pgPlace) xactCommit(b *testing.B) int64 {
 		`SELECT xact_commit FROM pg_stat_database WHERE datname = $1`, p.name).Scan(&n)
 	if err != nil {
 		b.Fatalf("pg_stat_database of %s: %v", p.name, err)
+	}
+	return n
+}
+
+// walSyncs is pg_stat_wal.wal_sync: the WAL flushes to disk of the whole
+// server, as far as its backends have reported them.
+func (p *pgPlace) walSyncs(b *testing.B) int64 {
+	var n int64
+	if err := p.admin.QueryRowContext(context.Background(), `SELECT wal_sync FROM pg_stat_wal`).Scan(&n); err != nil {
+		b.Fatalf("pg_stat_wal: %v", err)
 	}
 	return n
 }
