@@ -95,6 +95,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -158,6 +159,13 @@ type config struct {
 	seed                   uint64
 	settleGrace            time.Duration
 	logChildren            bool
+	net                    bool          // network faults through per-consumer proxies
+	failover               bool          // lease mode: primary, replica, Sentinels; the primary killed once
+	waitReplicas           bool          // with failover: Complete waits for the replica (WithWaitReplicas)
+	duration               time.Duration // soak: publish at rate for this long
+	rate                   int           // soak: operations per second
+	statsEvery             time.Duration // consumers sample their memory and goroutines this often (0: never)
+	plot                   string        // soak: SVG file of memory and goroutines over time
 }
 
 // Defaults of the flags.
@@ -169,6 +177,7 @@ const (
 	defaultConc      = 4
 	defaultPoison    = 0.01
 	defaultTransient = 0.05
+	defaultRate      = 50
 )
 
 func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
@@ -188,8 +197,38 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.Float64Var(&cfg.transient, "transient", defaultTransient, "fraction of operations failing transiently on their first attempt")
 	fs.Uint64Var(&cfg.seed, "seed", 0, "random seed (0: a random one, printed)")
 	fs.BoolVar(&cfg.logChildren, "v", false, "log the consumers' own output lines")
+	fs.BoolVar(&cfg.net, "net", false, "network faults: latency, timeouts, resets, bandwidth limits, partitions and a slow store, through proxies of every consumer")
+	fs.BoolVar(&cfg.failover, "failover", false, "lease mode: run the store on a primary, a replica and three Sentinels, and kill the primary once")
+	fs.BoolVar(&cfg.waitReplicas, "wait-replicas", true, "with -failover: Complete waits for the replica (redisstore.WithWaitReplicas(1, 2s))")
+	fs.DurationVar(&cfg.duration, "duration", 0, "soak: publish at -rate for this long, with -net on (sets -ops; kills, pauses and restarts default to 0)")
+	fs.IntVar(&cfg.rate, "rate", defaultRate, "soak: operations published per second")
+	fs.StringVar(&cfg.plot, "plot", "", "soak: write an SVG plot of every consumer's memory and goroutines over time to this file")
+	fs.DurationVar(&cfg.statsEvery, "stats-every", 0, "how often consumers report memory and goroutines (default 5s in a soak, else never)")
+	explicit := map[string]bool{}
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	if cfg.duration > 0 {
+		// A soak: steady rate, every network fault; crashes only when asked
+		// for, so that each consumer lives through the whole soak.
+		if cfg.duration > 24*time.Hour || cfg.rate < 1 || cfg.rate > 10_000 {
+			return cfg, fmt.Errorf("-duration %v -rate %d: want at most 24h and 1 to 10000 ops/s", cfg.duration, cfg.rate)
+		}
+		cfg.ops = int(cfg.duration.Seconds() * float64(cfg.rate))
+		cfg.net = true
+		for name, p := range map[string]*int{"kills": &cfg.kills, "redis-restarts": &cfg.redisRestarts,
+			"broker-restarts": &cfg.brokerRestarts, "pauses": &cfg.pauses} {
+			if !explicit[name] {
+				*p = 0
+			}
+		}
+		if !explicit["timeout"] {
+			cfg.timeout = cfg.duration + 10*time.Minute
+		}
+		if cfg.statsEvery == 0 {
+			cfg.statsEvery = 5 * time.Second
+		}
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -225,9 +264,15 @@ func (c config) withDefaults() (config, error) {
 	if c.kills < 0 {
 		c.kills = max(minDefaultKills, (c.ops*killsPer10k+9999)/10000)
 	}
+	if c.failover && c.mode != modeLease {
+		return c, errors.New("-failover: only lease mode has a Redis store")
+	}
+	if c.failover && c.redisRestarts > 0 {
+		return c, errors.New("-failover replaces -redis-restarts: the primary is killed and a replica promoted")
+	}
 	if c.redisRestarts < 0 {
 		c.redisRestarts = 0
-		if c.mode == modeLease {
+		if c.mode == modeLease && !c.failover {
 			c.redisRestarts = 3
 		}
 	}
