@@ -76,10 +76,10 @@ type payload struct {
 
 // childConfig is what the parent tells a consumer process.
 type childConfig struct {
-	Mode        string `json:"mode"`
-	Broker      string `json:"broker"`
-	BrokerURL   string `json:"broker_url"`
-	StoreRedis  string `json:"store_redis,omitempty"` // lease mode: host:port of the private redis-server
+	Mode       string `json:"mode"`
+	Broker     string `json:"broker"`
+	BrokerURL  string `json:"broker_url"`
+	StoreRedis string `json:"store_redis,omitempty"` // lease mode: host:port of the private redis-server
 	// Lease mode with -failover: the Sentinels' host:port and the name
 	// of the monitored primary; WaitReplicas > 0 makes Complete wait for
 	// that many replicas (redisstore.WithWaitReplicas).
@@ -89,7 +89,7 @@ type childConfig struct {
 	// StatsEveryMs > 0: print a STATS line that often.
 	StatsEveryMs int `json:"stats_every_ms,omitempty"`
 	// MaxLifeMs, when longer than childMaxLife, bounds the process instead.
-	MaxLifeMs int64 `json:"max_life_ms,omitempty"`
+	MaxLifeMs   int64  `json:"max_life_ms,omitempty"`
 	Effects     string `json:"effects"`
 	EffectsDSN  string `json:"effects_dsn"`
 	Suffix      string `json:"suffix"`

@@ -25,12 +25,12 @@ import (
 
 // Sentinel settings.
 const (
-	sentinelMaster     = "surely-chaos"
-	sentinelCount      = 3
-	sentinelQuorum     = 2
-	sentinelDownAfter  = time.Second
-	failoverBound      = 60 * time.Second // Sentinel promotes the replica
-	replicationLag = time.Second // the primary's writes its replica never gets, before the kill
+	sentinelMaster    = "surely-chaos"
+	sentinelCount     = 3
+	sentinelQuorum    = 2
+	sentinelDownAfter = time.Second
+	failoverBound     = 60 * time.Second // Sentinel promotes the replica
+	replicationLag    = time.Second      // the primary's writes its replica never gets, before the kill
 )
 
 // redisHA is the primary, the replica and the Sentinels.
@@ -184,7 +184,7 @@ func (h *redisHA) failover(ctx context.Context) (time.Duration, error) {
 			break
 		}
 		if time.Since(killed) > failoverBound || ctx.Err() != nil {
-			return 0, fmt.Errorf("no replica promoted within %v of killing the primary %s (last: %v %v)", failoverBound, old, now, err)
+			return 0, fmt.Errorf("no replica promoted within %v of killing the primary %s (last: %v): %w", failoverBound, old, now, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

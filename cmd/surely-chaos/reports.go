@@ -111,18 +111,20 @@ func (r *reports) latency() percentiles {
 }
 
 func (p percentiles) String() string {
-	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) }
+	ms := func(d time.Duration) string {
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64)
+	}
 	return fmt.Sprintf("latency_ms_p50=%s latency_ms_p90=%s latency_ms_p99=%s latency_ms_max=%s", ms(p.p50), ms(p.p90), ms(p.p99), ms(p.max))
 }
 
 // growth is how one consumer's resources moved between the first window
 // after warm-up and the last window of the run.
 type growth struct {
-	pid                    int
-	rssFrom, rssTo         float64 // KiB, window means
-	goroutFrom, goroutTo   float64
+	pid                     int
+	rssFrom, rssTo          float64 // KiB, window means
+	goroutFrom, goroutTo    float64
 	rssGrowth, goroutGrowth float64 // fractions: 0.05 is +5 %
-	samples                int
+	samples                 int
 }
 
 // flatness compares, for every consumer sampled over the whole soak, the
