@@ -57,6 +57,7 @@ type result struct {
 
 	net          map[string]int // network faults injected, by kind (-net)
 	commitUnsure int            // lease: extra effects explained by a COMMIT that failed after the server applied it
+	leaseLost    int            // attempts the store refused (fenced): a lease given up or taken over
 	// -failover
 	failovers, promoteMs        int
 	waitReplicas                bool
@@ -86,7 +87,7 @@ func (r result) extra() string {
 			fmt.Fprintf(&b, " net_%s=%d", k, r.net[k])
 			total += r.net[k]
 		}
-		fmt.Fprintf(&b, " net_faults=%d commit_unsure=%d", total, r.commitUnsure)
+		fmt.Fprintf(&b, " net_faults=%d commit_unsure=%d lease_lost=%d", total, r.commitUnsure, r.leaseLost)
 	}
 	if r.failovers > 0 || r.mode == modeLease && r.waitReplicas {
 		fmt.Fprintf(&b, " failovers=%d promote_ms=%d wait_replicas=%t lost_completion_windows=%d", r.failovers, r.promoteMs, r.waitReplicas, r.lostCompletionWindows)
@@ -316,12 +317,12 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 	}
 	var nc *netChaos
 	if cfg.net {
-		links, storeLink, err := netLinks(child)
+		links, storeLinks, err := netLinks(child, ha)
 		if err != nil {
 			return res, err
 		}
 		cs.links = links(px)
-		nc = &netChaos{storeLink: storeLink, storeDelay: consumerStoreTimeout, counts: map[string]int{}}
+		nc = &netChaos{storeLinks: storeLinks, storeDelay: consumerStoreTimeout, counts: map[string]int{}}
 		log.say("net: every consumer reaches %s through proxies of its own", strings.Join(linkNames(child), ", "))
 	}
 	cleanups = append(cleanups, func() error { cs.stopAll(); return nil })
@@ -440,6 +441,7 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 	cs.stopAll()
 	res.consumerExits += cs.exits
 	res.latency = cs.rep.latency()
+	res.leaseLost = cs.rep.fencedCount()
 	if cfg.duration > 0 {
 		res.soak = true
 		soakFigures(&res, cs.rep, cfg, time.Since(started), log)

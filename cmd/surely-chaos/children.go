@@ -119,6 +119,7 @@ func (cs *children) start() (*child, error) {
 				default:
 				}
 			case len(f) == 2 && f[0] == lineFenced:
+				cs.rep.leaseLost()
 				select {
 				case c.fenced <- f[1]:
 				default:

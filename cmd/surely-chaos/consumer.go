@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -86,6 +87,9 @@ type childConfig struct {
 	StoreSentinels []string `json:"store_sentinels,omitempty"`
 	StoreMaster    string   `json:"store_master,omitempty"`
 	WaitReplicas   int      `json:"wait_replicas,omitempty"`
+	// StoreDial maps a Redis server's address, as the Sentinels name it,
+	// to the address to dial instead: this consumer's proxy to it (-net).
+	StoreDial map[string]string `json:"store_dial,omitempty"`
 	// StatsEveryMs > 0: print a STATS line that often.
 	StatsEveryMs int `json:"stats_every_ms,omitempty"`
 	// MaxLifeMs, when longer than childMaxLife, bounds the process instead.
@@ -180,7 +184,14 @@ func runConsumer(ctx context.Context, cfg childConfig) error {
 		var client *redis.Client
 		if len(cfg.StoreSentinels) > 0 {
 			client = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: cfg.StoreMaster, SentinelAddrs: cfg.StoreSentinels,
-				MaxRetries: 2, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+				MaxRetries: 2, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					if a, ok := cfg.StoreDial[addr]; ok {
+						addr = a
+					}
+					d := net.Dialer{Timeout: time.Second, KeepAlive: 5 * time.Minute}
+					return d.DialContext(ctx, network, addr)
+				}})
 		} else {
 			client = redis.NewClient(&redis.Options{Addr: cfg.StoreRedis, MaxRetries: 2,
 				DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})

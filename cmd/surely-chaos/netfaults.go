@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -24,6 +25,9 @@ const (
 	linkStore   = "store"
 	linkBroker  = "broker"
 	linkEffects = "effects"
+	// linkReplica is the link to the replica with -failover: a store link
+	// too, since Sentinel may make it the primary.
+	linkReplica = "store-replica"
 )
 
 // Network faults, as counted in the result line.
@@ -173,25 +177,60 @@ func withHost(raw, addr string) (string, error) {
 // netChaos injects network faults at random times until stopped.
 type netChaos struct {
 	f          *faults
-	storeLink  string // the link carrying store calls (effects in inbox mode: one database)
+	storeLinks []string // the links carrying store calls (effects in inbox mode: one database; primary and replica with -failover)
 	storeDelay time.Duration
 	mu         sync.Mutex
 	counts     map[string]int
+	deck       []string // kinds still to deal
+	seq        int      // names the toxics
 }
 
-// loop injects one fault at a time, each bounded in time, with random gaps,
-// until ctx ends.
+// netLanes is how many faults may be under way at once.
+const netLanes = 2
+
+// loop injects faults from netLanes lanes, one at a time in each, with
+// random gaps, until ctx ends. Kinds are dealt from a shuffled deck of all
+// of them, so that even a short run gets every kind.
 func (n *netChaos) loop(ctx context.Context) {
-	for {
-		gap := netGapMin + time.Duration(n.f.intn(int(netGapMax-netGapMin)))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(gap):
-		}
-		kind := netKinds[n.f.intn(len(netKinds))]
-		n.inject(ctx, kind)
+	var wg sync.WaitGroup
+	for range netLanes {
+		wg.Go(func() {
+			for {
+				gap := netGapMin + time.Duration(n.f.intn(int(netGapMax-netGapMin)))
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(gap):
+				}
+				n.inject(ctx, n.deal())
+			}
+		})
 	}
+	wg.Wait()
+}
+
+// deal returns the next kind of the deck, shuffling a new deck when it is
+// empty.
+func (n *netChaos) deal() string {
+	n.mu.Lock()
+	empty := len(n.deck) == 0
+	n.mu.Unlock()
+	var fresh []string
+	if empty {
+		fresh = slices.Clone(netKinds)
+		for i := len(fresh) - 1; i > 0; i-- {
+			j := n.f.intn(i + 1)
+			fresh[i], fresh[j] = fresh[j], fresh[i]
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.deck) == 0 {
+		n.deck = fresh
+	}
+	k := n.deck[0]
+	n.deck = n.deck[1:]
+	return k
 }
 
 // inject applies one fault of kind and takes it off again after its time.
@@ -214,6 +253,15 @@ func (n *netChaos) inject(ctx context.Context, kind string) {
 		}
 		return c, c.net
 	}
+	storeTargets := func(ls *linkSet) []target {
+		var out []target
+		for _, l := range n.storeLinks {
+			if _, ok := ls.links[l]; ok {
+				out = append(out, target{ls, l})
+			}
+		}
+		return out
+	}
 	anyLink := func(ls *linkSet) string {
 		links := make([]string, 0, len(ls.links))
 		for l := range ls.links {
@@ -229,14 +277,13 @@ func (n *netChaos) inject(ctx context.Context, kind string) {
 			return
 		}
 		link := anyLink(ls)
+		targets = []target{{ls, link}}
 		if kind == netTimeout {
-			link = n.storeLink
-			if _, ok := ls.links[link]; !ok {
-				link = anyLink(ls)
+			if st := storeTargets(ls); len(st) > 0 {
+				targets, link = st, linkStore
 			}
 			hold = n.storeDelay + 500*time.Millisecond // past the store timeout
 		}
-		targets = []target{{ls, link}}
 		switch kind {
 		case netLatency:
 			lat := 50 + int64(n.f.intn(451))
@@ -258,26 +305,24 @@ func (n *netChaos) inject(ctx context.Context, kind string) {
 		if ls == nil {
 			return
 		}
-		link := n.storeLink
+		link, other := linkStore, linkBroker
+		targets = storeTargets(ls)
 		if kind == netPartitionBroker {
-			link = linkBroker
+			link, other = linkBroker, linkStore
+			targets = nil
+			if _, ok := ls.links[linkBroker]; ok {
+				targets = []target{{ls, linkBroker}}
+			}
 		}
-		if _, ok := ls.links[link]; !ok {
+		if len(targets) == 0 {
 			return
 		}
 		hold += time.Duration(n.f.intn(int(2 * time.Second)))
-		targets = []target{{ls, link}}
 		toxic, attrs = "timeout", map[string]int64{"timeout": 0}
-		other := linkBroker
-		if kind == netPartitionBroker {
-			other = n.storeLink
-		}
 		what = fmt.Sprintf("consumer %d cut off from the %s, %s reachable", c.pid, link, other)
 	case netSlowStore:
 		for _, ls := range n.f.cs.allNet() {
-			if _, ok := ls.links[n.storeLink]; ok {
-				targets = append(targets, target{ls, n.storeLink})
-			}
+			targets = append(targets, storeTargets(ls)...)
 		}
 		if len(targets) == 0 {
 			return
@@ -286,9 +331,12 @@ func (n *netChaos) inject(ctx context.Context, kind string) {
 		toxic = "latency"
 		// Both directions: a round trip of a store call takes twice this.
 		attrs = map[string]int64{"latency": (slowStoreDelay / 2).Milliseconds(), "jitter": (slowStoreJitter / 2).Milliseconds()}
-		what = fmt.Sprintf("every store call of %d consumers delayed %v ± %v (lease extended every %v)", len(targets), slowStoreDelay, slowStoreJitter, lease/3)
+		what = fmt.Sprintf("every store call through %d links delayed %v ± %v (lease extended every %v)", len(targets), slowStoreDelay, slowStoreJitter, lease/3)
 	}
-	name := fmt.Sprintf("%s%d", kind, time.Now().UnixNano())
+	n.mu.Lock()
+	n.seq++
+	name := fmt.Sprintf("%s%d", kind, n.seq)
+	n.mu.Unlock()
 	var applied []target
 	for _, t := range targets {
 		if err := t.ls.toxic(t.link, name, toxic, attrs); err != nil {

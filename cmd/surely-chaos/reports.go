@@ -41,6 +41,19 @@ type reports struct {
 	latencies []time.Duration     // of the first acknowledgement of each key
 	unsureBy  map[string]int      // key+" "+token -> COMMIT errors
 	series    map[int][]sample    // pid -> samples
+	fenced    int                 // attempts refused by the store (FENCED lines)
+}
+
+func (r *reports) leaseLost() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fenced++
+}
+
+func (r *reports) fencedCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fenced
 }
 
 func newReports() *reports {

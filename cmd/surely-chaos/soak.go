@@ -22,22 +22,28 @@ const soakFlat = 0.10
 // proxies of each new consumer and its configuration pointing at them, and
 // the link that carries the store calls: in inbox mode the store is the
 // effects database.
-func netLinks(base childConfig) (func(px *proxies) func() (string, *linkSet, error), string, error) {
+func netLinks(base childConfig, ha *redisHA) (func(px *proxies) func() (string, *linkSet, error), []string, error) {
 	up := map[string]string{}
 	var err error
 	if up[linkBroker], err = hostPort(base.BrokerURL); err != nil {
-		return nil, "", fmt.Errorf("broker URL: %w", err)
+		return nil, nil, fmt.Errorf("broker URL: %w", err)
 	}
 	if base.Effects == effectsPostgres {
 		if up[linkEffects], err = hostPort(base.EffectsDSN); err != nil {
-			return nil, "", fmt.Errorf("effects database URL: %w", err)
+			return nil, nil, fmt.Errorf("effects database URL: %w", err)
 		}
 	}
-	storeLink := linkStore
-	if base.Mode == modeLease {
-		up[linkStore] = base.StoreRedis // "" with Sentinels: the store is reached directly
-	} else {
-		storeLink = linkEffects
+	storeLinks := []string{linkStore}
+	switch {
+	case ha != nil:
+		// The consumers dial the address the Sentinels name through
+		// these proxies (childConfig.StoreDial).
+		up[linkStore], up[linkReplica] = ha.primary.addr, ha.replica.addr
+		storeLinks = append(storeLinks, linkReplica)
+	case base.Mode == modeLease:
+		up[linkStore] = base.StoreRedis
+	default:
+		storeLinks = []string{linkEffects}
 	}
 	return func(px *proxies) func() (string, *linkSet, error) {
 		return func() (string, *linkSet, error) {
@@ -58,8 +64,11 @@ func netLinks(base childConfig) (func(px *proxies) func() (string, *linkSet, err
 					return "", nil, err
 				}
 			}
-			if a := ls.addr(linkStore); a != "" {
-				cfg.StoreRedis = a
+			switch {
+			case ha != nil:
+				cfg.StoreDial = map[string]string{ha.primary.addr: ls.addr(linkStore), ha.replica.addr: ls.addr(linkReplica)}
+			case ls.addr(linkStore) != "":
+				cfg.StoreRedis = ls.addr(linkStore)
 			}
 			raw, err := json.Marshal(cfg)
 			if err != nil {
@@ -68,7 +77,7 @@ func netLinks(base childConfig) (func(px *proxies) func() (string, *linkSet, err
 			}
 			return string(raw), ls, nil
 		}
-	}, storeLink, nil
+	}, storeLinks, nil
 }
 
 // linkNames names what the consumers reach through proxies.
@@ -77,14 +86,13 @@ func linkNames(base childConfig) []string {
 	switch {
 	case base.Mode == modeInbox && base.Effects == effectsPostgres:
 		out = append(out, "the store and effects database (PostgreSQL)")
-	case base.Mode == modeLease && base.StoreRedis != "":
+	case base.Mode == modeLease && len(base.StoreSentinels) > 0:
+		out = append(out, "the store (Redis primary and replica, not the Sentinels)")
+	case base.Mode == modeLease:
 		out = append(out, "the store (Redis)")
 	}
 	if base.Mode == modeLease && base.Effects == effectsPostgres {
 		out = append(out, "the effects database (PostgreSQL)")
-	}
-	if len(base.StoreSentinels) > 0 {
-		out = append(out, "(not the store: the Sentinels hand out the primary's own address)")
 	}
 	return out
 }
