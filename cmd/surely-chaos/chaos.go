@@ -68,6 +68,7 @@ type result struct {
 	soak                        bool
 	growth                      []growth
 	rssGrowthMax, goroutGrowMax float64
+	goroutGrowAbs               float64 // the largest growth in goroutines (window means)
 }
 
 // line is the one line printed on stdout.
@@ -131,7 +132,7 @@ func (r result) problems() []string {
 		if len(r.growth) == 0 {
 			p = append(p, "no consumer was sampled over the whole soak")
 		}
-		if r.rssGrowthMax > soakFlat || r.goroutGrowMax > soakFlat {
+		if r.rssGrowthMax > soakFlat || r.goroutGrowMax > soakFlat && r.goroutGrowAbs > soakGoroutineSlack {
 			p = append(p, fmt.Sprintf("a consumer grew after warm-up: resident memory %+.1f %%, goroutines %+.1f %% (at most %.0f %%)",
 				100*r.rssGrowthMax, 100*r.goroutGrowMax, 100*soakFlat))
 		}

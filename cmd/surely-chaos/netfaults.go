@@ -51,7 +51,7 @@ const (
 	// slowStoreDelay is past the lease-extension interval (lease/3) and
 	// below the lease: extensions arrive late but in time, or the lease
 	// is given up.
-	slowStoreDelay  = lease/3 + 300*time.Millisecond
+	slowStoreDelay  = time.Second // lease/3 < this < lease
 	slowStoreJitter = 200 * time.Millisecond
 	slowStoreHold   = 2 * lease
 )
@@ -331,7 +331,7 @@ func (n *netChaos) inject(ctx context.Context, kind string) {
 		toxic = "latency"
 		// Both directions: a round trip of a store call takes twice this.
 		attrs = map[string]int64{"latency": (slowStoreDelay / 2).Milliseconds(), "jitter": (slowStoreJitter / 2).Milliseconds()}
-		what = fmt.Sprintf("every store call through %d links delayed %v ± %v (lease extended every %v)", len(targets), slowStoreDelay, slowStoreJitter, lease/3)
+		what = fmt.Sprintf("every store call through %d links delayed %v ± %v (lease extended every %v)", len(targets), slowStoreDelay, slowStoreJitter, (lease / 3).Round(time.Millisecond))
 	}
 	n.mu.Lock()
 	n.seq++
