@@ -69,6 +69,7 @@ type result struct {
 	growth                      []growth
 	rssGrowthMax, goroutGrowMax float64
 	goroutGrowAbs               float64 // the largest growth in goroutines (window means)
+	skipFlat                    bool
 }
 
 // line is the one line printed on stdout.
@@ -128,7 +129,7 @@ func (r result) problems() []string {
 	if r.ackedLost > 0 && (r.failovers == 0 || r.waitReplicas) {
 		p = append(p, fmt.Sprintf("%d acknowledged completions lost (no failover without WAIT to explain them)", r.ackedLost))
 	}
-	if r.soak {
+	if r.soak && !r.skipFlat {
 		if len(r.growth) == 0 {
 			p = append(p, "no consumer was sampled over the whole soak")
 		}
@@ -444,7 +445,7 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 	res.latency = cs.rep.latency()
 	res.leaseLost = cs.rep.fencedCount()
 	if cfg.duration > 0 {
-		res.soak = true
+		res.soak, res.skipFlat = true, cfg.skipFlat
 		soakFigures(&res, cs.rep, cfg, time.Since(started), log)
 	}
 
