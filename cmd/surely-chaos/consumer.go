@@ -141,8 +141,10 @@ type consumer struct {
 	pid   int
 	armed atomic.Bool // SIGUSR1: pause at the next pause point; SIGUSR2: don't
 	cont  chan os.Signal
-	// tokens holds the token of each key's latest attempt that reached
-	// its effect, for the ACKED line of OutcomeProcessed.
+	// tokens holds, by delivery (*message.Message: the chain hands the
+	// same one to the handler and to OnOutcome), the token of its latest
+	// attempt that reached its effect, for the ACKED line of
+	// OutcomeProcessed; OnOutcome removes it whatever the outcome.
 	tokens sync.Map
 }
 
@@ -293,11 +295,14 @@ func (c *consumer) chain(store idempotency.Store, fn message.HandlerFunc, pub me
 		handler.WithConsumerGroup(c.n.group),
 		handler.WithLogger(c.logger()),
 		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+			token, ran := c.tokens.LoadAndDelete(p.Msg)
 			switch p.Outcome {
 			case middleware.OutcomeLeaseLost:
 				c.fenced(p.Msg)
 			case middleware.OutcomeProcessed:
-				c.acked(p.Msg)
+				if ran {
+					c.acked(p.Msg, token.(string))
+				}
 			}
 			return middleware.OutcomeResult{}
 		}),
@@ -360,7 +365,7 @@ func (c *consumer) leaseHandler(msg *message.Message) ([]*message.Message, error
 	if _, err := tx.ExecContext(ctx, c.db.markerSQL(), p.Key, op.Token, c.pid); err != nil {
 		return nil, err
 	}
-	c.tokens.Store(p.Key, op.Token)
+	c.tokens.Store(msg, op.Token)
 	if err := tx.Commit(); err != nil {
 		// The server may have committed before the link failed: the
 		// effect may be there, with its marker.
@@ -388,7 +393,7 @@ func (c *consumer) inboxHandler(store *sqlstore.Store) message.HandlerFunc {
 			return nil, err
 		}
 		c.pausePoint(p.Key, op.Token)
-		c.tokens.Store(p.Key, op.Token)
+		c.tokens.Store(msg, op.Token)
 		msgs, err := inbox(msg)
 		if errors.Is(err, idempotency.ErrLeaseLost) {
 			c.fenced(msg)
@@ -426,13 +431,9 @@ const waitReplicasTimeout = 2 * time.Second
 
 // acked prints the ACKED line of a processed operation: its Complete
 // returned nil.
-func (c *consumer) acked(msg *message.Message) {
+func (c *consumer) acked(msg *message.Message, token string) {
 	var p payload
 	_ = json.Unmarshal(msg.Payload, &p)
-	token, ok := c.tokens.LoadAndDelete(p.Key)
-	if !ok {
-		return
-	}
 	var us int64
 	if p.At > 0 {
 		us = time.Since(time.Unix(0, p.At)).Microseconds()
