@@ -667,7 +667,8 @@ func (f *faults) do(ctx context.Context, what string, progress int) error {
 			time.Since(start).Round(time.Millisecond))
 		return nil
 	case faultFailover:
-		took, err := f.ha.failover(ctx)
+		dropAt := f.cs.rep.since()
+		took, behind, err := f.ha.failover(ctx)
 		if err != nil {
 			return err
 		}
@@ -675,8 +676,9 @@ func (f *faults) do(ctx context.Context, what string, progress int) error {
 		f.res.failovers++
 		f.res.promoteMs = int(took.Milliseconds())
 		f.mu.Unlock()
-		f.log.say("failover: primary killed (SIGKILL) at %d settled after its replica got nothing for %v; Sentinel promoted the replica after %v; old primary started again as a replica",
-			progress, replicationLag, took.Round(time.Millisecond))
+		f.log.say("failover: replication stream dropped %v after the start; primary killed (SIGKILL) at %d settled after its replica got nothing for %v "+
+			"(acknowledged replication offset behind by %s); Sentinel promoted the replica after %v; old primary started again as a replica",
+			dropAt.Round(10*time.Millisecond), progress, replicationLag, behind, took.Round(time.Millisecond))
 		return nil
 	case faultPause:
 		// In the background: the other faults go on meanwhile.

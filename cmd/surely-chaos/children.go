@@ -57,7 +57,7 @@ func newChildren(exe string, args []string, cfg childConfig, log *logger, verbos
 		return nil, err
 	}
 	return &children{exe: exe, args: args, env: string(raw), log: log, killed: map[int]bool{}, paused: map[int]bool{}, verb: verbose,
-		rep: newReports()}, nil
+		rep: newReports(log.start)}, nil
 }
 
 // start starts one more consumer.

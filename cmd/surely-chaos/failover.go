@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -149,10 +150,10 @@ func (h *redisHA) masterAddr(ctx context.Context) (string, error) {
 // Sentinels to promote the replica and starts the old primary again (the
 // Sentinels make it a replica of the new one). It returns the time from
 // the kill to the promotion.
-func (h *redisHA) failover(ctx context.Context) (time.Duration, error) {
+func (h *redisHA) failover(ctx context.Context) (time.Duration, string, error) {
 	old, err := h.masterAddr(ctx)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	var victim *redisServer
 	for _, s := range []*redisServer{h.primary, h.replica} {
@@ -161,7 +162,7 @@ func (h *redisHA) failover(ctx context.Context) (time.Duration, error) {
 		}
 	}
 	if victim == nil {
-		return 0, fmt.Errorf("primary %s is none of the run's servers", old)
+		return 0, "", fmt.Errorf("primary %s is none of the run's servers", old)
 	}
 	const lagToxic = "replication_lag"
 	lagged := victim == h.primary && h.replLink.links[linkStore] != nil
@@ -169,10 +170,11 @@ func (h *redisHA) failover(ctx context.Context) (time.Duration, error) {
 		// Downstream only: the primary's stream to its replica is dropped
 		// (its replies to the replica's acknowledgements too).
 		if err := h.replLink.dropDown(linkStore, lagToxic); err != nil {
-			return 0, err
+			return 0, "", err
 		}
 		time.Sleep(replicationLag)
 	}
+	behind := replicationBehind(ctx, victim.addr)
 	killed := time.Now()
 	victim.stop()
 	if lagged {
@@ -184,15 +186,53 @@ func (h *redisHA) failover(ctx context.Context) (time.Duration, error) {
 			break
 		}
 		if time.Since(killed) > failoverBound || ctx.Err() != nil {
-			return 0, fmt.Errorf("no replica promoted within %v of killing the primary %s (last: %v): %w", failoverBound, old, now, err)
+			return 0, behind, fmt.Errorf("no replica promoted within %v of killing the primary %s (last: %v): %w", failoverBound, old, now, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	took := time.Since(killed)
 	if err := victim.start(); err != nil {
-		return took, fmt.Errorf("start the old primary again: %w", err)
+		return took, behind, fmt.Errorf("start the old primary again: %w", err)
 	}
-	return took, nil
+	return took, behind, nil
+}
+
+// replicationBehind tells, from the primary's INFO replication, how far
+// its replicas' acknowledged offsets are behind its own, just before the
+// kill.
+func replicationBehind(ctx context.Context, addr string) string {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer func() { _ = c.Close() }()
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	info, err := c.Info(cctx, "replication").Result()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	var own int64
+	var parts []string
+	for _, l := range strings.Split(info, "\n") {
+		l = strings.TrimSpace(l)
+		if v, ok := strings.CutPrefix(l, "master_repl_offset:"); ok {
+			own, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	for _, l := range strings.Split(info, "\n") {
+		l = strings.TrimSpace(l)
+		if !strings.HasPrefix(l, "slave") || !strings.Contains(l, "offset=") {
+			continue
+		}
+		for _, kv := range strings.Split(l[strings.Index(l, ":")+1:], ",") {
+			if v, ok := strings.CutPrefix(kv, "offset="); ok {
+				off, _ := strconv.ParseInt(v, 10, 64)
+				parts = append(parts, fmt.Sprintf("%d bytes", own-off))
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return "no replica connected"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (h *redisHA) stop() {

@@ -37,11 +37,12 @@ type sample struct {
 type reports struct {
 	mu        sync.Mutex
 	start     time.Time
-	ackedBy   map[string][]string // key -> tokens whose Complete returned nil
-	latencies []time.Duration     // of the first acknowledgement of each key
-	unsureBy  map[string]int      // key+" "+token -> COMMIT errors
-	series    map[int][]sample    // pid -> samples
-	fenced    int                 // attempts refused by the store (FENCED lines)
+	ackedBy   map[string][]string      // key -> tokens whose Complete returned nil
+	latencies []time.Duration          // of the first acknowledgement of each key
+	unsureBy  map[string]int           // key+" "+token -> COMMIT errors
+	series    map[int][]sample         // pid -> samples
+	fenced    int                      // attempts refused by the store (FENCED lines)
+	ackedAt   map[string]time.Duration // key+" "+token -> when its ACKED line came, since start
 }
 
 func (r *reports) leaseLost() {
@@ -56,8 +57,10 @@ func (r *reports) fencedCount() int {
 	return r.fenced
 }
 
-func newReports() *reports {
-	return &reports{start: time.Now(), ackedBy: map[string][]string{}, unsureBy: map[string]int{}, series: map[int][]sample{}}
+// newReports times everything from start (the run's log's start).
+func newReports(start time.Time) *reports {
+	return &reports{start: start, ackedBy: map[string][]string{}, unsureBy: map[string]int{}, series: map[int][]sample{},
+		ackedAt: map[string]time.Duration{}}
 }
 
 func (r *reports) acked(key, token, micros string) {
@@ -68,7 +71,18 @@ func (r *reports) acked(key, token, micros string) {
 		r.latencies = append(r.latencies, time.Duration(us)*time.Microsecond)
 	}
 	r.ackedBy[key] = append(r.ackedBy[key], token)
+	r.ackedAt[key+" "+token] = time.Since(r.start)
 }
+
+// ackedWhen tells when the ACKED line of (key, token) came, since start.
+func (r *reports) ackedWhen(key, token string) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ackedAt[key+" "+token]
+}
+
+// since is the time from the start of the reports (the run's consumers).
+func (r *reports) since() time.Duration { return time.Since(r.start) }
 
 func (r *reports) unsure(key, token string) {
 	r.mu.Lock()

@@ -13,7 +13,7 @@ import (
 // of each key, and window means of the samples.
 func TestReportsLatencyAndFlatness(t *testing.T) {
 	t.Parallel()
-	r := newReports()
+	r := newReports(time.Now())
 	for i := 1; i <= 100; i++ {
 		r.acked("k"+strconv.Itoa(i), "t", strconv.Itoa(i*1000)) // i ms
 	}

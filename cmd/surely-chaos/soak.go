@@ -126,7 +126,10 @@ func checkAcked(ctx context.Context, res *result, getter recordGetter, ns string
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	var lost []string
+	var (
+		lost          []string
+		first, latest time.Duration = -1, 0
+	)
 	for _, k := range keys {
 		rec, err := getter.Get(ctx, ns, k)
 		if err != nil && !isNotFound(err) {
@@ -151,12 +154,18 @@ func checkAcked(ctx context.Context, res *result, getter recordGetter, ns string
 				res.lostForgotten++
 			}
 			lost = append(lost, fmt.Sprintf("%s (acked token %s, now %s, %d effects)", k, tok, state, counts[k]))
+			at := rep.ackedWhen(k, tok)
+			if first < 0 || at < first {
+				first = at
+			}
+			latest = max(latest, at)
 		}
 	}
 	log.say("acknowledged completions: %d checked after the run, %d lost by the store (%d ran again, %d forgotten)",
 		res.ackedChecked, res.ackedLost, res.lostRerun, res.lostForgotten)
 	if len(lost) > 0 {
-		log.say("lost acknowledged completions: %s", strings.Join(lost[:min(len(lost), 10)], ", "))
+		log.say("lost acknowledged completions, acknowledged between %v and %v after the start: %s",
+			first.Round(10*time.Millisecond), latest.Round(10*time.Millisecond), strings.Join(lost[:min(len(lost), 10)], ", "))
 	}
 	return nil
 }
