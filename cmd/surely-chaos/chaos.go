@@ -458,6 +458,10 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 	if err := checkAcked(cctx, &res, getter, n.namespace, cs.rep, db, log); err != nil {
 		return res, err
 	}
+	if ha != nil {
+		now, err := ha.masterAddr(cctx)
+		log.say("store at the end: the Sentinels name %s the primary (%v); first primary %s, first replica %s", now, err, ha.primary.addr, ha.replica.addr)
+	}
 	log.say("took %v; consumers exited on their own: %d", time.Since(started).Round(100*time.Millisecond), res.consumerExits)
 	_, _ = fmt.Fprintln(cfg.stdout, res.line())
 	return res, nil
