@@ -186,7 +186,10 @@ func (h *redisHA) failover(ctx context.Context) (time.Duration, string, error) {
 			break
 		}
 		if time.Since(killed) > failoverBound || ctx.Err() != nil {
-			return 0, behind, fmt.Errorf("no replica promoted within %v of killing the primary %s (last: %v): %w", failoverBound, old, now, err)
+			if err == nil {
+				err = fmt.Errorf("the Sentinels still name %s", now)
+			}
+			return 0, behind, fmt.Errorf("no replica promoted within %v of killing the primary %s: %w", failoverBound, old, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
