@@ -459,8 +459,11 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 		return res, err
 	}
 	if ha != nil {
-		now, err := ha.masterAddr(cctx)
-		log.say("store at the end: the Sentinels name %s the primary (%v); first primary %s, first replica %s", now, err, ha.primary.addr, ha.replica.addr)
+		if now, err := ha.masterAddr(cctx); err != nil {
+			log.say("store at the end: %v", err)
+		} else {
+			log.say("store at the end: the Sentinels name %s the primary; first primary %s, first replica %s", now, ha.primary.addr, ha.replica.addr)
+		}
 	}
 	log.say("took %v; consumers exited on their own: %d", time.Since(started).Round(100*time.Millisecond), res.consumerExits)
 	_, _ = fmt.Fprintln(cfg.stdout, res.line())
