@@ -69,7 +69,7 @@
 //
 //   - latency: 50-500 ms with jitter on one link of one consumer;
 //   - timeout: one consumer's store link silent (data dropped) past the
-//     store timeout (5 s), then its connections closed;
+//     store timeout (1.5 s), then its connections closed;
 //   - reset: one link's connections reset (TCP RST) as they send;
 //   - bandwidth: one link throttled to 1-16 KB/s;
 //   - partition_store: one consumer cut off from the store while it still
