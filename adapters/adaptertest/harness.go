@@ -348,6 +348,38 @@ func (r *recorder) waitFor(t *testing.T, timeout time.Duration, what string, con
 	}
 }
 
+// waitForProgress is waitFor for a long run on a machine of unknown speed:
+// it fails only when cond does not hold and the recorder saw no change (no
+// delivery began or was settled) for idle, a stall, or when limit has
+// passed in all.
+func (r *recorder) waitForProgress(t *testing.T, idle, limit time.Duration, what string, cond func([]seen) bool) []seen {
+	t.Helper()
+	start := time.Now()
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	stalled := time.NewTimer(idle)
+	defer stalled.Stop()
+	for {
+		r.mu.Lock()
+		changed := r.changed
+		r.mu.Unlock()
+		all := r.all()
+		if cond(all) {
+			return all
+		}
+		select {
+		case <-changed:
+			stalled.Reset(idle)
+		case <-time.After(100 * time.Millisecond): // conditions may read state outside the recorder
+		case <-stalled.C:
+			t.Fatalf("%s: no delivery began or was settled for %v (%d deliveries in %v)",
+				what, idle, len(all), time.Since(start).Round(time.Millisecond))
+		case <-deadline.C:
+			t.Fatalf("%s: not within %v (%d deliveries)", what, limit, len(all))
+		}
+	}
+}
+
 // spyControl records what the chain asks of the adapter's delivery.Control.
 type spyControl struct {
 	delivery.Control
