@@ -354,6 +354,16 @@ func (r *recorder) waitFor(t *testing.T, timeout time.Duration, what string, con
 // passed in all.
 func (r *recorder) waitForProgress(t *testing.T, idle, limit time.Duration, what string, cond func([]seen) bool) []seen {
 	t.Helper()
+	all, err := r.progress(idle, limit, cond)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return all
+}
+
+// progress waits for cond as waitForProgress describes; it returns an
+// error on a stall or at limit.
+func (r *recorder) progress(idle, limit time.Duration, cond func([]seen) bool) ([]seen, error) {
 	start := time.Now()
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
@@ -365,17 +375,27 @@ func (r *recorder) waitForProgress(t *testing.T, idle, limit time.Duration, what
 		r.mu.Unlock()
 		all := r.all()
 		if cond(all) {
-			return all
+			return all, nil
 		}
 		select {
 		case <-changed:
-			stalled.Reset(idle)
 		case <-time.After(100 * time.Millisecond): // conditions may read state outside the recorder
 		case <-stalled.C:
-			t.Fatalf("%s: no delivery began or was settled for %v (%d deliveries in %v)",
-				what, idle, len(all), time.Since(start).Round(time.Millisecond))
+			select {
+			case <-changed: // a change came with the stall's tick: progress
+			default:
+				return nil, fmt.Errorf("no delivery began or was settled for %v (%d deliveries in %v)",
+					idle, len(all), time.Since(start).Round(time.Millisecond))
+			}
 		case <-deadline.C:
-			t.Fatalf("%s: not within %v (%d deliveries)", what, limit, len(all))
+			return nil, fmt.Errorf("not within %v (%d deliveries)", limit, len(all))
+		}
+		// Whichever case woke us, a change since changed was read is
+		// progress: one made while the tick was served is not missed.
+		select {
+		case <-changed:
+			stalled.Reset(idle)
+		default:
 		}
 	}
 }
