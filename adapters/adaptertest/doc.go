@@ -54,7 +54,8 @@
 //     each), a few poison messages (permanent errors, and failures on every
 //     attempt): every good message's effect happens exactly once and is
 //     committed once, every poison message is dead-lettered with its
-//     reason, none is lost, within 90s.
+//     reason, none is lost. It fails on a stall, 30s in which no delivery
+//     began or was settled, or after 5m in all (a loaded machine is slow).
 //   - CrashRedelivers: a child consumer process is SIGKILLed inside its
 //     handler before the effect; another child of the group gets the
 //     message, as attempt 2 (and delivery count 2 or more), and runs the

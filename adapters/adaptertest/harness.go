@@ -348,6 +348,58 @@ func (r *recorder) waitFor(t *testing.T, timeout time.Duration, what string, con
 	}
 }
 
+// waitForProgress is waitFor for a long run on a machine of unknown speed:
+// it fails only when cond does not hold and the recorder saw no change (no
+// delivery began or was settled) for idle, a stall, or when limit has
+// passed in all.
+func (r *recorder) waitForProgress(t *testing.T, idle, limit time.Duration, what string, cond func([]seen) bool) []seen {
+	t.Helper()
+	all, err := r.progress(idle, limit, cond)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return all
+}
+
+// progress waits for cond as waitForProgress describes; it returns an
+// error on a stall or at limit.
+func (r *recorder) progress(idle, limit time.Duration, cond func([]seen) bool) ([]seen, error) {
+	start := time.Now()
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	stalled := time.NewTimer(idle)
+	defer stalled.Stop()
+	for {
+		r.mu.Lock()
+		changed := r.changed
+		r.mu.Unlock()
+		all := r.all()
+		if cond(all) {
+			return all, nil
+		}
+		select {
+		case <-changed:
+		case <-time.After(100 * time.Millisecond): // conditions may read state outside the recorder
+		case <-stalled.C:
+			select {
+			case <-changed: // a change came with the stall's tick: progress
+			default:
+				return nil, fmt.Errorf("no delivery began or was settled for %v (%d deliveries in %v)",
+					idle, len(all), time.Since(start).Round(time.Millisecond))
+			}
+		case <-deadline.C:
+			return nil, fmt.Errorf("not within %v (%d deliveries)", limit, len(all))
+		}
+		// Whichever case woke us, a change since changed was read is
+		// progress: one made while the tick was served is not missed.
+		select {
+		case <-changed:
+			stalled.Reset(idle)
+		default:
+		}
+	}
+}
+
 // spyControl records what the chain asks of the adapter's delivery.Control.
 type spyControl struct {
 	delivery.Control

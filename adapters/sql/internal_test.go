@@ -3,6 +3,7 @@ package sql
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
@@ -33,39 +34,44 @@ func TestDecodeRow(t *testing.T) {
 	}
 }
 
+// TestLease runs in a synctest bubble: the lease's timer follows the
+// bubble's fake clock, so the deadlines are checked exactly, however
+// loaded the machine is.
 func TestLease(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	l := newLease(150 * time.Millisecond)
-	require.False(t, l.NackAfter(time.Second), "no per-message nack delay")
-	for range 4 { // 400ms in all: alive only because it is extended
-		time.Sleep(100 * time.Millisecond)
-		require.NoError(t, l.Extend(ctx))
-	}
-	select {
-	case <-l.expired:
-		t.Fatal("expired although extended")
-	default:
-	}
-	select {
-	case <-l.expired:
-	case <-time.After(2 * time.Second):
-		t.Fatal("did not expire")
-	}
-	require.ErrorIs(t, l.Extend(ctx), ErrDeliveryExpired)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		expired := func(l *lease) bool {
+			synctest.Wait() // let a due timer's callback run
+			select {
+			case <-l.expired:
+				return true
+			default:
+				return false
+			}
+		}
+		l := newLease(150 * time.Millisecond)
+		require.False(t, l.NackAfter(time.Second), "no per-message nack delay")
+		for range 4 { // 400ms in all: alive only because it is extended
+			time.Sleep(100 * time.Millisecond)
+			require.False(t, expired(l), "expired although extended")
+			require.NoError(t, l.Extend(ctx))
+		}
+		time.Sleep(150*time.Millisecond - time.Nanosecond)
+		require.False(t, expired(l), "expired before AckDeadline since the last extension")
+		time.Sleep(time.Nanosecond)
+		require.True(t, expired(l), "did not expire AckDeadline after the last extension")
+		require.ErrorIs(t, l.Extend(ctx), ErrDeliveryExpired)
 
-	l = newLease(50 * time.Millisecond)
-	l.settle()
-	time.Sleep(100 * time.Millisecond)
-	select {
-	case <-l.expired:
-		t.Fatal("a settled lease expired")
-	default:
-	}
-	require.ErrorIs(t, l.Extend(ctx), ErrDeliveryExpired)
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	require.ErrorIs(t, newLease(time.Second).Extend(cctx), context.Canceled)
+		l = newLease(50 * time.Millisecond)
+		l.settle()
+		time.Sleep(100 * time.Millisecond)
+		require.False(t, expired(l), "a settled lease expired")
+		require.ErrorIs(t, l.Extend(ctx), ErrDeliveryExpired)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		require.ErrorIs(t, newLease(time.Second).Extend(cctx), context.Canceled)
+	})
 }
 
 func TestConfigDefaults(t *testing.T) {

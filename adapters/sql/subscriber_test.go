@@ -106,7 +106,10 @@ func TestAckDeadline(t *testing.T) {
 	defer func() { require.NoError(t, pub.Close()) }()
 	require.NoError(t, pub.Publish(topic, message.NewMessage("m1", []byte("m1"))))
 	cfg := testConfig("billing")
-	cfg.AckDeadline = 300 * time.Millisecond
+	// Extensions every 100ms keep a 1s deadline with 900ms to spare for a
+	// loaded machine's scheduling delays.
+	const deadline = time.Second
+	cfg.AckDeadline = deadline
 	sub, err := surelysql.NewSubscriber(db, cfg, nil)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sub.Close()) }()
@@ -116,14 +119,14 @@ func TestAckDeadline(t *testing.T) {
 	first := receive(t, ch)
 	c, ok := delivery.ControlFrom(first.Context())
 	require.True(t, ok)
-	for range 3 { // kept past its deadline by extensions
-		time.Sleep(200 * time.Millisecond)
+	for received := time.Now(); time.Since(received) < deadline*3/2; { // kept past its deadline by extensions
+		time.Sleep(100 * time.Millisecond)
 		require.NoError(t, c.Extend(t.Context()))
 	}
 	require.NoError(t, first.Context().Err())
 	start := time.Now()
 	second := receive(t, ch)
-	require.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(start), deadline/2, "given up only when the deadline since the last extension passed")
 	require.Equal(t, "m1", second.UUID, "handed out again")
 	require.Error(t, first.Context().Err(), "the given-up delivery's context is cancelled")
 	require.ErrorIs(t, c.Extend(t.Context()), surelysql.ErrDeliveryExpired)
