@@ -81,8 +81,11 @@
 // NewSubscriber and NewPublisher make their own SQS clients from the
 // aws.Config given; they close nothing of the caller's. Subscriber.Close
 // drains, like the other adapters': it stops receiving (a long poll in
-// flight is cancelled) and handing out messages (one received but not
-// handed out is made visible again at once), waits up to CloseTimeout for
+// flight is cancelled) and handing out messages (one the Subscriber
+// received but did not hand out is made visible again at once; one that
+// watermill-aws was still receiving when Close began, or that it dropped
+// while closing, is never seen by the Subscriber and comes back after its
+// visibility timeout: nothing is lost), waits up to CloseTimeout for
 // the messages in flight to be acked (and deleted) or nacked, and only then
 // cancels the contexts of handlers still running; their messages come back
 // after their visibility timeout. The handlers' contexts therefore derive

@@ -213,8 +213,10 @@ func (s *Subscriber) release(om *message.Message, r *received) {
 }
 
 // Close stops receiving and handing out messages (one received but not
-// handed out is made visible again at once), waits up to CloseTimeout for
-// those in flight to be acked or nacked (an ack deletes its message), then
+// handed out is made visible again at once; one watermill-aws was still
+// receiving comes back after its visibility timeout), waits up to
+// CloseTimeout for those in flight to be acked or nacked (an ack deletes
+// its message), then
 // cancels the contexts of those still running: their messages come back
 // after their visibility timeout. Close is safe to call more than once
 // (the router calls it too).
