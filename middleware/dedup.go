@@ -193,6 +193,9 @@ type dedup struct {
 }
 
 func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
+	// The offer to h of claiming inside its own transaction: accepted by
+	// the SQL inbox on its first call (see idempotency.InTxClaims).
+	inTx := idempotency.NewInTxClaims(d.store)
 	return func(msg *message.Message) (_ []*message.Message, err error) {
 		ctx := msg.Context()
 		op, ok := idempotency.OperationFrom(ctx)
@@ -220,6 +223,7 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 		if op.Key == "" { // ProcessWithoutDedup
 			return d.keyless(ctx, h, msg, op)
 		}
+		op.InTx, op.Deferred = inTx, nil
 		return d.handle(ctx, h, msg, op)
 	}
 }
@@ -268,12 +272,20 @@ func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.
 			req.Reopen = id
 		}
 	}
+	if op.InTx != nil && op.InTx.Accepted() {
+		return d.runDeferred(ctx, h, msg, op, req)
+	}
 	sctx, cancel := d.claimCtx(ctx)
 	res, err := d.store.Claim(sctx, req)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err)
 	}
+	return d.claimed(ctx, h, msg, op, res)
+}
+
+// claimed acts on the result of a claim: runs the handler when Acquired.
+func (d *dedup) claimed(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult) ([]*message.Message, error) {
 	switch res.Status {
 	case idempotency.Acquired:
 		return d.run(ctx, h, msg, op, res)
@@ -412,6 +424,60 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 		r.claimed(ctx, d.store, op)
 	}
 
+	msgs, lease, herr := d.attempt(ctx, h, msg, lease)
+	return d.finish(ctx, op, lease, msgs, herr)
+}
+
+// runDeferred leaves the claim of req to the handler, which accepted to
+// claim inside its own transaction (op.InTx): on a first delivery from a
+// broker that counts deliveries, the claim, the effect and the DONE mark
+// then commit together; otherwise the handler commits the claim first.
+// Then it acts on the claim's result as claimed and run do.
+func (d *dedup) runDeferred(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, req idempotency.ClaimRequest) ([]*message.Message, error) {
+	dc := &idempotency.DeferredClaim{Request: req, Durable: true}
+	if info, ok := delivery.InfoFrom(ctx); ok && info.Count > 0 {
+		dc.PriorDeliveries = info.Count - 1
+		// A replay reopens a record: that goes through a committed claim.
+		dc.Durable = info.Count > 1 || req.Reopen != ""
+	}
+	op.Deferred = dc
+	op.Attempt, op.Token, op.Previous, op.Committed = 0, "", idempotency.Previous{}, false
+	msgs, _, herr := d.attempt(ctx, h, msg, idempotency.Lease{})
+	op.Deferred = nil
+	if !dc.Made {
+		if herr != nil {
+			return nil, herr
+		}
+		// The handler accepted in-transaction claims once, but did not
+		// claim this time: whatever it did has no record.
+		d.cfg.logger.ErrorContext(ctx, "surely: handler ran without claiming the operation in its transaction; its effect is not deduplicated",
+			"key", op.Key)
+		setOutcome(ctx, OutcomeUnprocessed)
+		return msgs, nil
+	}
+	res := dc.Result
+	if res.Status != idempotency.Acquired {
+		if herr != nil {
+			// The attempt failed and rolled its claim back; meanwhile the
+			// record became another owner's (or done): it decides.
+			setOutcome(ctx, OutcomeLeaseLost)
+			return nil, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("attempt failed (%s); the record is no longer claimable (status %v): %w",
+				herr.Error(), res.Status, idempotency.ErrLeaseLost)}
+		}
+		return d.claimed(ctx, h, msg, op, res)
+	}
+	lease := res.Lease
+	op.Attempt, op.Token, op.Previous = lease.Attempt, lease.Token, res.Previous
+	if r := reportFrom(ctx); r != nil {
+		r.claimed(ctx, d.store, op)
+	}
+	return d.finish(ctx, op, lease, msgs, herr)
+}
+
+// attempt runs the handler under lease (extended while it runs; none when
+// the token is empty) and returns what it returned and the lease as last
+// extended.
+func (d *dedup) attempt(ctx context.Context, h message.HandlerFunc, msg *message.Message, lease idempotency.Lease) ([]*message.Message, idempotency.Lease, error) {
 	// The handler's context is canceled when it outlives the longest lease
 	// hold (see WithExtension): a hung attempt ends as a charged failure,
 	// so a message that hangs every time is dead-lettered. It is also
@@ -429,7 +495,11 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 	if herr != nil && errors.Is(hctx.cause(), ErrHandlerHung) {
 		herr = fmt.Errorf("%w: %w", ErrHandlerHung, herr)
 	}
+	return msgs, lease, herr
+}
 
+// finish completes or releases the attempt that ran under lease.
+func (d *dedup) finish(ctx context.Context, op *idempotency.Operation, lease idempotency.Lease, msgs []*message.Message, herr error) ([]*message.Message, error) {
 	if herr == nil && op.Committed {
 		setOutcome(ctx, OutcomeProcessed)
 		return msgs, nil
@@ -647,6 +717,18 @@ func (e *extender) tick() {
 		return
 	}
 	sctx, cancel := e.d.storeCtx(e.ctx)
+	if e.lease.Token == "" {
+		// A claim inside the handler's transaction: the row lock it holds
+		// is the lease. Only the broker's is extended.
+		if c, ok := delivery.ControlFrom(e.ctx); ok {
+			if berr := c.Extend(sctx); berr != nil {
+				e.d.cfg.logger.WarnContext(e.ctx, "surely: broker lease extension failed", "key", e.lease.Key, "error", berr)
+			}
+		}
+		cancel()
+		e.timer.Reset(e.d.cfg.extendEvery)
+		return
+	}
 	l, err := e.d.store.Extend(sctx, e.lease, e.d.cfg.lease)
 	if c, ok := delivery.ControlFrom(e.ctx); ok && err == nil {
 		// Keep the broker's lease in step with the store's.

@@ -78,7 +78,17 @@ func (s *Store) Inbox(fn TxHandler) message.HandlerFunc {
 		if op.Key == "" {
 			return s.inboxWithoutRecord(ctx, fn, msg)
 		}
-		tx, err := s.db.BeginTx(ctx, s.q.txOptions)
+		if op.InTx != nil && op.InTx.Store() == idempotency.Store(s) {
+			op.InTx.Accept() // the dedup step may leave its claims to us
+		}
+		if dc := op.Deferred; dc != nil {
+			if op.InTx == nil || op.InTx.Store() != idempotency.Store(s) {
+				return nil, fmt.Errorf("sqlstore: inbox %q: the dedup step left its claim to a handler of another store", op.Key)
+			}
+			return s.inboxDeferred(ctx, fn, msg, op, dc)
+		}
+		s.prepare(ctx)
+		tx, err := s.db.BeginTx(ctx, s.txOptions())
 		if err != nil {
 			return nil, fmt.Errorf("sqlstore: inbox %q: begin: %w", op.Key, err)
 		}
@@ -127,7 +137,7 @@ func (s *Store) Inbox(fn TxHandler) message.HandlerFunc {
 // inboxWithoutRecord runs fn in a transaction of its own, for a message
 // processed without dedup.
 func (s *Store) inboxWithoutRecord(ctx context.Context, fn TxHandler, msg *message.Message) ([]*message.Message, error) {
-	tx, err := s.db.BeginTx(ctx, s.q.txOptions)
+	tx, err := s.db.BeginTx(ctx, s.txOptions())
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: inbox: begin: %w", err)
 	}
@@ -135,7 +145,7 @@ func (s *Store) inboxWithoutRecord(ctx context.Context, fn TxHandler, msg *messa
 	if s.q.lock != "" {
 		// SQLite: take the write lock first, as for a record (no namespace
 		// is empty, so no row matches), so that fn can read, then write.
-		if _, err := tx.ExecContext(ctx, s.q.lock, "", ""); err != nil {
+		if _, err := s.exec(ctx, tx, s.q.lock, "", ""); err != nil {
 			return nil, fmt.Errorf("sqlstore: inbox: lock: %w", err)
 		}
 	}
