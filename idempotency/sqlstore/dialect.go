@@ -123,7 +123,7 @@ func newQueries(d Dialect, table string) queries {
 		// UTC_TIMESTAMP and plain arithmetic: UNIX_TIMESTAMP(NOW(6)) would go
 		// through the session time zone, ambiguous in a DST fold.
 		q.now = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
-			// A total order, so that the statement is deterministic for
+		// A total order, so that the statement is deterministic for
 		// statement-based replication.
 		q.purge = "DELETE FROM " + t + " WHERE expires_at_ms <= ? ORDER BY expires_at_ms, namespace, op_key LIMIT " + strconv.Itoa(purgeBatch)
 		q.txOptions = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
