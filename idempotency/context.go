@@ -101,9 +101,11 @@ type DeferredClaim struct {
 	// count bounds the redeliveries.
 	Durable bool
 	// PriorDeliveries is how many earlier deliveries of the message the
-	// broker reports (its delivery count - 1): attempts that may have died
-	// without a record. A claim counts at least that many attempts before
-	// its own.
+	// broker reports (its delivery count - 1; 0 when it reports none). A
+	// claim that finds no record after earlier deliveries tells the
+	// handler that the previous attempt's outcome is unknown. They are not
+	// charged to the budget: a broker also counts the deliveries that were
+	// nacked without an attempt.
 	PriorDeliveries int
 	// Made is set by the handler once it made the claim, with its result in
 	// Result. When Result is Acquired and the handler committed the effect,

@@ -297,20 +297,20 @@ func histPieces(h []histEntry) ([]string, error) {
 }
 
 // claimFast claims req with one statement when the key has no row: it
-// inserts the record IN_PROGRESS. ok is false when a row exists (or a
-// claim must weigh prior deliveries against the budget): then Store.claim
-// decides.
+// inserts the record IN_PROGRESS. ok is false when a row exists: then
+// Store.claim decides. prior, the deliveries the broker reports before
+// this one, only makes the previous attempt's outcome unknown (it left no
+// record); it is not charged, since a broker also counts the deliveries
+// that were nacked without an attempt (in progress elsewhere, a paused
+// consumer).
 //
 // With tx nil the statement commits on its own; otherwise it runs in tx.
 func (s *Store) claimFast(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest, prior int, async bool) (res idempotency.ClaimResult, r row, ok bool, err error) {
-	if prior >= req.MaxAttempts {
-		return res, r, false, nil
-	}
 	token := newToken()
 	r = row{
 		state: string(idempotency.StateInProgress), fingerprint: req.Fingerprint, token: token,
-		attempts: prior + 1, reopenedBy: req.Reopen,
-		history: []histEntry{{Attempt: prior + 1, Started: histMarker, Result: idempotency.ResultInProgress,
+		attempts: 1, reopenedBy: req.Reopen,
+		history: []histEntry{{Attempt: 1, Started: histMarker, Result: idempotency.ResultInProgress,
 			TraceID: req.TraceID, SpanID: req.SpanID}},
 	}
 	h, err := histPieces(r.history)
@@ -322,7 +322,7 @@ func (s *Store) claimFast(ctx context.Context, tx *sql.Tx, req idempotency.Claim
 		q = s.fq.claimNewAsync
 	}
 	args := q.argv(map[string]any{
-		"ns": req.Namespace, "key": req.Key, "fp": req.Fingerprint, "token": token, "attempts": prior + 1,
+		"ns": req.Namespace, "key": req.Key, "fp": req.Fingerprint, "token": token, "attempts": 1,
 		"lease": ms(req.Lease), "expires": ms(req.Lease) + ms(s.retention), "h0": h[0], "h1": h[1],
 		"reopen": req.Reopen, "skew": s.skew.Load(),
 	})
@@ -351,6 +351,7 @@ func (s *Store) claimFast(ctx context.Context, tx *sql.Tx, req idempotency.Claim
 		}
 	}
 	r.leaseUntil = until
+	r.history[0].Started = until - ms(req.Lease) // the statement's clock
 	prev := idempotency.Previous{}
 	if prior > 0 {
 		prev.Result = idempotency.PreviousUnknown
@@ -358,7 +359,7 @@ func (s *Store) claimFast(ctx context.Context, tx *sql.Tx, req idempotency.Claim
 	return idempotency.ClaimResult{
 		Status: idempotency.Acquired,
 		Lease: idempotency.Lease{
-			Namespace: req.Namespace, Key: req.Key, Token: token, Attempt: prior + 1, Until: fromMs(until),
+			Namespace: req.Namespace, Key: req.Key, Token: token, Attempt: 1, Until: fromMs(until),
 		},
 		Previous: prev,
 	}, r, true, nil
@@ -385,29 +386,17 @@ func (s *Store) claimCommitted(ctx context.Context, req idempotency.ClaimRequest
 		)
 		err := s.inTx(ctx, func(tx *sql.Tx) error {
 			if s.dialect == SQLite {
-				if prior >= req.MaxAttempts {
-					// No insert below: take the write lock first.
-					if _, err := s.exec(ctx, tx, s.q.lock, req.Namespace, req.Key); err != nil {
-						return fmt.Errorf("lock: %w", err)
-					}
-				} else {
-					var err error
-					if res, r, found, err = s.claimFast(ctx, tx, req, prior, async); err != nil || found {
-						return err
-					}
+				var err error
+				if res, r, found, err = s.claimFast(ctx, tx, req, prior, async); err != nil || found {
+					return err
 				}
 			}
 			var err error
-			res, r, found, err = s.claim(ctx, tx, req, prior)
+			res, r, found, err = s.claim(ctx, tx, req)
 			return err
 		})
 		if err != nil || found {
 			return res, r, err
-		}
-		if prior >= req.MaxAttempts {
-			// No record, and the broker counted the whole budget: the
-			// record expired meanwhile, or never was.
-			return exhausted(row{attempts: prior}), row{}, nil
 		}
 		// The row vanished (a Purge) between the insert and the lock: again.
 	}

@@ -80,7 +80,7 @@ func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Messa
 	}()
 
 	token := newToken()
-	attempt := dc.PriorDeliveries + 1
+	const attempt = 1 // a first delivery, with no record: see claimFast
 	h, err := histPieces([]histEntry{{Attempt: attempt, Started: histMarker, Ended: histMarker,
 		Result: idempotency.ResultDone, TraceID: req.TraceID, SpanID: req.SpanID}})
 	if err != nil {
@@ -95,7 +95,6 @@ func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Messa
 		if try == 3 {
 			return nil, fmt.Errorf("sqlstore: inbox %q: the record's row vanished three times during the claim", req.Key)
 		}
-		// A first delivery (dc.PriorDeliveries is 0): within the budget.
 		q := s.fq.insertDone
 		result, err := s.exec(ctx, tx, q.sql, q.argv(map[string]any{
 			"ns": req.Namespace, "key": req.Key, "fp": req.Fingerprint, "token": token, "attempts": attempt,
@@ -120,7 +119,7 @@ func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Messa
 		}
 		// A row exists: the general claim, in this transaction.
 		var found bool
-		res, r, found, err = s.claim(ctx, tx, req, dc.PriorDeliveries)
+		res, r, found, err = s.claim(ctx, tx, req)
 		if err != nil {
 			return nil, fmt.Errorf("sqlstore: inbox %q: claim: %w", req.Key, err)
 		}

@@ -375,24 +375,22 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 // in tx: it locks the row, reads the database clock (after the lock, so
 // that a wait for the lock does not shorten the lease), decides and writes
 // the row back. found is false when the row has gone (a Purge deleted it
-// since an insert found it): nothing was written then. prior is how many
-// deliveries of the message the broker reports before this one: the
-// record counts at least that many attempts before this claim's.
+// since an insert found it): nothing was written then.
 //
 // On SQLite tx must have begun with a write (it holds the write lock).
 // It returns the record as written.
-func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest, prior int) (idempotency.ClaimResult, row, bool, error) {
+func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest) (idempotency.ClaimResult, row, bool, error) {
 	token := newToken()
 	r, found, err := s.lockRow(ctx, tx, req.Namespace, req.Key, false)
 	if err != nil || !found {
 		return idempotency.ClaimResult{}, row{}, false, err
 	}
-	res, err := s.decide(ctx, tx, req, prior, token, &r)
+	res, err := s.decide(ctx, tx, req, token, &r)
 	return res, r, true, err
 }
 
 // decide is claim's state machine on the locked record r.
-func (s *Store) decide(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest, prior int, token string, rp *row) (idempotency.ClaimResult, error) {
+func (s *Store) decide(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest, token string, rp *row) (idempotency.ClaimResult, error) {
 	r := *rp
 	defer func() { *rp = r }()
 	now, err := s.now(ctx, tx)
@@ -447,12 +445,6 @@ func (s *Store) decide(ctx context.Context, tx *sql.Tx, req idempotency.ClaimReq
 			r.reopenedBy = req.Reopen
 			r.budgetBase = r.attempts - r.canceled
 		}
-	}
-	if prior > r.attempts {
-		// Deliveries the broker counted that left no record: attempts
-		// whose transaction died with the process (see the package doc).
-		r.attempts = prior
-		prev = idempotency.Previous{Result: idempotency.PreviousUnknown}
 	}
 	if r.attempts-r.canceled-r.budgetBase >= req.MaxAttempts {
 		r.state = string(idempotency.StateExhausted)
