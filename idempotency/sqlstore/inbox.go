@@ -30,9 +30,17 @@ type TxHandler func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*m
 //		handler.WithStore(store, "payments"),
 //		handler.WithDeadLetter(pub, "payments.dead"))
 //
-// Per delivery, the dedup step claims the operation first, in a transaction
-// of its own that commits the attempt (so a message that crashes the process
-// is counted). Then the inbox:
+// Where the claim goes depends on the delivery (see the package doc,
+// "Transactional inbox", for the design and its crash analysis): the dedup
+// step leaves it to the inbox once the inbox has accepted to claim in its
+// transaction (its first call, when the dedup step uses this store). A
+// first delivery from a broker that counts deliveries then claims, runs fn
+// and marks the record DONE in one transaction; any other delivery commits
+// its claim first and then runs fn in a transaction that begins with a
+// fenced UPDATE marking the record DONE while it is still this attempt's
+// (else ErrLeaseLost, and fn does not run). Without that offer (a
+// process's first message, a wrapped store), the dedup step claims the
+// operation first, in a transaction of its own, and the inbox:
 //
 //  1. reads the idempotency.Operation from msg.Context() (ErrNoOperation
 //     without one);
