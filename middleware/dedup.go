@@ -216,8 +216,11 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 				op = new(idempotency.Operation)
 			}
 			*op = idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
-			msg.SetContext(idempotency.WithOperation(ctx, op))
-			defer msg.SetContext(ctx)
+			// The handler's context derives from ctx: it must carry op.
+			orig := ctx
+			ctx = idempotency.WithOperation(ctx, op)
+			msg.SetContext(ctx)
+			defer msg.SetContext(orig)
 			defer func() { annotate(err, op) }()
 		}
 		if op.Key == "" { // ProcessWithoutDedup
