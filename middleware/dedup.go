@@ -447,20 +447,30 @@ func (d *dedup) runDeferred(ctx context.Context, h message.HandlerFunc, msg *mes
 	op.Attempt, op.Token, op.Previous, op.Committed = 0, "", idempotency.Previous{}, false
 	msgs, _, herr := d.attempt(ctx, h, msg, idempotency.Lease{})
 	op.Deferred = nil
-	if !dc.Made {
-		if herr != nil {
-			return nil, herr
+	late := !dc.Made
+	if late {
+		// The handler returned before it claimed (code around the inbox
+		// that failed first, a store error at the claim), or without
+		// claiming at all. Claim now, so that the attempt is counted like
+		// any other: its failure released, its success completed.
+		if herr == nil {
+			d.cfg.logger.ErrorContext(ctx, "surely: handler returned without claiming the operation in its transaction; recording it after the fact",
+				"key", op.Key)
 		}
-		// The handler accepted in-transaction claims once, but did not
-		// claim this time: whatever it did has no record.
-		d.cfg.logger.ErrorContext(ctx, "surely: handler ran without claiming the operation in its transaction; its effect is not deduplicated",
-			"key", op.Key)
-		setOutcome(ctx, OutcomeUnprocessed)
-		return msgs, nil
+		sctx, cancel := d.storeCtx(ctx)
+		res, err := d.store.Claim(sctx, req)
+		cancel()
+		if err != nil {
+			if herr != nil {
+				return nil, errors.Join(herr, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err))
+			}
+			return nil, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err)
+		}
+		dc.Made, dc.Result = true, res
 	}
 	res := dc.Result
 	if res.Status != idempotency.Acquired {
-		if herr != nil {
+		if herr != nil && !late {
 			// The attempt failed and rolled its claim back; meanwhile the
 			// record became another owner's (or done): it decides.
 			setOutcome(ctx, OutcomeLeaseLost)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/middleware"
@@ -98,27 +99,48 @@ func TestDedupLeavesClaimToInTxHandler(t *testing.T) {
 	}, calls)
 }
 
-// A handler that accepted the offer once but then returns without
-// claiming has run without a record: the dedup step says so loudly.
+// A handler that accepted the offer once but then returns before claiming
+// still has its attempt counted: the dedup step claims after the fact and
+// releases the failure (so the budget ends it) or completes the success
+// (saying so loudly).
 func TestDedupInTxHandlerThatDidNotClaim(t *testing.T) {
 	t.Parallel()
 	store, err := memstore.New()
 	require.NoError(t, err)
 	var logs bytes.Buffer
-	dedup, err := middleware.Dedup(store, "intx", middleware.WithDedupLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	dedup, err := middleware.Dedup(store, "intx", middleware.WithMaxAttempts(2),
+		middleware.WithDedupLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	require.NoError(t, err)
+	fail := false
 	h := dedup(func(msg *message.Message) ([]*message.Message, error) {
 		op, _ := idempotency.OperationFrom(msg.Context())
 		op.InTx.Accept()
+		if fail {
+			return nil, errors.New("failed before the claim")
+		}
 		return nil, nil
 	})
-	for _, key := range []string{"a", "b"} {
+	deliver := func(key string) error {
 		msg := message.NewMessage("uuid-"+key, nil)
 		msg.Metadata.Set(idempotency.DefaultMetadataKey, key)
 		_, err := h(msg)
-		require.NoError(t, err)
+		return err
 	}
+	require.NoError(t, deliver("a"))
+	require.NoError(t, deliver("b"))
 	require.Contains(t, logs.String(), "without claiming")
+	rec, err := store.Get(t.Context(), "intx", "b")
+	require.NoError(t, err)
+	require.Equal(t, idempotency.StateDone, rec.State)
+
+	fail = true
+	require.Error(t, deliver("c"))
+	require.Error(t, deliver("c"))
+	rec, err = store.Get(t.Context(), "intx", "c")
+	require.NoError(t, err)
+	require.Equal(t, 2, rec.Attempts, "each failure before the claim is counted")
+	var fe *dlq.FinalError
+	require.ErrorAs(t, deliver("c"), &fe, "the budget ends it")
 }
 
 // Dedup used on its own (no Identity step before it) extracts the
