@@ -160,8 +160,14 @@ func WithIdentity(ex *idempotency.Extractor, missing middleware.MissingKeyPolicy
 	}
 }
 
-// WithLogger sets the structured logger (default: discard). Every record is
-// logged with the message context, which carries the current attempt's span
+// WithLogger sets the structured logger. Without it, warnings that a
+// guarantee is weaker than expected for a message (a handler canceled for
+// outliving the longest lease hold, a lease lost, a Complete retried, a
+// replay ID ignored; see middleware.WithDedupLogger) and a panicking
+// OnOutcome callback go to slog.Default(), and the per-delivery outcome
+// log is discarded. With it, the outcome of every delivery is logged too,
+// at debug level (retry at info; dead letters, pauses and lost leases at
+// warn). Every record is logged with the message context, which carries the current attempt's span
 // when tracing is on: a slog.Handler that reads the trace context from ctx
 // correlates logs and traces.
 func WithLogger(l *slog.Logger) Option {
@@ -201,9 +207,9 @@ func WithRedactor(r dlq.Redactor) Option {
 	}
 }
 
-// WithStoreTimeout bounds every store call (default: none, the store
-// client's own timeouts apply). Set it for database/sql stores, which have
-// no timeout of their own.
+// WithStoreTimeout bounds every store call (default:
+// middleware.DefaultStoreTimeout, 5s, or a third of the lease when that is
+// shorter). It must be shorter than the lease.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -277,7 +283,7 @@ func New(fn message.HandlerFunc, opts ...Option) (message.HandlerFunc, error) {
 	if fn == nil {
 		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOption)
 	}
-	c := config{lease: middleware.DefaultLease, logger: slog.New(slog.DiscardHandler)}
+	c := config{lease: middleware.DefaultLease}
 	for _, o := range opts {
 		if err := o(&c); err != nil {
 			return nil, err
@@ -312,7 +318,9 @@ func New(fn message.HandlerFunc, opts ...Option) (message.HandlerFunc, error) {
 	dopts := []dlq.Option{dlq.WithConsumerGroup(c.group)}
 	dedupOpts := []middleware.DedupOption{
 		middleware.WithLease(c.lease), middleware.WithMaxAttempts(c.policy.MaxAttempts()),
-		middleware.WithDedupLogger(c.logger),
+	}
+	if c.loggerSet { // else Dedup's warnings go to slog.Default()
+		dedupOpts = append(dedupOpts, middleware.WithDedupLogger(c.logger))
 	}
 	if c.storeTO > 0 {
 		dedupOpts = append(dedupOpts, middleware.WithStoreTimeout(c.storeTO))

@@ -24,11 +24,11 @@ import (
 // delivery count when it has one, else by an attempt record under the
 // message UUID in a namespace of its own.
 
-func keylessChain(t *testing.T, e *env, fn message.HandlerFunc) message.HandlerFunc {
+func keylessChain(t *testing.T, e *env, fn message.HandlerFunc, opts ...handler.Option) message.HandlerFunc {
 	t.Helper()
 	ex, err := idempotency.NewExtractor(idempotency.WithSources(idempotency.FromMetadata(idempotency.DefaultMetadataKey)))
 	require.NoError(t, err)
-	return e.chain(t, fn, handler.WithIdentity(ex, middleware.ProcessWithoutDedup))
+	return e.chain(t, fn, append([]handler.Option{handler.WithIdentity(ex, middleware.ProcessWithoutDedup)}, opts...)...)
 }
 
 // TestKeylessMessagesAreBounded: a keyless message that fails every time
@@ -81,20 +81,24 @@ func TestKeylessMessagesAreBounded(t *testing.T) {
 				m.SetContext(surelydelivery.WithInfo(context.Background(), surelydelivery.Info{Count: count, Redelivered: count > 1}))
 				return m
 			}, 100)
-			require.Equal(t, 3, n, "the last delivery of the budget dead-letters its failure")
+			require.Equal(t, 4, n, "3 attempts, then the exhausted claim dead-letters without running")
 			require.EqualValues(t, 3, calls.Load())
 			dead := e.dead.Published(deadTopic)
 			require.Len(t, dead, 1)
 			require.Equal(t, string(dlq.ReasonExhausted), dead[0].Metadata.Get(dlq.KeyReason))
 			require.Equal(t, "3", dead[0].Metadata.Get(dlq.KeyAttempts))
 			require.Contains(t, dead[0].Metadata.Get(dlq.KeyError), "inventory 503")
-			require.Zero(t, e.store.Calls("Claim"), "the broker counts: no store call")
+			// The first delivery ran without a store call; its failure and
+			// the later attempts are charged to the record.
+			rec, err := e.mem.Get(t.Context(), middleware.KeylessNamespace, "orders/"+src.UUID)
+			require.NoError(t, err)
+			require.Equal(t, idempotency.StateExhausted, rec.State)
 
-			// A delivery past the budget (the process died on the last one)
-			// is dead-lettered without running.
+			// A delivery past the budget (a dead-letter publish failed) is
+			// dead-lettered again without running.
 			m := src.Copy()
-			m.SetContext(surelydelivery.WithInfo(context.Background(), surelydelivery.Info{Count: 4, Redelivered: true}))
-			_, err := h(m)
+			m.SetContext(surelydelivery.WithInfo(context.Background(), surelydelivery.Info{Count: 5, Redelivered: true}))
+			_, err = h(m)
 			require.NoError(t, err)
 			require.EqualValues(t, 3, calls.Load())
 			require.Len(t, e.dead.Published(deadTopic), 2)
@@ -122,8 +126,8 @@ func TestKeylessMessagesAreBounded(t *testing.T) {
 
 // TestKeylessMessageProcessed: a keyless message that succeeds is
 // processed without dedup (outcome processed_without_dedup); its attempt
-// record ends done, so a redelivery of that same message (same UUID, the
-// ack was lost) is acked as a duplicate while the record is retained.
+// record is closed uncharged, never done, so a redelivery of that same
+// message (same UUID, the ack was lost) runs again: there is no dedup.
 func TestKeylessMessageProcessed(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -142,11 +146,15 @@ func TestKeylessMessageProcessed(t *testing.T) {
 		require.EqualValues(t, 1, e.count(middleware.OutcomeUnprocessed))
 		_, err = h(src.Copy())
 		require.NoError(t, err)
-		require.EqualValues(t, 1, calls.Load())
-		require.EqualValues(t, 1, e.count(middleware.OutcomeDuplicate))
+		require.EqualValues(t, 2, calls.Load())
+		require.Zero(t, e.count(middleware.OutcomeDuplicate))
+		rec, err := e.mem.Get(t.Context(), middleware.KeylessNamespace, "orders/"+src.UUID)
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StateFailed, rec.State, "claimable, not done")
+		require.Equal(t, rec.Attempts, rec.Canceled, "nothing charged")
 		_, err = h(delivery("", "pay 10")) // another message, same payload
 		require.NoError(t, err)
-		require.EqualValues(t, 2, calls.Load())
+		require.EqualValues(t, 3, calls.Load())
 	})
 }
 

@@ -13,8 +13,9 @@ var (
 	// ErrLeaseLost is returned by Complete, Release and Extend when the lease
 	// is no longer the record's current, open one: the lease expired and
 	// another claim took the key over (or found the budget spent and marked
-	// the record EXHAUSTED), the lease already ended with Complete or
-	// Release, or the record is gone. Nothing was changed.
+	// the record EXHAUSTED), the lease already ended with Release (or, for
+	// Release and Extend, with Complete), or the record is gone. Nothing
+	// was changed.
 	ErrLeaseLost = errors.New("idempotency: lease lost")
 
 	// ErrNotFound is returned by Get when no record exists for the key.
@@ -323,6 +324,13 @@ type Store interface {
 	Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error)
 	// Complete marks the operation DONE with its outcome, kept for the
 	// store's retention. ErrLeaseLost if the token is no longer current.
+	//
+	// Complete is idempotent per lease: a lease ends with one Complete, so
+	// a Complete with the lease whose Complete was already applied (its
+	// reply was lost, or its deadline passed while the store applied it)
+	// is that same call re-sent: it returns nil and changes nothing (the
+	// first outcome stays). A caller may therefore retry a Complete that
+	// returned an error with the same lease.
 	Complete(ctx context.Context, lease Lease, outcome Outcome) error
 	// Release ends the lease with a failure, so that the next claim acquires
 	// again at once. ErrLeaseLost if the token is no longer current.

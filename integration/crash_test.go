@@ -150,11 +150,13 @@ func TestCrashLoopReachesDeadLetter(t *testing.T) {
 
 // TestStaleOwnerIsFenced: a consumer that hangs (SIGSTOP, not dead) past its
 // lease is taken over by another process, which completes the operation.
-// When the hung one resumes, its Complete carries a stale fencing token: it
-// gets ErrLeaseLost (outcome lease_lost, nacked), and the successor's DONE
-// record stays as it was. Its effect did run a second time: lease mode
-// cannot stop an effect outside the store, which is why the handler gets the
-// token to guard its own writes.
+// When the hung one resumes, its overdue lease extension and its Complete
+// carry a stale fencing token: it gets ErrLeaseLost (outcome lease_lost,
+// nacked), and the successor's DONE record stays as it was. The refused
+// extension cancels its handler at once, but whether that comes before the
+// handler's effect is a race on resuming: the effect may run a second time.
+// Lease mode cannot stop an effect outside the store, which is why the
+// handler gets the token to guard its own writes.
 func TestStaleOwnerIsFenced(t *testing.T) {
 	t.Parallel()
 	s := setup(t, "fenced")
@@ -186,6 +188,7 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 	require.Equal(t, idempotency.ResultUnknown, rec.History[0].Result, "the hung attempt's lease expired")
 	require.Equal(t, idempotency.ResultDone, rec.History[1].Result)
 	require.Equal(t, string(idempotency.PreviousUnknown), s.previous(t, key, 2))
-	require.Equal(t, int64(2), s.effects(t, key), "both ran the effect: lease mode's window, fenced only in the store")
+	effects := s.effects(t, key)
+	require.True(t, effects == 1 || effects == 2, "the successor's effect, and the stale one's unless its lost lease canceled it first: %d", effects)
 	require.Empty(t, s.deadLetters(t))
 }

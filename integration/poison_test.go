@@ -128,7 +128,7 @@ func runPoisonChild() error {
 		handler.WithBreaker(nil),
 		handler.WithLease(time.Second),
 		handler.WithConsumerGroup(n.Group()),
-		handler.WithStoreTimeout(5*time.Second),
+		handler.WithStoreTimeout(900*time.Millisecond), // shorter than the lease
 		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
 			say("OUTCOME %s %s %d %s", p.Outcome, p.Msg.Metadata.Get(idempotency.DefaultMetadataKey), p.Attempt, p.Reason)
 			return middleware.OutcomeResult{}

@@ -118,8 +118,9 @@ func (a *attemptCtx) makeLocked() context.Context {
 	return c
 }
 
-// hang cancels the context with cause (ErrHandlerHung). The caller calls
-// it only while the handler runs.
+// hang cancels the context with cause (ErrHandlerHung, or
+// idempotency.ErrLeaseLost). The caller calls it only while the handler
+// runs.
 func (a *attemptCtx) hang(cause error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

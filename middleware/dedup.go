@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
 
@@ -23,6 +24,10 @@ import (
 const (
 	DefaultLease       = 30 * time.Second
 	DefaultMaxAttempts = 5
+	// DefaultStoreTimeout bounds every store call unless WithStoreTimeout
+	// says otherwise; a lease shorter than three times it lowers the bound
+	// to a third of the lease.
+	DefaultStoreTimeout = 5 * time.Second
 )
 
 type dedupConfig struct {
@@ -80,13 +85,17 @@ func WithExtension(every, maxHeld time.Duration) DedupOption {
 	}
 }
 
-// WithStoreTimeout bounds each store call. By default (0) a store call is
-// bounded by the store client's own timeouts (go-redis read and write
-// timeouts, the SQL driver's), which saves a timer per call.
+// WithStoreTimeout bounds each store call: Claim, Complete (each of its
+// retries), Release, Extend and Get. The default is DefaultStoreTimeout
+// (5s), or a third of the lease when that is shorter, so that a store that
+// stops answering (database/sql has no timeout of its own) fails the call
+// instead of holding the message, and an Extend gives up before the lease
+// it extends runs out. d must be positive and shorter than the lease
+// (checked by Dedup).
 func WithStoreTimeout(d time.Duration) DedupOption {
 	return func(c *dedupConfig) error {
-		if d < 0 {
-			return fmt.Errorf("%w: store timeout must not be negative", ErrInvalidOption)
+		if d <= 0 {
+			return fmt.Errorf("%w: store timeout must be positive, got %v", ErrInvalidOption, d)
 		}
 		c.storeTimeout = d
 		return nil
@@ -106,7 +115,12 @@ func WithHistoryRedactor(r dlq.Redactor) DedupOption {
 	}
 }
 
-// WithDedupLogger sets the logger (default: discard).
+// WithDedupLogger sets the logger of Dedup's warnings (default:
+// slog.Default(), read when a warning is logged): a handler canceled for
+// outliving the longest lease hold, a lease lost or not extended, a
+// Complete retried, a replay ID ignored. Each says that a guarantee is
+// weaker than expected for one message; Dedup logs nothing per message
+// otherwise.
 func WithDedupLogger(l *slog.Logger) DedupOption {
 	return func(c *dedupConfig) error {
 		if l == nil {
@@ -138,13 +152,23 @@ func WithDedupLogger(l *slog.Logger) DedupOption {
 // whose reason is kept) leaves the record EXHAUSTED, so a duplicate is
 // dead-lettered again without running; a shutdown (the message context
 // canceled and the error its cancellation) releases the claim uncharged,
-// even when marked final.
+// even when marked final. A lease lost while the handler runs (an
+// extension refused by fencing) cancels the handler's context with cause
+// idempotency.ErrLeaseLost and returns a *LeaseLostError, as a Complete
+// refused by fencing does.
 //
-// A message without a key (ProcessWithoutDedup) has no dedup record, but
-// a bounded number of attempts: by the broker's delivery count
-// (delivery.Info.Count) when the adapter reports one, else by an attempt
-// record under its UUID in KeylessNamespace (see ProcessWithoutDedup). A
-// message with neither a count nor a UUID gets one attempt.
+// A message without a key (ProcessWithoutDedup) has no dedup record and
+// is never skipped as a duplicate, but it has a bounded number of
+// attempts: those that ran the handler are charged to an attempt record
+// under its UUID in KeylessNamespace, except the first attempt of a
+// delivery the broker numbers as the first (delivery.Info.Count 1), which
+// costs no store call unless it fails (see ProcessWithoutDedup). A message
+// without a UUID is bounded by the broker's count, else gets one attempt.
+//
+// A *dlq.FinalError the handler returns is never written: the attempts,
+// history and operation the dead letter needs go into a copy, which
+// dlq.AsFinal finds in the returned error (errors.Is still finds the
+// handler's). A package-level final error is safe to return.
 func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (message.HandlerMiddleware, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
@@ -157,7 +181,6 @@ func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (mess
 	}
 	c := dedupConfig{
 		lease: DefaultLease, maxAttempts: DefaultMaxAttempts,
-		logger: slog.New(slog.DiscardHandler),
 	}
 	for _, o := range opts {
 		if err := o(&c); err != nil {
@@ -170,6 +193,12 @@ func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (mess
 	if c.extendEvery >= c.lease {
 		return nil, fmt.Errorf("%w: extension interval %v must be shorter than the lease %v", ErrInvalidOption, c.extendEvery, c.lease)
 	}
+	if c.storeTimeout == 0 {
+		c.storeTimeout = min(DefaultStoreTimeout, c.lease/3)
+	}
+	if c.storeTimeout >= c.lease {
+		return nil, fmt.Errorf("%w: store timeout %v must be shorter than the lease %v", ErrInvalidOption, c.storeTimeout, c.lease)
+	}
 	ex, err := idempotency.NewExtractor()
 	if err != nil {
 		return nil, err
@@ -178,18 +207,27 @@ func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (mess
 	if rr, ok := store.(idempotency.RetentionReporter); ok {
 		d.retention = rr.Retention()
 	}
-	d.kl = &dedup{store: store, ns: KeylessNamespace, cfg: c, ex: ex, retention: d.retention}
+	d.kl = &dedup{store: store, ns: KeylessNamespace, cfg: c, ex: ex, retention: d.retention, forKeyless: true}
 	return d.middleware, nil
 }
 
 type dedup struct {
-	store     idempotency.Store
-	ns        string
-	kl        *dedup // keeps the attempt records of keyless messages, in KeylessNamespace
-	cfg       dedupConfig
-	ex        *idempotency.Extractor
-	extenders sync.Pool
-	retention time.Duration // the store's, when it reports one
+	store      idempotency.Store
+	ns         string
+	kl         *dedup // keeps the attempt records of keyless messages, in KeylessNamespace
+	cfg        dedupConfig
+	ex         *idempotency.Extractor
+	extenders  sync.Pool
+	retention  time.Duration // the store's, when it reports one
+	forKeyless bool          // d keeps keyless attempt records: a success closes one uncharged
+}
+
+// log is the logger of warnings: the one given, else slog.Default().
+func (c *dedupConfig) log() *slog.Logger {
+	if c.logger != nil {
+		return c.logger
+	}
+	return slog.Default()
 }
 
 func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
@@ -221,7 +259,7 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 			ctx = idempotency.WithOperation(ctx, op)
 			msg.SetContext(ctx)
 			defer msg.SetContext(orig)
-			defer func() { annotate(err, op) }()
+			defer func() { err = annotate(err, op) }()
 		}
 		if op.Key == "" { // ProcessWithoutDedup
 			return d.keyless(ctx, h, msg, op)
@@ -233,56 +271,25 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 
 // storeCtx is the context of a store call that must finish even when the
 // message context is canceled (Complete, Release, Extend): a shutdown
-// still commits or releases its claims. It is bounded by WithStoreTimeout
-// when set; otherwise by the store client's own timeouts (go-redis: read
-// and write timeouts; database/sql: the driver's).
-func (d *dedup) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx = context.WithoutCancel(ctx)
-	if d.cfg.storeTimeout <= 0 {
-		return ctx, noop
-	}
-	return context.WithTimeout(ctx, d.cfg.storeTimeout)
+// still commits or releases its claims. It is always bounded by the store
+// timeout (WithStoreTimeout). Call stop when the call returned.
+func (d *dedup) storeCtx(ctx context.Context) *boundedCtx {
+	return newBoundedCtx(context.WithoutCancel(ctx), d.cfg.storeTimeout)
 }
 
 // claimCtx is the context of a Claim: the message context itself (a
 // shutdown may abandon a claim; its lease expires), bounded like storeCtx.
-func (d *dedup) claimCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d.cfg.storeTimeout <= 0 {
-		return ctx, noop
-	}
-	return context.WithTimeout(ctx, d.cfg.storeTimeout)
+func (d *dedup) claimCtx(ctx context.Context) *boundedCtx {
+	return newBoundedCtx(ctx, d.cfg.storeTimeout)
 }
 
-func noop() {}
-
 func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
-	op.Namespace = d.ns
-	op.Retention = d.retention
-	req := idempotency.ClaimRequest{
-		Namespace: d.ns, Key: op.Key, Fingerprint: op.Fingerprint,
-		Lease: d.cfg.lease, MaxAttempts: d.cfg.maxAttempts,
-	}
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		req.TraceID, req.SpanID = sc.TraceID().String(), sc.SpanID().String()
-	}
-	// A replayed message reopens an EXHAUSTED record once per replay run.
-	// A malformed run ID is ignored (no reopen), never stored.
-	if id := msg.Metadata.Get(dlq.KeyReplayID); id != "" {
-		if err := idempotency.ValidateKey(id); err != nil {
-			d.cfg.logger.WarnContext(ctx, "surely: ignoring an invalid replay ID; the record is not reopened",
-				"key", op.Key, "error", err)
-		} else {
-			req.Reopen = id
-		}
-	}
 	if op.InTx != nil && op.InTx.Accepted() {
-		return d.runDeferred(ctx, h, msg, op, req)
+		return d.runDeferred(ctx, h, msg, op, d.request(ctx, msg, op, ""))
 	}
-	sctx, cancel := d.claimCtx(ctx)
-	res, err := d.store.Claim(sctx, req)
-	cancel()
+	res, err := d.claim(ctx, msg, op, "")
 	if err != nil {
-		return nil, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err)
+		return nil, err
 	}
 	return d.claimed(ctx, h, msg, op, res)
 }
@@ -306,6 +313,47 @@ func (d *dedup) claimed(ctx context.Context, h message.HandlerFunc, msg *message
 	default:
 		return nil, fmt.Errorf("%w: claim %q returned unknown status %v", ErrStoreUnavailable, op.Key, res.Status)
 	}
+}
+
+// claim claims op's record. reopen, when set, is a fresh budget's ID
+// (ClaimRequest.Reopen); else a replayed message's run ID reopens it.
+func (d *dedup) claim(ctx context.Context, msg *message.Message, op *idempotency.Operation, reopen string) (idempotency.ClaimResult, error) {
+	req := d.request(ctx, msg, op, reopen)
+	sctx := d.claimCtx(ctx)
+	res, err := d.store.Claim(sctx, req)
+	sctx.stop()
+	if err != nil {
+		return res, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err)
+	}
+	return res, nil
+}
+
+// request is the claim of op (see claim), and sets op's namespace and
+// retention.
+func (d *dedup) request(ctx context.Context, msg *message.Message, op *idempotency.Operation, reopen string) idempotency.ClaimRequest {
+	op.Namespace = d.ns
+	op.Retention = d.retention
+	req := idempotency.ClaimRequest{
+		Namespace: d.ns, Key: op.Key, Fingerprint: op.Fingerprint,
+		Lease: d.cfg.lease, MaxAttempts: d.cfg.maxAttempts,
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		req.TraceID, req.SpanID = sc.TraceID().String(), sc.SpanID().String()
+	}
+	// A replayed message reopens an EXHAUSTED record once per replay run.
+	// A malformed run ID is ignored (no reopen), never stored.
+	if id := msg.Metadata.Get(dlq.KeyReplayID); id != "" && reopen == "" {
+		if err := idempotency.ValidateKey(id); err != nil {
+			d.cfg.log().WarnContext(ctx, "surely: ignoring an invalid replay ID; the record is not reopened",
+				"key", op.Key, "error", err)
+		} else {
+			req.Reopen = id
+		}
+	}
+	if reopen != "" {
+		req.Reopen = reopen
+	}
+	return req
 }
 
 func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
@@ -335,42 +383,98 @@ func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
 }
 
 // keyless runs a message without an operation key (ProcessWithoutDedup)
-// within the attempt budget. It has no dedup record, so its attempts are
-// counted, in this order, by:
+// within the attempt budget. It has no dedup record: nothing is ever
+// skipped as a duplicate. Only attempts that ran the handler are charged,
+// to an attempt record under the message UUID, in the store, in the
+// reserved namespace KeylessNamespace with the key "<namespace>/<UUID>"
+// (the UUID's SHA-256 when it is no valid key), so it never meets an
+// operation key:
 //
-//   - the broker's delivery count (delivery.Info.Count), when the adapter
-//     reports one: no store call. The failure of the last attempt of the
-//     budget is dead-lettered at once (reason exhausted, or panic), and a
-//     delivery past the budget (the process died on the last one) is
-//     dead-lettered without running.
-//   - otherwise an attempt record under the message UUID, in the store,
-//     in the reserved namespace KeylessNamespace with the key
-//     "<namespace>/<UUID>" (the UUID's SHA-256 when it is no valid key), so
-//     it never meets an operation key. It goes through the same state
-//     machine as an operation's record: a crash is counted, the budget ends
-//     in a dead letter (exhausted, or panic). It ends DONE when the handler
-//     succeeds, so a redelivery of the same message (same UUID) is acked as
-//     a duplicate while the record is retained.
-//   - a message with neither (no count, no UUID) has one attempt: its
-//     failure is dead-lettered (reason exhausted).
+//   - the first attempt of a delivery the broker numbers as the first
+//     (delivery.Info.Count 1) runs without a store call: a success costs
+//     nothing durable. Its failure is charged to the record, which it
+//     reopens with a fresh budget (an earlier message that reused the
+//     UUID no longer counts).
+//   - every other attempt (a redelivery, an in-process retry, a broker
+//     without a count) claims the record before it runs, as an operation's
+//     record is claimed: a crash is counted, a retry.After delay kept, a
+//     shutdown not charged, and the budget ends in a dead letter
+//     (exhausted, or panic). A breaker pause, which runs nothing, charges
+//     nothing. A success closes the claim uncharged (never DONE), so a
+//     later message with the same UUID runs.
+//   - a message without a UUID has no record: the broker's count bounds
+//     it when there is one, else it has one attempt (its failure is
+//     dead-lettered, reason exhausted).
 //
-// The handler sees the operation with an empty key either way.
+// The handler sees the operation with an empty key, and its attempt
+// number and how the previous attempt ended, as for a keyed message.
 func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
-	if info, ok := delivery.InfoFrom(ctx); ok && info.Count > 0 {
-		return d.keylessCounted(ctx, h, msg, op, info.Count, d.cfg.maxAttempts)
-	}
+	info, counted := delivery.InfoFrom(ctx)
+	counted = counted && info.Count > 0
 	if msg.UUID == "" {
+		if counted {
+			return d.keylessCounted(ctx, h, msg, op, info.Count, d.cfg.maxAttempts)
+		}
 		return d.keylessCounted(ctx, h, msg, op, 1, 1)
 	}
-	rec := &idempotency.Operation{Key: keylessKey(d.ns, msg.UUID), Fingerprint: op.Fingerprint}
-	msgs, err := d.kl.handle(ctx, h, msg, rec)
-	op.Attempt, op.Previous = rec.Attempt, rec.Previous
-	if err == nil {
-		if r := reportFrom(ctx); r != nil && r.outcome == OutcomeProcessed {
-			r.outcome = OutcomeUnprocessed
-		}
+	rec := &idempotency.Operation{Key: keylessKey(d.ns, msg.UUID)}
+	r := reportFrom(ctx)
+	if !counted || info.Count != 1 || r == nil || r.attempts > 1 {
+		// Without the report, an in-process retry could not be told
+		// from the first attempt: claim.
+		return d.keylessRecord(ctx, h, msg, op, rec, "")
 	}
-	return msgs, err
+	op.Attempt, op.Previous = 1, idempotency.Previous{}
+	r.attempt = 1
+	msgs, err := runHandler(h, msg)
+	if err == nil {
+		setOutcome(ctx, OutcomeUnprocessed)
+		return msgs, nil
+	}
+	if retry.Classify(ctx, err) == retry.ClassCanceled {
+		return nil, err // a shutdown: not charged
+	}
+	// Charge the failure to the record, with a fresh budget: the message
+	// is new by the broker's count. The record goes through the same
+	// Claim and Release as an attempt that claimed before it ran.
+	ran := func(*message.Message) ([]*message.Message, error) { return nil, err }
+	return d.keylessRecord(ctx, ran, msg, op, rec, "keyless-"+watermill.NewUUID())
+}
+
+// keylessRecord runs h as an attempt charged to the keyless record rec.
+// reopen, when set, gives the record a fresh budget, and h only reports
+// the failure of an attempt that already ran: when the record cannot be
+// claimed, that failure is returned as it is, not recorded.
+func (d *dedup) keylessRecord(ctx context.Context, h message.HandlerFunc, msg *message.Message, op, rec *idempotency.Operation, reopen string) ([]*message.Message, error) {
+	res, err := d.kl.claim(ctx, msg, rec, reopen)
+	if err == nil && res.Status == idempotency.Acquired {
+		// The handler reads the message's operation, not rec.
+		seen := func(m *message.Message) ([]*message.Message, error) {
+			op.Attempt, op.Previous = rec.Attempt, rec.Previous
+			return h(m)
+		}
+		return d.kl.run(ctx, seen, msg, rec, res)
+	}
+	if reopen != "" {
+		return h(msg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch res.Status {
+	case idempotency.InProgress:
+		setOutcome(ctx, OutcomeInProgress)
+		return nil, &InProgressError{Key: rec.Key, Until: res.Until, Wait: res.Wait}
+	case idempotency.Exhausted:
+		return nil, exhaustedError(rec.Key, res)
+	case idempotency.Completed:
+		// A record left DONE (no longer written for keyless messages)
+		// must not skip this message, nor can it count its attempts:
+		// one attempt.
+		return d.keylessCounted(ctx, h, msg, op, 1, 1)
+	default:
+		return nil, fmt.Errorf("%w: claim %q returned unexpected status %v", ErrStoreUnavailable, rec.Key, res.Status)
+	}
 }
 
 // keylessCounted runs attempt count (of budget) of a keyless message
@@ -421,21 +525,13 @@ func keylessKey(ns, uuid string) string {
 }
 
 func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult) ([]*message.Message, error) {
-	lease := res.Lease
-	op.Attempt, op.Token, op.Previous, op.Committed = lease.Attempt, lease.Token, res.Previous, false
-	if r := reportFrom(ctx); r != nil {
-		r.claimed(ctx, d.store, op)
-	}
-
-	msgs, lease, herr := d.attempt(ctx, h, msg, lease)
-	return d.finish(ctx, op, lease, msgs, herr)
+	return d.runWith(ctx, h, msg, op, res, nil)
 }
 
 // runDeferred leaves the claim of req to the handler, which accepted to
 // claim inside its own transaction (op.InTx): on a first delivery from a
 // broker that counts deliveries, the claim, the effect and the DONE mark
 // then commit together; otherwise the handler commits the claim first.
-// Then it acts on the claim's result as claimed and run do.
 func (d *dedup) runDeferred(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, req idempotency.ClaimRequest) ([]*message.Message, error) {
 	dc := &idempotency.DeferredClaim{Request: req, Durable: true}
 	if info, ok := delivery.InfoFrom(ctx); ok && info.Count > 0 {
@@ -444,53 +540,19 @@ func (d *dedup) runDeferred(ctx context.Context, h message.HandlerFunc, msg *mes
 		dc.Durable = info.Count > 1 || req.Reopen != ""
 	}
 	op.Deferred = dc
-	op.Attempt, op.Token, op.Previous, op.Committed = 0, "", idempotency.Previous{}, false
-	msgs, _, herr := d.attempt(ctx, h, msg, idempotency.Lease{})
-	op.Deferred = nil
-	late := !dc.Made
-	if late {
-		// The handler returned before it claimed (code around the inbox
-		// that failed first, a store error at the claim), or without
-		// claiming at all. Claim now, so that the attempt is counted like
-		// any other: its failure released, its success completed.
-		if herr == nil {
-			d.cfg.logger.ErrorContext(ctx, "surely: handler returned without claiming the operation in its transaction; recording it after the fact",
-				"key", op.Key)
-		}
-		sctx, cancel := d.storeCtx(ctx)
-		res, err := d.store.Claim(sctx, req)
-		cancel()
-		if err != nil {
-			if herr != nil {
-				return nil, errors.Join(herr, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err))
-			}
-			return nil, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err)
-		}
-		dc.Made, dc.Result = true, res
-	}
-	res := dc.Result
-	if res.Status != idempotency.Acquired {
-		if herr != nil && !late {
-			// The attempt failed and rolled its claim back; meanwhile the
-			// record became another owner's (or done): it decides.
-			setOutcome(ctx, OutcomeLeaseLost)
-			return nil, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("attempt failed (%s); the record is no longer claimable (status %v): %w",
-				herr.Error(), res.Status, idempotency.ErrLeaseLost)}
-		}
-		return d.claimed(ctx, h, msg, op, res)
-	}
-	lease := res.Lease
-	op.Attempt, op.Token, op.Previous = lease.Attempt, lease.Token, res.Previous
-	if r := reportFrom(ctx); r != nil {
-		r.claimed(ctx, d.store, op)
-	}
-	return d.finish(ctx, op, lease, msgs, herr)
+	return d.runWith(ctx, h, msg, op, idempotency.ClaimResult{}, dc)
 }
 
-// attempt runs the handler under lease (extended while it runs; none when
-// the token is empty) and returns what it returned and the lease as last
-// extended.
-func (d *dedup) attempt(ctx context.Context, h message.HandlerFunc, msg *message.Message, lease idempotency.Lease) ([]*message.Message, idempotency.Lease, error) {
+// runWith runs the handler under the claim res, or, with dc, under the
+// claim the handler makes (see runDeferred), and completes or releases
+// the attempt.
+func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult, dc *idempotency.DeferredClaim) ([]*message.Message, error) {
+	lease := res.Lease
+	op.Attempt, op.Token, op.Previous, op.Committed = lease.Attempt, lease.Token, res.Previous, false
+	if r := reportFrom(ctx); r != nil && dc == nil {
+		r.claimed(ctx, d.store, op)
+	}
+
 	// The handler's context is canceled when it outlives the longest lease
 	// hold (see WithExtension): a hung attempt ends as a charged failure,
 	// so a message that hangs every time is dead-lettered. It is also
@@ -508,14 +570,39 @@ func (d *dedup) attempt(ctx context.Context, h message.HandlerFunc, msg *message
 	if herr != nil && errors.Is(hctx.cause(), ErrHandlerHung) {
 		herr = fmt.Errorf("%w: %w", ErrHandlerHung, herr)
 	}
-	return msgs, lease, herr
-}
+	if dc != nil {
+		op.Deferred = nil
+		var (
+			out  []*message.Message
+			done bool
+			err  error
+		)
+		if lease, out, done, err = d.settle(ctx, h, msg, op, dc, herr); done {
+			return out, err
+		}
+	}
 
-// finish completes or releases the attempt that ran under lease.
-func (d *dedup) finish(ctx context.Context, op *idempotency.Operation, lease idempotency.Lease, msgs []*message.Message, herr error) ([]*message.Message, error) {
+	if herr == nil && d.forKeyless {
+		d.closeKeyless(ctx, lease)
+		setOutcome(ctx, OutcomeUnprocessed)
+		return msgs, nil
+	}
 	if herr == nil && op.Committed {
 		setOutcome(ctx, OutcomeProcessed)
 		return msgs, nil
+	}
+	if errors.Is(hctx.cause(), idempotency.ErrLeaseLost) {
+		// An extension found the lease taken over: the handler was
+		// canceled, and the new owner decides the record. Neither
+		// Complete nor Release (both would be refused), no dead letter,
+		// whatever the handler returned: nack. Its error is kept as text
+		// so that no classification of it (permanent, canceled) applies.
+		setOutcome(ctx, OutcomeLeaseLost)
+		lost := fmt.Errorf("extend: %w", idempotency.ErrLeaseLost)
+		if herr != nil {
+			lost = fmt.Errorf("%w; the canceled handler returned %q", lost, herr.Error())
+		}
+		return nil, &LeaseLostError{Key: op.Key, Err: lost}
 	}
 	if herr == nil {
 		outcome := idempotency.Outcome{Messages: store(msgs)}
@@ -531,9 +618,9 @@ func (d *dedup) finish(ctx context.Context, op *idempotency.Operation, lease ide
 	}
 
 	f := d.failure(ctx, herr)
-	sctx, cancel := d.storeCtx(ctx)
+	sctx := d.storeCtx(ctx)
 	rerr := d.store.Release(sctx, lease, f)
-	cancel()
+	sctx.stop()
 	if rerr != nil && !errors.Is(rerr, idempotency.ErrLeaseLost) {
 		rerr = fmt.Errorf("%w: release %q: %w", ErrStoreUnavailable, op.Key, rerr)
 	}
@@ -549,19 +636,32 @@ func (d *dedup) finish(ctx context.Context, op *idempotency.Operation, lease ide
 		setOutcome(ctx, OutcomeLeaseLost)
 		return nil, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("release after %q: %w", herr.Error(), rerr)}
 	case f.Final && rerr == nil:
+		// The handler's own FinalError is never written (see finalCopy).
 		fe, ok := dlq.AsFinal(herr)
 		if !ok {
 			fe = dlq.Final(dlq.ReasonPermanent, herr)
 		}
-		if fe.Attempts == 0 {
-			fe.Attempts = lease.Attempt
+		var history []idempotency.AttemptRecord
+		if fe.History == nil {
+			gctx := d.storeCtx(ctx)
+			if got, err := d.store.Get(gctx, d.ns, op.Key); err == nil {
+				history = got.History
+			}
+			gctx.stop()
 		}
-		gctx, cancel := d.storeCtx(ctx)
-		if got, err := d.store.Get(gctx, d.ns, op.Key); err == nil && fe.History == nil {
-			fe.History = got.History
+		set := func(cp *dlq.FinalError) {
+			if cp.Attempts == 0 {
+				cp.Attempts = lease.Attempt
+			}
+			if cp.History == nil {
+				cp.History = history
+			}
 		}
-		cancel()
-		return nil, fe
+		if !ok {
+			set(fe)
+			return nil, fe
+		}
+		return nil, editFinal(herr, fe, set)
 	}
 	if rerr != nil {
 		if f.Final {
@@ -576,18 +676,79 @@ func (d *dedup) finish(ctx context.Context, op *idempotency.Operation, lease ide
 	return nil, herr
 }
 
+// closeKeyless ends the claim of a keyless record whose attempt
+// succeeded: released uncharged (as canceled, reason "succeeded"), never
+// DONE, so that no later message with the same UUID is skipped. The
+// message is acked either way: a failure here is only logged, and leaves
+// the claim to expire.
+func (d *dedup) closeKeyless(ctx context.Context, lease idempotency.Lease) {
+	sctx := d.storeCtx(ctx)
+	err := d.store.Release(sctx, lease, idempotency.Failure{Canceled: true, Reason: "succeeded", Error: "succeeded"})
+	sctx.stop()
+	if err != nil {
+		d.cfg.log().WarnContext(ctx, "surely: closing the attempt record of a keyless message failed; it stays claimed until its lease expires",
+			"key", lease.Key, "error", err)
+	}
+}
+
+// settle resolves the claim the handler was left (dc) after it returned
+// herr: done is true when that ends the delivery (out, err), else the
+// attempt ran under lease and is completed or released as usual.
+func (d *dedup) settle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, dc *idempotency.DeferredClaim, herr error) (lease idempotency.Lease, out []*message.Message, done bool, err error) {
+	late := !dc.Made
+	if late {
+		// The handler returned before it claimed (code around the inbox
+		// that failed first, a store error at the claim), or without
+		// claiming at all. Claim now, so that the attempt is counted like
+		// any other: its failure released, its success completed.
+		if herr == nil {
+			d.cfg.log().ErrorContext(ctx, "surely: handler returned without claiming the operation in its transaction; recording it after the fact",
+				"key", op.Key)
+		}
+		sctx := d.storeCtx(ctx)
+		res, cerr := d.store.Claim(sctx, dc.Request)
+		sctx.stop()
+		if cerr != nil {
+			cerr = fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, cerr)
+			if herr != nil {
+				cerr = errors.Join(herr, cerr)
+			}
+			return lease, nil, true, cerr
+		}
+		dc.Made, dc.Result = true, res
+	}
+	res := dc.Result
+	if res.Status != idempotency.Acquired {
+		if herr != nil && !late {
+			// The attempt failed and rolled its claim back; meanwhile the
+			// record became another owner's (or done): it decides.
+			setOutcome(ctx, OutcomeLeaseLost)
+			return lease, nil, true, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("attempt failed (%s); the record is no longer claimable (status %v): %w",
+				herr.Error(), res.Status, idempotency.ErrLeaseLost)}
+		}
+		out, err = d.claimed(ctx, h, msg, op, res)
+		return lease, out, true, err
+	}
+	lease = res.Lease
+	op.Attempt, op.Token, op.Previous = lease.Attempt, lease.Token, res.Previous
+	if r := reportFrom(ctx); r != nil {
+		r.claimed(ctx, d.store, op)
+	}
+	return lease, nil, false, nil
+}
+
 // complete commits the DONE mark, retrying a failing store a few times
 // inside the lease: a lost Complete means the effect runs again later.
 func (d *dedup) complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
 	wait := 50 * time.Millisecond
 	for i := 0; ; i++ {
-		sctx, cancel := d.storeCtx(ctx)
+		sctx := d.storeCtx(ctx)
 		err := d.store.Complete(sctx, lease, outcome)
-		cancel()
+		sctx.stop()
 		if err == nil || errors.Is(err, idempotency.ErrLeaseLost) || i == 3 {
 			return err
 		}
-		d.cfg.logger.WarnContext(ctx, "surely: complete failed, retrying", "key", lease.Key, "error", err)
+		d.cfg.log().WarnContext(ctx, "surely: complete failed, retrying", "key", lease.Key, "error", err)
 		time.Sleep(wait)
 		wait *= 2
 	}
@@ -688,6 +849,10 @@ func replay(o *idempotency.Outcome) []*message.Message {
 
 // extender keeps a lease alive while the handler runs, bounded by maxHeld.
 // Extenders and their timers are pooled: arming one costs no allocation.
+//
+// mu is never held across a store or broker call: stop (and so Complete)
+// never waits for an Extend in flight. A tick's answer counts only for the
+// run it started in (gen), since a stopped extender may be reused.
 type extender struct {
 	d       *dedup
 	mu      sync.Mutex
@@ -696,7 +861,8 @@ type extender struct {
 	start   time.Time
 	timer   *time.Timer
 	stopped bool
-	hctx    *attemptCtx // the handler's context, canceled when it hangs
+	gen     uint64      // incremented by stop
+	hctx    *attemptCtx // the handler's context, canceled when it hangs or loses its lease
 }
 
 func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease, hctx *attemptCtx) *extender {
@@ -708,65 +874,91 @@ func (d *dedup) startExtender(ctx context.Context, lease idempotency.Lease, hctx
 		e.timer.Stop()
 		e.mu.Unlock()
 	}
+	e.arm(ctx, lease, hctx)
+	return e
+}
+
+// arm starts a run of a stopped extender.
+func (e *extender) arm(ctx context.Context, lease idempotency.Lease, hctx *attemptCtx) {
 	e.mu.Lock()
 	e.ctx, e.lease, e.start, e.stopped, e.hctx = ctx, lease, time.Now(), false, hctx
-	e.timer.Reset(d.cfg.extendEvery)
+	e.timer.Reset(e.d.cfg.extendEvery)
 	e.mu.Unlock()
-	return e
 }
 
 // tick extends the lease. A tick that fires late, after the extender was
 // stopped and reused, extends the current owner's lease early: harmless.
+// An extension refused by fencing (ErrLeaseLost) cancels the handler's
+// context with cause idempotency.ErrLeaseLost at once: another owner has
+// the operation, and every moment the stale handler runs on widens the
+// window in which both have an effect.
 func (e *extender) tick() {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.stopped {
+		e.mu.Unlock()
 		return
 	}
 	if time.Since(e.start)+e.d.cfg.lease > e.d.cfg.maxHeld {
-		e.d.cfg.logger.WarnContext(e.ctx, "surely: handler exceeded the longest lease hold; canceling it and letting the lease expire",
+		e.d.cfg.log().WarnContext(e.ctx, "surely: handler exceeded the longest lease hold; canceling it and letting the lease expire",
 			"key", e.lease.Key, "attempt", e.lease.Attempt, "max_held", e.d.cfg.maxHeld)
 		e.hctx.hang(ErrHandlerHung)
+		e.mu.Unlock()
 		return
 	}
-	sctx, cancel := e.d.storeCtx(e.ctx)
-	if e.lease.Token == "" {
+	ctx, lease, gen := e.ctx, e.lease, e.gen
+	e.mu.Unlock()
+
+	sctx := e.d.storeCtx(ctx)
+	if lease.Token == "" {
 		// A claim inside the handler's transaction: the row lock it holds
 		// is the lease. Only the broker's is extended.
-		if c, ok := delivery.ControlFrom(e.ctx); ok {
+		if c, ok := delivery.ControlFrom(ctx); ok {
 			if berr := c.Extend(sctx); berr != nil {
-				e.d.cfg.logger.WarnContext(e.ctx, "surely: broker lease extension failed", "key", e.lease.Key, "error", berr)
+				e.d.cfg.log().WarnContext(ctx, "surely: broker lease extension failed", "key", lease.Key, "error", berr)
 			}
 		}
-		cancel()
-		e.timer.Reset(e.d.cfg.extendEvery)
+		sctx.stop()
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if !e.stopped && e.gen == gen {
+			e.timer.Reset(e.d.cfg.extendEvery)
+		}
 		return
 	}
-	l, err := e.d.store.Extend(sctx, e.lease, e.d.cfg.lease)
-	if c, ok := delivery.ControlFrom(e.ctx); ok && err == nil {
+	l, err := e.d.store.Extend(sctx, lease, e.d.cfg.lease)
+	if c, ok := delivery.ControlFrom(ctx); ok && err == nil {
 		// Keep the broker's lease in step with the store's.
 		if berr := c.Extend(sctx); berr != nil {
-			e.d.cfg.logger.WarnContext(e.ctx, "surely: broker lease extension failed", "key", e.lease.Key, "error", berr)
+			e.d.cfg.log().WarnContext(ctx, "surely: broker lease extension failed", "key", lease.Key, "error", berr)
 		}
 	}
-	cancel()
+	sctx.stop()
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped || e.gen != gen {
+		return // the attempt ended meanwhile: its outcome no longer depends on this lease
+	}
 	switch {
 	case err == nil:
 		e.lease = l
 	case errors.Is(err, idempotency.ErrLeaseLost):
-		e.d.cfg.logger.WarnContext(e.ctx, "surely: lease lost while the handler runs", "key", e.lease.Key, "attempt", e.lease.Attempt)
+		e.d.cfg.log().WarnContext(ctx, "surely: lease lost while the handler runs; canceling it", "key", lease.Key, "attempt", lease.Attempt)
+		e.hctx.hang(idempotency.ErrLeaseLost)
 		return
 	default:
-		e.d.cfg.logger.WarnContext(e.ctx, "surely: lease extension failed", "key", e.lease.Key, "error", err)
+		e.d.cfg.log().WarnContext(ctx, "surely: lease extension failed", "key", lease.Key, "error", err)
 	}
 	e.timer.Reset(e.d.cfg.extendEvery)
 }
 
-// stop ends the extension, returns the current lease and recycles e.
+// stop ends the extension, returns the current lease and recycles e. It
+// does not wait for an extension in flight.
 func (e *extender) stop() idempotency.Lease {
 	e.timer.Stop()
 	e.mu.Lock()
 	e.stopped = true
+	e.gen++
 	lease := e.lease
 	e.ctx, e.lease, e.hctx = nil, idempotency.Lease{}, nil
 	e.mu.Unlock()

@@ -26,6 +26,19 @@
 //     idempotency.Store, extends the lease while the handler runs, and
 //     re-emits the stored produced messages of a duplicate.
 //
+// # Leases and store calls
+//
+// Every store call of Dedup has a deadline: WithStoreTimeout, by default
+// DefaultStoreTimeout (5s) or a third of the lease when that is shorter
+// (database/sql has no timeout of its own). A Complete that fails is
+// retried a few times with the same lease; a store answers a Complete
+// re-sent after it was applied with success (see idempotency.Store), so a
+// lost reply still ends processed and the produced messages go out at once.
+// Extensions never hold up the handler's Complete: a hung Extend does not
+// delay it. An extension refused by fencing cancels the handler's context
+// at once with cause idempotency.ErrLeaseLost; the attempt ends lease_lost
+// (nacked, neither completed, released nor dead-lettered).
+//
 // # Delayed nacks
 //
 // Watermill has no portable nack-with-delay. When surely wants one

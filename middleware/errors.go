@@ -55,10 +55,11 @@ func (e *InProgressError) Error() string {
 	return fmt.Sprintf("surely: operation %q is in progress elsewhere until %s", e.Key, e.Until.Format(time.RFC3339Nano))
 }
 
-// LeaseLostError is returned when Complete or Release found the lease
-// taken over: the effect may have run twice; the new owner decides the
-// record, so not even a permanent error of the stale attempt dead-letters
-// the message. Nack.
+// LeaseLostError is returned when Complete, Release or a lease extension
+// found the lease taken over (a refused extension cancels the handler's
+// context at once, with cause idempotency.ErrLeaseLost): the effect may
+// have run twice; the new owner decides the record, so not even a
+// permanent error of the stale attempt dead-letters the message. Nack.
 type LeaseLostError struct {
 	Key string
 	Err error

@@ -19,15 +19,17 @@ const (
 	// processed silently.
 	RejectMissingKey MissingKeyPolicy = iota
 	// ProcessWithoutDedup runs the handler without a dedup record when the
-	// key is missing: another message with the same payload runs the
-	// effect again. Invalid keys (too long, control characters) are still
-	// rejected. The attempts stay bounded (see Dedup): by the broker's
-	// delivery count when the adapter reports one, else by an attempt
-	// record under the message UUID in KeylessNamespace; a message that
-	// keeps failing is dead-lettered (reason exhausted, or panic) after the
-	// budget. Without a broker count, that record also makes a redelivery
-	// of the same message (same UUID) after a success a duplicate, while
-	// the store retains it.
+	// key is missing: nothing is ever skipped as a duplicate, so another
+	// message with the same payload, or the same UUID, or a redelivery of
+	// one that succeeded (its ack was lost), runs the effect again. Invalid
+	// keys (too long, control characters) are still rejected. The attempts
+	// stay bounded (see Dedup): only attempts that ran the handler are
+	// charged, to an attempt record under the message UUID in
+	// KeylessNamespace; a delivery the broker numbers as the first (a
+	// delivery count of 1) runs without a store call, so a message that
+	// succeeds at once costs nothing durable there. A message that keeps
+	// failing is dead-lettered (reason exhausted, or panic) after the
+	// budget. A success closes the record uncharged, never as done.
 	ProcessWithoutDedup
 )
 
@@ -76,28 +78,36 @@ func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.Handl
 			msg.SetContext(idempotency.WithOperation(ctx, op))
 			defer msg.SetContext(ctx)
 			msgs, err := h(msg)
-			annotate(err, op)
-			return msgs, err
+			return msgs, annotate(err, op)
 		}
 	}, nil
 }
 
 // annotate names the operation in a final error, for the dead letter that
 // runs outside this step (where the operation is no longer in the context).
-func annotate(err error, op *idempotency.Operation) {
+// It returns err with a copy of its *dlq.FinalError (see finalCopy), never
+// writing the handler's.
+func annotate(err error, op *idempotency.Operation) error {
 	if err == nil {
-		return
+		return nil
 	}
 	fe, ok := dlq.AsFinal(err)
 	if !ok {
-		return
+		return err
 	}
-	if fe.OperationKey == "" {
-		fe.OperationKey, fe.Fingerprint = op.Key, op.Fingerprint
+	key := fe.OperationKey == "" && (op.Key != "" || op.Fingerprint != "")
+	ns := fe.Namespace == "" && (op.Namespace != "" || op.Retention != 0)
+	if !key && !ns {
+		return err
 	}
-	if fe.Namespace == "" {
-		fe.Namespace, fe.Retention = op.Namespace, op.Retention
-	}
+	return editFinal(err, fe, func(cp *dlq.FinalError) {
+		if key {
+			cp.OperationKey, cp.Fingerprint = op.Key, op.Fingerprint
+		}
+		if ns {
+			cp.Namespace, cp.Retention = op.Namespace, op.Retention
+		}
+	})
 }
 
 // KeylessNamespace is the store namespace of the attempt records of

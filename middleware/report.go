@@ -28,7 +28,8 @@ const (
 	OutcomeDeadLetterFailed Outcome = "dead_letter_failed"
 	// OutcomePaused: the outage breaker is open; nacked with a delay, no attempt spent.
 	OutcomePaused Outcome = "paused"
-	// OutcomeLeaseLost: the attempt's lease was taken over before Complete; nacked.
+	// OutcomeLeaseLost: the attempt's lease was taken over before Complete
+	// (Complete, Release or an extension was refused by fencing); nacked.
 	OutcomeLeaseLost Outcome = "lease_lost"
 	// OutcomeCanceled: the message context was canceled (shutdown); nacked.
 	OutcomeCanceled Outcome = "canceled"

@@ -21,6 +21,14 @@
 //   - anything else: transient, retried with backoff within the budget.
 //     Unknown errors are retried, since most are.
 //
+// Whether a long [After] delay stops other messages meanwhile depends on
+// the broker adapter (adapters/README.md, "A long retry.After"): NATS
+// JetStream and SQS delay the message in the broker; Redis Streams leaves
+// its entry pending for a later claim (a delay above one second) and goes
+// on; RabbitMQ requeues at once and the chain waits, holding one prefetch
+// slot; GoChannel, Kafka and SQL resend a nacked message in process, so
+// the subscription (the partition) waits d on every attempt.
+//
 // The marks survive fmt.Errorf("...: %w", err) and errors.Join, and the
 // checks ([IsPermanent], [AfterDelay]) use errors.As. [Classify] makes the
 // decision in one call and adds a third class, [ClassCanceled]: the error is
@@ -59,7 +67,10 @@
 //     fit in what is left of the time budget becomes the nack's delay (a
 //     backoff delay capped at MaxInProcessTime, an [After] delay whole).
 //
-// Every in-process attempt counts against the durable budget too.
+// Every in-process attempt counts against the durable budget too, for a
+// message without a key (middleware.ProcessWithoutDedup) as for a keyed
+// one; a delivery the breaker paused, which ran nothing, counts for
+// neither.
 //
 // # Outage breaker
 //

@@ -18,7 +18,7 @@ var ErrInvalidOption = errors.New("amqp: invalid option")
 
 // ErrClosed is returned by Subscribe and SubscribeInitialize after the
 // Subscriber's Close, and by Publish after the Publisher's.
-var ErrClosed = errors.New("amqp: subscriber closed")
+var ErrClosed = errors.New("amqp: subscriber or publisher closed")
 
 // Defaults.
 const (
@@ -47,11 +47,12 @@ const DeliveryLimit = math.MaxInt32
 // a quorum queue (x-queue-type quorum: replicated, and it counts deliveries
 // in the x-delivery-count header) with DeliveryLimit. Queues are durable,
 // neither exclusive nor auto-deleted. Create a queue with exactly these
-// arguments when you declare it yourself: the Subscriber and the Publisher
-// declare the queue with them, and RabbitMQ refuses a declaration whose
-// arguments differ from the existing queue's (ErrQueueMismatch), also when
-// the existing queue has one more (such as x-max-length; measured on
-// RabbitMQ 3.10.8).
+// arguments when you declare it yourself: the Subscriber declares the
+// queue with them, and RabbitMQ refuses a declaration whose arguments
+// differ from the existing queue's (ErrQueueMismatch), also when the
+// existing queue has one more (such as x-max-length; measured on RabbitMQ
+// 3.10.8). The Publisher declares a missing queue with them and uses an
+// existing one as it is.
 func QueueArguments() amqp.Table {
 	return amqp.Table{
 		"x-queue-type":     amqp.QueueTypeQuorum,

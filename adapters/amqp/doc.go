@@ -34,7 +34,7 @@
 //
 //   - Durable quorum queues (QueueArguments: x-queue-type quorum), declared
 //     by the Subscriber, and by the Publisher before its first message to
-//     a topic. A quorum queue is replicated, confirms a publish once a
+//     a topic when the queue is missing. A quorum queue is replicated, confirms a publish once a
 //     majority has it, and counts deliveries.
 //   - Mandatory publishing: RabbitMQ confirms a message that no queue takes,
 //     and drops it, so a queue deleted after the Publisher declared it (by
@@ -68,21 +68,33 @@
 // more: they have no delivery count (a redelivery carries only the
 // redelivered flag, so Info.Count would be 0 on every redelivery), and they
 // are not replicated (mirroring is deprecated, and gone in RabbitMQ 4), so
-// the loss of one node's disk loses their messages, confirmed or not. A
-// queue that exists with other arguments than QueueArguments (a classic or
-// transient queue, a quorum queue without x-delivery-limit, or one with an
-// argument of its own) is never changed and never used: Subscribe,
-// SubscribeInitialize and Publish return ErrQueueMismatch with the broker's
-// PRECONDITION_FAILED, which names the first argument that differs. Refused
-// rather than warned about, because several such arguments drop messages
-// the broker confirmed: x-max-length or x-max-length-bytes with the default
-// overflow (drop-head), x-message-ttl, x-expires (the queue itself goes), a
-// transient queue (gone at a broker restart). RabbitMQ 3.10.8 refuses a
-// declaration that lacks an argument the queue has (measured), so declaring
-// with surely's arguments finds all of them. Policies are not arguments:
-// an operator policy (max-length, message-ttl, expires) applies to a queue
-// without any client seeing it; do not put one that drops messages on
-// surely's queues.
+// the loss of one node's disk loses their messages, confirmed or not.
+//
+// A queue that exists with other arguments than QueueArguments (a classic
+// or transient queue, a quorum queue without x-delivery-limit, or one with
+// an argument of its own) is never changed. The Subscriber does not
+// consume it: Subscribe and SubscribeInitialize return ErrQueueMismatch
+// with the broker's PRECONDITION_FAILED, which names the first argument
+// that differs (RabbitMQ 3.10.8 refuses a declaration that lacks an
+// argument the queue has, measured). The Publisher publishes to it as it
+// is: it only checks that the queue exists (a passive declaration, which
+// in AMQP 0-9-1 returns no arguments) and declares it with QueueArguments
+// when it is missing, as the Publisher of earlier versions did. Refusing
+// there would make every message a handler produces to such a queue (a
+// dead-letter queue with a dead-letter exchange of its own, say) fail
+// after its source's work was done, and the source be redelivered and
+// re-emit it without end.
+//
+// So a queue's arguments and policies are the operator's responsibility.
+// Some drop messages the broker confirmed, which the Publisher cannot see
+// and the Subscriber's refusal catches only as arguments, never as
+// policies: x-max-length or x-max-length-bytes with the default overflow
+// (drop-head), x-message-ttl, x-expires (the queue itself goes), a
+// transient queue (gone at a broker restart), and operator policies
+// (max-length, message-ttl, expires), which apply to a queue without any
+// client seeing them. Keep them off the queues surely publishes to and
+// consumes. Mandatory publishing still catches a queue that vanished (an
+// expired or deleted one): Publish fails with ErrUnroutable.
 //
 // # Delivery facts in the message context
 //

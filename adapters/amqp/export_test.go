@@ -1,5 +1,7 @@
 package amqp
 
+import amqp "github.com/rabbitmq/amqp091-go"
+
 // DropConnection closes the subscriber's current connection, as a network
 // failure would: the broker requeues what it held unacked, and the
 // subscriber reconnects.
@@ -22,3 +24,7 @@ func DropPublisherConnection(p *Publisher) {
 		_ = c.Close()
 	}
 }
+
+// AfterSend makes p run f on the publishing channel after each message is
+// sent and before its confirmation is read (set it before any Publish).
+func AfterSend(p *Publisher, f func(*amqp.Channel)) { p.afterSend = f }

@@ -18,12 +18,14 @@ import (
 // topic declares the queue again.
 var ErrUnroutable = errors.New("amqp: message returned unroutable (no queue took it)")
 
-// ErrQueueMismatch is returned by Publish, Subscribe and SubscribeInitialize
-// for a queue that exists with other arguments than surely declares
-// (durable, QueueArguments): a classic or transient queue, or one with
-// x-max-length, x-message-ttl, x-expires or any other argument of its own.
-// surely never changes an existing queue, and does not use one that can
-// drop a confirmed message.
+// ErrQueueMismatch is returned by Subscribe and SubscribeInitialize for a
+// queue that exists with other arguments than surely declares (durable,
+// QueueArguments): a classic or transient queue, or one with x-max-length,
+// x-message-ttl, x-expires or any other argument of its own. surely never
+// changes an existing queue. The Publisher does not return it: it uses an
+// existing queue as it is. Its absence proves nothing about loss: an
+// operator policy (max-length, message-ttl, expires) can make a queue drop
+// confirmed messages without any argument a client can see.
 var ErrQueueMismatch = errors.New("amqp: queue exists with other arguments than surely's")
 
 // returnBuffer is the capacity of a publishing channel's basic.return
@@ -52,6 +54,8 @@ type Publisher struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	afterSend func(*amqp.Channel) // tests: runs after each send, before the confirmation
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -70,10 +74,13 @@ type pubChannel struct {
 //
 // Messages go to the default exchange with the topic as routing key, so a
 // topic is a queue. Before its first message to a topic, the publisher
-// declares the queue as the Subscriber does (durable, QueueArguments): it
-// creates a missing queue, and refuses one that exists with other
-// arguments (ErrQueueMismatch). Every message is published mandatory on a
-// channel in confirm mode, and persistent (delivery mode 2).
+// checks that the queue exists (a passive declaration) and declares a
+// missing one as the Subscriber does (durable, QueueArguments). An
+// existing queue is used as it is, whatever its arguments and policies:
+// AMQP 0-9-1 shows a client neither, so they are the operator's
+// responsibility (see the package doc). Every message is published
+// mandatory on a channel in confirm mode, and persistent (delivery mode
+// 2), so a queue deleted later fails Publish with ErrUnroutable.
 func NewPublisher(url string, cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) {
 	if url == "" {
 		return nil, fmt.Errorf("%w: empty url", ErrInvalidOption)
@@ -136,8 +143,10 @@ func (p *Publisher) connection() (*amqp.Connection, error) {
 // again is safe when the consumer deduplicates, as surely's chain does.
 //
 // A message that no queue takes (the queue was deleted since it was
-// declared) is an error wrapping ErrUnroutable, and so is a broker's nack
-// (a full queue that rejects publishes, for instance). A broker that blocks
+// declared) is an error wrapping ErrUnroutable. A broker's nack (a full
+// queue that rejects publishes, for instance) and a channel or connection
+// lost before the confirmation are errors too, not ErrUnroutable; the next
+// Publish opens a new channel. A broker that blocks
 // publishers (memory or disk alarm) makes Publish wait until the alarm
 // clears; cancel msg.Context() to stop waiting (for a free channel of the
 // pool, or for the confirmation).
@@ -188,6 +197,9 @@ func (p *Publisher) publish(pc *pubChannel, topic string, msg *message.Message) 
 		pc.discard()
 		return fmt.Errorf("send message %s: %w", msg.UUID, err)
 	}
+	if p.afterSend != nil {
+		p.afterSend(pc.ch)
+	}
 	select {
 	case <-dc.Done():
 	case <-ctx.Done():
@@ -200,19 +212,27 @@ func (p *Publisher) publish(pc *pubChannel, topic string, msg *message.Message) 
 	// basic.ack on the same channel, and amqp091-go hands the return to
 	// the listener before it marks the confirmation done: with one message
 	// in flight on the channel, a return waiting now is this message's.
+	// amqp091-go closes the listener when the channel shuts down: a
+	// closed, empty listener is a lost channel, not a returned message.
 	select {
-	case r := <-pc.returns:
-		p.forget(topic)
-		p.logger.Warn("amqp: message returned unroutable; the queue is declared again on the next publish",
-			"topic", topic, "message_uuid", msg.UUID, "reply_code", r.ReplyCode, "reply_text", r.ReplyText)
-		return fmt.Errorf("%w: message %s to queue %q: %d %s", ErrUnroutable, msg.UUID, topic, r.ReplyCode, r.ReplyText)
+	case r, ok := <-pc.returns:
+		if ok {
+			p.forget(topic)
+			p.logger.Warn("amqp: message returned unroutable; the queue is declared again on the next publish",
+				"topic", topic, "message_uuid", msg.UUID, "reply_code", r.ReplyCode, "reply_text", r.ReplyText)
+			return fmt.Errorf("%w: message %s to queue %q: %d %s", ErrUnroutable, msg.UUID, topic, r.ReplyCode, r.ReplyText)
+		}
 	default:
 	}
 	if !dc.Acked() {
 		if pc.ch.IsClosed() {
 			pc.discard()
+			return fmt.Errorf("message %s: the channel closed before the broker's confirmation", msg.UUID)
 		}
-		return fmt.Errorf("message %s not confirmed by the broker (nack, or the channel closed)", msg.UUID)
+		return fmt.Errorf("message %s not confirmed by the broker (nack)", msg.UUID)
+	}
+	if pc.ch.IsClosed() {
+		pc.discard()
 	}
 	return nil
 }
@@ -247,8 +267,8 @@ func (pc *pubChannel) discard() {
 	pc.ch, pc.returns = nil, nil
 }
 
-// ensureQueue declares the queue named topic (see declare) before the
-// first message to it, and after a message to it was returned.
+// ensureQueue makes sure the queue named topic exists (see ensureExists)
+// before the first message to it, and after a message to it was returned.
 func (p *Publisher) ensureQueue(topic string) error {
 	p.mu.Lock()
 	ok := p.ready[topic]
@@ -260,18 +280,46 @@ func (p *Publisher) ensureQueue(topic string) error {
 	if err != nil {
 		return err
 	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("amqp: open channel: %w", err)
-	}
-	defer func() { _ = ch.Close() }()
-	if err := declare(ch, topic); err != nil {
+	if err := ensureExists(conn, topic); err != nil {
 		return err
 	}
 	p.mu.Lock()
 	p.ready[topic] = true
 	p.mu.Unlock()
 	return nil
+}
+
+// ensureExists checks on conn that the queue named topic exists (a passive
+// declaration) and declares it as the Subscriber does when it is missing.
+// An existing queue is used as it is, whatever its arguments: AMQP 0-9-1
+// tells a client neither a queue's arguments nor the policies that apply
+// to it, and refusing every queue that differs from surely's would refuse
+// harmless ones (a dead-letter exchange, single active consumer, a classic
+// queue made before surely).
+func ensureExists(conn *amqp.Connection, topic string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("amqp: open channel: %w", err)
+	}
+	_, err = ch.QueueDeclarePassive(topic, true, false, false, false, nil)
+	_ = ch.Close() // after a failed passive declaration the broker closed it already
+	var aerr *amqp.Error
+	if err == nil || !errors.As(err, &aerr) || aerr.Code != amqp.NotFound {
+		if err != nil {
+			return fmt.Errorf("amqp: check queue %q: %w", topic, err)
+		}
+		return nil
+	}
+	if ch, err = conn.Channel(); err != nil {
+		return fmt.Errorf("amqp: open channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	err = declare(ch, topic)
+	if errors.Is(err, ErrQueueMismatch) {
+		// Declared meanwhile, with other arguments: it exists now.
+		return nil
+	}
+	return err
 }
 
 // forget makes the next Publish to topic declare its queue again.

@@ -48,7 +48,10 @@ func TestPublishToADeletedQueueFails(t *testing.T) {
 	require.Equal(t, 1, e.count(t, e.topic))
 }
 
-func TestPublishRefusesAQueueThatCanDropMessages(t *testing.T) {
+// The Subscriber refuses a queue with other arguments than surely's, among
+// them those that can drop a confirmed message. (The Publisher uses an
+// existing queue as it is: TestPublishToAnExistingQueueKeepsItAsItIs.)
+func TestSubscribeRefusesAQueueThatCanDropMessages(t *testing.T) {
 	t.Parallel()
 	with := func(k string, v any) amqp.Table {
 		a := surelyamqp.QueueArguments()
@@ -64,7 +67,7 @@ func TestPublishRefusesAQueueThatCanDropMessages(t *testing.T) {
 		"drop-head":         {true, with("x-max-length", int64(1))},
 		"message TTL":       {true, with("x-message-ttl", int64(1000))},
 		"expires":           {true, with("x-expires", int64(60_000))},
-		// Safe, but not surely's: refused too (the Subscriber would refuse it).
+		// Safe, but not surely's: refused too.
 		"reject-publish": {true, amqp.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -72,7 +75,10 @@ func TestPublishRefusesAQueueThatCanDropMessages(t *testing.T) {
 			e := setup(t)
 			_, err := e.channel(t).QueueDeclare(e.topic, q.durable, false, false, false, q.args)
 			require.NoError(t, err)
-			err = e.pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte("x")))
+			sub, err := surelyamqp.NewSubscriber(e.url, surelyamqp.Config{}, nil)
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, sub.Close()) })
+			err = sub.SubscribeInitialize(e.topic)
 			require.Error(t, err, "a queue that can drop a confirmed message is refused")
 			require.ErrorIs(t, err, surelyamqp.ErrQueueMismatch)
 			require.Zero(t, e.count(t, e.topic))

@@ -31,6 +31,10 @@ const (
 	DefaultNackResendSleep = 100 * time.Millisecond
 	// MinMaxIdleTime is the shortest MaxIdleTime accepted.
 	MinMaxIdleTime = 100 * time.Millisecond
+	// HoldLimit is the longest NackAfter delay the subscriber holds a
+	// message in process for, blocking its subscription; a longer one
+	// leaves the entry pending for a later claim (see the package doc).
+	HoldLimit = time.Second
 )
 
 // Config configures a Subscriber.

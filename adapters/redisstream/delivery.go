@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -71,10 +72,20 @@ const (
 // consumer takes no new entry; Close waits for the XREADGROUPs in flight
 // before it closes the client. Otherwise the read loop gets "client is
 // closed", sleeps 500ms and outlives Close.
+//
+// And it drops watermill-redisstream's XACK of an entry the subscriber
+// postponed (see Subscriber.postpone): that entry stays pending.
 type entryHook struct {
-	closing <-chan struct{}
-	reading *atomic.Int64 // XREADGROUP calls in flight
+	closing   <-chan struct{}
+	reading   *atomic.Int64 // XREADGROUP calls in flight
+	postponed *sync.Map     // postponedKey of entries whose next XACK is dropped
 }
+
+// ownAck marks the context of the subscriber's own XACK, which the hook
+// never drops.
+type ownAck struct{}
+
+func postponedKey(stream, id string) string { return stream + "\x00" + id }
 
 func (entryHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -106,6 +117,20 @@ func (h entryHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				}
 			}
 			return nil
+		case *redis.IntCmd:
+			if c.Name() != "xack" || ctx.Value(ownAck{}) != nil {
+				return next(ctx, cmd)
+			}
+			// watermill-redisstream's XACK: stream, group, one ID.
+			if args := c.Args(); len(args) == 4 {
+				stream, _ := args[1].(string)
+				id, _ := args[3].(string)
+				if _, ok := h.postponed.LoadAndDelete(postponedKey(stream, id)); ok {
+					c.SetVal(0)
+					return nil
+				}
+			}
+			return next(ctx, cmd)
 		case *redis.XMessageSliceCmd:
 			if c.Name() != "xclaim" {
 				return next(ctx, cmd)
@@ -298,11 +323,21 @@ func newReceived(s *Subscriber, stream, id string) *received {
 	return r
 }
 
-// NackAfter makes the subscriber hold the message back for d after the
-// nack that follows (instead of Config.NackResendSleep), keeping the entry
-// claimed meanwhile, before it hands it out again. The subscription hands
-// out nothing else in that time: watermill-redisstream serves one entry at
-// a time per subscription.
+// NackAfter makes the nack that follows redeliver the message no sooner
+// than d, and always reports true. Up to HoldLimit, the subscriber holds
+// the message for d (instead of Config.NackResendSleep), keeping the entry
+// claimed, and then hands it out again; the subscription hands out nothing
+// else meanwhile (watermill-redisstream serves one entry at a time). A
+// longer d is not held: the entry stays pending, unacked, and the
+// subscription goes on with the next entry after NackResendSleep; a
+// consumer of the group claims the entry once it was idle for MaxIdleTime.
+// That is d at the earliest when d <= MaxIdleTime; for a longer d, the
+// claim comes early: for a retry.After(d), surely's dedup store (the
+// failure's not-before time) answers it with an uncharged InProgress,
+// postponed in turn, until d has passed, so the message comes back
+// between d and about d + MaxIdleTime + ClaimInterval after the nack; a
+// longer backoff delay (MaxInProcessTime above MaxIdleTime), which is no
+// promise, is cut to MaxIdleTime.
 func (r *received) NackAfter(d time.Duration) bool {
 	r.delay.Store(int64(max(d, 0)))
 	return true

@@ -52,10 +52,35 @@
 //     (XCLAIM to this consumer with JUSTID, in a script that first checks
 //     that this consumer still owns the entry: it never takes an entry
 //     back from a consumer that claimed it, and fails with ErrClaimed);
-//     NackAfter(d) makes the subscriber hold the nacked message for d
-//     (instead of NackResendSleep) before it hands it out again, keeping
-//     the entry claimed meanwhile. The subscription hands out nothing else
-//     in that time, as with any wait in a handler.
+//     NackAfter(d) delays the nacked message's next delivery by d at
+//     least (see Postponed messages).
+//
+// # Postponed messages
+//
+// watermill-redisstream resends a nacked message in process, and hands
+// out nothing else of the subscription until it is acked. So a NackAfter
+// delay up to HoldLimit (1s) is held: the subscriber waits d (instead of
+// NackResendSleep), keeping the entry claimed, then resends it, and the
+// subscription waits with it, as with any wait in a handler. A longer
+// delay (a retry.After(d) that does not fit in the policy's
+// MaxInProcessTime, a breaker's pause, the wait for a lease held
+// elsewhere) is not held, since it would stop every other entry of the
+// subscription for d, on each attempt: the entry is postponed. It stays in
+// the group's pending entries list, unacked, its idle time restarted; the
+// subscription goes on with the next entry after NackResendSleep; and a
+// consumer of the group (this one included) claims the entry once it was
+// idle for MaxIdleTime, a new delivery (Count + 1). A claim before a
+// retry.After's d (d > MaxIdleTime) is answered by surely's dedup store,
+// which keeps the failure's not-before time, with an InProgress that
+// spends no attempt and is postponed in turn (a plain backoff delay is no
+// promise, and is cut to MaxIdleTime). So a postponed message comes back between d and
+// about d + MaxIdleTime + ClaimInterval after its nack, and "not before d"
+// rests on the dedup store for a d beyond MaxIdleTime. The subscriber
+// drops watermill-redisstream's own XACK of a postponed entry (in its
+// go-redis hook), which is how the entry stays pending while
+// watermill-redisstream moves on. NackResendSleep paces postponements: an
+// open breaker pauses every message, and would otherwise sweep the whole
+// stream into the pending list at full speed.
 //
 // watermill-redisstream gives its Unmarshaler only the entry's fields, and
 // drops the message context when it resends a nacked message. The adapter

@@ -68,7 +68,7 @@ func NewSubscriber(opts *redis.UniversalOptions, cfg Config, logger *slog.Logger
 		cfg: cfg, logger: logger, client: client,
 		closing: make(chan struct{}), abandon: make(chan struct{}),
 	}
-	s.hook = entryHook{closing: s.closing, reading: new(atomic.Int64)}
+	s.hook = entryHook{closing: s.closing, reading: new(atomic.Int64), postponed: new(sync.Map)}
 	client.AddHook(s.hook)
 	s.inner, err = wmredis.NewSubscriber(wmredis.SubscriberConfig{
 		Client:                        sharedClient{client},
@@ -188,6 +188,9 @@ func (s *Subscriber) settle(topic string, im, om *message.Message, r *received, 
 		im.Ack()
 		return true
 	case <-om.Nacked():
+		if d := r.resendDelay(); d > HoldLimit && r.id != "" {
+			return s.postpone(topic, im, om, r)
+		}
 		*count++
 		if r.id != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
@@ -207,6 +210,38 @@ func (s *Subscriber) settle(topic string, im, om *message.Message, r *received, 
 	}
 }
 
+// postpone leaves the entry of a message nacked with a delay beyond
+// HoldLimit pending, unacked, and lets watermill-redisstream go on to the
+// next entry: the entry's idle time restarts now, and a consumer of the
+// group (this one included) claims it once it was idle for MaxIdleTime.
+// watermill-redisstream XACKs a message it sees acked; the hook drops that
+// XACK for a postponed entry. It returns false when the subscriber closes.
+func (s *Subscriber) postpone(topic string, im, om *message.Message, r *received) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	_, err := s.touch(ctx, topic, r.id, false)
+	cancel()
+	if err != nil {
+		// Claimed by another consumer, acked, or Redis failed: in each
+		// case the entry is not this consumer's to resend now.
+		s.logger.WarnContext(om.Context(), "surely/redisstream: could not restart a postponed entry's idle time",
+			"stream", topic, "entry_id", r.id, "message_uuid", om.UUID, "error", err)
+	}
+	s.hook.postponed.Store(postponedKey(topic, r.id), struct{}{})
+	im.Ack()
+	// Paced as a resend would be: an open breaker nacks every message
+	// with a long delay, and would otherwise sweep the stream.
+	if p := s.cfg.NackResendSleep; p > 0 {
+		t := time.NewTimer(p)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-s.closing:
+			return false
+		}
+	}
+	return true
+}
+
 // ack XACKs entry id, trying three times.
 func (s *Subscriber) ack(topic, id string) error {
 	var err error
@@ -214,7 +249,7 @@ func (s *Subscriber) ack(topic, id string) error {
 		if i > 0 {
 			time.Sleep(100 * time.Millisecond)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), ownAck{}, true), callTimeout)
 		err = s.client.XAck(ctx, topic, s.cfg.Group, id).Err()
 		cancel()
 		if err == nil {

@@ -241,7 +241,7 @@ func (c *consumer) chain(store idempotency.Store, fn message.HandlerFunc, pub me
 		handler.WithPolicy(policy),
 		handler.WithIdentity(extractor, middleware.RejectMissingKey),
 		handler.WithLease(lease),
-		handler.WithStoreTimeout(5*time.Second),
+		handler.WithStoreTimeout(lease/2),
 		handler.WithConsumerGroup(c.n.group),
 		handler.WithLogger(c.logger()),
 		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {

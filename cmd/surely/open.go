@@ -66,6 +66,7 @@ func (a *app) openArchive(cmd *cobra.Command) (*archiveConn, error) {
 	if raw == "" {
 		return nil, usageErr("no archive: set --archive or SURELY_ARCHIVE_URL")
 	}
+	a.secretsOf(raw)
 	ep, err := endpoint.Archive(raw)
 	if err != nil {
 		return nil, withCode(exitUsage, err)
@@ -118,6 +119,7 @@ func (a *app) openStore(cmd *cobra.Command) (*storeConn, error) {
 	if raw == "" {
 		return nil, usageErr("no store: set --store or SURELY_STORE_URL")
 	}
+	a.secretsOf(raw)
 	ep, err := endpoint.Store(raw)
 	if err != nil {
 		return nil, withCode(exitUsage, err)
@@ -234,6 +236,7 @@ func (a *app) openBroker(raw string) (message.Publisher, error) {
 	if raw == "" {
 		return nil, usageErr("no broker: set --broker or SURELY_BROKER_URL")
 	}
+	a.secretsOf(raw)
 	if p, ok := a.memBrokers[raw]; ok {
 		return p, nil
 	}

@@ -110,8 +110,10 @@ Brokers (--broker or SURELY_BROKER_URL):
   amqp://user:pass@host:5672/vhost      RabbitMQ (topic = queue)
   redis://host:6379/0                   Redis Streams (topic = stream)
 
---store (optional) lets the run confirm replayed messages done in the
-dedup store, which resets the count of consecutive re-failures.`,
+--store (optional) lets the run read each operation's record in the
+dedup store: the retention guard then uses the record's real expiry (a
+record already gone is refused), and replayed messages are confirmed done,
+which resets the count of consecutive re-failures.`,
 		Example: `  surely dlq replay --topic orders --reason exhausted --dry-run
   surely dlq replay --topic orders --reason exhausted --rate 50/s --broker nats://localhost:4222
   surely dlq replay --resume 0b8f1c3e-7d2a-4f4b-9c1d-2e3f4a5b6c7d --broker nats://localhost:4222`,
@@ -132,7 +134,7 @@ dedup store, which resets the count of consecutive re-failures.`,
 	fl.StringVar(&rf.target, "target", "", "republish every message to this topic instead of its original one")
 	fl.StringVar(&rf.broker, "broker", "", "broker URL: nats://, amqp://, redis:// (Redis Streams)")
 	envFlag(cmd, "broker", "SURELY_BROKER_URL")
-	fl.StringVar(&rf.store, "store", "", "idempotency store URL, to confirm replayed messages done (optional)")
+	fl.StringVar(&rf.store, "store", "", "idempotency store URL: the retention guard reads the records, replayed messages are confirmed done (optional)")
 	envFlag(cmd, "store", "SURELY_STORE_URL")
 	fl.StringVar(&rf.storePrefix, "store-prefix", "", `key prefix of the Redis store (default "surely:")`)
 	envFlag(cmd, "store-prefix", "SURELY_STORE_PREFIX")

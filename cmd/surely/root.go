@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/surely-dev/surely/cmd/surely/internal/endpoint"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 )
@@ -87,6 +88,23 @@ type app struct {
 	memArchives map[string]dlq.Archive
 	memStores   map[string]idempotency.Store
 	memBrokers  map[string]message.Publisher
+	// secrets are the passwords of the URLs the command was given: an
+	// error printed by execute has them replaced, whatever quoted them
+	// (a driver's error, a parser's).
+	secrets []string
+}
+
+// secretsOf registers the passwords of the URL raw, for execute to hide.
+func (a *app) secretsOf(raw string) {
+	a.secrets = append(a.secrets, endpoint.Passwords(raw)...)
+}
+
+// redact replaces every registered password in text.
+func (a *app) redact(text string) string {
+	for _, s := range a.secrets {
+		text = strings.ReplaceAll(text, s, "xxxxx")
+	}
+	return text
 }
 
 func newApp(stdout, stderr io.Writer, env func(string) string) *app {
@@ -125,7 +143,7 @@ func execute(ctx context.Context, a *app, args []string) int {
 	if !a.started && code == exitError {
 		code = exitUsage
 	}
-	fprintf(a.stderr, "surely: %v\n", err)
+	fprintf(a.stderr, "surely: %s\n", a.redact(err.Error()))
 	if code == exitUsage {
 		fprintln(a.stderr, `Run "surely --help" for usage.`)
 	}

@@ -142,6 +142,7 @@ var tests = []struct {
 	{"PublishStoresEnvelope", testPublishStoresEnvelope},
 	{"PublishIsIdempotentByUUID", testIdempotent},
 	{"SeqIncreases", testSeqIncreases},
+	{"CursorUnderConcurrentPublish", testCursorUnderConcurrentPublish},
 	{"NotAnEnvelopeIsArchived", testNotAnEnvelope},
 	{"MessageWithoutUUIDIsRefused", testNoUUID},
 	{"EntriesAreCopies", testEntriesAreCopies},

@@ -19,6 +19,8 @@
 // publishers, and archives a message that is not an envelope; that List
 // selects exactly what dlq.Filter.Match selects for every Filter field and
 // pages by Seq, and with Page.OmitPayload lists the same entries without
-// their payloads; that Stats counts the same selection; and Delete,
+// their payloads; that a reader paging with a cursor while four writers
+// publish sees every entry once (Seq order is the order entries become
+// visible); that Stats counts the same selection; and Delete,
 // MarkReplayed, SaveReplay and LoadReplay with their not-found errors.
 package archivetest

@@ -65,13 +65,28 @@
 //   - DryRun: every entry is decided (would replay, or would be refused and
 //     why), reported through Progress and the log; nothing is published,
 //     marked or saved.
-//   - Retention guard: an entry dead-lettered longer ago than its dedup
-//     retention (the envelope's dlq.KeyRetention, else
-//     Options.DefaultRetention) may have lost its dedup record, so its
-//     replay could repeat a completed effect. It is refused (counted,
-//     logged, reported with the reason) unless Options.Force. An entry
-//     whose retention is unknown (neither is set) is refused too, unless
-//     forced.
+//   - Retention guard: an entry whose dedup record may be gone could,
+//     replayed, repeat a completed effect. It is refused (counted,
+//     logged, reported with the reason) unless Options.Force. A record's
+//     retention runs from its own last write, not from the dead letter:
+//     for a conflict that write is the other payload's DONE, possibly a
+//     whole retention before the dead letter.
+//     With Options.Store (the CLI's --store) the guard reads the record
+//     of the entry's operation (dlq.KeyNamespace, dlq.KeyOperationKey):
+//     a record whose ExpiresAt has passed, or that is gone
+//     (idempotency.ErrNotFound: it expired), is refused, and so is an
+//     entry whose record cannot be read; a retention shortened since the
+//     dead letter is seen this way. A record still there passes, whatever
+//     the envelope says. (The check is made when the entry is decided: a
+//     record that expires between the publish and the consumer's claim is
+//     not seen.)
+//     Without a Store (or for an entry with no operation key) the guard
+//     takes the earliest moment the record can expire: the retention (the
+//     envelope's dlq.KeyRetention, else Options.DefaultRetention) counted
+//     from the earlier of the last failure (dlq.KeyLastFailureAt) and the
+//     dead letter. A conflict is refused outright: its record's last
+//     write is unknown. An entry whose retention is unknown (neither is
+//     set) is refused too.
 //   - Resumable cursor: after each publish the entry is marked
 //     (Archive.MarkReplayed) and the run saved (Archive.SaveReplay) with
 //     After = the highest Seq up to which every entry was published or

@@ -99,9 +99,11 @@ type Options struct {
 	// AbortAfter stops the run after this many consecutive re-failures
 	// (see the package doc); 0 means DefaultAbortAfter, negative never.
 	AbortAfter int
-	// Store, when given, is the handlers' dedup store: the run reads the
-	// record of each replayed message (Get) to confirm it done, which
-	// resets the count of consecutive re-failures.
+	// Store, when given, is the handlers' dedup store: the retention guard
+	// reads each entry's record (Get) and refuses one that expired or is
+	// gone (see the package doc), and the run reads the record of each
+	// replayed message to confirm it done, which resets the count of
+	// consecutive re-failures.
 	Store idempotency.Store
 	// Clock is the time source (default SystemClock()).
 	Clock Clock
@@ -372,7 +374,7 @@ func (r *runner) loop(ctx context.Context, filter dlq.Filter) (more bool, err er
 			if r.o.Max > 0 && dispatched >= r.o.Max {
 				return true, nil
 			}
-			topic, reason := r.decide(e)
+			topic, reason := r.decide(ctx, e)
 			if r.o.DryRun {
 				r.dryRun(ctx, e, topic, reason)
 				if reason == "" {
@@ -451,7 +453,7 @@ func (r *runner) failed() error {
 }
 
 // decide returns the topic of e and, when e must not be replayed, why.
-func (r *runner) decide(e dlq.Entry) (topic, reason string) {
+func (r *runner) decide(ctx context.Context, e dlq.Entry) (topic, reason string) {
 	topic = r.o.Target
 	if topic == "" {
 		topic = e.OriginalTopic
@@ -465,14 +467,8 @@ func (r *runner) decide(e dlq.Entry) (topic, reason string) {
 	if !r.o.NewKey && e.Message.Metadata.Get(dlq.KeyOriginalUUID) == "" {
 		return topic, "no original UUID in the envelope (" + dlq.KeyOriginalUUID + "): the operation key cannot be kept"
 	}
-	retention, known := retentionOf(e, r.o.DefaultRetention)
-	age := r.o.Clock.Now().Sub(e.DeadLetteredAt)
-	switch {
-	case !known:
-		reason = "the dedup retention is unknown (no " + dlq.KeyRetention + " in the envelope, no DefaultRetention): the record may be gone"
-	case age > retention:
-		reason = fmt.Sprintf("dead-lettered %v ago, longer than the dedup retention %v: the record may be gone", age.Round(time.Second), retention)
-	default:
+	reason = r.retentionGuard(ctx, e)
+	if reason == "" {
 		return topic, ""
 	}
 	if r.o.Force {
@@ -482,6 +478,60 @@ func (r *runner) decide(e dlq.Entry) (topic, reason string) {
 		return topic, ""
 	}
 	return topic, reason
+}
+
+// retentionGuard returns why e's dedup record may be gone ("" when it is
+// known to be there). With a Store it reads the record itself: its
+// ExpiresAt decides, and a missing record means it expired. Without one it
+// takes the earliest moment the record can expire, from the envelope (see
+// the package doc).
+func (r *runner) retentionGuard(ctx context.Context, e dlq.Entry) string {
+	now := r.o.Clock.Now()
+	ns, key := e.Message.Metadata.Get(dlq.KeyNamespace), e.OperationKey
+	if r.o.Store != nil && ns != "" && key != "" {
+		rec, err := r.o.Store.Get(ctx, ns, key)
+		switch {
+		case errors.Is(err, idempotency.ErrNotFound):
+			return fmt.Sprintf("the dedup record of %q (namespace %q) is gone from the store: it expired, a replay would run the operation again", key, ns)
+		case err != nil:
+			return fmt.Sprintf("the dedup record of %q could not be read: %v", key, err)
+		case !rec.ExpiresAt.IsZero() && !now.Before(rec.ExpiresAt):
+			return fmt.Sprintf("the dedup record of %q expired at %s", key, rec.ExpiresAt.UTC().Format(time.RFC3339))
+		}
+		return ""
+	}
+	retention, known := retentionOf(e, r.o.DefaultRetention)
+	switch {
+	case !known:
+		return "the dedup retention is unknown (no " + dlq.KeyRetention + " in the envelope, no DefaultRetention): the record may be gone"
+	case e.Reason == dlq.ReasonConflict:
+		// The record is the other payload's: its last write came before
+		// this message's first attempt, up to a whole retention earlier,
+		// so it may expire at any moment after the dead letter.
+		return "conflict: the dedup record is the other payload's, written before this message came, up to a retention earlier; its expiry is unknown without the store (Options.Store, --store)"
+	}
+	written := earliestWrite(e)
+	if age := now.Sub(written); age > retention {
+		what := "dead-lettered"
+		if written.Before(e.DeadLetteredAt) {
+			what = "last failed"
+		}
+		return fmt.Sprintf("%s %v ago, longer than the dedup retention %v: the record may be gone", what, age.Round(time.Second), retention)
+	}
+	return ""
+}
+
+// earliestWrite is the earliest moment the entry's dedup record may have
+// been written last: the last failure of the envelope when it is earlier
+// than the dead letter, else the dead letter.
+func earliestWrite(e dlq.Entry) time.Time {
+	t := e.DeadLetteredAt
+	if s := e.Message.Metadata.Get(dlq.KeyLastFailureAt); s != "" {
+		if lf, err := time.Parse(time.RFC3339Nano, s); err == nil && !lf.IsZero() && lf.Before(t) {
+			t = lf
+		}
+	}
+	return t
 }
 
 // retentionOf returns the dedup retention of e: its envelope's, else def

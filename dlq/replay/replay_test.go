@@ -515,6 +515,17 @@ func TestRunSuccessResetsConsecutiveRefailures(t *testing.T) {
 	archive(t, a, 0, 12, entrySpec{retention: time.Hour})
 	store, err := memstore.New()
 	require.NoError(t, err)
+	// The dead-lettered operations' EXHAUSTED records: the retention guard
+	// reads them (a missing record is refused).
+	exhausted := func(first int) {
+		for k := first; k < first+12; k++ {
+			res, err := store.Claim(t.Context(), idempotency.ClaimRequest{Namespace: "reserve", Key: fmt.Sprintf("op-%d", k),
+				Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 1})
+			require.NoError(t, err)
+			require.NoError(t, store.Release(t.Context(), res.Lease, idempotency.Failure{Error: "warehouse down", Final: true}))
+		}
+	}
+	exhausted(0)
 	// The consumer: odd orders fail again (EXHAUSTED, dead-lettered), even
 	// ones succeed (DONE).
 	var i atomic.Int32
@@ -545,6 +556,7 @@ func TestRunSuccessResetsConsecutiveRefailures(t *testing.T) {
 	// Every replayed message fails: the same rail aborts.
 	a2 := newArchive(t, c)
 	archive(t, a2, 100, 12, entrySpec{retention: time.Hour})
+	exhausted(100)
 	fail = func(published) bool { return true }
 	dead = refailing(t, a2, func(published) bool { return true })
 	res, err = replay.Run(t.Context(), a2, pub, replay.Options{ID: "all-fail", AbortAfter: 2, Store: store, Clock: c})
@@ -554,6 +566,7 @@ func TestRunSuccessResetsConsecutiveRefailures(t *testing.T) {
 	// AbortAfter < 0: never.
 	a3 := newArchive(t, c)
 	archive(t, a3, 200, 12, entrySpec{retention: time.Hour})
+	exhausted(200)
 	dead = refailing(t, a3, func(published) bool { return true })
 	res, err = replay.Run(t.Context(), a3, pub, replay.Options{ID: "never", AbortAfter: -1, Store: store, Clock: c})
 	require.NoError(t, err)

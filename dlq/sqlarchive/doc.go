@@ -14,7 +14,7 @@
 //
 // # Tables
 //
-// WithPrefix (default "surely_dlq") names three tables:
+// WithPrefix (default "surely_dlq") names three tables (four on MySQL):
 //
 //	<prefix>_entries   one row per entry: seq (auto-increment, the entry's
 //	                   Seq), id (unique), payload and metadata (binary,
@@ -25,6 +25,7 @@
 //	                   replay_id
 //	<prefix>_replayed  (entry_id, replay_id) marks of MarkReplayed, in order
 //	<prefix>_runs      replay runs, JSON
+//	<prefix>_seqlock   MySQL only: one row, the lock that orders Seqs
 //
 // Every Filter field is a WHERE condition: List is one query plus one for
 // the page's replay marks, Stats one GROUP BY query. Indexes cover the
@@ -37,10 +38,37 @@
 // # Ordering
 //
 // Publish stores a batch in one transaction and is idempotent by ID (ON
-// CONFLICT / ON DUPLICATE KEY counts a copy). On PostgreSQL and MySQL, two
-// concurrent transactions may commit their Seqs out of order: a List that
-// runs between the two commits may page past the later-committed lower
-// Seq. SQLite serialises writes and has no such window.
+// CONFLICT / ON DUPLICATE KEY counts a copy). Seq order is commit order,
+// as dlq.Entry.Seq promises to cursors (List After, replay runs, the
+// re-failure watch): each publish takes a lock held until it commits
+// before its rows take their Seqs, so a transaction that took a lower Seq
+// has always committed before a higher one is visible. Without it two
+// concurrent publishes could commit out of order, and a List between the
+// commits paged past the later-committed lower Seq for good. The lock is a
+// transaction-level advisory lock on PostgreSQL (keyed by the table
+// prefix), the row of <prefix>_seqlock (SELECT ... FOR UPDATE) on MySQL;
+// SQLite runs one write transaction at a time and takes none. Seqs may
+// have gaps (a copy of an archived ID uses one up).
+//
+// The cost: concurrent publishes to one archive are serialised, commit
+// included. Measured on 2 shared, loaded cores (load average ~17, so
+// ±30 %), 256-byte envelopes, one Publish per transaction:
+//
+//	go test ./dlq/sqlarchive -run '^$' -bench 'PublishParallel/(postgres|mysql)' -benchtime 1500x -count 2
+//
+//	publishes/s          before (no lock)   after
+//	PostgreSQL,  2 gor.       800-1300      540-730
+//	PostgreSQL, 16 gor.      4300-5000      300-320
+//	MariaDB,     2 gor.       690-1400      500-790
+//	MariaDB,    16 gor.      2200-3200      500-1400
+//
+// Dead letters are the exception path, so a few hundred archived per
+// second is the budget of one archive; a burst beyond that waits for the
+// lock (the dead-letter step's publish takes longer) rather than failing.
+// An application that archives faster can spread its handlers over
+// archives with different prefixes. An archive created before this
+// version needs Migrate again (on MySQL it creates <prefix>_seqlock;
+// Publish fails until then).
 //
 // # Durability
 //

@@ -45,8 +45,8 @@ func (d Dialect) rebind(q string) string {
 	return sqldialect.Rebind(q)
 }
 
-// ddl returns the statements Migrate runs: {e}, {r}, {u} stand for the
-// entries, replayed and runs tables, {p} for the bare prefix (index names).
+// ddl returns the statements Migrate runs: {e}, {r}, {u}, {l} stand for the
+// entries, replayed, runs and (MySQL) seqlock tables, {p} for the bare prefix (index names).
 func (d Dialect) ddl(prefix string) []string {
 	var stmts []string
 	switch d {
@@ -107,6 +107,10 @@ func (d Dialect) ddl(prefix string) []string {
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 			`CREATE TABLE IF NOT EXISTS {u} (id VARCHAR(191) NOT NULL PRIMARY KEY, body LONGTEXT NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+			// One row, locked by every Publish until it commits: Seq
+			// order is commit order.
+			`CREATE TABLE IF NOT EXISTS {l} (id INT NOT NULL PRIMARY KEY) ENGINE=InnoDB`,
+			`INSERT IGNORE INTO {l} (id) VALUES (1)`,
 		}
 	}
 	serial, blob, int64 := "BIGSERIAL PRIMARY KEY", "BYTEA", "BIGINT"
@@ -114,7 +118,7 @@ func (d Dialect) ddl(prefix string) []string {
 		serial, blob, int64 = "INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB", "INTEGER"
 	}
 	r := strings.NewReplacer("{e}", d.quote(prefix+"_entries"), "{r}", d.quote(prefix+"_replayed"),
-		"{u}", d.quote(prefix+"_runs"), "{p}", prefix, "{serial}", serial, "{blob}", blob, "{int64}", int64)
+		"{u}", d.quote(prefix+"_runs"), "{l}", d.quote(prefix+"_seqlock"), "{p}", prefix, "{serial}", serial, "{blob}", blob, "{int64}", int64)
 	for i, s := range stmts {
 		stmts[i] = r.Replace(s)
 	}

@@ -35,6 +35,7 @@ type Archive struct {
 	entries   string // quoted table names
 	replayed  string
 	runs      string
+	seqLock   string
 	now       func() time.Time
 	log       *slog.Logger
 	retention time.Duration
@@ -112,13 +113,19 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Archive, error) {
 	a.entries = dialect.quote(a.prefix + "_entries")
 	a.replayed = dialect.quote(a.prefix + "_replayed")
 	a.runs = dialect.quote(a.prefix + "_runs")
+	a.seqLock = dialect.quote(a.prefix + "_seqlock")
 	return a, nil
 }
 
-// Tables returns the names of the archive's tables: entries, replay marks
-// and replay runs.
+// Tables returns the names of the archive's tables: entries, replay marks,
+// replay runs and, on MySQL, the one-row table whose lock orders the Seqs
+// of concurrent publishes (see Ordering in the package doc).
 func (a *Archive) Tables() []string {
-	return []string{a.prefix + "_entries", a.prefix + "_replayed", a.prefix + "_runs"}
+	tables := []string{a.prefix + "_entries", a.prefix + "_replayed", a.prefix + "_runs"}
+	if a.dialect == MySQL {
+		tables = append(tables, a.prefix+"_seqlock")
+	}
+	return tables
 }
 
 // Migrate creates the tables and indexes unless they exist (CREATE ... IF
@@ -167,6 +174,9 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 		stmt = a.q("INSERT INTO " + a.entries + " AS e " + cols + vals + " ON CONFLICT (id) DO UPDATE SET copies = e.copies + 1")
 	}
 	return a.inTx(ctx, func(tx *sql.Tx) error {
+		if err := a.lockSeq(ctx, tx); err != nil {
+			return err
+		}
 		for _, m := range msgs {
 			now := a.now()
 			e := dlq.EntryFromMessage(m, now)
@@ -183,6 +193,35 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 		}
 		return nil
 	})
+}
+
+// lockSeq takes a lock held until tx ends, so that publishes take their
+// Seqs (the auto-increment of the entries table) one transaction at a
+// time: Seq order is then commit order, and a cursor never passes an
+// entry that commits later. PostgreSQL: a transaction-level advisory lock
+// keyed by the entries table's name (in memory; a row lock writes the row
+// and wakes every waiter). MySQL: the row lock of the seqlock table.
+// SQLite needs none: it runs one write transaction at a time.
+func (a *Archive) lockSeq(ctx context.Context, tx *sql.Tx) error {
+	var err error
+	switch a.dialect {
+	case Postgres:
+		// The key names the table in the statement's text, so that
+		// pg_stat_activity shows whose lock a publish waits for.
+		_, err = tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('surely_dlq_seq:"+a.prefix+"', 0))")
+	case MySQL:
+		var id int
+		err = tx.QueryRowContext(ctx, "SELECT id FROM "+a.seqLock+" WHERE id = 1 FOR UPDATE").Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			err = errors.New(a.seqLock + " has no row: run Migrate")
+		}
+	default:
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sqlarchive: publish: take the seq lock: %w", err)
+	}
+	return nil
 }
 
 func (a *Archive) inTx(ctx context.Context, fn func(*sql.Tx) error) error {

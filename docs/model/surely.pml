@@ -2,21 +2,42 @@
  * surely's dedup protocol for one operation key: claim / complete /
  * release / extend with fencing tokens, two consumers, a broker that
  * redelivers an unacked message to any consumer at any time, leases that
- * expire at any time, reply loss with client re-sends (the Redis store's
- * request ids), a failing dead-letter publish, and a crash after every
+ * expire at any time, records that expire after their retention, a replay
+ * of the dead letter that reopens the record once per replay run, a
+ * second message with the same key and another payload (conflict), reply
+ * loss with client re-sends (the request ids), a failing dead-letter
+ * publish, a shutdown that cancels the handler, and a crash after every
  * step. See README.md in this directory for what is abstracted.
  *
  * Build flags (spin -D...):
  *   INBOX      transactional inbox: effect and DONE commit atomically
  *              (sqlstore.Inbox); without it, lease mode (effect outside
  *              the store, Complete after it).
- *   EXPECT_DUP lease mode only: assert that the effect ran at most once,
- *              which lease mode does NOT promise; check.sh expects spin to
- *              find the trace (a crash or a lost lease after the effect).
- *   STALE_VERDICT  the release path as it was before the fix: a stale
- *              owner's permanent error dead-lettered the message while
- *              another owner held (or had completed) the operation;
- *              check.sh expects spin to find that trace.
+ *   NO_REPLAY, NO_CONFLICT, NO_EXPIRY  leave a feature out (smaller runs).
+ *
+ * Runs that must find a violation (check.sh expects each to fail; the
+ * comment names the assertion that catches it):
+ *   EXPECT_DUP    lease mode allows a second effect (not promised):
+ *                 "lease mode: one effect" in the success path.
+ *   STALE_VERDICT the release path before its fix: a stale owner's
+ *                 permanent error was dead-lettered: "a dead letter only
+ *                 for a final record" (DL_FINAL).
+ *   MUTANT_COMPLETE_UNFENCED  (a) Complete without the token check:
+ *                 "accepted only from the newest claim" (ACCEPTED).
+ *   MUTANT_RELEASE_UNFENCED   (b) Release without the token check: ACCEPTED.
+ *   MUTANT_EXTEND_UNFENCED    (c) Extend without the token check: ACCEPTED.
+ *   MUTANT_TAKEOVER_NO_COUNT  (d) a takeover of an expired lease does not
+ *                 count an attempt: "every claim gets a new attempt number"
+ *                 (in GRANT), and in longer runs "the budget bounds the
+ *                 claims" (CHECK).
+ *   MUTANT_COMPLETE_NEW_ID    (e) the retry of a Complete whose reply was
+ *                 lost carries a new request id, so the store does not
+ *                 know it as the call it already applied: "an applied
+ *                 Complete is reported as applied" (after the Complete).
+ *   MUTANT_SHUTDOWN_DEADLETTERS  a shutdown's permanent error is
+ *                 dead-lettered instead of nacked: DL_FINAL.
+ *   MUTANT_FINAL_NOT_RECORDED    a handler's final error leaves the record
+ *                 FAILED (re-claimable) while it is dead-lettered: DL_FINAL.
  */
 
 #ifndef MAX_ATTEMPTS
@@ -31,75 +52,182 @@
 #ifndef MAX_RESENDS
 #define MAX_RESENDS 1    /* store replies lost and re-sent */
 #endif
+#ifndef MAX_SHUTDOWNS
+#define MAX_SHUTDOWNS 1  /* handlers canceled by a shutdown */
+#endif
+#ifndef MAX_EXPIRIES
+#ifdef NO_EXPIRY
+#define MAX_EXPIRIES 0
+#else
+#define MAX_EXPIRIES 1   /* records forgotten after their retention */
+#endif
+#endif
 
-mtype = { NONE, INPROG, FAILED, DONE, EXH };                 /* record state */
-mtype = { ACQUIRED, COMPLETED, INPROGRESS, EXHAUSTED };      /* claim result */
+mtype = { NONE, INPROG, FAILED, DONE, EXH };                           /* record state */
+mtype = { ACQUIRED, COMPLETED, INPROGRESS, EXHAUSTED, CONFLICT };      /* claim result */
+
+/* Handler results and dead-letter reasons. */
+#define R_TRANSIENT 1
+#define R_PERMANENT 2
+#define R_CANCELED  3
+#define R_EXHAUSTED 4
+#define R_CONFLICT  5
+
+/* The messages: 0 the original, 1 its replay (run id 1, sent once the
+ * original was dead-lettered), 2 another payload under the same key. */
+#define FP(m)     (m == 2 -> 2 : 1)   /* payload fingerprint, as a bit */
+#define REOPEN(m) (m == 1 -> 1 : 0)   /* dlq.KeyReplayID */
 
 /* The store's record of the key. */
 mtype state = NONE;
+byte  fp = 0;         /* fingerprint of the payload that created it */
 byte  cur = 0;        /* current fencing token (0: none) */
-byte  minted = 0;     /* tokens handed out so far */
+byte  minted = 0;     /* tokens handed out so far (never reused) */
 byte  attempts = 0;   /* every claim ever made */
+byte  refunded = 0;   /* attempts canceled by a shutdown, not charged */
+byte  base = 0;       /* attempts-refunded when a replay last reopened it */
+byte  reopened = 0;   /* the replay run id that last reopened it */
 bool  live = false;   /* the current lease has not expired */
 byte  lastreq = 0;    /* request id of the last Complete/Release applied */
+#define CHARGED (attempts - refunded - base)
+
+/* Ghost state: what the specification says, kept beside the store so that
+ * a mutant of a store step cannot change it. Reset when the record expires. */
+byte  holder = 0;     /* token of the newest claim granted */
+byte  lastatt = 0;    /* attempt number of the newest claim granted */
+byte  grants = 0;     /* claims granted since creation or the last reopen */
+byte  grefunds = 0;   /* of those, canceled by a shutdown */
+byte  donetok = 0;    /* the token whose Complete made the record DONE */
+bool  finaldl = false;/* its message was dead-lettered as final */
+byte  effects = 0;    /* business effects committed while the record lives */
+byte  epoch = 0;      /* record lifetimes (retention expiries) */
+byte  donefp = 0;     /* payloads (bits) whose operation ever committed */
 
 /* The world outside the store. */
-bool  acked = false;  /* the broker has the message acked */
-bool  dl = false;     /* a dead letter was published */
-byte  effects = 0;    /* business effects that happened */
+bool  acked[3];
+bool  dl[3];          /* a dead letter of message m was published */
+bool  sent1 = false;  /* the replay was published */
+#ifdef NO_CONFLICT
+#define sent2 false
+#else
+#define sent2 true
+#endif
 byte  crashes = 0;
 byte  dlfails = 0;
 byte  resends = 0;
+byte  shutdowns = 0;
+byte  expiries = 0;
 byte  reqs = 0;       /* request ids minted */
 
-/* An accepted Complete/Release/Extend must carry the current token and
- * find the record IN_PROGRESS; the attempt count never goes down and never
- * passes the budget. Checked inside every store operation. */
+/* The fence each store step applies before it changes the record on
+ * behalf of a lease holder. The mutants drop the token comparison. */
 #define FENCED(tok)   (state == INPROG && cur == tok && tok != 0)
-/* Checked first in every branch that changes the record on behalf of a
- * lease holder: no Complete, Release, Extend or inbox commit is accepted
- * with a stale token. */
-#define ACCEPTED(tok) assert(state == INPROG && cur == tok)
-#define ATTEMPTS_OK(before) assert(attempts >= before && attempts <= MAX_ATTEMPTS); before = 0
+#ifdef MUTANT_COMPLETE_UNFENCED
+#define FENCED_COMPLETE(tok) (state == INPROG)
+#else
+#define FENCED_COMPLETE(tok) FENCED(tok)
+#endif
+#ifdef MUTANT_RELEASE_UNFENCED
+#define FENCED_RELEASE(tok) (state == INPROG)
+#else
+#define FENCED_RELEASE(tok) FENCED(tok)
+#endif
+#ifdef MUTANT_EXTEND_UNFENCED
+#define FENCED_EXTEND(tok) (state == INPROG)
+#else
+#define FENCED_EXTEND(tok) FENCED(tok)
+#endif
+
+/* ACCEPTED: a Complete, Release, Extend or inbox commit is applied only for
+ * the newest claim granted (by the ghost, not by the store's token). */
+#define ACCEPTED(tok) assert(tok == holder && tok != 0)
+
+/* CHECK, after every store step:
+ *   the attempt count never decreases (within a record's life);
+ *   the budget bounds the claims: claims granted since creation or the
+ *     last reopen, less the canceled ones, never pass MAX_ATTEMPTS;
+ *   DL_FINAL (kept): a record whose message was dead-lettered as final
+ *     stays EXHAUSTED until a replay reopens it or it expires;
+ *   in inbox mode, never two effects while the record lives. */
+#ifdef INBOX
+#define CHECK_EFFECTS assert(effects <= 1)
+#else
+#define CHECK_EFFECTS skip
+#endif
+#define CHECK(before) \
+	assert(attempts >= before); \
+	assert(grants - grefunds <= MAX_ATTEMPTS); \
+	assert(!finaldl || state == EXH); \
+	CHECK_EFFECTS; \
+	before = 0; takeover = false
 
 /* A crash: the process dies here, its delivery goes back to the broker,
  * its lease (if any) is left to expire. */
 #define CRASH_POINT \
 	if \
-	:: crashes < MAX_CRASHES -> crashes++; goto died \
+	:: crashes < MAX_CRASHES -> crashes++; goto deliver \
 	:: true -> skip \
 	fi
 
-/* Claim (memstore.Claim, claim.lua), atomic in the store. A re-send of a
- * claim whose reply was lost carries the same token and is answered again
- * (claim.lua's "r[8] == token" branch). */
-inline claim(tok, res) {
+/* A claim is granted: a new token and a new attempt number. */
+#ifdef MUTANT_TAKEOVER_NO_COUNT
+#define COUNT_ATTEMPT if :: !takeover -> attempts++ :: else -> skip fi
+#else
+#define COUNT_ATTEMPT attempts++
+#endif
+#define GRANT \
+	COUNT_ATTEMPT; minted++; cur = minted; tok = cur; \
+	state = INPROG; live = true; res = ACQUIRED; \
+	assert(attempts > lastatt);   /* every claim gets a new attempt number */ \
+	lastatt = attempts; holder = cur; grants++
+
+/* Claim (memstore.Claim, claim.lua), atomic in the store, checks in the
+ * stores' order: conflict, DONE, live lease, then an expired lease is taken
+ * over (FAILED), a replay reopens a FAILED or EXHAUSTED record once per run,
+ * and the budget decides. A re-send of a claim whose reply was lost carries
+ * the same token and is answered again. */
+inline claim(m, tok, res) {
 	d_step {
-		byte before = attempts;
+		before = attempts; takeover = false;
+		myepoch = epoch;
 		if
-		:: state == DONE -> res = COMPLETED
-		:: state == EXH -> res = EXHAUSTED
-		:: state == INPROG && cur == tok && tok != 0 -> res = ACQUIRED  /* re-send */
-		:: state == INPROG && cur != tok && live -> res = INPROGRESS
-		:: (state == NONE) || (state == FAILED) || (state == INPROG && cur != tok && !live) ->
+		:: state != NONE && fp != FP(m) -> res = CONFLICT
+		:: state == DONE && fp == FP(m) -> res = COMPLETED
+		:: state == INPROG && fp == FP(m) && cur == tok && tok != 0 -> res = ACQUIRED  /* re-send */
+		:: state == INPROG && fp == FP(m) && cur != tok && live -> res = INPROGRESS
+		:: state == NONE ->
+			fp = FP(m); reopened = REOPEN(m); GRANT
+		:: (state == FAILED || state == EXH || (state == INPROG && cur != tok && !live)) && fp == FP(m) ->
 			if
-			:: attempts >= MAX_ATTEMPTS -> state = EXH; live = false; res = EXHAUSTED
-			:: else ->
-				attempts++; minted++; cur = minted; tok = cur;
-				state = INPROG; live = true; res = ACQUIRED
+			:: state == INPROG -> state = FAILED; takeover = true
+			:: else -> skip
+			fi;
+			if
+			:: (state == FAILED || state == EXH) && REOPEN(m) != 0 && REOPEN(m) != reopened ->
+				/* a fresh budget, once per replay run */
+				reopened = REOPEN(m); base = attempts - refunded;
+				grants = 0; grefunds = 0; finaldl = false
+			:: else -> skip
+			fi;
+			if
+			:: state == EXH -> res = EXHAUSTED
+			:: state != EXH && CHARGED >= MAX_ATTEMPTS -> state = EXH; live = false; res = EXHAUSTED
+			:: state != EXH && CHARGED < MAX_ATTEMPTS -> GRANT
 			fi
 		fi;
-		ATTEMPTS_OK(before)
+		CHECK(before)
 	}
 }
 
 /* Extend (extend.lua). */
 inline extend(tok, ok) {
 	d_step {
+		before = attempts;
 		if
-		:: FENCED(tok) -> ACCEPTED(tok); live = true; ok = true
+		:: FENCED_EXTEND(tok) -> ACCEPTED(tok); live = true; ok = true
 		:: else -> ok = false
-		fi
+		fi;
+		CHECK(before)
 	}
 }
 
@@ -107,32 +235,40 @@ inline extend(tok, ok) {
  * answers success again; otherwise the token must be current. */
 inline complete(tok, req, ok) {
 	d_step {
-		byte before = attempts;
+		before = attempts;
 		if
 		:: lastreq == req && req != 0 -> ok = true
-		:: FENCED(tok) -> ACCEPTED(tok); state = DONE; live = false; lastreq = req; ok = true
+		:: lastreq != req && FENCED_COMPLETE(tok) ->
+			ACCEPTED(tok); state = DONE; live = false; lastreq = req; ok = true;
+			donetok = tok; donefp = donefp | fp
 		:: else -> ok = false
 		fi;
-		ATTEMPTS_OK(before)
+		CHECK(before)
 	}
 }
 
-/* Release (release.lua). final: the handler's error is permanent. */
-inline release(tok, req, final, ok) {
+/* Release (release.lua): a permanent error makes the record EXHAUSTED, a
+ * canceled attempt (shutdown) is refunded, anything else leaves it FAILED. */
+inline release(tok, req, kind, ok) {
 	d_step {
-		byte before = attempts;
+		before = attempts;
 		if
 		:: lastreq == req && req != 0 -> ok = true
-		:: FENCED(tok) ->
+		:: lastreq != req && FENCED_RELEASE(tok) ->
 			ACCEPTED(tok);
 			if
-			:: final -> state = EXH
-			:: else -> state = FAILED
+			:: kind == R_CANCELED -> state = FAILED; refunded++; grefunds++
+#ifdef MUTANT_FINAL_NOT_RECORDED
+			:: kind == R_PERMANENT -> state = FAILED
+#else
+			:: kind == R_PERMANENT -> state = EXH
+#endif
+			:: kind == R_TRANSIENT -> state = FAILED
 			fi;
 			live = false; lastreq = req; ok = true
 		:: else -> ok = false
 		fi;
-		ATTEMPTS_OK(before)
+		CHECK(before)
 	}
 }
 
@@ -141,56 +277,61 @@ inline release(tok, req, final, ok) {
  * inside the transaction rolls it back: both or neither. */
 inline inbox(tok, ok) {
 	d_step {
+		before = attempts;
 		if
 		:: FENCED(tok) ->
 			ACCEPTED(tok);
 			effects++; state = DONE; live = false; ok = true;
-			assert(effects <= 1)   /* never two effects in inbox mode */
+			donetok = tok; donefp = donefp | fp
 		:: else -> ok = false
-		fi
-	}
-}
-
-/* The broker's ack: only after DONE or a published dead letter. */
-inline ack() {
-	d_step {
-		assert(state == DONE || dl);   /* no message lost */
-		acked = true
+		fi;
+		CHECK(before)
 	}
 }
 
 /* One consumer process: the router, handler.New's chain and the business
- * handler, restarted after every crash. */
+ * handler, restarted after every crash or shutdown. It takes any unacked
+ * message; with none left it waits (a valid end state). */
 proctype consumer() {
-	byte tok, req;
+	byte m, tok, req, kind, reason, before, myepoch;
 	mtype res;
-	bool ok, final, extended;
+	bool ok, takeover;
 
 deliver:
-	tok = 0; req = 0; ok = false; final = false; extended = false; res = 0;
+	m = 0; tok = 0; req = 0; kind = 0; reason = 0; before = 0; myepoch = 0;
+	ok = false; takeover = false; res = 0;
+end_wait:
 	if
-	:: acked -> goto stop
-	:: !acked -> skip          /* the broker hands the message out */
+	:: !acked[0] -> m = 0
+	:: sent1 && !acked[1] -> m = 1
+	:: sent2 && !acked[2] -> m = 2
 	fi;
 
-	claim(tok, res);
+	claim(m, tok, res);
 	CRASH_POINT;
 	if
 	:: resends < MAX_RESENDS && res == ACQUIRED ->
-		/* the reply was lost: go-redis re-sends the same claim */
-		resends++; claim(tok, res); CRASH_POINT
+		/* the reply was lost: the client re-sends the same claim */
+		resends++; claim(m, tok, res); CRASH_POINT
 	:: true -> skip
 	fi;
 	if
-	:: res == COMPLETED -> goto acking       /* duplicate: re-emit and ack */
-	:: res == INPROGRESS -> goto deliver     /* nack with a delay */
-	:: res == EXHAUSTED -> goto deadletter
+	:: res == COMPLETED -> goto acking        /* duplicate: re-emit and ack */
+	:: res == INPROGRESS -> goto deliver      /* nack with a delay */
+	:: res == EXHAUSTED -> reason = R_EXHAUSTED; goto deadletter
+	:: res == CONFLICT -> reason = R_CONFLICT; goto deadletter  /* never runs */
 	:: res == ACQUIRED -> skip
 	fi;
 
-	/* The handler runs; the extender may keep the lease (bounded hold). */
+	/* The handler runs; the extender may extend the lease. An extension
+	 * refused by fencing cancels the handler at once: no effect, no
+	 * Complete or Release; nack (lease_lost). */
 	if
-	:: !extended -> extended = true; extend(tok, ok)
+	:: true -> extend(tok, ok);
+		if
+		:: !ok -> goto deliver
+		:: else -> skip
+		fi
 	:: true -> skip
 	fi;
 	CRASH_POINT;
@@ -205,31 +346,43 @@ deliver:
 		:: else -> goto deliver                   /* lease lost: nack */
 		fi
 #else
-		effects++;                                /* the effect, outside the store */
+		d_step {
+			effects++;                            /* the effect, outside the store */
 #ifdef EXPECT_DUP
-		assert(effects <= 1);
+			assert(effects <= 1);                 /* lease mode: one effect */
 #endif
+			skip
+		};
 		CRASH_POINT;
 		d_step { reqs++; req = reqs };
 		complete(tok, req, ok);
 		if
-		:: resends < MAX_RESENDS -> resends++; complete(tok, req, ok)
+		:: resends < MAX_RESENDS ->
+			/* the reply was lost; the middleware retries the call */
+			resends++;
+#ifdef MUTANT_COMPLETE_NEW_ID
+			d_step { reqs++; req = reqs };
+#endif
+			complete(tok, req, ok)
 		:: true -> skip
 		fi;
+		/* an applied Complete is reported as applied, never as a lost lease */
+		assert(ok || donetok != tok || myepoch != epoch);
 		CRASH_POINT;
 		if
 		:: ok -> goto acking
 		:: else -> goto deliver                   /* LeaseLostError: nack */
 		fi
 #endif
-	:: true -> final = false                   /* transient error */
-	:: true -> final = true                    /* permanent error (or a panic charged as one) */
+	:: true -> kind = R_TRANSIENT
+	:: true -> kind = R_PERMANENT             /* retry.Permanent, a *dlq.FinalError, a panic charged as one */
+	:: shutdowns < MAX_SHUTDOWNS -> shutdowns++; kind = R_CANCELED  /* the context was canceled: shutdown */
 	fi;
 
 	d_step { reqs++; req = reqs };
-	release(tok, req, final, ok);
+	release(tok, req, kind, ok);
 	if
-	:: resends < MAX_RESENDS -> resends++; release(tok, req, final, ok)
+	:: resends < MAX_RESENDS -> resends++; release(tok, req, kind, ok)
 	:: true -> skip
 	fi;
 	CRASH_POINT;
@@ -237,14 +390,24 @@ deliver:
 	/* The code before the fix: a permanent error was dead-lettered (and
 	 * the message acked) even when Release found the lease lost. */
 	if
-	:: final -> goto deadletter
+	:: kind == R_PERMANENT -> reason = R_PERMANENT; goto deadletter
 	:: else -> goto deliver
 	fi;
 #else
 	if
-	:: !ok -> goto deliver          /* lease lost: the new owner decides; nack */
-	:: ok && final -> goto deadletter   /* permanent: EXHAUSTED, dead letter */
-	:: ok && !final -> goto deliver     /* transient: nack, next durable attempt */
+	:: kind == R_CANCELED ->
+#ifdef MUTANT_SHUTDOWN_DEADLETTERS
+		/* the handler's error was permanent too, and it won */
+		if
+		:: ok -> reason = R_PERMANENT; goto deadletter
+		:: true -> goto deliver
+		fi
+#else
+		goto deliver        /* shutdown wins over permanent: nack, nothing charged */
+#endif
+	:: kind != R_CANCELED && !ok -> goto deliver     /* lease lost: the new owner decides; nack */
+	:: kind == R_PERMANENT && ok -> reason = R_PERMANENT; goto deadletter
+	:: kind == R_TRANSIENT && ok -> goto deliver     /* nack with the backoff delay */
 	fi;
 #endif
 
@@ -252,37 +415,64 @@ deadletter:
 	if
 	:: dlfails < MAX_DL_FAILS -> dlfails++; goto deliver   /* publish failed: nack */
 	:: true -> d_step {
-		/* only an EXHAUSTED operation is dead-lettered: nobody can
-		 * still complete it */
-		assert(state == EXH);
-		dl = true
+		if
+		:: reason == R_CONFLICT ->
+			/* the record belongs to another payload */
+			assert(myepoch != epoch || fp != FP(m))
+		:: else ->
+			/* DL_FINAL: only an EXHAUSTED operation of this payload is
+			 * dead-lettered (nobody can still complete it), and it stays so */
+			assert(myepoch != epoch || (state == EXH && fp == FP(m)));
+			finaldl = (myepoch == epoch)
+		fi;
+		dl[m] = true
 	   }
 	fi;
 	CRASH_POINT;
 
 acking:
-	ack();
-	goto stop;
-
-died:
-	goto deliver;
-
-stop:
-	skip
+	skip;
+	d_step {
+		/* no message lost: acked only once its operation committed or its
+		 * dead letter was published */
+		assert((donefp & FP(m)) != 0 || dl[m]);
+		acked[m] = true
+	};
+	goto deliver
 }
 
-/* Leases expire whenever the clock says so. */
+/* Leases expire whenever the clock says so; a record that is not held by a
+ * live lease may outlive its retention and be forgotten. */
 active proctype clock() {
 end:
 	do
 	:: d_step { state == INPROG && live -> live = false }
+	:: d_step {
+		expiries < MAX_EXPIRIES && state != NONE && !(state == INPROG && live) ->
+		expiries++; epoch++;
+		state = NONE; fp = 0; cur = 0; attempts = 0; refunded = 0; base = 0;
+		reopened = 0; live = false; lastreq = 0;
+		holder = 0; lastatt = 0; grants = 0; grefunds = 0; donetok = 0;
+		finaldl = false; effects = 0
+	   }
 	od
+}
+
+/* An operator replays the dead letter of the original (run id 1). */
+active proctype replayer() {
+#ifndef NO_REPLAY
+end:
+	dl[0] -> sent1 = true
+#else
+	skip
+#endif
 }
 
 init {
 	atomic { run consumer(); run consumer() }
 }
 
-/* Eventually the message is acked, and by then it is DONE or dead-lettered
- * (checked with weak fairness: every lease does expire). */
-ltl eventually { <> (acked && (state == DONE || dl)) }
+/* Eventually every message published is acked for good, each DONE or
+ * dead-lettered (checked with weak fairness: every lease does expire). */
+#define ALLACKED (acked[0] && (!sent1 || acked[1]) && (!sent2 || acked[2]))
+ltl eventually { <>[] ALLACKED }

@@ -135,7 +135,7 @@ func (c *consumer) router(sub, deadSub message.Subscriber, pub message.Publisher
 		handler.WithPolicy(policy),
 		handler.WithIdentity(extractor, middleware.RejectMissingKey),
 		handler.WithLease(lease),
-		handler.WithStoreTimeout(10*time.Second),
+		handler.WithStoreTimeout(time.Second), // shorter than the lease
 		handler.WithConsumerGroup(c.n.consumer),
 		handler.WithLogger(slog.New(slog.DiscardHandler)),
 		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {

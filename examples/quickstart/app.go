@@ -120,7 +120,7 @@ func startConsumer(ctx context.Context, natsURL string, a *app) (*consumer, erro
 		handler.WithPolicy(policy),
 		handler.WithIdentity(extractor, middleware.RejectMissingKey),
 		handler.WithLease(2*time.Second),
-		handler.WithStoreTimeout(10*time.Second),
+		handler.WithStoreTimeout(time.Second), // shorter than the lease
 		handler.WithLogger(slog.New(slog.DiscardHandler)),
 		handler.WithOnOutcome(func(ctx context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
 			_, _ = a.db.ExecContext(context.WithoutCancel(ctx), `INSERT INTO outcomes (outcome) VALUES (?)`, string(p.Outcome))

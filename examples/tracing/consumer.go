@@ -138,7 +138,7 @@ func newHandler(tp *sdktrace.TracerProvider, store idempotency.Store, dead messa
 		handler.WithPolicy(policy),
 		handler.WithBreaker(nil),
 		handler.WithLease(2*time.Second),
-		handler.WithStoreTimeout(10*time.Second),
+		handler.WithStoreTimeout(time.Second), // shorter than the lease
 		handler.WithConsumerGroup(group),
 		handler.WithTracerProvider(tp),
 		handler.WithMessagingSystem("nats"),

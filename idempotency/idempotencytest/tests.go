@@ -24,6 +24,7 @@ var tests = []struct {
 	{"CompleteThenClaim", testCompleteThenClaim},
 	{"ReleaseThenClaim", testReleaseThenClaim},
 	{"LeaseEndsWithCompleteOrRelease", testLeaseEndsWithCompleteOrRelease},
+	{"CompleteResentAfterApplied", testCompleteResentAfterApplied},
 	{"Conflict", testConflict},
 	{"ExhaustedByBudget", testExhaustedByBudget},
 	{"ExhaustedByFinalRelease", testExhaustedByFinalRelease},
@@ -235,7 +236,9 @@ func testReleaseThenClaim(t *testing.T, e *env) {
 }
 
 // A lease ends with Complete or Release: using it again fails and changes
-// nothing (a late Release must not undo a completion).
+// nothing (a late Release must not undo a completion). A Complete re-sent
+// with the lease that completed is the exception (see
+// testCompleteResentAfterApplied).
 func testLeaseEndsWithCompleteOrRelease(t *testing.T, e *env) {
 	done := e.acquire(e.req("done"), 1).Lease
 	out := idempotency.Outcome{Messages: []idempotency.StoredMessage{{UUID: "m-1"}}}
@@ -243,7 +246,6 @@ func testLeaseEndsWithCompleteOrRelease(t *testing.T, e *env) {
 	before := e.get("done")
 	require.ErrorIs(t, e.h.Store.Release(e.ctx, done, testFailure), idempotency.ErrLeaseLost, "Release after Complete")
 	require.ErrorIs(t, e.h.Store.Release(e.ctx, done, idempotency.Failure{Final: true}), idempotency.ErrLeaseLost, "final Release after Complete")
-	require.ErrorIs(t, e.h.Store.Complete(e.ctx, done, idempotency.Outcome{}), idempotency.ErrLeaseLost, "second Complete")
 	_, err := e.h.Store.Extend(e.ctx, done, longLease)
 	require.ErrorIs(t, err, idempotency.ErrLeaseLost, "Extend after Complete")
 	requireSameRecord(t, before, e.get("done"))
@@ -256,6 +258,27 @@ func testLeaseEndsWithCompleteOrRelease(t *testing.T, e *env) {
 	_, err = e.h.Store.Extend(e.ctx, failed, longLease)
 	require.ErrorIs(t, err, idempotency.ErrLeaseLost, "Extend after Release")
 	requireSameRecord(t, before, e.get("failed"))
+}
+
+// A Complete whose reply was lost is re-sent with the same lease: it is the
+// same call, so it succeeds again and changes nothing (the first outcome
+// stays). A lease that ended otherwise, or another lease, is still refused.
+func testCompleteResentAfterApplied(t *testing.T, e *env) {
+	l := e.acquire(e.req("k"), 1).Lease
+	out := idempotency.Outcome{Messages: []idempotency.StoredMessage{{UUID: "m-1", Payload: []byte("p")}}}
+	e.complete(l, out)
+	before := e.get("k")
+	require.NoError(t, e.h.Store.Complete(e.ctx, l, out), "Complete re-sent after it was applied")
+	require.NoError(t, e.h.Store.Complete(e.ctx, l, idempotency.Outcome{}), "a re-send never replaces the outcome")
+	requireSameRecord(t, before, e.get("k"))
+	res := e.claim(e.req("k"))
+	require.Equal(t, idempotency.Completed, res.Status)
+	require.Equal(t, out.Messages[0].UUID, res.Outcome.Messages[0].UUID)
+
+	other := l
+	other.Token += "-other"
+	require.ErrorIs(t, e.h.Store.Complete(e.ctx, other, out), idempotency.ErrLeaseLost, "another token on a DONE record")
+	requireSameRecord(t, before, e.get("k"))
 }
 
 // Another fingerprint under the same key is a Conflict in every state, and

@@ -210,7 +210,9 @@ func (s *Store) owned(lease idempotency.Lease, now time.Time) (*idempotency.Reco
 // Complete implements idempotency.Store.
 //
 // A Complete after the lease expired still succeeds while nobody else has
-// claimed the key (the token is still current): the effect did commit.
+// claimed the key (the token is still current): the effect did commit. A
+// Complete re-sent with the lease that completed the record succeeds and
+// changes nothing.
 func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -220,6 +222,10 @@ func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome i
 	now := s.now()
 	r, err := s.owned(lease, now)
 	if err != nil {
+		if d := s.get(recordKey{lease.Namespace, lease.Key}, now); d != nil &&
+			d.State == idempotency.StateDone && d.Token == lease.Token && lease.Token != "" {
+			return nil
+		}
 		return err
 	}
 	r.State = idempotency.StateDone

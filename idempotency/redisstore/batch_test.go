@@ -22,8 +22,8 @@ import (
 func TestBatchingConformance(t *testing.T) {
 	client, prefix := setup(t)
 	const (
-		lease     = 150 * time.Millisecond
-		retention = time.Second // see TestConformance
+		lease     = 400 * time.Millisecond // see TestConformance
+		retention = time.Second            // see TestConformance
 	)
 	s := newStore(t, client, redisstore.WithPrefix(prefix), redisstore.WithRetention(retention),
 		redisstore.WithBatching(16))

@@ -55,7 +55,7 @@ func TestCluster(t *testing.T) {
 	t.Parallel()
 	c := privateCluster(t)
 	const (
-		lease = 150 * time.Millisecond
+		lease = 400 * time.Millisecond // see TestConformance
 		// Longer than the suite's 400ms example: under -race on a loaded
 		// machine a subtest can stall for a few hundred milliseconds between
 		// two calls, and a record must not expire in between.

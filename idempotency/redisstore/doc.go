@@ -56,9 +56,12 @@
 //
 // go-redis re-sends a command whose connection broke before the reply (its
 // MaxRetries). The scripts recognise their own re-sent call (a Claim by its
-// token, a Complete or Release by a per-call request ID) and answer it as
-// the first time, instead of reporting the caller's own lease as another
-// owner's.
+// token, a Release by a per-call request ID, a Complete by its lease's
+// token, which is its request ID) and answer it as the first time, instead
+// of reporting the caller's own lease as another owner's. A lease ends with
+// one Complete, so a Complete the caller itself retries after an error (the
+// reply was lost, or its deadline passed while the script ran) is the same
+// call too, and succeeds.
 //
 // # Round trips
 //

@@ -363,7 +363,9 @@ func owns(lease idempotency.Lease) bool {
 // with WithWaitReplicas.
 //
 // A Complete after the lease expired still succeeds while nobody else has
-// claimed the key (the token is still current): the effect did commit.
+// claimed the key (the token is still current): the effect did commit. A
+// Complete re-sent with the lease that completed the record succeeds and
+// changes nothing.
 func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -376,7 +378,10 @@ func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome i
 		return fmt.Errorf("redisstore: encode outcome: %w", err)
 	}
 	key := s.redisKey(lease.Namespace, lease.Key)
-	args := []any{lease.Token, newID(), out, ms(s.retention)}
+	// The request ID of a Complete is its lease's token: a lease ends with
+	// one Complete, so every re-send of it, by go-redis or by the caller
+	// after an error, is recognised as the call that was applied.
+	args := []any{lease.Token, lease.Token, out, ms(s.retention)}
 	if s.waitN > 0 {
 		return s.completeAndWait(ctx, key, args)
 	}

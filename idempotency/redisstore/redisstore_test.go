@@ -103,7 +103,7 @@ func acquire(t *testing.T, s *redisstore.Store, req idempotency.ClaimRequest) id
 func TestConformance(t *testing.T) {
 	client, prefix := setup(t)
 	const (
-		lease = 150 * time.Millisecond
+		lease = 400 * time.Millisecond // a loaded machine can stall a subtest 150ms between two calls
 		// Longer than the suite's 400ms example: under -race on a loaded
 		// machine a subtest can stall for a few hundred milliseconds between
 		// two calls, and a record must not expire in between.
@@ -486,9 +486,14 @@ func TestWaitReplicasWithoutReplica(t *testing.T) {
 	require.Equal(t, idempotency.Completed, res.Status, "the record is DONE on the primary")
 	require.Equal(t, "u", res.Outcome.Messages[0].UUID)
 
+	// A re-sent Complete is the same call: it asks the replicas again.
+	require.ErrorIs(t, s.Complete(ctx, l, idempotency.Outcome{}), redisstore.ErrNotReplicated)
+
 	// A lost lease is reported as such, without waiting.
+	stale := l
+	stale.Token += "-stale"
 	start = time.Now()
-	require.ErrorIs(t, s.Complete(ctx, l, idempotency.Outcome{}), idempotency.ErrLeaseLost)
+	require.ErrorIs(t, s.Complete(ctx, stale, idempotency.Outcome{}), idempotency.ErrLeaseLost)
 	require.Less(t, time.Since(start), timeout)
 }
 

@@ -72,7 +72,7 @@ func TestResentCallsAnswerAsTheFirst(t *testing.T) {
 
 	require.Equal(t, int64(1), complete("t2", "c1"))
 	require.Equal(t, int64(1), complete("t2", "c1"), "a re-sent complete")
-	require.Equal(t, int64(0), complete("t2", "c2"), "a second complete")
+	require.Equal(t, int64(0), complete("t2", "c2"), "another request ID on a DONE record")
 	require.Equal(t, idempotency.Completed, claim("t2").Status, "a claim re-sent after Complete sees DONE")
 
 	rec, err := s.Get(ctx, "ns", "k")

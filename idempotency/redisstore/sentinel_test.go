@@ -74,8 +74,8 @@ func TestSentinel(t *testing.T) {
 	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "primary", SentinelAddrs: []string{sentinel}})
 	t.Cleanup(func() { _ = c.Close() })
 	const (
-		lease     = 150 * time.Millisecond
-		retention = time.Second // see TestConformance
+		lease     = 400 * time.Millisecond // see TestConformance
+		retention = time.Second            // see TestConformance
 	)
 	for name, opts := range map[string][]redisstore.Option{
 		"Conformance":        {redisstore.WithRetention(retention)},

@@ -627,12 +627,27 @@ func lostOr(op string, err error) error {
 //
 // A Complete after the lease expired still succeeds while nobody else has
 // claimed the key (the token is still current): the effect did commit.
+//
+// A Complete re-sent with the lease that completed the record (its commit
+// went through but the reply was lost) succeeds and changes nothing; telling
+// it apart from a lost lease costs one more statement, only then.
 func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
 	out, err := json.Marshal(outcome)
 	if err != nil {
 		return fmt.Errorf("sqlstore: encode outcome: %w", err)
 	}
-	return lostOr("complete", s.withLease(ctx, lease, func(r *row, now int64) { s.done(r, out, now) }))
+	err = s.withLease(ctx, lease, func(r *row, now int64) { s.done(r, out, now) })
+	if errors.Is(err, idempotency.ErrLeaseLost) && owns(lease) {
+		// A DONE record never changes again: no race with this read.
+		rec, gerr := s.Get(ctx, lease.Namespace, lease.Key)
+		switch {
+		case gerr == nil && rec.State == idempotency.StateDone && rec.Token == lease.Token:
+			return nil
+		case gerr != nil && !errors.Is(gerr, idempotency.ErrNotFound):
+			return lostOr("complete", gerr)
+		}
+	}
+	return lostOr("complete", err)
 }
 
 // Release implements idempotency.Store in one transaction.

@@ -67,15 +67,15 @@ func (e Endpoint) String() string {
 		return "mem:" + e.Path
 	case MySQL:
 		if at := strings.LastIndex(e.DSN, "@"); at >= 0 {
-			return "mysql://" + e.DSN[at+1:]
+			return "mysql://" + Redact(e.DSN[at+1:])
 		}
-		return "mysql://" + e.DSN
+		return "mysql://" + Redact(e.DSN)
 	}
 	u, err := url.Parse(e.DSN)
 	if err != nil {
 		return string(e.Kind) + "://?"
 	}
-	return u.Redacted()
+	return Redact(u.Redacted())
 }
 
 // Archive parses the URL of a dead-letter archive.
@@ -99,7 +99,7 @@ func parseData(raw, what, last string) (Endpoint, error) {
 	case Redis, Postgres, SQLite, MySQL, Memory:
 		return e, nil
 	}
-	return e, fmt.Errorf("%w: %s %q: want redis://, postgres://, mysql://, sqlite:PATH or %s", ErrInvalid, what, raw, last)
+	return e, fmt.Errorf("%w: %s %q: want redis://, postgres://, mysql://, sqlite:PATH or %s", ErrInvalid, what, Redact(raw), last)
 }
 
 // Broker parses the URL of the broker replayed messages are published to.
@@ -111,11 +111,11 @@ func Broker(raw string) (Endpoint, error) {
 	switch e.Kind {
 	case NATS, AMQP, Redis:
 		if e.Prefix != "" || e.Table != "" {
-			return e, fmt.Errorf("%w: broker %q: prefix and table are not broker parameters", ErrInvalid, raw)
+			return e, fmt.Errorf("%w: broker %q: prefix and table are not broker parameters", ErrInvalid, Redact(raw))
 		}
 		return e, nil
 	}
-	return e, fmt.Errorf("%w: broker %q: want nats://, amqp:// or redis:// (Redis Streams)", ErrInvalid, raw)
+	return e, fmt.Errorf("%w: broker %q: want nats://, amqp:// or redis:// (Redis Streams)", ErrInvalid, Redact(raw))
 }
 
 func parse(raw string) (Endpoint, error) {
@@ -136,13 +136,13 @@ func parse(raw string) (Endpoint, error) {
 	case "mysql":
 		dsn := strings.TrimPrefix(rest, "//")
 		if dsn == "" {
-			return Endpoint{}, fmt.Errorf("%w: %q: empty MySQL DSN", ErrInvalid, raw)
+			return Endpoint{}, fmt.Errorf("%w: %q: empty MySQL DSN", ErrInvalid, Redact(raw))
 		}
 		base, query, _ := strings.Cut(dsn, "?")
 		e := Endpoint{Kind: MySQL}
 		q, err := url.ParseQuery(query)
 		if err != nil {
-			return e, fmt.Errorf("%w: %q: %w", ErrInvalid, raw, err)
+			return e, fmt.Errorf("%w: %q: %w", ErrInvalid, Redact(raw), err)
 		}
 		e.Prefix = take(q, "prefix")
 		e.Table = take(q, "table")
@@ -154,7 +154,12 @@ func parse(raw string) (Endpoint, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return Endpoint{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		// A *url.Error quotes the whole URL: keep only its cause.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return Endpoint{}, fmt.Errorf("%w: %q: %w", ErrInvalid, Redact(raw), err)
 	}
 	e := Endpoint{}
 	switch strings.ToLower(u.Scheme) {
@@ -167,10 +172,10 @@ func parse(raw string) (Endpoint, error) {
 	case "amqp", "amqps":
 		e.Kind = AMQP
 	default:
-		return e, fmt.Errorf("%w: %q: unknown scheme %q", ErrInvalid, u.Redacted(), u.Scheme)
+		return e, fmt.Errorf("%w: %q: unknown scheme %q", ErrInvalid, Redact(raw), u.Scheme)
 	}
 	if u.Host == "" {
-		return e, fmt.Errorf("%w: %q: no host", ErrInvalid, u.Redacted())
+		return e, fmt.Errorf("%w: %q: no host", ErrInvalid, Redact(raw))
 	}
 	q := u.Query()
 	e.Prefix = take(q, "prefix")
@@ -183,11 +188,11 @@ func parse(raw string) (Endpoint, error) {
 func sqlite(raw, rest string) (Endpoint, error) {
 	path, query, _ := strings.Cut(rest, "?")
 	if path == "" {
-		return Endpoint{}, fmt.Errorf("%w: %q: empty SQLite path", ErrInvalid, raw)
+		return Endpoint{}, fmt.Errorf("%w: %q: empty SQLite path", ErrInvalid, Redact(raw))
 	}
 	q, err := url.ParseQuery(query)
 	if err != nil {
-		return Endpoint{}, fmt.Errorf("%w: %q: %w", ErrInvalid, raw, err)
+		return Endpoint{}, fmt.Errorf("%w: %q: %w", ErrInvalid, Redact(raw), err)
 	}
 	e := Endpoint{Kind: SQLite, Path: path, Prefix: take(q, "prefix"), Table: take(q, "table")}
 	// Concurrent writers (a consumer and this command) wait for the write
@@ -203,4 +208,70 @@ func take(q url.Values, name string) string {
 	v := q.Get(name)
 	q.Del(name)
 	return v
+}
+
+// redacted replaces a password in Redact's output.
+const redacted = "xxxxx"
+
+// secretParams are the query parameters whose value Redact hides (a
+// PostgreSQL URL may carry its password as ?password=).
+var secretParams = []string{"password", "passwd", "pass", "pwd", "secret", "token"}
+
+// Redact returns raw, a URL or DSN of any form (even one that does not
+// parse), with the password of its user info and the values of its
+// password-like query parameters replaced by "xxxxx". It never fails.
+func Redact(raw string) string {
+	out, _ := split(raw)
+	return out
+}
+
+// Passwords returns the secrets Redact hides in raw (empty when none).
+func Passwords(raw string) []string {
+	_, secrets := split(raw)
+	return secrets
+}
+
+// split does the work of Redact and Passwords. The user info is what
+// precedes the last "@" of the authority (after "scheme://", or the whole
+// DSN "user:pass@tcp(host)/db"), its password what follows its first ":".
+func split(raw string) (string, []string) {
+	var secrets []string
+	head, rest := "", raw
+	if i := strings.Index(raw, "://"); i >= 0 {
+		head, rest = raw[:i+3], raw[i+3:]
+	}
+	query := ""
+	if i := strings.IndexByte(rest, '?'); i >= 0 {
+		rest, query = rest[:i], rest[i:]
+	}
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		if user, pass, ok := strings.Cut(rest[:at], ":"); ok && pass != "" {
+			secrets = append(secrets, pass)
+			if u, err := url.PathUnescape(pass); err == nil && u != pass {
+				secrets = append(secrets, u)
+			}
+			rest = user + ":" + redacted + rest[at:]
+		}
+	}
+	if query != "" {
+		parts := strings.Split(query[1:], "&")
+		for i, p := range parts {
+			k, v, ok := strings.Cut(p, "=")
+			if !ok || v == "" {
+				continue
+			}
+			for _, name := range secretParams {
+				if strings.EqualFold(k, name) {
+					secrets = append(secrets, v)
+					if u, err := url.QueryUnescape(v); err == nil && u != v {
+						secrets = append(secrets, u)
+					}
+					parts[i] = k + "=" + redacted
+					break
+				}
+			}
+		}
+		query = "?" + strings.Join(parts, "&")
+	}
+	return head + rest + query, secrets
 }
