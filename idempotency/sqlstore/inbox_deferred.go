@@ -196,8 +196,11 @@ func (s *Store) inboxClaimed(ctx context.Context, fn TxHandler, msg *message.Mes
 		hist[n-1].Result, hist[n-1].Ended = idempotency.ResultDone, histMarker
 	}
 	h, err := histPieces(hist)
-	if err != nil || len(h) != 2 {
-		return nil, fmt.Errorf("sqlstore: inbox %q: history of %d entries: %v", op.Key, len(hist), err)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: inbox %q: %w", op.Key, err)
+	}
+	if len(h) != 2 {
+		return nil, fmt.Errorf("sqlstore: inbox %q: the history of %d entries does not end with the open attempt", op.Key, len(hist))
 	}
 	q := s.fq.fencedDone
 	result, err := s.exec(ctx, tx, q.sql, q.argv(map[string]any{
