@@ -21,5 +21,8 @@ lint: ## gofmt, go vet and golangci-lint
 	go vet ./...
 	$(GOLANGCI) run ./...
 
+mutation: ## gremlins mutation testing, efficacy per package (docs/MUTATION.md)
+	scripts/mutation.sh
+
 ci: ## what CI runs
 	bash .ci/run

@@ -5,8 +5,10 @@
 # (x_bare, x_naive, pct_of_bare) compare runs made seconds apart on the
 # same load; benchstat reports the median of each metric over the N
 # invocations. Needs the server variables of the README (SURELY_REDIS_URL,
-# SURELY_AMQP_URL; NATS is embedded). BENCH, INTERLEAVED and ADAPTERS
-# narrow the sets (regular expressions for -bench).
+# SURELY_AMQP_URL, SURELY_POSTGRES_URL, SURELY_MYSQL_URL; NATS is
+# embedded, SQLite a file, BenchmarkRedisServerTime starts a redis-server
+# of its own). BENCH, INTERLEAVED, ADAPTERS, INBOX and SERVERTIME narrow
+# the sets (regular expressions for -bench; '^$' runs none).
 #
 #   bench/run.sh [N] [output file]
 set -eu
@@ -15,6 +17,8 @@ out=${2:-bench.txt}
 bench=${BENCH:-Benchmark(Router|RedisStore)\$}
 interleaved=${INTERLEAVED:-RedisStoreInterleaved}
 adapters=${ADAPTERS:-Adapters}
+inbox=${INBOX:-Inbox}
+servertime=${SERVERTIME:-RedisServerTime}
 bin=$(mktemp -d)/bench.test
 go test -c -o "$bin" ./bench/
 : >"$out"
@@ -23,5 +27,7 @@ for _ in $(seq "$n"); do
 	"$bin" -test.run '^$' -test.bench "$bench" -test.benchmem -test.benchtime 1s >>"$out"
 	"$bin" -test.run '^$' -test.bench "$interleaved" -test.benchtime 10x >>"$out"
 	"$bin" -test.run '^$' -test.bench "$adapters" -test.benchmem -test.benchtime 2000x >>"$out"
+	"$bin" -test.run '^$' -test.bench "$inbox" -test.benchtime 5000x >>"$out"
+	"$bin" -test.run '^$' -test.bench "$servertime" -test.benchtime 10000x >>"$out"
 done
 go run golang.org/x/perf/cmd/benchstat@latest "$out"

@@ -522,7 +522,7 @@ func TestInProcessRetriesBackOffWithinBudget(t *testing.T) {
 		require.Len(t, stamps, 4, "in-process attempts per delivery")
 		for i := 1; i < len(stamps); i++ {
 			gap := stamps[i].Sub(stamps[i-1])
-			require.LessOrEqual(t, gap, 100*time.Millisecond<<(i-1), "full jitter stays under the exponential cap")
+			require.LessOrEqual(t, gap, 100*time.Millisecond<<(i-1), "equal jitter stays under the exponential cap")
 		}
 		require.LessOrEqual(t, time.Since(start), 3*time.Second+time.Second, "bounded by the in-process time (plus the delayed nack)")
 		rec, err := e.mem.Get(context.Background(), "orders", "order-1")

@@ -46,18 +46,27 @@ import (
 //     sees a larger attempt number than the previous run of its key;
 //   - every nack (the chain returns an error) is preceded by a delay of at
 //     least propMinDelay asked of the broker (delivery.Control.NackAfter),
-//     or, for retry.After(d), of at least d, or, when another owner holds a
-//     live lease, of what is left of it by the store's clock (at most
+//     or, for retry.After(d), of at least d (all of it, even beyond the
+//     in-process time), or, when another owner holds a live lease, of what
+//     is left of it by the store's clock (at most
 //     middleware.MaxInProgressWait): no delivery loop without a delay;
+//   - the nack of a transient failure waits at least half the backoff's cap
+//     for the record's attempt number (capped at the in-process time): the
+//     delay grows across deliveries, whatever the jitter draws;
+//   - a shutdown (the message context canceled while the handler runs)
+//     nacks, publishes no dead letter and charges no attempt, even when the
+//     handler's error is also marked permanent;
 //   - the handler runs at most MaxAttempts times per key and budget, plus
-//     the crashes, before the message is dead-lettered.
+//     the crashes, before the message is dead-lettered; a keyless message
+//     (ProcessWithoutDedup) fails at most MaxAttempts times before its dead
+//     letter (shutdowns aside), and one whose handler succeeded is acked.
 //
 //   - in inbox mode (sqlstore's Inbox on SQLite), at most one committed
-//     effect per key.
+//     effect per operation key.
 //
 // It runs on memstore (lease mode), whose clock is injected
 // (memstore.WithClock), starts skewed from the process clock by up to an
-// hour (ahead only until defect 9 is fixed) and moves only when a step says so (lease expiry,
+// hour either way and moves only when a step says so (lease expiry,
 // retention expiry); on Redis (lease mode); and on SQLite (the inbox). On
 // the servers time is real: a step that lets a lease expire waits out the
 // 100ms lease. The broker supports native delays, so no other step sleeps.
@@ -90,11 +99,7 @@ type propBackend struct {
 // memBackend is a memstore whose clock starts skewed from the process
 // clock by up to an hour either way and moves only when told.
 func memBackend(t *rapid.T) propBackend {
-	// TODO(defect 9): the in-progress nack waits time.Until(lease end) by
-	// the consumer's clock, so a store clock behind it (skew < 0) nacks
-	// after 10ms while the other owner's lease has seconds left. Re-enable
-	// the skew: rapid.Int64Range(-int64(time.Hour), int64(time.Hour)).
-	skew := time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(t, "skew"))
+	skew := time.Duration(rapid.Int64Range(-int64(time.Hour), int64(time.Hour)).Draw(t, "skew"))
 	clk := &propClock{now: time.Now().Add(skew)}
 	st, err := memstore.New(memstore.WithClock(clk.Now))
 	if err != nil {
@@ -226,21 +231,22 @@ type propWorld struct {
 
 	// the current delivery's drawn behaviour
 	missing   middleware.MissingKeyPolicy
-	keyless   map[string]int  // failed handler runs of keyless messages, per UUID
+	policy    *retry.Policy
+	keyless   map[string]int  // failed handler runs of keyless messages since their last success or dead letter, per UUID
 	succeeded map[string]bool // the handler returned nil for the current delivery (per UUID)
+	everOK    map[string]bool // the handler returned nil for a delivery of this keyless UUID
 	result    int
 	after     time.Duration
 	jitter    float64
 	permanent bool // a shutdown's error is also marked permanent
 	cancel    context.CancelFunc
+	ran       int  // the attempt number the handler saw in the current delivery (keyed), 0 if it did not run
+	shutdown  bool // the handler ran and the message context was canceled during it
 }
 
 func newPropWorld(t *rapid.T, b propBackend) *propWorld {
-	// TODO(defect 5): with ProcessWithoutDedup a keyless message that keeps
-	// failing is retried forever (no budget without a record). Re-enable:
-	// rapid.SampledFrom([]middleware.MissingKeyPolicy{middleware.RejectMissingKey, middleware.ProcessWithoutDedup}).
-	missing := middleware.RejectMissingKey
-	w := &propWorld{missing: missing, keyless: map[string]int{}, succeeded: map[string]bool{},
+	missing := rapid.SampledFrom([]middleware.MissingKeyPolicy{middleware.RejectMissingKey, middleware.ProcessWithoutDedup}).Draw(t, "missing key")
+	w := &propWorld{missing: missing, keyless: map[string]int{}, succeeded: map[string]bool{}, everOK: map[string]bool{},
 		t: t, store: b.store, b: b, dead: &propDLQ{},
 		attempts: map[string]int{}, seen: map[string]int{}, runs: map[string]int{}, crashes: map[string]int{},
 	}
@@ -256,6 +262,7 @@ func newPropWorld(t *rapid.T, b propBackend) *propWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.policy = policy
 	fn := w.business
 	if b.inbox != nil {
 		fn = b.inboxStore.Inbox(func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error) {
@@ -280,12 +287,17 @@ func (w *propWorld) business(msg *message.Message) ([]*message.Message, error) {
 	op, ok := idempotency.OperationFrom(msg.Context())
 	if !ok || op.Key == "" { // a keyless message, processed without dedup
 		if w.result == resSuccess {
-			w.succeeded[msg.UUID] = true
+			w.succeeded[msg.UUID], w.everOK[msg.UUID] = true, true
+			delete(w.keyless, msg.UUID) // what follows a success is not bounded by its budget
 			return nil, nil
 		}
-		// Without a record there is no durable budget, but failures must
-		// still end in a dead letter within it.
-		w.keyless[msg.UUID]++
+		// Without an operation record the budget is counted per message
+		// (its UUID); failures must end in a dead letter within it. Only
+		// what is stable is modelled: how a success or a dead letter
+		// resets the count is not (a later delivery starts afresh).
+		if w.result != resShutdown { // a shutdown is not charged
+			w.keyless[msg.UUID]++
+		}
 		if w.keyless[msg.UUID] > propAttempts {
 			w.t.Errorf("keyless %s: the handler failed %d times, budget %d", msg.UUID, w.keyless[msg.UUID], propAttempts)
 		}
@@ -295,6 +307,7 @@ func (w *propWorld) business(msg *message.Message) ([]*message.Message, error) {
 		w.t.Errorf("key %s: the handler saw attempt %d after attempt %d", op.Key, op.Attempt, w.seen[op.Key])
 	}
 	w.seen[op.Key] = op.Attempt
+	w.ran = op.Attempt
 	w.runs[op.Key]++
 	if limit := propAttempts + w.crashes[op.Key]; w.runs[op.Key] > limit {
 		w.t.Errorf("key %s: the handler ran %d times in one budget of %d attempts (with %d crashes)",
@@ -319,7 +332,18 @@ func (w *propWorld) outcome(msg *message.Message) ([]*message.Message, error) {
 	case resFinal:
 		return nil, dlq.Final(dlq.ReasonPermanent, errors.New("final"))
 	case resShutdown:
+		w.shutdown = true
 		w.cancel()
+		// The handler learns of the shutdown through its context, as one
+		// whose dependency call returns on Done would: once something
+		// waited on the attempt's context (the inbox's BeginTx does), its
+		// cancellation follows the message context's in a goroutine
+		// (context.AfterFunc), so Err alone may still be nil here.
+		select {
+		case <-msg.Context().Done():
+		case <-time.After(5 * time.Second):
+			w.t.Fatalf("%s: the attempt's context was not canceled with the message context", msg.UUID)
+		}
 		if op, ok := idempotency.OperationFrom(msg.Context()); ok && op.Key != "" {
 			w.crashes[op.Key]++ // refunded: not charged to the budget
 		}
@@ -369,10 +393,21 @@ func (w *propWorld) deliver(m *propMsg) {
 	msg.SetContext(surelydelivery.WithControl(ctx, ctl))
 	before := w.dead.count()
 	w.noteReopen(m)
+	w.ran, w.shutdown = 0, false
 
 	_, err := w.chain(msg)
 
 	published := w.dead.count() - before
+	if w.shutdown && (err == nil || published != 0) {
+		w.t.Fatalf("%s: a shutdown during the handler (permanent %v) was acked or dead-lettered (err %v, %d dead letters)",
+			m.uuid, w.permanent, err, published)
+	}
+	if m.key == "" && w.succeeded[m.uuid] && err != nil {
+		w.t.Fatalf("keyless %s: the handler succeeded, but the delivery was nacked (%v)", m.uuid, err)
+	}
+	if m.key == "" && published == 1 {
+		delete(w.keyless, m.uuid) // its budget ended in a dead letter
+	}
 	rec, found := w.record(m.key)
 	if published > 1 {
 		w.t.Fatalf("one delivery of %s published %d dead letters", m.uuid, published)
@@ -382,7 +417,7 @@ func (w *propWorld) deliver(m *propMsg) {
 		case published == 1:
 			m.dead = true
 		case found && rec.State == idempotency.StateDone:
-		case m.key == "" && w.succeeded[m.uuid]: // processed without dedup
+		case m.key == "" && w.everOK[m.uuid]: // processed without dedup (now or before: a duplicate)
 		default:
 			w.t.Fatalf("%s acked, but its record is %v (found %v) and no dead letter was published", m.uuid, rec.State, found)
 		}
@@ -399,7 +434,7 @@ func (w *propWorld) deliver(m *propMsg) {
 	if published == 1 && found && rec.Fingerprint == w.fingerprint(m) && rec.State != idempotency.StateExhausted {
 		w.t.Fatalf("%s dead-lettered, but its record is %v, not exhausted: it could run again", m.uuid, rec.State)
 	}
-	if w.b.inbox != nil {
+	if w.b.inbox != nil && m.key != "" { // keyless effects are not deduplicated
 		var n int
 		if err := w.b.inbox.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM prop_effects WHERE k = ?", m.key).Scan(&n); err != nil {
 			w.t.Fatal(err)
@@ -439,11 +474,20 @@ func (w *propWorld) checkDelay(m *propMsg, ctl *propControl, err error) {
 		want = max(want, w.after)
 	}
 	var ip *middleware.InProgressError
-	if errors.As(err, &ip) {
-		// Another owner's live lease: wait for it (by the store's clock), up
-		// to MaxInProgressWait; 50ms of slack for the real clock's progress.
+	var ll *middleware.LeaseLostError
+	_, final := dlq.AsFinal(err)
+	switch {
+	case errors.As(err, &ip):
+		// Another owner's live lease, or a retry.After's not-before time:
+		// wait for it (by the store's clock), up to MaxInProgressWait; 50ms
+		// of slack for the real clock's progress.
 		left := min(ip.Until.Sub(w.b.now()), middleware.MaxInProgressWait) - 50*time.Millisecond
 		want = max(want, left)
+	case errors.As(err, &ll), final, w.ran == 0:
+	case w.result == resTransient || w.result == resPanic || w.result == resAfter:
+		// The backoff after the record's attempt w.ran: at least half its
+		// cap (equal jitter), capped at the in-process time.
+		want = max(want, min(w.policy.Backoff().Cap(w.ran)/2, w.b.maxInProc))
 	}
 	if d := delays[len(delays)-1]; d < want {
 		w.t.Fatalf("%s nacked with a delay of %v, want at least %v (%v)", m.uuid, d, want, err)
@@ -498,28 +542,12 @@ func (w *propWorld) step() {
 		}
 		m := rapid.SampledFrom(w.msgs).Draw(t, "message")
 		w.result = rapid.IntRange(0, resCount-1).Draw(t, "result")
-		// FINDING: retry.After(d) with d near 0 (or negative) nacks at once,
-		// with no floor: the generator draws d >= propMinDelay.
-		// TODO(defect 2): retry.After(d) with d above the policy's
-		// MaxInProcessTime is nacked with MaxInProcessTime, less than d;
-		// the generator keeps d within it. Re-enable: 2*w.b.maxInProc.
-		w.after = time.Duration(rapid.Int64Range(int64(propMinDelay), int64(w.b.maxInProc)).Draw(t, "after"))
-		// FINDING: full jitter draws the backoff from [0, cap], with no
-		// floor, so a transient failure can be nacked with a delay near 0
-		// (a jitter draw of 0 nacks at once). The draw is kept above a
-		// tenth, which gives at least propMinDelay, until the policy has a
-		// floor.
-		w.jitter = rapid.Float64Range(0.1, 0.999).Draw(t, "jitter")
-		switch w.result {
-		case resFinal:
-			// TODO(defect 4): a handler's *dlq.FinalError leaves the record
-			// FAILED (claimable again) while the message is dead-lettered.
-			w.result = resPermanent
-		case resShutdown:
-			// TODO(defect 1): a shutdown whose error is also permanent
-			// dead-letters (and acks) instead of nacking without charging
-			// an attempt. Re-enable: w.permanent = rapid.Bool().Draw(t, "permanent").
-			w.permanent = false
+		// retry.After(d): from below 0 (the backoff applies) to twice the
+		// in-process time (the broker gets all of d).
+		w.after = time.Duration(rapid.Int64Range(-int64(propMinDelay), 2*int64(w.b.maxInProc)).Draw(t, "after"))
+		w.jitter = rapid.Float64Range(0, 0.999).Draw(t, "jitter")
+		if w.result == resShutdown {
+			w.permanent = rapid.Bool().Draw(t, "permanent")
 		}
 		w.deliver(m)
 	case 5: // a consumer crashes holding m's lease
@@ -535,6 +563,7 @@ func (w *propWorld) step() {
 			clear(w.seen)
 			clear(w.runs)
 			clear(w.crashes)
+			clear(w.keyless) // the attempt records of keyless messages too
 			return
 		}
 		w.b.advance(time.Duration(rapid.Int64Range(0, int64(2*w.b.lease)).Draw(t, "advance")))

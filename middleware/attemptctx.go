@@ -64,6 +64,18 @@ func (a *attemptCtx) Err() error {
 	if c == nil {
 		c = a.make()
 	}
+	if err := c.Err(); err != nil || !a.running.Load() || a.msg.Err() == nil {
+		return err
+	}
+	// The message context is canceled, and the callback that forwards it
+	// has not run yet (context.AfterFunc runs it on its own goroutine):
+	// cancel now, so Err agrees with the message context at once, as a
+	// standard child context's does.
+	a.mu.Lock()
+	if a.running.Load() {
+		a.cancel(context.Cause(a.msg))
+	}
+	a.mu.Unlock()
 	return c.Err()
 }
 

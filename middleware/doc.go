@@ -19,7 +19,7 @@
 //     dead_lettered, never as processed.
 //   - DeadLetter publishes final failures (a *dlq.FinalError or an error
 //     marked retry.Permanent) and acks only after that publish succeeded.
-//   - Retry runs in-process attempts with backoff and full jitter, nacks
+//   - Retry runs in-process attempts with backoff and equal jitter, nacks
 //     after a delay when they are spent, and consults the outage breaker.
 //   - Identity extracts the operation key and payload fingerprint.
 //   - Dedup claims, completes or releases the operation in an

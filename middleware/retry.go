@@ -10,6 +10,7 @@ import (
 
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -21,7 +22,7 @@ const MaxInProgressWait = 5 * time.Second
 const leaseLostWait = 100 * time.Millisecond
 
 // Retry runs the inner chain up to policy.InProcessAttempts() times per
-// delivery, with backoff and full jitter between attempts, while the total
+// delivery, with backoff and jitter between attempts, while the total
 // stays inside policy.MaxInProcessTime(). Classification decides:
 //
 //   - nil: done.
@@ -32,6 +33,11 @@ const leaseLostWait = 100 * time.Millisecond
 //     MaxInProgressWait).
 //   - anything else is transient: retried in process, then nacked after the
 //     backoff delay, so the broker redelivers it for the next durable attempt.
+//     The backoff is policy.Delay of the message's durable attempt number
+//     (the Operation.Attempt that Dedup sets, found in the context or in the
+//     report of Observe or Trace outside Retry, as in handler.New; else the
+//     attempts of this delivery), so the delay grows across redeliveries,
+//     not only within one.
 //
 // An error marked with retry.After(d) is retried no sooner than d after
 // the failure, on every broker: a d that does not fit in MaxInProcessTime
@@ -94,7 +100,7 @@ func Retry(policy *retry.Policy, breaker *retry.Breaker) (message.HandlerMiddlew
 					return nil, err
 				}
 				setOutcome(ctx, OutcomeRetry)
-				delay := policy.Delay(n, err)
+				delay := policy.Delay(durableAttempt(ctx, rep, n), err)
 				if n >= policy.InProcessAttempts() || time.Since(start)+delay > policy.MaxInProcessTime() {
 					// A retry.After delay is a promise ("not before d"):
 					// the broker gets all of it. Waiting here is capped;
@@ -113,6 +119,22 @@ func Retry(policy *retry.Policy, breaker *retry.Breaker) (message.HandlerMiddlew
 			}
 		}
 	}, nil
+}
+
+// durableAttempt is the number of the attempt that just failed, for the
+// backoff: the message's attempt as the dedup step counted it
+// (idempotency.Operation.Attempt, across deliveries and consumers), or n,
+// the attempts of this delivery, when no dedup step reported one. The
+// operation is in ctx when Identity runs outside Retry, else in the
+// delivery's report (handler.New's order).
+func durableAttempt(ctx context.Context, rep *report, n int) int {
+	a := 0
+	if op, ok := idempotency.OperationFrom(ctx); ok {
+		a = op.Attempt
+	} else if rep != nil {
+		a = rep.op.Attempt
+	}
+	return max(a, n)
 }
 
 // classify maps an attempt's error to the breaker's result, and says whether

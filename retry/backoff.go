@@ -12,14 +12,17 @@ const DefaultMultiplier = 2.0
 // maxDuration is the largest time.Duration.
 const maxDuration = time.Duration(math.MaxInt64)
 
-// Backoff is exponential backoff with full jitter (AWS Architecture Blog,
+// Backoff is exponential backoff with equal jitter (AWS Architecture Blog,
 // "Exponential Backoff And Jitter"): the delay after the n-th failed attempt
-// (n starts at 1) is drawn uniformly from [0, cap(n)] where
+// (n starts at 1) is drawn uniformly from [cap(n)/2, cap(n)] where
 //
 //	cap(n) = min(Max, Initial * Multiplier^(n-1))
 //
-// Full jitter spreads the retries of many consumers that failed together (a
-// dependency came back) instead of sending them back in lockstep.
+// The jitter spreads the retries of many consumers that failed together (a
+// dependency came back) instead of sending them back in lockstep; the floor
+// of half the cap keeps every retry from coming at once (full jitter, a
+// draw from [0, cap(n)], can retry after no delay at all) and keeps the
+// delay growing with n.
 //
 // Backoff is a plain value with no validation (use [WithBackoff] for that):
 // an Initial <= 0 gives no delay, a Max <= 0 means no cap (other than the
@@ -60,8 +63,8 @@ func (b Backoff) Cap(n int) time.Duration {
 }
 
 // Delay returns the wait after the n-th failed attempt: a uniform draw from
-// [0, Cap(n)]. rnd returns a float in [0, 1) (a value outside is clamped);
-// nil means math/rand/v2's Float64.
+// [Cap(n)/2, Cap(n)]. rnd returns a float in [0, 1) (a value outside is
+// clamped); nil means math/rand/v2's Float64.
 func (b Backoff) Delay(n int, rnd func() float64) time.Duration {
 	c := b.Cap(n)
 	if c <= 0 {
@@ -70,11 +73,12 @@ func (b Backoff) Delay(n int, rnd func() float64) time.Duration {
 	if rnd == nil {
 		rnd = rand.Float64
 	}
+	floor := c - c/2 // the upper half: never 0 for c > 0
 	r := rnd()
 	if !(r > 0) { // negative, zero or NaN
-		return 0
+		return floor
 	}
-	x := r * float64(c)
+	x := float64(floor) + r*float64(c-floor)
 	if x >= float64(c) {
 		return c
 	}

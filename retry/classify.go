@@ -82,6 +82,9 @@ func (e *AfterError) Unwrap() error {
 
 // After marks err as transient and asks for the next attempt no earlier than
 // d from now. It returns nil for a nil err. A negative d is stored as 0.
+// The retry is never sooner than the policy's backoff would make it
+// ([Policy.Delay]): After(0) is an ordinary transient error, not a request
+// to retry at once.
 //
 // [Permanent] wins over After: an error marked with both is not retried.
 func After(d time.Duration, err error) error {

@@ -42,13 +42,18 @@
 //
 // # Backoff
 //
-// [Backoff] is exponential with full jitter: after the n-th failed attempt
-// the wait is drawn uniformly from [0, min(Max, Initial*Multiplier^(n-1))].
-// The jitter spreads the consumers that failed together when a dependency
-// went down, so they do not come back in lockstep. The computation saturates
-// instead of overflowing, whatever n. [Policy.Delay] uses the delay of
-// [After] instead when the error carries one. [WithRand] makes the draws
-// deterministic in tests.
+// [Backoff] is exponential with equal jitter: after the n-th failed attempt
+// the wait is drawn uniformly from [c/2, c], c = min(Max,
+// Initial*Multiplier^(n-1)). The jitter spreads the consumers that failed
+// together when a dependency went down, so they do not come back in
+// lockstep; the floor of c/2 means no failed attempt is retried at once.
+// n is the message's durable attempt number (the retry middleware takes it
+// from the dedup store's count), so the wait grows across redeliveries, not
+// only within one delivery. The computation saturates instead of
+// overflowing, whatever n. [Policy.Delay] waits the delay of [After]
+// instead when the error carries a longer one; After(0), a negative delay
+// or one shorter than the draw waits the backoff, so it cannot make a tight
+// redelivery loop. [WithRand] makes the draws deterministic in tests.
 //
 // # Budget
 //

@@ -30,12 +30,12 @@ func ExampleNewPolicy() {
 	fmt.Println(errors.Is(err, retry.ErrInvalidOption))
 	// Output:
 	// budget: 10 attempts, 3 per delivery
-	// after attempt 1: wait 100ms
-	// after attempt 2: wait 200ms
-	// after attempt 3: wait 400ms
-	// after attempt 4: wait 800ms
-	// after attempt 5: wait 1.6s
-	// after attempt 6: wait 2.5s
+	// after attempt 1: wait 150ms
+	// after attempt 2: wait 300ms
+	// after attempt 3: wait 600ms
+	// after attempt 4: wait 1.2s
+	// after attempt 5: wait 2.4s
+	// after attempt 6: wait 3.75s
 	// true
 }
 

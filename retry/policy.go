@@ -90,7 +90,7 @@ func WithInProcessAttempts(n int) Option {
 	}
 }
 
-// WithBackoff sets the bounds of the exponential backoff (multiplier 2, full
+// WithBackoff sets the bounds of the exponential backoff (multiplier 2, equal
 // jitter, see [Backoff]). Default 100ms and 10s. It needs
 // 0 <= initial <= max; initial 0 retries without waiting.
 func WithBackoff(initial, maxDelay time.Duration) Option {
@@ -144,15 +144,23 @@ func (p *Policy) MaxInProcessTime() time.Duration { return p.maxInProcessTime }
 func (p *Policy) Backoff() Backoff { return p.backoff }
 
 // Delay returns the wait before attempt n+1, after attempt n (n >= 1)
-// failed with err: the delay asked for with [After] if err carries one
-// (never negative), otherwise a draw of the policy's [Backoff] for n.
+// failed with err: a draw of the policy's [Backoff] for n, or the delay
+// asked for with [After] when err carries a longer one. n is the message's
+// durable attempt number (the retry middleware passes the dedup store's
+// count when it has one), so the wait grows across redeliveries.
+//
+// An [After] delay is a minimum ("not before d"), never a reason to retry
+// sooner than the backoff: After(d) with d <= 0, or a d shorter than the
+// draw, waits the backoff, so a handler that returns After(0) every time
+// does not redeliver in a tight loop.
 //
 // Delay does not cap a Retry-After delay: the caller compares it with what
 // is left of [Policy.MaxInProcessTime] and nacks with that delay instead of
 // sleeping when it does not fit.
 func (p *Policy) Delay(n int, err error) time.Duration {
+	b := p.backoff.Delay(n, p.rnd)
 	if d, ok := AfterDelay(err); ok {
-		return d
+		return max(d, b)
 	}
-	return p.backoff.Delay(n, p.rnd)
+	return b
 }

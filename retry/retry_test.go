@@ -231,14 +231,14 @@ func TestBackoffJitter(t *testing.T) {
 		r    float64
 		want time.Duration
 	}{
-		{"zero draw", 3, 0, 0},
-		{"half draw", 3, 0.5, 2 * time.Second},
-		{"quarter draw", 1, 0.25, 250 * time.Millisecond},
+		{"zero draw: half the cap", 3, 0, 2 * time.Second},
+		{"half draw", 3, 0.5, 3 * time.Second},
+		{"quarter draw", 1, 0.25, 625 * time.Millisecond},
 		{"largest draw", 3, math.Nextafter(1, 0), 4*time.Second - 1},
 		{"draw of 1 clamps", 3, 1, 4 * time.Second},
 		{"draw above 1 clamps", 3, 7, 4 * time.Second},
-		{"negative draw clamps", 3, -1, 0},
-		{"NaN draw clamps", 3, math.NaN(), 0},
+		{"negative draw clamps", 3, -1, 2 * time.Second},
+		{"NaN draw clamps", 3, math.NaN(), 2 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -322,10 +322,10 @@ func TestPolicyOptions(t *testing.T) {
 	assert.Equal(t, 8, p.MaxAttempts())
 	assert.Equal(t, 1, p.InProcessAttempts())
 	assert.Equal(t, time.Minute, p.MaxInProcessTime())
-	assert.Equal(t, 500*time.Millisecond, p.Delay(1, errBase))
-	assert.Equal(t, time.Second, p.Delay(2, errBase))
-	assert.Equal(t, 8*time.Second, p.Delay(5, errBase))
-	assert.Equal(t, 15*time.Second, p.Delay(100, errBase))
+	assert.Equal(t, 750*time.Millisecond, p.Delay(1, errBase))
+	assert.Equal(t, 1500*time.Millisecond, p.Delay(2, errBase))
+	assert.Equal(t, 12*time.Second, p.Delay(5, errBase))
+	assert.Equal(t, 22500*time.Millisecond, p.Delay(100, errBase))
 
 	zero, err := retry.NewPolicy(retry.WithBackoff(0, 0))
 	require.NoError(t, err)
@@ -355,12 +355,13 @@ func TestPolicyDelayHonorsAfter(t *testing.T) {
 		err  error
 		want time.Duration
 	}{
-		{"backoff", errBase, 100 * time.Millisecond}, // n=2: cap 200ms, half
+		{"backoff", errBase, 150 * time.Millisecond}, // n=2: cap 200ms, from 100ms, half way
 		{"after", retry.After(42*time.Second, errBase), 42 * time.Second},
 		{"after beyond the backoff max", retry.After(time.Hour, errBase), time.Hour},
-		{"after zero", retry.After(0, errBase), 0},
-		{"after negative", retry.After(-time.Second, errBase), 0},
-		{"hand-built negative", &retry.AfterError{Delay: -time.Second, Err: errBase}, 0},
+		{"after zero: the backoff", retry.After(0, errBase), 150 * time.Millisecond},
+		{"after negative: the backoff", retry.After(-time.Second, errBase), 150 * time.Millisecond},
+		{"after shorter than the backoff", retry.After(time.Millisecond, errBase), 150 * time.Millisecond},
+		{"hand-built negative", &retry.AfterError{Delay: -time.Second, Err: errBase}, 150 * time.Millisecond},
 		{"after wrapped", fmt.Errorf("x: %w", retry.After(7*time.Second, errBase)), 7 * time.Second},
 		{"after joined", errors.Join(errBase, retry.After(7*time.Second, errBase)), 7 * time.Second},
 	}
@@ -398,4 +399,34 @@ func TestPolicyInvalidOptions(t *testing.T) {
 			assert.Nil(t, p)
 		})
 	}
+}
+
+// Equal jitter: the draw is in [cap/2, cap], so a failed attempt is never
+// retried at once, whatever the random source returns.
+func TestBackoffEqualJitterFloor(t *testing.T) {
+	t.Parallel()
+	b := retry.Backoff{Initial: 10 * time.Millisecond, Max: time.Second, Multiplier: 2}
+	for n := 1; n <= 10; n++ {
+		c := b.Cap(n)
+		for _, r := range []float64{0, -1, math.NaN(), 0.5, math.Nextafter(1, 0), 1, 7} {
+			d := b.Delay(n, func() float64 { return r })
+			require.GreaterOrEqual(t, d, c/2, "delay(%d) r=%v", n, r)
+			require.LessOrEqual(t, d, c, "delay(%d) r=%v", n, r)
+		}
+	}
+}
+
+// After(d) with d <= 0 is an ordinary transient error: the backoff's delay,
+// not an immediate retry. A positive d shorter than the backoff waits the
+// backoff too ("not before d" holds either way).
+func TestPolicyDelayAfterNonPositiveBacksOff(t *testing.T) {
+	t.Parallel()
+	p, err := retry.NewPolicy(retry.WithBackoff(time.Second, time.Minute), retry.WithRand(func() float64 { return 0 }))
+	require.NoError(t, err)
+	for _, d := range []time.Duration{0, -time.Second, time.Millisecond} {
+		for n := 1; n <= 4; n++ {
+			assert.Equal(t, p.Backoff().Cap(n)/2, p.Delay(n, retry.After(d, errBase)), "After(%v), n=%d", d, n)
+		}
+	}
+	assert.Equal(t, 42*time.Second, p.Delay(1, retry.After(42*time.Second, errBase)), "a longer After delay is kept whole")
 }

@@ -28,6 +28,7 @@ import (
 // Bounds of the parent's waits.
 const (
 	tick            = 20 * time.Millisecond
+	soakTick        = 250 * time.Millisecond
 	pauseReach      = 15 * time.Second // an armed consumer reaches its pause point
 	pauseTries      = 3                // consumers tried in turn for one pause
 	pauseTakeover   = 30 * time.Second // another consumer completes the paused operation
@@ -53,6 +54,22 @@ type result struct {
 	markerMismatch                 int // keys whose markers and effects disagree (lease mode)
 	consumerExits                  int
 	settled                        bool
+
+	net          map[string]int // network faults injected, by kind (-net)
+	commitUnsure int            // lease: extra effects explained by a COMMIT that failed after the server applied it
+	leaseLost    int            // attempts the store refused (fenced): a lease given up or taken over
+	// -failover
+	failovers, promoteMs        int
+	waitReplicas                bool
+	ackedChecked, ackedLost     int // acknowledged (key, token) pairs checked after the run, and those whose record was lost
+	lostRerun, lostForgotten    int // of ackedLost: the operation ran again / its record is just gone
+	lostCompletionWindows       int // effects whose acknowledged Complete the failover forgot (each may double)
+	latency                     percentiles
+	soak                        bool
+	growth                      []growth
+	rssGrowthMax, goroutGrowMax float64
+	goroutGrowAbs               float64 // the largest growth in goroutines (window means)
+	skipFlat                    bool
 }
 
 // line is the one line printed on stdout.
@@ -60,7 +77,31 @@ func (r result) line() string {
 	return fmt.Sprintf("chaos: mode=%s broker=%s ops=%d kills=%d redis_restarts=%d lost=%d double_effects=%d dead_lettered=%d dlq_expected=%d"+
 		" broker_restarts=%d pauses=%d fenced=%d windows=%d window_kills=%d kills_in_window=%d complete_failed=%d window_violations=%d",
 		r.mode, r.broker, r.ops, r.kills, r.redisRestarts, r.lost, r.double, r.deadLettered, r.dlqExpected,
-		r.brokerRestarts, r.pauses, r.fenced, r.windows, r.windowKills, r.killsInWindow, r.completeFailed, r.windowViolations)
+		r.brokerRestarts, r.pauses, r.fenced, r.windows, r.windowKills, r.killsInWindow, r.completeFailed, r.windowViolations) + r.extra()
+}
+
+// extra is the result line's fields of -net, -failover and soaks.
+func (r result) extra() string {
+	var b strings.Builder
+	if r.net != nil {
+		total := 0
+		for _, k := range netKinds {
+			fmt.Fprintf(&b, " net_%s=%d", k, r.net[k])
+			total += r.net[k]
+		}
+		fmt.Fprintf(&b, " net_faults=%d commit_unsure=%d lease_lost=%d", total, r.commitUnsure, r.leaseLost)
+	}
+	if r.failovers > 0 || r.mode == modeLease && r.waitReplicas {
+		fmt.Fprintf(&b, " failovers=%d promote_ms=%d wait_replicas=%t lost_completion_windows=%d", r.failovers, r.promoteMs, r.waitReplicas, r.lostCompletionWindows)
+	}
+	fmt.Fprintf(&b, " acked_checked=%d acked_lost=%d lost_rerun=%d lost_forgotten=%d", r.ackedChecked, r.ackedLost, r.lostRerun, r.lostForgotten)
+	if r.latency.n > 0 {
+		b.WriteString(" " + r.latency.String())
+	}
+	if r.soak {
+		fmt.Fprintf(&b, " consumers_sampled=%d rss_growth_max_pct=%.1f goroutine_growth_max_pct=%.1f", len(r.growth), 100*r.rssGrowthMax, 100*r.goroutGrowMax)
+	}
+	return b.String()
 }
 
 // problems lists what makes the run fail.
@@ -84,6 +125,18 @@ func (r result) problems() []string {
 	}
 	if r.markerMismatch > 0 {
 		p = append(p, fmt.Sprintf("%d keys whose markers disagree with their effect count", r.markerMismatch))
+	}
+	if r.ackedLost > 0 && (r.failovers == 0 || r.waitReplicas) {
+		p = append(p, fmt.Sprintf("%d acknowledged completions lost (no failover without WAIT to explain them)", r.ackedLost))
+	}
+	if r.soak && !r.skipFlat {
+		if len(r.growth) == 0 {
+			p = append(p, "no consumer was sampled over the whole soak")
+		}
+		if r.rssGrowthMax > soakFlat || r.goroutGrowMax > soakFlat && r.goroutGrowAbs > soakGoroutineSlack {
+			p = append(p, fmt.Sprintf("a consumer grew after warm-up: resident memory %+.1f %%, goroutines %+.1f %% (at most %.0f %%)",
+				100*r.rssGrowthMax, 100*r.goroutGrowMax, 100*soakFlat))
+		}
 	}
 	if r.fenced < r.pausesTakenOver {
 		p = append(p, fmt.Sprintf("%d paused consumers were taken over, only %d reported their stale attempt fenced", r.pausesTakenOver, r.fenced))
@@ -151,11 +204,35 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 	var (
 		getter  recordGetter
 		redisSv *redisServer
+		ha      *redisHA
+		px      *proxies
 	)
+	if cfg.net || cfg.failover {
+		px = newProxies()
+	}
+	res.waitReplicas = cfg.failover && cfg.waitReplicas
 	child := childConfig{Mode: cfg.mode, Broker: cfg.broker, Effects: cfg.effects, EffectsDSN: dsn,
-		Suffix: n.suffix, Concurrency: cfg.concurrency}
-	switch cfg.mode {
-	case modeLease:
+		Suffix: n.suffix, Concurrency: cfg.concurrency, StatsEveryMs: int(cfg.statsEvery.Milliseconds()),
+		MaxLifeMs: (cfg.timeout + 5*time.Minute).Milliseconds()}
+	switch {
+	case cfg.mode == modeLease && cfg.failover:
+		if ha, err = startRedisHA(ctx, filepath.Join(dir, "redis"), px); err != nil {
+			return res, err
+		}
+		cleanups = append(cleanups, func() error { ha.stop(); return nil })
+		client := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: sentinelMaster, SentinelAddrs: ha.sentinelAddrs(), MaxRetries: 5})
+		cleanups = append(cleanups, client.Close)
+		rs, err := redisstore.New(ctx, client, redisstore.WithPrefix(n.redisPrefix))
+		if err != nil {
+			return res, err
+		}
+		log.say("store: redis-server primary %s, replica %s (replicating through a proxy), Sentinels %v; Complete waits for the replica: %t",
+			ha.primary.addr, ha.replica.addr, ha.sentinelAddrs(), res.waitReplicas)
+		getter, child.StoreSentinels, child.StoreMaster = rs, ha.sentinelAddrs(), sentinelMaster
+		if res.waitReplicas {
+			child.WaitReplicas = 1
+		}
+	case cfg.mode == modeLease:
 		if err := os.Mkdir(filepath.Join(dir, "redis"), 0o700); err != nil {
 			return res, err
 		}
@@ -171,7 +248,7 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 		}
 		log.say("store: private redis-server on %s (AOF appendfsync %s), key prefix %s", redisSv.addr, rs.Durability().AppendFsync, n.redisPrefix)
 		getter, child.StoreRedis = rs, redisSv.addr
-	default:
+	default: // inbox
 		ss, err := sqlstore.New(db.db, db.dialect(), sqlstore.WithTable(n.inbox))
 		if err != nil {
 			return res, err
@@ -240,6 +317,16 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 	if err != nil {
 		return res, err
 	}
+	var nc *netChaos
+	if cfg.net {
+		links, storeLinks, err := netLinks(child, ha)
+		if err != nil {
+			return res, err
+		}
+		cs.links = links(px)
+		nc = &netChaos{storeLinks: storeLinks, storeDelay: consumerStoreTimeout, counts: map[string]int{}}
+		log.say("net: every consumer reaches %s through proxies of its own", strings.Join(linkNames(child), ", "))
+	}
 	cleanups = append(cleanups, func() error { cs.stopAll(); return nil })
 	for range cfg.consumers {
 		if _, err := cs.start(); err != nil {
@@ -260,15 +347,31 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 	}
 	cleanups = append(cleanups, pub.Close)
 	published := make(chan error, 1)
-	go func() { published <- publish(ctx, pub, n.topic, ops) }()
+	go func() { published <- publish(ctx, pub, n.topic, ops, cfg.rate, cfg.duration > 0) }()
 
 	// Faults, by progress, until everything is settled.
 	plan := makePlan(rnd, cfg)
-	log.say("plan: %d kills, %d redis restarts, %d broker restarts, %d pauses over %d ops, %d consumers × %d in flight",
-		cfg.kills, cfg.redisRestarts, cfg.brokerRestarts, cfg.pauses, cfg.ops, cfg.consumers, cfg.concurrency)
-	f := &faults{cfg: cfg, log: log, rnd: rnd, cs: cs, getter: getter, ns: n.namespace, redis: redisSv, nats: natsSv, res: &res}
+	log.say("plan: %d kills, %d redis restarts, %d broker restarts, %d pauses, %d failovers over %d ops, %d consumers × %d in flight, network faults: %t",
+		cfg.kills, cfg.redisRestarts, cfg.brokerRestarts, cfg.pauses, b2i(cfg.failover), cfg.ops, cfg.consumers, cfg.concurrency, cfg.net)
+	f := &faults{cfg: cfg, log: log, rnd: rnd, cs: cs, getter: getter, ns: n.namespace, redis: redisSv, nats: natsSv, ha: ha, res: &res}
 	f.reach, f.stopReach = context.WithCancel(ctx)
 	defer f.stopReach()
+	netCtx, stopNet := context.WithCancel(ctx)
+	netDone := make(chan struct{})
+	if nc != nil {
+		nc.f = f
+		go func() {
+			defer close(netDone)
+			nc.loop(netCtx)
+		}()
+	} else {
+		close(netDone)
+	}
+	stopNetFaults := func() {
+		stopNet()
+		<-netDone // bounded: a fault's hold ends with netCtx
+	}
+	defer stopNetFaults()
 	started := time.Now()
 	publishDone := false
 	allDone := false // every operation effected or dead-lettered; it stays so
@@ -310,6 +413,7 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 				// Nothing is left to deliver: a consumer armed for a
 				// pause can no longer reach its pause point.
 				f.stopReach()
+				stopNetFaults()
 				if f.idle() {
 					res.settled = true
 					break
@@ -320,7 +424,11 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 			log.say("stopped (%v): %d of %d operations settled, %d faults not injected", context.Cause(ctx), progress, cfg.ops, len(plan))
 			break
 		}
-		time.Sleep(tick)
+		if cfg.duration > 0 {
+			time.Sleep(soakTick) // a long run: count less often
+		} else {
+			time.Sleep(tick)
+		}
 	}
 	f.wg.Wait() // bounded: every wait of a pause is
 	if res.settled {
@@ -328,14 +436,34 @@ func run(ctx context.Context, cfg config) (res result, err error) {
 			time.Since(started).Round(100*time.Millisecond), cfg.settleGrace)
 		time.Sleep(cfg.settleGrace)
 	}
+	stopNetFaults()
+	if nc != nil {
+		res.net = nc.summary()
+	}
 	cs.stopAll()
 	res.consumerExits += cs.exits
+	res.latency = cs.rep.latency()
+	res.leaseLost = cs.rep.fencedCount()
+	if cfg.duration > 0 {
+		res.soak, res.skipFlat = true, cfg.skipFlat
+		soakFigures(&res, cs.rep, cfg, time.Since(started), log)
+	}
 
 	// Count, with a deadline of its own: the run's may be over.
 	cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer ccancel()
 	if err := tally(cctx, &res, db, getter, n.namespace, cs, dead, ops, log); err != nil {
 		return res, err
+	}
+	if err := checkAcked(cctx, &res, getter, n.namespace, cs.rep, db, log); err != nil {
+		return res, err
+	}
+	if ha != nil {
+		if now, err := ha.masterAddr(cctx); err != nil {
+			log.say("store at the end: %v", err)
+		} else {
+			log.say("store at the end: the Sentinels name %s the primary; first primary %s, first replica %s", now, ha.primary.addr, ha.replica.addr)
+		}
 	}
 	log.say("took %v; consumers exited on their own: %d", time.Since(started).Round(100*time.Millisecond), res.consumerExits)
 	_, _ = fmt.Fprintln(cfg.stdout, res.line())
@@ -372,8 +500,12 @@ func countKind(ops []op, kind string) int {
 }
 
 // publish publishes ops from a few goroutines in batches, retrying a batch
-// while the broker does not take it (a restart).
-func publish(ctx context.Context, pub message.Publisher, topic string, ops []op) error {
+// while the broker does not take it (a restart); paced, it publishes rate
+// operations a second, a tenth of them every 100 ms.
+func publish(ctx context.Context, pub message.Publisher, topic string, ops []op, rate int, paced bool) error {
+	if paced {
+		return publishPaced(ctx, pub, topic, ops, rate)
+	}
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -385,7 +517,7 @@ func publish(ctx context.Context, pub message.Publisher, topic string, ops []op)
 			for b := range batches {
 				msgs := make([]*message.Message, len(b))
 				for i, o := range b {
-					body, _ := json.Marshal(payload{Key: o.key, Kind: o.kind}) // cannot fail
+					body, _ := json.Marshal(payload{Key: o.key, Kind: o.kind, At: time.Now().UnixNano()}) // cannot fail
 					msgs[i] = message.NewMessage(watermill.NewUUID(), body)
 				}
 				if err := publishRetrying(ctx, pub, topic, msgs); err != nil {
@@ -405,6 +537,35 @@ func publish(ctx context.Context, pub message.Publisher, topic string, ops []op)
 	close(batches)
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+func publishPaced(ctx context.Context, pub message.Publisher, topic string, ops []op, rate int) error {
+	const every = 100 * time.Millisecond
+	per := max(1, rate/10)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	start := time.Now()
+	for i := 0; i < len(ops); {
+		// Catch up after a slow publish, so that the rate holds on average.
+		due := min(len(ops), int(time.Since(start)/every+1)*per)
+		if due > i {
+			msgs := make([]*message.Message, 0, due-i)
+			for _, o := range ops[i:due] {
+				body, _ := json.Marshal(payload{Key: o.key, Kind: o.kind, At: time.Now().UnixNano()}) // cannot fail
+				msgs = append(msgs, message.NewMessage(watermill.NewUUID(), body))
+			}
+			if err := publishRetrying(ctx, pub, topic, msgs); err != nil {
+				return err
+			}
+			i = due
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 // publishRetrying publishes msgs again (the same messages: a duplicate is
@@ -429,6 +590,7 @@ const (
 	faultRedisRestart  = "redis-restart"
 	faultBrokerRestart = "broker-restart"
 	faultPause         = "pause"
+	faultFailover      = "failover"
 )
 
 // planned is a fault to inject once progress (operations settled) reaches at.
@@ -451,6 +613,9 @@ func makePlan(rnd *rand.Rand, cfg config) []planned {
 	add(faultRedisRestart, cfg.redisRestarts)
 	add(faultBrokerRestart, cfg.brokerRestarts)
 	add(faultPause, cfg.pauses)
+	if cfg.failover {
+		add(faultFailover, 1)
+	}
 	slices.SortStableFunc(plan, func(a, b planned) int { return a.at - b.at })
 	return plan
 }
@@ -465,6 +630,7 @@ type faults struct {
 	ns     string
 	redis  *redisServer
 	nats   *natsServer
+	ha     *redisHA
 	// reach bounds the wait of a pause for a consumer to reach its pause
 	// point; the run stops it (stopReach) once every operation is
 	// settled, since no delivery reaches a pause point after that.
@@ -506,6 +672,20 @@ func (f *faults) do(ctx context.Context, what string, progress int) error {
 		}
 		f.log.say("broker restart %d: NATS shut down and started again at %d settled, ready after %v", f.count(&f.res.brokerRestarts), progress,
 			time.Since(start).Round(time.Millisecond))
+		return nil
+	case faultFailover:
+		dropAt := f.cs.rep.since()
+		took, behind, err := f.ha.failover(ctx)
+		if err != nil {
+			return err
+		}
+		f.mu.Lock()
+		f.res.failovers++
+		f.res.promoteMs = int(took.Milliseconds())
+		f.mu.Unlock()
+		f.log.say("failover: replication stream dropped %v after the start; primary killed (SIGKILL) at %d settled after its replica got nothing for %v "+
+			"(acknowledged replication offset behind by %s); Sentinel promoted the replica after %v; old primary started again as a replica",
+			dropAt.Round(10*time.Millisecond), progress, replicationLag, behind, took.Round(time.Millisecond))
 		return nil
 	case faultPause:
 		// In the background: the other faults go on meanwhile.
@@ -731,20 +911,44 @@ func tally(ctx context.Context, res *result, db *effectsDB, getter recordGetter,
 	open := map[string]int{}
 	records := map[string]idempotency.Record{}
 	windowKills := map[int]bool{}
+	seen := map[string]int{} // key+" "+token -> markers so far
+	acked := cs.rep.ackedTokens()
 	for _, m := range markers {
 		perKey[m.key]++
 		rec, ok := records[m.key]
 		if !ok {
-			if rec, err = getter.Get(ctx, ns, m.key); err != nil {
+			// A record the store lost (a failover) reads as none.
+			if rec, err = getter.Get(ctx, ns, m.key); err != nil && !isNotFound(err) {
 				return fmt.Errorf("read the record of %s: %w", m.key, err)
 			}
 			records[m.key] = rec
 		}
+		kt := m.key + " " + m.token
+		seen[kt]++
 		if rec.State == idempotency.StateDone && rec.Token == m.token {
-			continue // this attempt's Complete happened
+			if seen[kt] == 1 {
+				continue // this attempt's Complete happened
+			}
+			// The same attempt's effect twice: an in-process retry after
+			// a COMMIT that failed on the wire but was applied.
+			if seen[kt]-1 <= cs.rep.unsureOf(m.key, m.token) {
+				open[m.key]++
+				res.windows++
+				res.commitUnsure++
+			}
+			continue
 		}
 		open[m.key]++
 		res.windows++
+		if slices.Contains(acked[m.key], m.token) {
+			// Its Complete was acknowledged, and the store lost it.
+			res.lostCompletionWindows++
+			continue
+		}
+		if seen[kt] > 1 && seen[kt]-1 <= cs.rep.unsureOf(m.key, m.token) {
+			res.commitUnsure++
+			continue
+		}
 		// A process that was stopped past its lease had its Completes
 		// refused; one that was only killed died in the window.
 		if cs.wasKilled(m.pid) && !cs.wasPaused(m.pid) {
@@ -755,8 +959,9 @@ func tally(ctx context.Context, res *result, db *effectsDB, getter recordGetter,
 		}
 	}
 	res.windowKills = len(windowKills)
-	log.say("lease windows: %d effects without their Complete: %d left by %d of the %d kills, %d by a Complete that was fenced or failed",
-		res.windows, res.killsInWindow, res.windowKills, res.kills, res.completeFailed)
+	log.say("lease windows: %d effects without their Complete: %d left by %d of the %d kills, %d by a Complete that was fenced or failed, "+
+		"%d by a COMMIT of the effect that failed on the wire after it was applied, %d by an acknowledged Complete the store lost",
+		res.windows, res.killsInWindow, res.windowKills, res.kills, res.completeFailed, res.commitUnsure, res.lostCompletionWindows)
 	var bad []string
 	for k, n := range counts {
 		if perKey[k] != n {

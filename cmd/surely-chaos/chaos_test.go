@@ -25,7 +25,12 @@ func TestMain(m *testing.M) {
 	if raw, ok := os.LookupEnv(childEnv); ok {
 		os.Exit(childMain(raw))
 	}
-	goleak.VerifyTestMain(m)
+	// toxiproxy (-net) leaves one goroutine behind when a toxic is
+	// removed from a link whose connection closed meanwhile: its pass-
+	// through stage blocks forever sending to the closed link's writer
+	// (toxics.NoopToxic.Pipe, started by ToxicLink.RemoveToxic). One per
+	// such removal, in the parent only; not surely's.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*NoopToxic).Pipe"))
 }
 
 // smallRun is the CI-sized run: about a thousand operations with a few of

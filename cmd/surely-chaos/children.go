@@ -30,6 +30,7 @@ type child struct {
 	paused bool           // being paused (children.mu)
 	ready  bool           // printed READY: its signal handlers are installed (children.mu)
 	doomed bool           // picked for a kill (children.mu)
+	net    *linkSet       // its proxies (-net), nil without
 }
 
 // children starts, kills and stops the consumer processes.
@@ -44,6 +45,10 @@ type children struct {
 	paused map[int]bool // pids paused (SIGSTOP) at least once
 	exits  int          // consumers that exited on their own
 	verb   bool
+	// links, when set, gives every new consumer proxies of its own and
+	// returns its configuration pointing at them (-net).
+	links func() (string, *linkSet, error)
+	rep   *reports
 }
 
 func newChildren(exe string, args []string, cfg childConfig, log *logger, verbose bool) (*children, error) {
@@ -51,14 +56,29 @@ func newChildren(exe string, args []string, cfg childConfig, log *logger, verbos
 	if err != nil {
 		return nil, err
 	}
-	return &children{exe: exe, args: args, env: string(raw), log: log, killed: map[int]bool{}, paused: map[int]bool{}, verb: verbose}, nil
+	return &children{exe: exe, args: args, env: string(raw), log: log, killed: map[int]bool{}, paused: map[int]bool{}, verb: verbose,
+		rep: newReports(log.start)}, nil
 }
 
 // start starts one more consumer.
 func (cs *children) start() (*child, error) {
 	// Not bound to a context: every path kills or stops it explicitly.
 	cmd := exec.Command(cs.exe, cs.args...) //nolint:noctx // killed or stopped explicitly on every path
-	cmd.Env = append(os.Environ(), childEnv+"="+cs.env)
+	env := cs.env
+	var links *linkSet
+	if cs.links != nil {
+		var err error
+		if env, links, err = cs.links(); err != nil {
+			return nil, err
+		}
+	}
+	cmd.Env = append(os.Environ(), childEnv+"="+env)
+	started := false
+	defer func() {
+		if !started && links != nil {
+			links.close()
+		}
+	}()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -75,7 +95,8 @@ func (cs *children) start() (*child, error) {
 		return nil, fmt.Errorf("start a consumer (%s): %w", cs.exe, err)
 	}
 	c := &child{cmd: cmd, pid: cmd.Process.Pid, stdin: stdin, pause: make(chan [2]string, 1),
-		fenced: make(chan string, 64), exited: make(chan struct{})}
+		fenced: make(chan string, 64), exited: make(chan struct{}), net: links}
+	started = true
 	var readers sync.WaitGroup
 	readers.Add(2)
 	go func() {
@@ -98,10 +119,17 @@ func (cs *children) start() (*child, error) {
 				default:
 				}
 			case len(f) == 2 && f[0] == lineFenced:
+				cs.rep.leaseLost()
 				select {
 				case c.fenced <- f[1]:
 				default:
 				}
+			case len(f) == 4 && f[0] == lineAcked:
+				cs.rep.acked(f[1], f[2], f[3])
+			case len(f) == 3 && f[0] == lineUnsure:
+				cs.rep.unsure(f[1], f[2])
+			case len(f) == 4 && f[0] == lineStats:
+				cs.rep.stats(c.pid, f[1], f[2], f[3])
 			case len(f) == 2 && f[0] == lineReady:
 				cs.mu.Lock()
 				c.ready = true
@@ -117,6 +145,9 @@ func (cs *children) start() (*child, error) {
 	go func() {
 		readers.Wait() // Wait closes the pipes: only after both are read
 		c.err = cmd.Wait()
+		if c.net != nil {
+			c.net.close()
+		}
 		close(c.exited)
 	}()
 	cs.mu.Lock()
@@ -228,6 +259,36 @@ func (cs *children) restartExited() (int, error) {
 		}
 	}
 	return len(gone), nil
+}
+
+// pickNet returns a live consumer with proxies, not being paused, chosen
+// by i, for a network fault; nil when there is none.
+func (cs *children) pickNet(i int) *child {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var ok []*child
+	for _, c := range cs.live {
+		if c.net != nil && !c.paused && !c.doomed {
+			ok = append(ok, c)
+		}
+	}
+	if len(ok) == 0 {
+		return nil
+	}
+	return ok[i%len(ok)]
+}
+
+// allNet returns the proxies of every live consumer.
+func (cs *children) allNet() []*linkSet {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var out []*linkSet
+	for _, c := range cs.live {
+		if c.net != nil {
+			out = append(out, c.net)
+		}
+	}
+	return out
 }
 
 // wasKilled reports whether pid was killed with SIGKILL; wasPaused whether

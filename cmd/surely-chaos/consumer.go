@@ -8,9 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -51,8 +55,13 @@ const (
 	// pauseHold bounds how long a delivery waits at the pause point for the
 	// parent's SIGSTOP and SIGCONT.
 	pauseHold = time.Minute
+	// consumerStoreTimeout bounds each store call (handler.WithStoreTimeout):
+	// shorter than the lease, as handler.New requires, and longer than the
+	// slow store's delay (slowStoreDelay + slowStoreJitter), so a slow store
+	// slows calls down without failing them.
+	consumerStoreTimeout = 1500 * time.Millisecond
 	// childMaxLife ends a consumer whose parent forgot it.
-	childMaxLife = 30 * time.Minute
+	childMaxLife = 30 * time.Minute // unless MaxLifeMs says longer (a soak)
 )
 
 // Kinds of operations (the "kind" field of the payload).
@@ -66,14 +75,28 @@ const (
 type payload struct {
 	Key  string `json:"key"`
 	Kind string `json:"kind"`
+	At   int64  `json:"at,omitempty"` // publish time, Unix nanoseconds
 }
 
 // childConfig is what the parent tells a consumer process.
 type childConfig struct {
-	Mode        string `json:"mode"`
-	Broker      string `json:"broker"`
-	BrokerURL   string `json:"broker_url"`
-	StoreRedis  string `json:"store_redis,omitempty"` // lease mode: host:port of the private redis-server
+	Mode       string `json:"mode"`
+	Broker     string `json:"broker"`
+	BrokerURL  string `json:"broker_url"`
+	StoreRedis string `json:"store_redis,omitempty"` // lease mode: host:port of the private redis-server
+	// Lease mode with -failover: the Sentinels' host:port and the name
+	// of the monitored primary; WaitReplicas > 0 makes Complete wait for
+	// that many replicas (redisstore.WithWaitReplicas).
+	StoreSentinels []string `json:"store_sentinels,omitempty"`
+	StoreMaster    string   `json:"store_master,omitempty"`
+	WaitReplicas   int      `json:"wait_replicas,omitempty"`
+	// StoreDial maps a Redis server's address, as the Sentinels name it,
+	// to the address to dial instead: this consumer's proxy to it (-net).
+	StoreDial map[string]string `json:"store_dial,omitempty"`
+	// StatsEveryMs > 0: print a STATS line that often.
+	StatsEveryMs int `json:"stats_every_ms,omitempty"`
+	// MaxLifeMs, when longer than childMaxLife, bounds the process instead.
+	MaxLifeMs   int64  `json:"max_life_ms,omitempty"`
 	Effects     string `json:"effects"`
 	EffectsDSN  string `json:"effects_dsn"`
 	Suffix      string `json:"suffix"`
@@ -90,7 +113,11 @@ func childMain(raw string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, childMaxLife)
+	life := childMaxLife
+	if d := time.Duration(cfg.MaxLifeMs) * time.Millisecond; d > life {
+		life = d
+	}
+	ctx, cancel := context.WithTimeout(ctx, life)
 	defer cancel()
 	go func() {
 		// The parent holds our stdin open; EOF means it is gone.
@@ -117,6 +144,11 @@ type consumer struct {
 	pid   int
 	armed atomic.Bool // SIGUSR1: pause at the next pause point; SIGUSR2: don't
 	cont  chan os.Signal
+	// tokens holds, by delivery (*message.Message: the chain hands the
+	// same one to the handler and to OnOutcome), the token of its latest
+	// attempt that reached its effect, for the ACKED line of
+	// OutcomeProcessed; OnOutcome removes it whatever the outcome.
+	tokens sync.Map
 }
 
 func runConsumer(ctx context.Context, cfg childConfig) error {
@@ -154,10 +186,27 @@ func runConsumer(ctx context.Context, cfg childConfig) error {
 	)
 	switch cfg.Mode {
 	case modeLease:
-		client := redis.NewClient(&redis.Options{Addr: cfg.StoreRedis, MaxRetries: 2,
-			DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+		var client *redis.Client
+		if len(cfg.StoreSentinels) > 0 {
+			client = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: cfg.StoreMaster, SentinelAddrs: cfg.StoreSentinels,
+				MaxRetries: 2, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					if a, ok := cfg.StoreDial[addr]; ok {
+						addr = a
+					}
+					d := net.Dialer{Timeout: time.Second, KeepAlive: 5 * time.Minute}
+					return d.DialContext(ctx, network, addr)
+				}})
+		} else {
+			client = redis.NewClient(&redis.Options{Addr: cfg.StoreRedis, MaxRetries: 2,
+				DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+		}
 		defer func() { _ = client.Close() }()
-		rs, err := newRedisStore(ctx, client, c.n)
+		var opts []redisstore.Option
+		if cfg.WaitReplicas > 0 {
+			opts = append(opts, redisstore.WithWaitReplicas(cfg.WaitReplicas, waitReplicasTimeout))
+		}
+		rs, err := newRedisStore(ctx, client, c.n, opts...)
 		if err != nil {
 			return err
 		}
@@ -209,14 +258,18 @@ func runConsumer(ctx context.Context, cfg childConfig) error {
 		case <-ctx.Done():
 		}
 	}()
+	if cfg.StatsEveryMs > 0 {
+		go printStats(ctx, time.Duration(cfg.StatsEveryMs)*time.Millisecond)
+	}
 	return router.Run(ctx)
 }
 
 // newRedisStore retries while the private Redis restarts.
-func newRedisStore(ctx context.Context, client *redis.Client, n names) (*redisstore.Store, error) {
+func newRedisStore(ctx context.Context, client *redis.Client, n names, opts ...redisstore.Option) (*redisstore.Store, error) {
 	deadline := time.Now().Add(serverReady)
+	opts = append([]redisstore.Option{redisstore.WithPrefix(n.redisPrefix)}, opts...)
 	for {
-		s, err := redisstore.New(ctx, client, redisstore.WithPrefix(n.redisPrefix))
+		s, err := redisstore.New(ctx, client, opts...)
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
 			return s, err
 		}
@@ -241,12 +294,18 @@ func (c *consumer) chain(store idempotency.Store, fn message.HandlerFunc, pub me
 		handler.WithPolicy(policy),
 		handler.WithIdentity(extractor, middleware.RejectMissingKey),
 		handler.WithLease(lease),
-		handler.WithStoreTimeout(lease/2),
+		handler.WithStoreTimeout(consumerStoreTimeout),
 		handler.WithConsumerGroup(c.n.group),
 		handler.WithLogger(c.logger()),
 		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
-			if p.Outcome == middleware.OutcomeLeaseLost {
+			token, ran := c.tokens.LoadAndDelete(p.Msg)
+			switch p.Outcome {
+			case middleware.OutcomeLeaseLost:
 				c.fenced(p.Msg)
+			case middleware.OutcomeProcessed:
+				if ran {
+					c.acked(p.Msg, token.(string))
+				}
 			}
 			return middleware.OutcomeResult{}
 		}),
@@ -309,7 +368,11 @@ func (c *consumer) leaseHandler(msg *message.Message) ([]*message.Message, error
 	if _, err := tx.ExecContext(ctx, c.db.markerSQL(), p.Key, op.Token, c.pid); err != nil {
 		return nil, err
 	}
+	c.tokens.Store(msg, op.Token)
 	if err := tx.Commit(); err != nil {
+		// The server may have committed before the link failed: the
+		// effect may be there, with its marker.
+		fmt.Println(lineUnsure, p.Key, op.Token)
 		return nil, err
 	}
 	// Effect done, Complete pending: lease mode's window.
@@ -338,6 +401,7 @@ func (c *consumer) inboxHandler(store *sqlstore.Store) message.HandlerFunc {
 		// completed (no effect), which is its fencing.
 		dc := op.Deferred
 		c.pausePoint(p.Key, op.Token)
+		c.tokens.Store(msg, op.Token)
 		msgs, err := inbox(msg)
 		if errors.Is(err, idempotency.ErrLeaseLost) ||
 			(dc != nil && dc.Made && dc.Result.Status == idempotency.Completed) {
@@ -372,4 +436,53 @@ func (c *consumer) fenced(msg *message.Message) {
 	var p payload
 	_ = json.Unmarshal(msg.Payload, &p)
 	fmt.Println(lineFenced, p.Key)
+}
+
+// waitReplicasTimeout bounds the WAIT of a Complete with -wait-replicas.
+const waitReplicasTimeout = 2 * time.Second
+
+// acked prints the ACKED line of a processed operation: its Complete
+// returned nil.
+func (c *consumer) acked(msg *message.Message, token string) {
+	var p payload
+	_ = json.Unmarshal(msg.Payload, &p)
+	var us int64
+	if p.At > 0 {
+		us = time.Since(time.Unix(0, p.At)).Microseconds()
+	}
+	fmt.Println(lineAcked, p.Key, token, us)
+}
+
+// printStats prints a STATS line every d until ctx ends.
+func printStats(ctx context.Context, d time.Duration) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		fmt.Println(lineStats, runtime.NumGoroutine(), rssKiB(), ms.HeapInuse/1024)
+	}
+}
+
+// rssKiB is the resident set size of this process (Linux), 0 elsewhere.
+func rssKiB() int {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				n, _ := strconv.Atoi(f[0])
+				return n
+			}
+		}
+	}
+	return 0
 }

@@ -4,6 +4,9 @@
 //
 //	go run ./cmd/surely-chaos -mode inbox -broker rabbitmq -ops 10000
 //	go run ./cmd/surely-chaos -mode lease -broker nats -ops 10000
+//	go run ./cmd/surely-chaos -mode inbox -broker rabbitmq -ops 10000 -net
+//	go run ./cmd/surely-chaos -mode lease -broker nats -ops 10000 -net -failover
+//	go run ./cmd/surely-chaos -mode lease -broker nats -duration 30m -plot soak.svg
 //
 // It publishes -ops operations, each with a unique operation key: most are
 // plain, a fixed fraction (-poison) fail with a permanent error and must
@@ -55,6 +58,63 @@
 //     the operation, then resumes it with SIGCONT: its stale Complete (or
 //     inbox transaction) must be fenced.
 //
+// # Network faults (-net)
+//
+// Every consumer reaches the store, the broker and the effects database
+// through proxies of its own (toxiproxy's Go library, in this process, on
+// loopback ports; new ones for each consumer started). From two lanes, at
+// random times until every operation is settled, each fault bounded in
+// time (1-4 s unless said otherwise), the run injects, dealing the kinds
+// from a shuffled deck so that every kind comes up:
+//
+//   - latency: 50-500 ms with jitter on one link of one consumer;
+//   - timeout: one consumer's store link silent (data dropped) past the
+//     store timeout (1.5 s), then its connections closed;
+//   - reset: one link's connections reset (TCP RST) as they send;
+//   - bandwidth: one link throttled to 1-16 KB/s;
+//   - partition_store: one consumer cut off from the store while it still
+//     reaches the broker (in inbox mode the store is the effects database);
+//   - partition_broker: the reverse;
+//   - slow_store: every consumer's store calls delayed 1 s ± 200 ms, past
+//     the lease-extension interval (lease/3) and below the lease, for two
+//     leases: leases are extended late or given up, never held by two.
+//
+// In lease mode a consumer whose effect transaction's COMMIT fails prints
+// it: the server may have committed before the link failed, and the retry
+// then effects again under the same token; the run counts such effects as
+// windows (commit_unsure).
+//
+// # Store failover (-failover, lease mode)
+//
+// The store runs on a Redis primary with one replica and three Sentinels,
+// all started by the run on loopback ports; consumers use go-redis's
+// Sentinel client (through their proxies with -net). Once, at a random
+// point, the stream from the primary to its replica is dropped for a
+// second, then the primary is SIGKILLed: Sentinel promotes the replica,
+// which never got that second's writes, and the old primary comes back as
+// a replica. With -wait-replicas (the default), Complete waits for the
+// replica (redisstore.WithWaitReplicas(1, 2s)).
+//
+// Every consumer prints the key and token of each Complete that returned
+// nil (an acknowledged completion); after the run each one's record is
+// read: acked_lost counts those not DONE with their token, lost_rerun those
+// whose operation ran again, lost_forgotten those whose record is just
+// gone. Without -wait-replicas such losses are counted, not failed; the
+// effects they double are windows (lost_completion_windows). In every other
+// run an acknowledged completion lost fails the run.
+//
+// # Soak (-duration)
+//
+// -duration D publishes -rate operations a second (default 50) for D, with
+// -net on and no kills, pauses or restarts unless asked for, so that every
+// consumer lives through the whole soak. Each consumer prints its
+// goroutines, resident memory and heap every -stats-every (5 s); the run
+// compares, per consumer, the means of the window after warm-up (the first
+// fifth) with those of the last window (a tenth): resident memory must not
+// grow by more than 10 %, goroutines not by more than 10 % and 4. -plot
+// writes an SVG of both over time. Every run reports the processing
+// latency (publish to acknowledged completion) percentiles.
+//
 // # Result
 //
 // Once every operation is effected or dead-lettered (or -timeout passes),
@@ -62,6 +122,13 @@
 // stderr; stdout gets exactly one line:
 //
 //	chaos: mode=M broker=B ops=N kills=K redis_restarts=R lost=L double_effects=D dead_lettered=P dlq_expected=P broker_restarts=X pauses=S fenced=F windows=W window_kills=WK kills_in_window=KW complete_failed=CF window_violations=V
+//
+// followed by the fields of -net (net_<kind>=N for each kind, net_faults,
+// commit_unsure, lease_lost: attempts the store fenced), of -failover
+// (failovers, promote_ms, wait_replicas, lost_completion_windows), the
+// check of acknowledged completions (acked_checked, acked_lost, lost_rerun,
+// lost_forgotten), latency_ms_p50/p90/p99/max, and for a soak
+// consumers_sampled, rss_growth_max_pct and goroutine_growth_max_pct.
 //
 // lost counts operations neither effected nor dead-lettered; double_effects
 // the operation keys effected more than once; dead_lettered the keys that
@@ -76,11 +143,13 @@
 // restarting). window_violations counts the keys with more extra effects
 // than windows of their own.
 //
-// The exit status is 1 when lost > 0, when the dead letters are not exactly
-// the poison operations, when inbox mode doubled an effect, when lease mode
-// doubled one beyond its windows, when a consumer stopped past its lease
-// was taken over but not fenced, or when the run did not settle in time;
-// 2 on bad flags.
+// The exit status is 1 when lost > 0, when an acknowledged completion was
+// lost (except in a failover without -wait-replicas), when a soak's
+// consumer grew, when the dead letters are not exactly the poison
+// operations, when inbox mode doubled an effect, when lease mode doubled
+// one beyond its windows, when a consumer stopped past its lease was taken
+// over but not fenced, or when the run did not settle in time; 2 on bad
+// flags.
 //
 // # Servers
 //
@@ -95,6 +164,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -158,6 +228,17 @@ type config struct {
 	seed                   uint64
 	settleGrace            time.Duration
 	logChildren            bool
+	net                    bool          // network faults through per-consumer proxies
+	failover               bool          // lease mode: primary, replica, Sentinels; the primary killed once
+	waitReplicas           bool          // with failover: Complete waits for the replica (WithWaitReplicas)
+	duration               time.Duration // soak: publish at rate for this long
+	rate                   int           // soak: operations per second
+	statsEvery             time.Duration // consumers sample their memory and goroutines this often (0: never)
+	plot                   string        // soak: SVG file of memory and goroutines over time
+	// skipFlat: a soak reports its consumers' growth without failing on
+	// it (tests under the race detector, whose shadow memory grows with
+	// the run and is not the program's).
+	skipFlat bool
 }
 
 // Defaults of the flags.
@@ -169,6 +250,7 @@ const (
 	defaultConc      = 4
 	defaultPoison    = 0.01
 	defaultTransient = 0.05
+	defaultRate      = 50
 )
 
 func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
@@ -188,8 +270,38 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.Float64Var(&cfg.transient, "transient", defaultTransient, "fraction of operations failing transiently on their first attempt")
 	fs.Uint64Var(&cfg.seed, "seed", 0, "random seed (0: a random one, printed)")
 	fs.BoolVar(&cfg.logChildren, "v", false, "log the consumers' own output lines")
+	fs.BoolVar(&cfg.net, "net", false, "network faults: latency, timeouts, resets, bandwidth limits, partitions and a slow store, through proxies of every consumer")
+	fs.BoolVar(&cfg.failover, "failover", false, "lease mode: run the store on a primary, a replica and three Sentinels, and kill the primary once")
+	fs.BoolVar(&cfg.waitReplicas, "wait-replicas", true, "with -failover: Complete waits for the replica (redisstore.WithWaitReplicas(1, 2s))")
+	fs.DurationVar(&cfg.duration, "duration", 0, "soak: publish at -rate for this long, with -net on (sets -ops; kills, pauses and restarts default to 0)")
+	fs.IntVar(&cfg.rate, "rate", defaultRate, "soak: operations published per second")
+	fs.StringVar(&cfg.plot, "plot", "", "soak: write an SVG plot of every consumer's memory and goroutines over time to this file")
+	fs.DurationVar(&cfg.statsEvery, "stats-every", 0, "how often consumers report memory and goroutines (default 5s in a soak, else never)")
+	explicit := map[string]bool{}
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	if cfg.duration > 0 {
+		// A soak: steady rate, every network fault; crashes only when asked
+		// for, so that each consumer lives through the whole soak.
+		if cfg.duration > 24*time.Hour || cfg.rate < 1 || cfg.rate > 10_000 {
+			return cfg, fmt.Errorf("-duration %v -rate %d: want at most 24h and 1 to 10000 ops/s", cfg.duration, cfg.rate)
+		}
+		cfg.ops = int(cfg.duration.Seconds() * float64(cfg.rate))
+		cfg.net = true
+		for name, p := range map[string]*int{"kills": &cfg.kills, "redis-restarts": &cfg.redisRestarts,
+			"broker-restarts": &cfg.brokerRestarts, "pauses": &cfg.pauses} {
+			if !explicit[name] {
+				*p = 0
+			}
+		}
+		if !explicit["timeout"] {
+			cfg.timeout = cfg.duration + 10*time.Minute
+		}
+		if cfg.statsEvery == 0 {
+			cfg.statsEvery = 5 * time.Second
+		}
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -225,9 +337,15 @@ func (c config) withDefaults() (config, error) {
 	if c.kills < 0 {
 		c.kills = max(minDefaultKills, (c.ops*killsPer10k+9999)/10000)
 	}
+	if c.failover && c.mode != modeLease {
+		return c, errors.New("-failover: only lease mode has a Redis store")
+	}
+	if c.failover && c.redisRestarts > 0 {
+		return c, errors.New("-failover replaces -redis-restarts: the primary is killed and a replica promoted")
+	}
 	if c.redisRestarts < 0 {
 		c.redisRestarts = 0
-		if c.mode == modeLease {
+		if c.mode == modeLease && !c.failover {
 			c.redisRestarts = 3
 		}
 	}

@@ -31,7 +31,7 @@ type redisServer struct {
 // errNoRedisServer: the redis-server binary is not on PATH.
 var errNoRedisServer = errors.New("redis-server binary not found on PATH (lease mode starts a Redis of its own)")
 
-func startRedisServer(dir string) (*redisServer, error) {
+func startRedisServer(dir string, extra ...string) (*redisServer, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errNoRedisServer
@@ -41,9 +41,9 @@ func startRedisServer(dir string) (*redisServer, error) {
 		return nil, err
 	}
 	s := &redisServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin}
-	s.args = []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+	s.args = append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--appendonly", "yes", "--appendfsync", "always", "--save", "",
-		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log")}
+		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log")}, extra...)
 	return s, s.start()
 }
 
@@ -149,3 +149,12 @@ func freePort() (int, error) {
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// quietRedis is go-redis's logger in this program: its pool and Sentinel
+// lines (a dial refused while the store restarts or fails over) would
+// drown the run's own lines; the run reports those events itself.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(quietRedis{}) }
