@@ -231,6 +231,9 @@ func (c *dedupConfig) log() *slog.Logger {
 }
 
 func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
+	// The offer to h of claiming inside its own transaction: accepted by
+	// the SQL inbox on its first call (see idempotency.InTxClaims).
+	inTx := idempotency.NewInTxClaims(d.store)
 	return func(msg *message.Message) (_ []*message.Message, err error) {
 		ctx := msg.Context()
 		op, ok := idempotency.OperationFrom(ctx)
@@ -251,13 +254,17 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 				op = new(idempotency.Operation)
 			}
 			*op = idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
-			msg.SetContext(idempotency.WithOperation(ctx, op))
-			defer msg.SetContext(ctx)
+			// The handler's context derives from ctx: it must carry op.
+			orig := ctx
+			ctx = idempotency.WithOperation(ctx, op)
+			msg.SetContext(ctx)
+			defer msg.SetContext(orig)
 			defer func() { err = annotate(err, op) }()
 		}
 		if op.Key == "" { // ProcessWithoutDedup
 			return d.keyless(ctx, h, msg, op)
 		}
+		op.InTx, op.Deferred = inTx, nil
 		return d.handle(ctx, h, msg, op)
 	}
 }
@@ -277,10 +284,18 @@ func (d *dedup) claimCtx(ctx context.Context) *boundedCtx {
 }
 
 func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
+	if op.InTx != nil && op.InTx.Accepted() {
+		return d.runDeferred(ctx, h, msg, op, d.request(ctx, msg, op, ""))
+	}
 	res, err := d.claim(ctx, msg, op, "")
 	if err != nil {
 		return nil, err
 	}
+	return d.claimed(ctx, h, msg, op, res)
+}
+
+// claimed acts on the result of a claim: runs the handler when Acquired.
+func (d *dedup) claimed(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult) ([]*message.Message, error) {
 	switch res.Status {
 	case idempotency.Acquired:
 		return d.run(ctx, h, msg, op, res)
@@ -303,6 +318,19 @@ func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.
 // claim claims op's record. reopen, when set, is a fresh budget's ID
 // (ClaimRequest.Reopen); else a replayed message's run ID reopens it.
 func (d *dedup) claim(ctx context.Context, msg *message.Message, op *idempotency.Operation, reopen string) (idempotency.ClaimResult, error) {
+	req := d.request(ctx, msg, op, reopen)
+	sctx := d.claimCtx(ctx)
+	res, err := d.store.Claim(sctx, req)
+	sctx.stop()
+	if err != nil {
+		return res, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err)
+	}
+	return res, nil
+}
+
+// request is the claim of op (see claim), and sets op's namespace and
+// retention.
+func (d *dedup) request(ctx context.Context, msg *message.Message, op *idempotency.Operation, reopen string) idempotency.ClaimRequest {
 	op.Namespace = d.ns
 	op.Retention = d.retention
 	req := idempotency.ClaimRequest{
@@ -325,13 +353,7 @@ func (d *dedup) claim(ctx context.Context, msg *message.Message, op *idempotency
 	if reopen != "" {
 		req.Reopen = reopen
 	}
-	sctx := d.claimCtx(ctx)
-	res, err := d.store.Claim(sctx, req)
-	sctx.stop()
-	if err != nil {
-		return res, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err)
-	}
-	return res, nil
+	return req
 }
 
 func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
@@ -503,9 +525,31 @@ func keylessKey(ns, uuid string) string {
 }
 
 func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult) ([]*message.Message, error) {
+	return d.runWith(ctx, h, msg, op, res, nil)
+}
+
+// runDeferred leaves the claim of req to the handler, which accepted to
+// claim inside its own transaction (op.InTx): on a first delivery from a
+// broker that counts deliveries, the claim, the effect and the DONE mark
+// then commit together; otherwise the handler commits the claim first.
+func (d *dedup) runDeferred(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, req idempotency.ClaimRequest) ([]*message.Message, error) {
+	dc := &idempotency.DeferredClaim{Request: req, Durable: true}
+	if info, ok := delivery.InfoFrom(ctx); ok && info.Count > 0 {
+		dc.PriorDeliveries = info.Count - 1
+		// A replay reopens a record: that goes through a committed claim.
+		dc.Durable = info.Count > 1 || req.Reopen != ""
+	}
+	op.Deferred = dc
+	return d.runWith(ctx, h, msg, op, idempotency.ClaimResult{}, dc)
+}
+
+// runWith runs the handler under the claim res, or, with dc, under the
+// claim the handler makes (see runDeferred), and completes or releases
+// the attempt.
+func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult, dc *idempotency.DeferredClaim) ([]*message.Message, error) {
 	lease := res.Lease
 	op.Attempt, op.Token, op.Previous, op.Committed = lease.Attempt, lease.Token, res.Previous, false
-	if r := reportFrom(ctx); r != nil {
+	if r := reportFrom(ctx); r != nil && dc == nil {
 		r.claimed(ctx, d.store, op)
 	}
 
@@ -525,6 +569,17 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 	msg.SetContext(ctx)
 	if herr != nil && errors.Is(hctx.cause(), ErrHandlerHung) {
 		herr = fmt.Errorf("%w: %w", ErrHandlerHung, herr)
+	}
+	if dc != nil {
+		op.Deferred = nil
+		var (
+			out  []*message.Message
+			done bool
+			err  error
+		)
+		if lease, out, done, err = d.settle(ctx, h, msg, op, dc, herr); done {
+			return out, err
+		}
 	}
 
 	if herr == nil && d.forKeyless {
@@ -634,6 +689,52 @@ func (d *dedup) closeKeyless(ctx context.Context, lease idempotency.Lease) {
 		d.cfg.log().WarnContext(ctx, "surely: closing the attempt record of a keyless message failed; it stays claimed until its lease expires",
 			"key", lease.Key, "error", err)
 	}
+}
+
+// settle resolves the claim the handler was left (dc) after it returned
+// herr: done is true when that ends the delivery (out, err), else the
+// attempt ran under lease and is completed or released as usual.
+func (d *dedup) settle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, dc *idempotency.DeferredClaim, herr error) (lease idempotency.Lease, out []*message.Message, done bool, err error) {
+	late := !dc.Made
+	if late {
+		// The handler returned before it claimed (code around the inbox
+		// that failed first, a store error at the claim), or without
+		// claiming at all. Claim now, so that the attempt is counted like
+		// any other: its failure released, its success completed.
+		if herr == nil {
+			d.cfg.log().ErrorContext(ctx, "surely: handler returned without claiming the operation in its transaction; recording it after the fact",
+				"key", op.Key)
+		}
+		sctx := d.storeCtx(ctx)
+		res, cerr := d.store.Claim(sctx, dc.Request)
+		sctx.stop()
+		if cerr != nil {
+			cerr = fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, cerr)
+			if herr != nil {
+				cerr = errors.Join(herr, cerr)
+			}
+			return lease, nil, true, cerr
+		}
+		dc.Made, dc.Result = true, res
+	}
+	res := dc.Result
+	if res.Status != idempotency.Acquired {
+		if herr != nil && !late {
+			// The attempt failed and rolled its claim back; meanwhile the
+			// record became another owner's (or done): it decides.
+			setOutcome(ctx, OutcomeLeaseLost)
+			return lease, nil, true, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("attempt failed (%s); the record is no longer claimable (status %v): %w",
+				herr.Error(), res.Status, idempotency.ErrLeaseLost)}
+		}
+		out, err = d.claimed(ctx, h, msg, op, res)
+		return lease, out, true, err
+	}
+	lease = res.Lease
+	op.Attempt, op.Token, op.Previous = lease.Attempt, lease.Token, res.Previous
+	if r := reportFrom(ctx); r != nil {
+		r.claimed(ctx, d.store, op)
+	}
+	return lease, nil, false, nil
 }
 
 // complete commits the DONE mark, retrying a failing store a few times
@@ -808,6 +909,22 @@ func (e *extender) tick() {
 	e.mu.Unlock()
 
 	sctx := e.d.storeCtx(ctx)
+	if lease.Token == "" {
+		// A claim inside the handler's transaction: the row lock it holds
+		// is the lease. Only the broker's is extended.
+		if c, ok := delivery.ControlFrom(ctx); ok {
+			if berr := c.Extend(sctx); berr != nil {
+				e.d.cfg.log().WarnContext(ctx, "surely: broker lease extension failed", "key", lease.Key, "error", berr)
+			}
+		}
+		sctx.stop()
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if !e.stopped && e.gen == gen {
+			e.timer.Reset(e.d.cfg.extendEvery)
+		}
+		return
+	}
 	l, err := e.d.store.Extend(sctx, lease, e.d.cfg.lease)
 	if c, ok := delivery.ControlFrom(ctx); ok && err == nil {
 		// Keep the broker's lease in step with the store's.

@@ -395,10 +395,16 @@ func (c *consumer) inboxHandler(store *sqlstore.Store) message.HandlerFunc {
 		if err != nil {
 			return nil, err
 		}
+		// Once the inbox claims in its transaction (idempotency.InTxClaims),
+		// the pause point is before the claim: a stopped delivery has none
+		// yet, and on resuming it finds the operation another consumer
+		// completed (no effect), which is its fencing.
+		dc := op.Deferred
 		c.pausePoint(p.Key, op.Token)
 		c.tokens.Store(msg, op.Token)
 		msgs, err := inbox(msg)
-		if errors.Is(err, idempotency.ErrLeaseLost) {
+		if errors.Is(err, idempotency.ErrLeaseLost) ||
+			(dc != nil && dc.Made && dc.Result.Status == idempotency.Completed) {
 			c.fenced(msg)
 		}
 		return msgs, err
@@ -415,6 +421,9 @@ func (c *consumer) pausePoint(key, token string) {
 	select {
 	case <-c.cont: // an old one
 	default:
+	}
+	if token == "" {
+		token = "-" // no claim yet (see inboxHandler): a field all the same
 	}
 	fmt.Println(linePause, key, token) // stdout is unbuffered
 	select {

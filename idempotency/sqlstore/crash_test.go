@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,12 +40,17 @@ import (
 // The child's environment.
 const (
 	crashChildEnv   = "SURELY_SQLSTORE_CRASH_CHILD" // "1" makes TestMain run crashChild
-	crashDialectEnv = "SURELY_CRASH_DIALECT"        // sqlite | postgres
+	crashDialectEnv = "SURELY_CRASH_DIALECT"        // sqlite | postgres | mysql
 	crashDSNEnv     = "SURELY_CRASH_DSN"            // the SQLite DSN (PostgreSQL: SURELY_POSTGRES_URL)
 	crashTableEnv   = "SURELY_CRASH_TABLE"          // the store's table; effects go to table+"_fx"
 	crashKeyEnv     = "SURELY_CRASH_KEY"            // the delivered operation: key ...
 	crashPayloadEnv = "SURELY_CRASH_PAYLOAD"        // ... and payload
 	crashAtEnv      = "SURELY_CRASH_AT"             // crashInTx | crashAfterCommit | "" (run to the ack)
+	// crashCountEnv is the broker's delivery count of the first delivery
+	// ("" or 0: a broker that counts none); each redelivery in the child
+	// adds one. With a count the child first processes another message,
+	// so that the inbox has accepted to claim in its transaction.
+	crashCountEnv = "SURELY_CRASH_COUNT"
 )
 
 // Crash points, and what the child prints on stdout when it reaches one.
@@ -77,6 +83,9 @@ func crashChild() int {
 	case "postgres":
 		dialect = sqlstore.Postgres
 		db, err = testsql.OpenPostgres(os.Getenv("SURELY_POSTGRES_URL"))
+	case "mysql":
+		dialect = sqlstore.MySQL
+		db, err = testsql.OpenMySQL(os.Getenv("SURELY_MYSQL_URL"))
 	default:
 		err = fmt.Errorf("unknown dialect %q", os.Getenv(crashDialectEnv))
 	}
@@ -95,12 +104,13 @@ func crashChild() int {
 		os.Exit(3)
 	}
 	effect := rebind(dialect, "INSERT INTO "+quote(dialect, table+"_fx")+" (op_key, payload, attempt) VALUES (?, ?, ?)")
+	key := os.Getenv(crashKeyEnv)
 	pay := func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error) {
 		op, _ := idempotency.OperationFrom(ctx)
 		if _, err := tx.ExecContext(ctx, effect, op.Key, string(msg.Payload), op.Attempt); err != nil {
 			return nil, err
 		}
-		if at == crashInTx {
+		if at == crashInTx && op.Key == key {
 			block(crashInTx)
 		}
 		return nil, nil
@@ -125,9 +135,24 @@ func crashChild() int {
 	if err != nil {
 		return fail(err)
 	}
+	// A first message, so that the crash hits a chain whose inbox has
+	// accepted to claim in its transaction, as in a process that ran for
+	// a while.
+	count, _ := strconv.Atoi(os.Getenv(crashCountEnv))
+	warm := delivery("warm-"+key, "warm up")
+	if count > 0 {
+		warm = counted(warm, 1)
+	}
+	if _, err := h(warm); err != nil {
+		return fail(fmt.Errorf("warm-up: %w", err))
+	}
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, err := h(delivery(os.Getenv(crashKeyEnv), os.Getenv(crashPayloadEnv)))
+	for ; ; count++ {
+		msg := delivery(key, os.Getenv(crashPayloadEnv))
+		if count > 0 {
+			msg = counted(msg, count)
+		}
+		_, err := h(msg)
 		if err == nil {
 			break
 		}
@@ -154,11 +179,19 @@ type crashEnv struct {
 // it waits for the child to exit and returns its outcome.
 func (c *crashEnv) runChild(t *testing.T, key, payload, at string) string {
 	t.Helper()
+	return c.runChildCounted(t, key, payload, at, 0)
+}
+
+// runChildCounted is runChild from a broker that counts deliveries: the
+// child's first delivery has count (0: no count).
+func (c *crashEnv) runChildCounted(t *testing.T, key, payload, at string, count int) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), c.childEnv...)
-	cmd.Env = append(cmd.Env, crashChildEnv+"=1", crashKeyEnv+"="+key, crashPayloadEnv+"="+payload, crashAtEnv+"="+at)
+	cmd.Env = append(cmd.Env, crashChildEnv+"=1", crashKeyEnv+"="+key, crashPayloadEnv+"="+payload, crashAtEnv+"="+at,
+		crashCountEnv+"="+strconv.Itoa(count))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -189,8 +222,8 @@ func (c *crashEnv) runChild(t *testing.T, key, payload, at string) string {
 	return got
 }
 
-// crashBackends are SQLite and PostgreSQL.
-var crashBackends = []backend{sqliteBackend, postgresBackend}
+// crashBackends are every backend.
+var crashBackends = backends
 
 func setupCrash(t *testing.T, b backend) *crashEnv {
 	t.Helper()
@@ -202,6 +235,8 @@ func setupCrash(t *testing.T, b backend) *crashEnv {
 		c.childEnv = []string{crashDialectEnv + "=sqlite", crashDSNEnv + "=" + dsn}
 	case sqlstore.Postgres:
 		c.childEnv = []string{crashDialectEnv + "=postgres"}
+	case sqlstore.MySQL:
+		c.childEnv = []string{crashDialectEnv + "=mysql"}
 	}
 	c.inboxEnv = setupInbox(t, b)
 	c.childEnv = append(c.childEnv, crashTableEnv+"="+c.store.Table())

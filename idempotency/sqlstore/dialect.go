@@ -84,14 +84,11 @@ const purgeBatch = 1000
 type queries struct {
 	// now selects the database clock in Unix milliseconds.
 	now string
-	// insert adds a placeholder row for (namespace, key) unless one exists:
-	// args namespace, key, fingerprint, token. The placeholder has
-	// expires_at_ms 0, so it reads as no record and Claim overwrites it in
-	// the same transaction: it is never committed as such.
-	insert string
-	// lock takes the row's write lock (SQLite only: a write statement first
-	// in the transaction takes the database's write lock; PostgreSQL and
-	// MySQL lock with selectRow's FOR UPDATE).
+	// lock takes the database's write lock (SQLite only) in a transaction
+	// that did not begin with a write: a write statement first in the
+	// transaction takes it; PostgreSQL and MySQL lock with selectRow's FOR
+	// UPDATE. Only Complete, Release and Extend, and the inbox after a claim
+	// made outside it, need it.
 	lock string
 	// selectRow reads a record, locking its row: args namespace, key.
 	selectRow string
@@ -115,8 +112,6 @@ func newQueries(d Dialect, table string) queries {
 		// clock_timestamp, not now(): the time of the statement, not of the
 		// transaction's start.
 		q.now = "(floor(extract(epoch from clock_timestamp()) * 1000))::bigint"
-		q.insert = "INSERT INTO " + t + " (namespace, op_key, " + columns + ")" +
-			" VALUES (?, ?, 'in_progress', ?, ?, 0, 0, 0, 0, 0, NULL, '[]', '', 0, 0) ON CONFLICT (namespace, op_key) DO NOTHING"
 		// SKIP LOCKED: a row a claim holds is not waited for; the outer
 		// condition is checked again on the row's newest version.
 		q.purge = "DELETE FROM " + t + " WHERE (namespace, op_key) IN (SELECT namespace, op_key FROM " + t +
@@ -128,11 +123,6 @@ func newQueries(d Dialect, table string) queries {
 		// UTC_TIMESTAMP and plain arithmetic: UNIX_TIMESTAMP(NOW(6)) would go
 		// through the session time zone, ambiguous in a DST fold.
 		q.now = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
-		// ON DUPLICATE KEY UPDATE takes an exclusive lock on an existing row;
-		// INSERT IGNORE would take a shared one, and two claims upgrading
-		// their shared locks with FOR UPDATE deadlock.
-		q.insert = "INSERT INTO " + t + " (namespace, op_key, " + columns + ")" +
-			" VALUES (?, ?, 'in_progress', ?, ?, 0, 0, 0, 0, 0, NULL, '[]', '', 0, 0) ON DUPLICATE KEY UPDATE namespace = namespace"
 		// A total order, so that the statement is deterministic for
 		// statement-based replication.
 		q.purge = "DELETE FROM " + t + " WHERE expires_at_ms <= ? ORDER BY expires_at_ms, namespace, op_key LIMIT " + strconv.Itoa(purgeBatch)
@@ -140,8 +130,6 @@ func newQueries(d Dialect, table string) queries {
 	case SQLite:
 		t = `"` + table + `"`
 		q.now = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
-		q.insert = "INSERT INTO " + t + " (namespace, op_key, " + columns + ")" +
-			" VALUES (?, ?, 'in_progress', ?, ?, 0, 0, 0, 0, 0, NULL, '[]', '', 0, 0) ON CONFLICT (namespace, op_key) DO NOTHING"
 		q.lock = "UPDATE " + t + " SET token = token WHERE namespace = ? AND op_key = ?"
 		q.purge = "DELETE FROM " + t + " WHERE rowid IN (SELECT rowid FROM " + t +
 			" WHERE expires_at_ms <= ? LIMIT " + strconv.Itoa(purgeBatch) + ")"
@@ -153,9 +141,17 @@ func newQueries(d Dialect, table string) queries {
 		" WHERE namespace = ? AND op_key = ?"
 	q.now = "SELECT " + q.now
 	if d == Postgres {
-		for _, s := range []*string{&q.insert, &q.selectRow, &q.getRow, &q.save, &q.purge} {
+		for _, s := range []*string{&q.selectRow, &q.getRow, &q.save, &q.purge} {
 			*s = sqldialect.Rebind(*s)
 		}
 	}
 	return q
+}
+
+// quoteTable quotes table for d.
+func quoteTable(d Dialect, table string) string {
+	if d == MySQL {
+		return "`" + table + "`"
+	}
+	return `"` + table + `"`
 }

@@ -53,18 +53,29 @@
 //
 // # Dialects
 //
-// Every call is one transaction that locks the record's row before reading
-// it, reads the database clock inside the transaction, decides in Go, and
-// writes the whole row back. Lease and retention times come from the
-// database clock, never the consumer's: PostgreSQL clock_timestamp(),
-// MySQL UTC_TIMESTAMP(6) (by plain arithmetic, no session time zone),
-// SQLite julianday('now'). A Claim inserts a placeholder row unless the key
-// has one, so that there always is a row to lock; the placeholder reads as
-// absent and is overwritten before the commit.
+// Lease and retention times come from the database clock, never the
+// consumer's: PostgreSQL statement_timestamp() or clock_timestamp(), MySQL
+// UTC_TIMESTAMP(6) (by plain arithmetic, no session time zone), SQLite
+// julianday('now'), read inside the statements that need them. The
+// store's statements are prepared once per connection of the pool (before
+// its first transaction; until that succeeds they run unprepared).
+//
+// A Claim of a key without a row is one statement: an INSERT of the whole
+// record (the clock read inside it) that does nothing when the key has a
+// row, committed on its own (on SQLite inside a transaction it begins).
+// A key with a row (a redelivery, a duplicate) is claimed in one
+// transaction that locks the row, then reads the clock (after the lock, so
+// that a wait for it does not shorten the new lease), decides in Go and
+// writes the row back. Complete, Release and Extend are each one such
+// transaction.
 //
 //   - Postgres: keys are text COLLATE "C" (byte order, exact equality).
-//     READ COMMITTED transactions; INSERT ... ON CONFLICT DO NOTHING, then
-//     SELECT ... FOR UPDATE. Purge skips rows a claim holds (SKIP LOCKED).
+//     READ COMMITTED transactions (a BEGIN ISOLATION LEVEL, one statement);
+//     INSERT ... ON CONFLICT DO NOTHING; SELECT ... FOR UPDATE. Purge skips
+//     rows a claim holds (SKIP LOCKED). Every write changes expires_at_ms,
+//     which Purge's index covers, so updates are not HOT; the inbox of a
+//     first delivery from a counting broker writes its record with one
+//     INSERT and no update.
 //   - MySQL (and MariaDB): InnoDB. Every text column is binary (VARBINARY,
 //     LONGBLOB): keys compare byte for byte whatever the connection's
 //     character set (utf8mb4 collations would merge "a", "A" and "a "), and
@@ -72,15 +83,26 @@
 //     takes 640 bytes, where utf8mb4 VARCHARs would take 2560, near InnoDB's
 //     3072-byte limit and over the 767 bytes of the COMPACT row format.
 //     READ COMMITTED transactions (no gap locks; with binary logging on,
-//     this needs binlog_format ROW or MIXED, the defaults). INSERT ... ON
-//     DUPLICATE KEY UPDATE locks an existing row exclusively (INSERT IGNORE
-//     would take a shared lock, and two claims upgrading theirs with FOR
-//     UPDATE deadlock), then SELECT ... FOR UPDATE. Fingerprints are
-//     limited to MaxFingerprintLen bytes.
+//     this needs binlog_format ROW or MIXED, the defaults). The driver sets
+//     the level with a SET TRANSACTION statement per transaction, unless
+//     the sessions are READ COMMITTED already: put
+//     transaction_isolation=%27READ-COMMITTED%27 in the DSN
+//     (go-sql-driver/mysql; MariaDB before 11.1: tx_isolation) and the
+//     store, which checks a session once, saves that statement. INSERT ...
+//     ON DUPLICATE KEY UPDATE locks an existing row exclusively (INSERT
+//     IGNORE would take a shared lock, and two claims upgrading theirs with
+//     FOR UPDATE deadlock), then SELECT ... FOR UPDATE. MySQL has no
+//     RETURNING: a claim of a new key reads its lease back with a second
+//     statement. Fingerprints are limited to MaxFingerprintLen bytes.
 //   - SQLite: there are no row locks; each transaction of the store starts
 //     with a write statement, which takes the database's write lock at once
 //     (the effect of BEGIN IMMEDIATE, so _txlock=immediate in the DSN is
-//     not needed, and does no harm). Concurrent writers then wait for the
+//     not needed, and does no harm). Claims and the inbox begin with the
+//     INSERT or UPDATE they need anyway; Complete, Release and Extend,
+//     and an inbox after a claim it did not make, begin with an UPDATE of
+//     the row that changes nothing (modernc.org/sqlite sets BEGIN
+//     IMMEDIATE only for a whole DSN, _txlock=immediate, which the store
+//     does not own). Concurrent writers then wait for the
 //     lock for the connection's busy timeout, which must be set: with
 //     modernc.org/sqlite, "file:app.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)".
 //     Without a busy timeout a concurrent claim fails at once with
@@ -92,30 +114,88 @@
 // # Transactional inbox
 //
 // Inbox turns a TxHandler, func(ctx, tx, msg), into the Watermill handler
-// for handler.New or middleware.Dedup used with this store. The dedup step
-// claims the operation in its own, committed transaction (so an attempt that
-// crashes the process is counted); the inbox then locks the record's row in
-// the handler's transaction, checks that the attempt still owns it (else
-// ErrLeaseLost, and the handler does not run), runs the handler, writes the
-// DONE mark with the produced messages and commits: the effect and the mark
-// commit together or not at all. It then sets idempotency.Operation.Committed
-// so that the dedup step skips its Complete. A failing or panicking handler,
-// or a failed commit, rolls everything back; the dedup step releases the
-// claim and the next delivery runs again.
+// for handler.New or middleware.Dedup used with this store: the effect and
+// the DONE mark, with the produced messages, commit together or not at
+// all. The dedup step then skips its Complete (idempotency.Operation
+// Committed). A failing or panicking handler, or a failed commit, rolls
+// everything back; the failure is recorded as for any attempt and the next
+// delivery runs again.
 //
-// Because Claim locks the same row, no other consumer can take the
-// operation over while an inbox transaction holds it, even if the owner's
-// lease expires meanwhile: a concurrent delivery of the same key waits for
-// the commit and then finds the operation completed. The price is that it
-// waits instead of answering InProgress at once: a handler running longer
-// than the dedup step's store timeout (middleware.WithStoreTimeout) or the
-// database's own limit on lock waits (PostgreSQL lock_timeout, MySQL
-// innodb_lock_wait_timeout, the SQLite busy timeout) makes such a delivery
-// fail as a store error (nacked, redelivered). The lease extensions of the
-// running attempt wait for the row too (the dedup step may log them as
-// failed or lost; harmless, the row lock protects the attempt). Keep inbox
-// handlers short: a transaction is no place for slow work anyway. On SQLite
-// the wait is for the whole database (see Dialects).
+// Where the claim goes is the design decision of this mode. The dedup step
+// offers the claim to the inbox (idempotency.InTxClaims); the inbox
+// accepts on its first call when the dedup step uses this very store (not
+// a wrapper of it), so a process's first message takes the general path
+// below, and every later one:
+//
+//   - a first delivery from a broker that counts deliveries
+//     (delivery.Info.Count == 1: NATS, RabbitMQ quorum queues, SQS, Redis
+//     Streams) is one transaction: BEGIN; one INSERT of the record, DONE,
+//     that does nothing when the key has a row; the handler's statements;
+//     COMMIT (and one UPDATE of the outcome when the handler produced
+//     messages). The row lock the INSERT holds is the lease while the
+//     transaction is open (on SQLite the database's write lock); no lease
+//     is extended. When the key has a row (a duplicate, a replay) the
+//     general claim runs in the same transaction. When the handler fails,
+//     the claim rolls back with the effect, and the inbox claims again,
+//     committed, so that the dedup step records the failure on it.
+//   - any other delivery (a redelivery, or a broker without a count:
+//     Kafka, GoChannel, SQL) commits its claim first, one INSERT for a new
+//     key; on PostgreSQL with synchronous_commit off for that statement
+//     (set_config(..., true)), so the commit does not wait for the WAL
+//     flush. The effect's transaction then begins with a fenced UPDATE
+//     that marks the record DONE only while it is still this attempt's
+//     (IN_PROGRESS, this token, not expired): otherwise it matches no row,
+//     the inbox returns ErrLeaseLost and the handler does not run. That
+//     UPDATE takes the row lock for the transaction.
+//   - a process's first message, a store behind a wrapper, or
+//     middleware.Dedup with another store: the dedup step claims first (a
+//     committed transaction); the inbox locks the row, checks the token,
+//     runs the handler, writes DONE and commits.
+//
+// Crash analysis, what each crash costs:
+//
+//   - one transaction (first delivery, counting broker), crash before or
+//     during COMMIT: the database rolls back the claim with the effect; no
+//     record is left, so there is no lease to wait for. The broker
+//     redelivers with a count of 2, and that attempt is committed before
+//     its effect: from then on every crash is counted. A message that kills
+//     the process every time is therefore dead-lettered after at most one
+//     crash more than its budget (the first delivery's). The broker's
+//     count itself is not charged to the budget, because brokers also
+//     count deliveries that were nacked without an attempt (in progress
+//     elsewhere, a paused consumer, a retry-after delay). A database crash
+//     loses nothing committed.
+//   - claim committed first, crash after the claim: the attempt is counted;
+//     after the lease the redelivery takes over (PreviousUnknown) and the
+//     record's budget bounds a crash loop exactly. On PostgreSQL the
+//     claim's commit is asynchronous: a crash of the consumer loses nothing
+//     (the server has the commit); a crash of the database within about
+//     three wal_writer_delay of the claim can lose the claim, and then that
+//     attempt is not counted. The effect's transaction commits
+//     synchronously, which flushes the claim's WAL with it, so no effect is
+//     ever committed without its claim.
+//   - after COMMIT, before the ack: the redelivery is a duplicate (Claim
+//     answers Completed); the effect stays once and the produced messages
+//     are re-emitted.
+//
+// In the one-transaction case the DONE record's times are those of its
+// INSERT (the start of the transaction), and an attempt that fails is
+// recorded as the first attempt of a record the failure path creates.
+//
+// Concurrent deliveries of one key serialize on the row lock. Claim locks
+// the same row, so no claim can take the operation over while an owner's
+// inbox transaction holds it, even if the owner's lease expires meanwhile:
+// a concurrent delivery of the same key waits for the commit and then finds
+// the operation completed. The price is that it waits instead of answering
+// InProgress at once: a handler running longer than the dedup step's store
+// timeout (middleware.WithStoreTimeout) or the database's own limit on
+// lock waits (PostgreSQL lock_timeout, MySQL innodb_lock_wait_timeout, the
+// SQLite busy timeout) makes such a delivery fail as a store error
+// (nacked, redelivered). The lease extensions of the running attempt wait
+// for the row too (the dedup step may log them as failed or lost;
+// harmless, the row lock protects the attempt). Keep inbox handlers short:
+// a transaction is no place for slow work anyway. On SQLite the wait is
+// for the whole database (see Dialects).
 //
 // On PostgreSQL and MySQL the handler's transaction is READ COMMITTED.
 //
@@ -155,12 +235,13 @@
 //   - after Complete, before the ack: the redelivery is a duplicate; the
 //     stored produced messages are re-emitted.
 //
-// Transactional inbox:
+// Transactional inbox (see Transactional inbox for where the claim goes):
 //
 //   - inside the transaction, before COMMIT (after any part of the effect):
-//     the database rolls the transaction back, effect and mark together;
-//     after the lease the redelivery takes over and commits the effect:
-//     exactly once.
+//     the database rolls the transaction back, effect and mark together
+//     (and the claim, on a first delivery from a counting broker); the
+//     redelivery takes over (after the lease, when the claim was
+//     committed) and commits the effect: exactly once.
 //   - during COMMIT: the database either committed both or neither.
 //   - after COMMIT, before the ack: the redelivery is a duplicate (Claim
 //     answers Completed); the effect stays once and the produced messages

@@ -30,9 +30,17 @@ type TxHandler func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*m
 //		handler.WithStore(store, "payments"),
 //		handler.WithDeadLetter(pub, "payments.dead"))
 //
-// Per delivery, the dedup step claims the operation first, in a transaction
-// of its own that commits the attempt (so a message that crashes the process
-// is counted). Then the inbox:
+// Where the claim goes depends on the delivery (see the package doc,
+// "Transactional inbox", for the design and its crash analysis): the dedup
+// step leaves it to the inbox once the inbox has accepted to claim in its
+// transaction (its first call, when the dedup step uses this store). A
+// first delivery from a broker that counts deliveries then claims, runs fn
+// and marks the record DONE in one transaction; any other delivery commits
+// its claim first and then runs fn in a transaction that begins with a
+// fenced UPDATE marking the record DONE while it is still this attempt's
+// (else ErrLeaseLost, and fn does not run). Without that offer (a
+// process's first message, a wrapped store), the dedup step claims the
+// operation first, in a transaction of its own, and the inbox:
 //
 //  1. reads the idempotency.Operation from msg.Context() (ErrNoOperation
 //     without one);
@@ -78,7 +86,17 @@ func (s *Store) Inbox(fn TxHandler) message.HandlerFunc {
 		if op.Key == "" {
 			return s.inboxWithoutRecord(ctx, fn, msg)
 		}
-		tx, err := s.db.BeginTx(ctx, s.q.txOptions)
+		if op.InTx != nil && op.InTx.Store() == idempotency.Store(s) {
+			op.InTx.Accept() // the dedup step may leave its claims to us
+		}
+		if dc := op.Deferred; dc != nil {
+			if op.InTx == nil || op.InTx.Store() != idempotency.Store(s) {
+				return nil, fmt.Errorf("sqlstore: inbox %q: the dedup step left its claim to a handler of another store", op.Key)
+			}
+			return s.inboxDeferred(ctx, fn, msg, op, dc)
+		}
+		s.prepare(ctx)
+		tx, err := s.db.BeginTx(ctx, s.txOptions())
 		if err != nil {
 			return nil, fmt.Errorf("sqlstore: inbox %q: begin: %w", op.Key, err)
 		}
@@ -127,7 +145,7 @@ func (s *Store) Inbox(fn TxHandler) message.HandlerFunc {
 // inboxWithoutRecord runs fn in a transaction of its own, for a message
 // processed without dedup.
 func (s *Store) inboxWithoutRecord(ctx context.Context, fn TxHandler, msg *message.Message) ([]*message.Message, error) {
-	tx, err := s.db.BeginTx(ctx, s.q.txOptions)
+	tx, err := s.db.BeginTx(ctx, s.txOptions())
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: inbox: begin: %w", err)
 	}
@@ -135,7 +153,7 @@ func (s *Store) inboxWithoutRecord(ctx context.Context, fn TxHandler, msg *messa
 	if s.q.lock != "" {
 		// SQLite: take the write lock first, as for a record (no namespace
 		// is empty, so no row matches), so that fn can read, then write.
-		if _, err := tx.ExecContext(ctx, s.q.lock, "", ""); err != nil {
+		if _, err := s.exec(ctx, tx, s.q.lock, "", ""); err != nil {
 			return nil, fmt.Errorf("sqlstore: inbox: lock: %w", err)
 		}
 	}

@@ -41,6 +41,11 @@ type Store struct {
 	retention time.Duration
 	logger    *slog.Logger
 	q         queries
+	fq        fastQueries
+	prep      prepared
+	// txOpts replaces q.txOptions once a probe found that the sessions'
+	// own isolation is the one the store needs (MySQL).
+	txOpts atomic.Pointer[sql.TxOptions]
 	// skew is added to the database clock, in milliseconds. Only this
 	// package's tests set it (to move a store's clock without sleeping).
 	skew atomic.Int64
@@ -125,6 +130,7 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 		}
 	}
 	s.q = newQueries(dialect, s.table)
+	s.fq = newFastQueries(dialect, quoteTable(dialect, s.table))
 	return s, nil
 }
 
@@ -209,7 +215,7 @@ func (s *Store) Purge(ctx context.Context) (int64, error) {
 // inTx runs fn in a transaction of the store's isolation and commits it, or
 // rolls it back when fn fails.
 func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, s.q.txOptions)
+	tx, err := s.db.BeginTx(ctx, s.txOptions())
 	if err != nil {
 		return err
 	}
@@ -220,15 +226,10 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// querier is what *sql.DB and *sql.Tx share.
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// now reads the database clock, in Unix milliseconds.
-func (s *Store) now(ctx context.Context, q querier) (int64, error) {
+// now reads the database clock in tx, in Unix milliseconds.
+func (s *Store) now(ctx context.Context, tx *sql.Tx) (int64, error) {
 	var now int64
-	if err := q.QueryRowContext(ctx, s.q.now).Scan(&now); err != nil {
+	if err := s.queryRow(ctx, tx, s.q.now).Scan(&now); err != nil {
 		return 0, fmt.Errorf("read the database clock: %w", err)
 	}
 	return now + s.skew.Load(), nil
@@ -288,14 +289,16 @@ func scanRow(sc interface{ Scan(...any) error }, lead ...any) (row, error) {
 }
 
 // lockRow reads the record of (namespace, key) in tx and locks it until tx
-// ends. found is false when there is no row.
-func (s *Store) lockRow(ctx context.Context, tx *sql.Tx, namespace, key string) (r row, found bool, err error) {
-	if s.q.lock != "" {
-		if _, err := tx.ExecContext(ctx, s.q.lock, namespace, key); err != nil {
+// ends. found is false when there is no row. On SQLite, whose locks are
+// the database's, lock takes the write lock first; a transaction that
+// began with a write holds it already.
+func (s *Store) lockRow(ctx context.Context, tx *sql.Tx, namespace, key string, lock bool) (r row, found bool, err error) {
+	if lock && s.q.lock != "" {
+		if _, err := s.exec(ctx, tx, s.q.lock, namespace, key); err != nil {
 			return row{}, false, fmt.Errorf("lock: %w", err)
 		}
 	}
-	r, err = scanRow(tx.QueryRowContext(ctx, s.q.selectRow, namespace, key))
+	r, err = scanRow(s.queryRow(ctx, tx, s.q.selectRow, namespace, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return row{}, false, nil
 	}
@@ -319,7 +322,7 @@ func (s *Store) save(ctx context.Context, tx *sql.Tx, namespace, key string, r r
 	if r.outcome != nil {
 		outcome = string(r.outcome)
 	}
-	if _, err := tx.ExecContext(ctx, s.q.save, r.state, r.fingerprint, r.token, r.attempts, r.canceled,
+	if _, err := s.exec(ctx, tx, s.q.save, r.state, r.fingerprint, r.token, r.attempts, r.canceled,
 		r.leaseUntil, r.expiresAt, r.updatedAt, outcome, string(history), r.reopenedBy, r.budgetBase, r.notBefore, namespace, key); err != nil {
 		return fmt.Errorf("update: %w", err)
 	}
@@ -345,9 +348,11 @@ func fromMs(v int64) time.Time {
 	return time.UnixMilli(v)
 }
 
-// Claim implements idempotency.Store in one transaction: it inserts a
-// placeholder row unless the key has one, locks the row, reads the database
-// clock and applies the state machine.
+// Claim implements idempotency.Store. A key without a row is claimed with
+// one INSERT of the whole record, which reads the database clock itself;
+// a key with a row in one transaction that locks the row, reads the
+// database clock and applies the state machine (on SQLite both are one
+// transaction that begins with the INSERT).
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return idempotency.ClaimResult{}, err
@@ -359,38 +364,35 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 		return idempotency.ClaimResult{}, fmt.Errorf("%w: fingerprint of %d bytes, the limit is %d",
 			idempotency.ErrInvalidRequest, len(req.Fingerprint), MaxFingerprintLen)
 	}
-	var res idempotency.ClaimResult
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		res, err = s.claim(ctx, tx, req)
-		return err
-	})
+	res, _, err := s.claimCommitted(ctx, req, 0, false)
 	if err != nil {
 		return idempotency.ClaimResult{}, fmt.Errorf("sqlstore: claim: %w", err)
 	}
 	return res, nil
 }
 
-func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+// claim applies the state machine to the record of req, which has a row,
+// in tx: it locks the row, reads the database clock (after the lock, so
+// that a wait for the lock does not shorten the lease), decides and writes
+// the row back. found is false when the row has gone (a Purge deleted it
+// since an insert found it): nothing was written then.
+//
+// On SQLite tx must have begun with a write (it holds the write lock).
+// It returns the record as written.
+func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest) (idempotency.ClaimResult, row, bool, error) {
 	token := newToken()
-	var (
-		r     row
-		found bool
-	)
-	// The row exists after the insert, unless a Purge deleted it in between
-	// (PostgreSQL, which does not lock on conflict): insert again then.
-	for try := 0; !found; try++ {
-		if try == 3 {
-			return idempotency.ClaimResult{}, errors.New("the record's row vanished three times during the claim")
-		}
-		if _, err := tx.ExecContext(ctx, s.q.insert, req.Namespace, req.Key, req.Fingerprint, token); err != nil {
-			return idempotency.ClaimResult{}, fmt.Errorf("insert: %w", err)
-		}
-		var err error
-		if r, found, err = s.lockRow(ctx, tx, req.Namespace, req.Key); err != nil {
-			return idempotency.ClaimResult{}, err
-		}
+	r, found, err := s.lockRow(ctx, tx, req.Namespace, req.Key, false)
+	if err != nil || !found {
+		return idempotency.ClaimResult{}, row{}, false, err
 	}
+	res, err := s.decide(ctx, tx, req, token, &r)
+	return res, r, true, err
+}
+
+// decide is claim's state machine on the locked record r.
+func (s *Store) decide(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest, token string, rp *row) (idempotency.ClaimResult, error) {
+	r := *rp
+	defer func() { *rp = r }()
 	now, err := s.now(ctx, tx)
 	if err != nil {
 		return idempotency.ClaimResult{}, err
@@ -443,16 +445,16 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequ
 			r.reopenedBy = req.Reopen
 			r.budgetBase = r.attempts - r.canceled
 		}
-		if r.attempts-r.canceled-r.budgetBase >= req.MaxAttempts {
-			r.state = string(idempotency.StateExhausted)
-			r.leaseUntil, r.notBefore = 0, 0
-			r.expiresAt = now + ms(s.retention)
-			r.updatedAt = now
-			if err := s.save(ctx, tx, req.Namespace, req.Key, r); err != nil {
-				return idempotency.ClaimResult{}, err
-			}
-			return exhausted(r), nil
+	}
+	if r.attempts-r.canceled-r.budgetBase >= req.MaxAttempts {
+		r.state = string(idempotency.StateExhausted)
+		r.leaseUntil, r.notBefore = 0, 0
+		r.expiresAt = now + ms(s.retention)
+		r.updatedAt = now
+		if err := s.save(ctx, tx, req.Namespace, req.Key, r); err != nil {
+			return idempotency.ClaimResult{}, err
 		}
+		return exhausted(r), nil
 	}
 
 	r.attempts++
@@ -584,7 +586,7 @@ func (s *Store) withLease(ctx context.Context, lease idempotency.Lease, fn func(
 // the database clock, or ErrLeaseLost unless token is its current, open
 // lease (in progress and not past its retention).
 func (s *Store) lockOwned(ctx context.Context, tx *sql.Tx, namespace, key, token string) (row, int64, error) {
-	r, found, err := s.lockRow(ctx, tx, namespace, key)
+	r, found, err := s.lockRow(ctx, tx, namespace, key, true)
 	if err != nil {
 		return row{}, 0, err
 	}
@@ -710,7 +712,7 @@ func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Rec
 		return idempotency.Record{}, idempotency.ErrNotFound
 	}
 	var now int64
-	r, err := scanRow(s.db.QueryRowContext(ctx, s.q.getRow, namespace, key), &now)
+	r, err := scanRow(s.queryRow(ctx, nil, s.q.getRow, namespace, key), &now)
 	if errors.Is(err, sql.ErrNoRows) {
 		return idempotency.Record{}, idempotency.ErrNotFound
 	}

@@ -1,0 +1,404 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/sqldialect"
+)
+
+// The statements of the common paths read the database clock inside
+// themselves (no statement of its own for it), are prepared once per
+// connection, and write a whole record in one statement:
+//
+//   - a claim of a key without a record is one INSERT (claimNew), committed
+//     on its own;
+//   - the inbox of a first delivery from a broker that counts deliveries
+//     inserts the record DONE (insertDone) in the handler's transaction;
+//   - the inbox after a committed claim marks the record DONE with a
+//     fenced UPDATE (fencedDone), the transaction's first statement, which
+//     also takes the row lock (on SQLite, the database's write lock).
+//
+// A record that exists takes the general path (Store.claim): lock the row,
+// read the clock, decide in Go, write the row back.
+
+// fastQueries are the statements of the common paths, built by New.
+// Each lists the names of its arguments in order (see bind).
+type fastQueries struct {
+	claimNew, claimNewAsync, insertDone, fencedDone, setOutcome stmtText
+	// claimNewReturns: claimNew returns the lease expiry (RETURNING);
+	// MySQL reads it with leaseOf.
+	claimNewReturns bool
+	leaseOf         stmtText
+	// isolation is the probe of a MySQL session's isolation level.
+	isolation []string
+}
+
+// stmtText is a statement and the names of its "?" arguments in order.
+type stmtText struct {
+	sql   string
+	names []string
+}
+
+// nowMarker stands for the database clock (plus the test skew) in the
+// statement templates below.
+const nowMarker = "{now}"
+
+// newFastQueries builds the statements for d and table t (quoted).
+func newFastQueries(d Dialect, t string) fastQueries {
+	var clock, cast, concat3, concat5, conflict, returning string
+	switch d {
+	case Postgres:
+		// statement_timestamp: one value for the whole statement.
+		clock = "(floor(extract(epoch from statement_timestamp()) * 1000))::bigint"
+		cast = "::"
+		concat3 = "?:h0::text || c.n::text || ?:h1::text"
+		concat5 = "?:h0::text || c.n::text || ?:h1::text || c.n::text || ?:h2::text"
+		conflict = " ON CONFLICT (namespace, op_key) DO NOTHING"
+		returning = " RETURNING lease_until_ms"
+	case MySQL:
+		// UTC_TIMESTAMP: one value for the whole statement.
+		clock = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
+		concat3 = "CONCAT(?:h0, c.n, ?:h1)"
+		concat5 = "CONCAT(?:h0, c.n, ?:h1, c.n, ?:h2)"
+		conflict = " ON DUPLICATE KEY UPDATE namespace = namespace"
+	case SQLite:
+		// julianday('now'): one value for the whole statement.
+		clock = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
+		concat3 = "?:h0 || c.n || ?:h1"
+		concat5 = "?:h0 || c.n || ?:h1 || c.n || ?:h2"
+		// The WHERE resolves the parsing ambiguity of INSERT ... SELECT ... ON CONFLICT.
+		conflict = " WHERE 1 = 1 ON CONFLICT (namespace, op_key) DO NOTHING"
+		returning = " RETURNING lease_until_ms"
+	}
+	// "?:name" is an argument; "?:name::type" casts it on PostgreSQL only.
+	// c.n is the clock, read once per statement; h0, h1, h2 are the pieces
+	// of a history between which it goes (histPieces).
+	typed := func(s string) string {
+		if cast == "" {
+			for _, ty := range []string{"::text", "::bigint", "::int"} {
+				s = strings.ReplaceAll(s, ty, "")
+			}
+		}
+		return s
+	}
+	from := " FROM (SELECT " + clock + " + ?:skew::bigint AS n) c"
+	fromNow := clock + " + ?:skew::bigint"
+	cols := "(namespace, op_key, " + columns + ")"
+
+	var q fastQueries
+	q.claimNew = bind(d, typed("INSERT INTO "+t+" "+cols+
+		" SELECT ?:ns::text, ?:key::text, 'in_progress', ?:fp::text, ?:token::text, ?:attempts::int, 0,"+
+		" c.n + ?:lease::bigint, c.n + ?:expires::bigint, c.n, NULL, "+concat3+", ?:reopen::text, 0, 0"+from+conflict+returning))
+	q.claimNewAsync = q.claimNew
+	if d == Postgres {
+		// The claim of an inbox that commits it before the effect: its
+		// commit need not wait for the WAL flush (see the package doc).
+		q.claimNewAsync = bind(d, strings.Replace(q.claimNew.raw(), " AS n) c", " AS n, set_config('synchronous_commit', 'off', true) AS sc) c", 1))
+	}
+	q.claimNewReturns = returning != ""
+	q.insertDone = bind(d, typed("INSERT INTO "+t+" "+cols+
+		" SELECT ?:ns::text, ?:key::text, 'done', ?:fp::text, ?:token::text, ?:attempts::int, 0,"+
+		" 0, c.n + ?:retention::bigint, c.n, NULL, "+concat5+", '', 0, 0"+from+conflict))
+	q.fencedDone = bind(d, typed(strings.ReplaceAll("UPDATE "+t+" SET state = 'done', lease_until_ms = 0,"+
+		" expires_at_ms = "+nowMarker+" + ?:retention::bigint, updated_at_ms = "+nowMarker+", outcome = NULL,"+
+		" history = "+strings.ReplaceAll(strings.ReplaceAll(concat3, "c.n::text", "("+nowMarker+")::text"), "c.n", nowMarker)+
+		" WHERE namespace = ?:ns::text AND op_key = ?:key::text AND token = ?:token::text AND state = 'in_progress'"+
+		" AND expires_at_ms > "+nowMarker, nowMarker, "("+fromNow+")")))
+	q.setOutcome = bind(d, typed("UPDATE "+t+" SET outcome = ?:outcome::text WHERE namespace = ?:ns::text AND op_key = ?:key::text AND token = ?:token::text"))
+	q.leaseOf = bind(d, "SELECT lease_until_ms FROM "+t+" WHERE namespace = ?:ns AND op_key = ?:key AND token = ?:token")
+	if d == MySQL {
+		q.isolation = []string{"SELECT @@SESSION.transaction_isolation", "SELECT @@SESSION.tx_isolation"}
+	}
+	return q
+}
+
+// bind turns the "?:name" (and "?:name::type") arguments of s into the
+// dialect's placeholders, keeping the names in order.
+func bind(d Dialect, s string) stmtText {
+	var (
+		b     strings.Builder
+		names []string
+	)
+	for {
+		i := strings.Index(s, "?:")
+		if i < 0 {
+			b.WriteString(s)
+			break
+		}
+		b.WriteString(s[:i+1])
+		s = s[i+2:]
+		j := strings.IndexFunc(s, func(r rune) bool { return r != '_' && (r < 'a' || r > 'z') && (r < '0' || r > '9') })
+		if j < 0 {
+			j = len(s)
+		}
+		names = append(names, s[:j])
+		s = s[j:]
+	}
+	out := b.String()
+	if d == Postgres {
+		out = sqldialect.Rebind(out)
+	}
+	return stmtText{sql: out, names: names}
+}
+
+// raw is the statement with its named arguments back in place (for
+// deriving a variant of it). Only PostgreSQL statements are rebound.
+func (st stmtText) raw() string {
+	s := st.sql
+	for i := len(st.names); i >= 1; i-- {
+		s = strings.Replace(s, "$"+strconv.Itoa(i), "?:"+st.names[i-1], 1)
+	}
+	return s
+}
+
+// argv returns the arguments of st from named values.
+func (st stmtText) argv(v map[string]any) []any {
+	out := make([]any, len(st.names))
+	for i, n := range st.names {
+		a, ok := v[n]
+		if !ok {
+			panic("sqlstore: statement argument " + n + " missing")
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// prepared holds the store's statements prepared on its *sql.DB, so that
+// each connection parses them once. Statements are prepared before a
+// transaction begins (a pool of one connection would otherwise wait for
+// itself); until that succeeded, they run unprepared.
+type prepared struct {
+	mu    sync.Mutex
+	ready atomic.Bool
+	stmts map[string]*sql.Stmt
+}
+
+// prepare prepares the store's statements once. A failure (a table not
+// yet migrated, an outage) is retried by the next call.
+func (s *Store) prepare(ctx context.Context) {
+	if s.prep.ready.Load() {
+		return
+	}
+	s.prep.mu.Lock()
+	defer s.prep.mu.Unlock()
+	if s.prep.ready.Load() {
+		return
+	}
+	texts := []string{s.q.selectRow, s.q.save, s.q.now, s.q.getRow,
+		s.fq.claimNew.sql, s.fq.claimNewAsync.sql, s.fq.insertDone.sql, s.fq.fencedDone.sql, s.fq.setOutcome.sql, s.fq.leaseOf.sql}
+	if s.q.lock != "" {
+		texts = append(texts, s.q.lock)
+	}
+	m := make(map[string]*sql.Stmt, len(texts))
+	for _, q := range texts {
+		if _, ok := m[q]; ok {
+			continue
+		}
+		st, err := s.db.PrepareContext(ctx, q)
+		if err != nil {
+			for _, st := range m {
+				_ = st.Close()
+			}
+			return
+		}
+		m[q] = st
+	}
+	if s.dialect == MySQL {
+		s.probeIsolation(ctx)
+	}
+	s.prep.stmts = m
+	s.prep.ready.Store(true)
+}
+
+// probeIsolation sets the store's transactions to the driver's default
+// options when the sessions are READ COMMITTED already (set in the DSN):
+// that saves a SET TRANSACTION statement per transaction.
+func (s *Store) probeIsolation(ctx context.Context) {
+	for _, q := range s.fq.isolation {
+		var level string
+		if err := s.db.QueryRowContext(ctx, q).Scan(&level); err != nil {
+			continue
+		}
+		if strings.EqualFold(level, "READ-COMMITTED") {
+			s.txOpts.Store(&sql.TxOptions{})
+		}
+		return
+	}
+}
+
+// txOptions are the options of the store's transactions.
+func (s *Store) txOptions() *sql.TxOptions {
+	if o := s.txOpts.Load(); o != nil {
+		return o
+	}
+	return s.q.txOptions
+}
+
+// exec runs query in tx, or on its own when tx is nil, prepared when the
+// store's statements are.
+func (s *Store) exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
+	st := s.stmt(query)
+	switch {
+	case tx == nil && st != nil:
+		return st.ExecContext(ctx, args...)
+	case tx == nil:
+		return s.db.ExecContext(ctx, query, args...)
+	case st != nil:
+		return tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	default:
+		return tx.ExecContext(ctx, query, args...)
+	}
+}
+
+// queryRow reads one row like exec runs a statement.
+func (s *Store) queryRow(ctx context.Context, tx *sql.Tx, query string, args ...any) *sql.Row {
+	st := s.stmt(query)
+	switch {
+	case tx == nil && st != nil:
+		return st.QueryRowContext(ctx, args...)
+	case tx == nil:
+		return s.db.QueryRowContext(ctx, query, args...)
+	case st != nil:
+		return tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	default:
+		return tx.QueryRowContext(ctx, query, args...)
+	}
+}
+
+func (s *Store) stmt(query string) *sql.Stmt {
+	if !s.prep.ready.Load() {
+		return nil
+	}
+	return s.prep.stmts[query]
+}
+
+// histMarker stands for the database clock in a history built in Go and
+// completed by a statement (see histPieces). No real time equals it.
+const histMarker int64 = -7_777_777_777_777
+
+// histPieces returns the JSON of h split at every histMarker: the pieces
+// between which a statement puts its clock.
+func histPieces(h []histEntry) ([]string, error) {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("encode history: %w", err)
+	}
+	return strings.Split(string(b), strconv.FormatInt(histMarker, 10)), nil
+}
+
+// claimFast claims req with one statement when the key has no row: it
+// inserts the record IN_PROGRESS. ok is false when a row exists: then
+// Store.claim decides. prior, the deliveries the broker reports before
+// this one, only makes the previous attempt's outcome unknown (it left no
+// record); it is not charged, since a broker also counts the deliveries
+// that were nacked without an attempt (in progress elsewhere, a paused
+// consumer).
+//
+// With tx nil the statement commits on its own; otherwise it runs in tx.
+func (s *Store) claimFast(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest, prior int, async bool) (res idempotency.ClaimResult, r row, ok bool, err error) {
+	token := newToken()
+	r = row{
+		state: string(idempotency.StateInProgress), fingerprint: req.Fingerprint, token: token,
+		attempts: 1, reopenedBy: req.Reopen,
+		history: []histEntry{{Attempt: 1, Started: histMarker, Result: idempotency.ResultInProgress,
+			TraceID: req.TraceID, SpanID: req.SpanID}},
+	}
+	h, err := histPieces(r.history)
+	if err != nil || len(h) != 2 {
+		return res, r, false, err
+	}
+	q := s.fq.claimNew
+	if async {
+		q = s.fq.claimNewAsync
+	}
+	args := q.argv(map[string]any{
+		"ns": req.Namespace, "key": req.Key, "fp": req.Fingerprint, "token": token, "attempts": 1,
+		"lease": ms(req.Lease), "expires": ms(req.Lease) + ms(s.retention), "h0": h[0], "h1": h[1],
+		"reopen": req.Reopen, "skew": s.skew.Load(),
+	})
+	var until int64
+	if s.fq.claimNewReturns {
+		if err := s.queryRow(ctx, tx, q.sql, args...).Scan(&until); errors.Is(err, sql.ErrNoRows) {
+			return res, r, false, nil
+		} else if err != nil {
+			return res, r, false, fmt.Errorf("insert: %w", err)
+		}
+	} else {
+		result, err := s.exec(ctx, tx, q.sql, args...)
+		if err != nil {
+			return res, r, false, fmt.Errorf("insert: %w", err)
+		}
+		if n, err := result.RowsAffected(); err != nil || n == 0 {
+			return res, r, false, err
+		}
+		// The row is ours unless the driver counts found rows as affected.
+		lq := s.fq.leaseOf
+		largs := lq.argv(map[string]any{"ns": req.Namespace, "key": req.Key, "token": token})
+		if err := s.queryRow(ctx, tx, lq.sql, largs...).Scan(&until); errors.Is(err, sql.ErrNoRows) {
+			return res, r, false, nil
+		} else if err != nil {
+			return res, r, false, fmt.Errorf("read the lease: %w", err)
+		}
+	}
+	r.leaseUntil = until
+	r.history[0].Started = until - ms(req.Lease) // the statement's clock
+	prev := idempotency.Previous{}
+	if prior > 0 {
+		prev.Result = idempotency.PreviousUnknown
+	}
+	return idempotency.ClaimResult{
+		Status: idempotency.Acquired,
+		Lease: idempotency.Lease{
+			Namespace: req.Namespace, Key: req.Key, Token: token, Attempt: 1, Until: fromMs(until),
+		},
+		Previous: prev,
+	}, r, true, nil
+}
+
+// claimCommitted claims req and commits the claim: one statement for a key
+// without a row, else a transaction of Store.claim. It returns the record
+// as written when Acquired.
+func (s *Store) claimCommitted(ctx context.Context, req idempotency.ClaimRequest, prior int, async bool) (idempotency.ClaimResult, row, error) {
+	s.prepare(ctx)
+	for try := 0; try < 3; try++ {
+		if s.dialect != SQLite {
+			// SQLite: the insert goes into the transaction below, as its
+			// first statement, where it takes the write lock.
+			res, r, ok, err := s.claimFast(ctx, nil, req, prior, async)
+			if err != nil || ok {
+				return res, r, err
+			}
+		}
+		var (
+			res   idempotency.ClaimResult
+			r     row
+			found bool
+		)
+		err := s.inTx(ctx, func(tx *sql.Tx) error {
+			if s.dialect == SQLite {
+				var err error
+				if res, r, found, err = s.claimFast(ctx, tx, req, prior, async); err != nil || found {
+					return err
+				}
+			}
+			var err error
+			res, r, found, err = s.claim(ctx, tx, req)
+			return err
+		})
+		if err != nil || found {
+			return res, r, err
+		}
+		// The row vanished (a Purge) between the insert and the lock: again.
+	}
+	return idempotency.ClaimResult{}, row{}, errors.New("the record's row vanished three times during the claim")
+}

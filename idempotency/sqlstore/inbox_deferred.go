@@ -1,0 +1,254 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/idempotency"
+)
+
+// inboxDeferred makes the claim the dedup step left to the inbox (dc) and
+// runs fn: in one transaction with the claim unless dc.Durable, else after
+// committing the claim on its own. See the package doc, "Transactional
+// inbox".
+func (s *Store) inboxDeferred(ctx context.Context, fn TxHandler, msg *message.Message, op *idempotency.Operation, dc *idempotency.DeferredClaim) ([]*message.Message, error) {
+	req := dc.Request
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if len(req.Fingerprint) > MaxFingerprintLen {
+		return nil, fmt.Errorf("%w: fingerprint of %d bytes, the limit is %d",
+			idempotency.ErrInvalidRequest, len(req.Fingerprint), MaxFingerprintLen)
+	}
+	s.prepare(ctx)
+	if dc.Durable {
+		// A redelivery, or a broker without a delivery count: the attempt
+		// is committed before the effect, so that a crash is counted. On
+		// PostgreSQL that commit does not wait for the WAL flush.
+		res, r, err := s.claimCommitted(ctx, req, dc.PriorDeliveries, true)
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox %q: claim: %w", req.Key, err)
+		}
+		dc.Made, dc.Result = true, res
+		if res.Status != idempotency.Acquired {
+			return nil, nil
+		}
+		acquired(op, res)
+		return s.inboxClaimed(ctx, fn, msg, op, r)
+	}
+	return s.inboxOneTx(ctx, fn, msg, op, dc)
+}
+
+// acquired tells op about the claim res.
+func acquired(op *idempotency.Operation, res idempotency.ClaimResult) {
+	op.Attempt, op.Token, op.Previous = res.Lease.Attempt, res.Lease.Token, res.Previous
+}
+
+// inboxOneTx claims, runs fn and marks the record DONE in one transaction.
+// For a key without a row that is BEGIN, one INSERT of the DONE record,
+// fn's statements, COMMIT (and an UPDATE of the outcome when fn produced
+// messages). When fn fails, the claim is rolled back with the effect; the
+// inbox then claims again, committed, so that the dedup step can record
+// the failure.
+func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Message, op *idempotency.Operation, dc *idempotency.DeferredClaim) (_ []*message.Message, err error) {
+	req := dc.Request
+	tx, err := s.db.BeginTx(ctx, s.txOptions())
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: inbox %q: begin: %w", req.Key, err)
+	}
+	committed, claimed := false, false
+	// Runs on every path, a panic of fn included.
+	defer func() {
+		if committed {
+			return
+		}
+		_ = tx.Rollback()
+		if !claimed {
+			return
+		}
+		// The claim went with the effect. Claim again, committed, for the
+		// dedup step to record the failure on; if that fails, its Release
+		// finds no lease (ErrLeaseLost) and the message is redelivered.
+		res, _, cerr := s.claimCommitted(context.WithoutCancel(ctx), req, dc.PriorDeliveries, false)
+		if cerr == nil {
+			dc.Result = res
+		}
+	}()
+
+	token := newToken()
+	const attempt = 1 // a first delivery, with no record: see claimFast
+	h, err := histPieces([]histEntry{{Attempt: attempt, Started: histMarker, Ended: histMarker,
+		Result: idempotency.ResultDone, TraceID: req.TraceID, SpanID: req.SpanID}})
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: inbox %q: %w", req.Key, err)
+	}
+	var (
+		r        row
+		res      idempotency.ClaimResult
+		inserted bool
+	)
+	for try := 0; ; try++ {
+		if try == 3 {
+			return nil, fmt.Errorf("sqlstore: inbox %q: the record's row vanished three times during the claim", req.Key)
+		}
+		q := s.fq.insertDone
+		result, err := s.exec(ctx, tx, q.sql, q.argv(map[string]any{
+			"ns": req.Namespace, "key": req.Key, "fp": req.Fingerprint, "token": token, "attempts": attempt,
+			"retention": ms(s.retention), "h0": h[0], "h1": h[1], "h2": h[2], "skew": s.skew.Load(),
+		})...)
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox %q: insert: %w", req.Key, err)
+		}
+		n, err := result.RowsAffected()
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox %q: insert: %w", req.Key, err)
+		}
+		if n == 1 {
+			inserted = true
+			res = idempotency.ClaimResult{Status: idempotency.Acquired, Lease: idempotency.Lease{
+				Namespace: req.Namespace, Key: req.Key, Token: token, Attempt: attempt,
+			}}
+			if dc.PriorDeliveries > 0 {
+				res.Previous = idempotency.Previous{Result: idempotency.PreviousUnknown}
+			}
+			break
+		}
+		// A row exists: the general claim, in this transaction.
+		var found bool
+		res, r, found, err = s.claim(ctx, tx, req)
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox %q: claim: %w", req.Key, err)
+		}
+		if found {
+			break
+		}
+	}
+	dc.Made, dc.Result = true, res
+	if res.Status != idempotency.Acquired {
+		// No attempt: commit what the claim changed (an EXHAUSTED mark,
+		// an expired lease's end) and let the dedup step act on res.
+		if err := tx.Commit(); err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox %q: commit: %w", req.Key, err)
+		}
+		committed = true
+		return nil, nil
+	}
+	claimed = true
+	acquired(op, res)
+
+	msgs, err := fn(ctx, tx, msg)
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	if len(msgs) > 0 || !inserted {
+		if out, err = json.Marshal(idempotency.Outcome{Messages: storedMessages(msgs)}); err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox %q: encode outcome: %w", req.Key, err)
+		}
+	}
+	if inserted {
+		if out != nil {
+			if err := s.setOutcome(ctx, tx, req.Namespace, req.Key, token, out); err != nil {
+				return nil, fmt.Errorf("sqlstore: inbox %q: %w", req.Key, err)
+			}
+		}
+	} else {
+		// The DONE time is the commit's, not the lock's: fn may have run long.
+		now, err := s.now(ctx, tx)
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox %q: %w", req.Key, err)
+		}
+		s.done(&r, out, now)
+		r.updatedAt = now
+		if err := s.save(ctx, tx, req.Namespace, req.Key, r); err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox %q: mark done: %w", req.Key, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		// Unknown whether the commit happened: the claim made again (see
+		// the deferred function) finds the record DONE or takes it.
+		return nil, fmt.Errorf("sqlstore: inbox %q: commit: %w", req.Key, err)
+	}
+	committed = true
+	op.Committed = true
+	return msgs, nil
+}
+
+// inboxClaimed runs fn after a committed claim whose record is r: BEGIN, a
+// fenced UPDATE that marks the record DONE only while it is this
+// attempt's (else ErrLeaseLost, and fn does not run), fn's statements,
+// COMMIT. The UPDATE also takes the row lock (on SQLite the database's
+// write lock) for the transaction.
+func (s *Store) inboxClaimed(ctx context.Context, fn TxHandler, msg *message.Message, op *idempotency.Operation, r row) ([]*message.Message, error) {
+	tx, err := s.db.BeginTx(ctx, s.txOptions())
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: inbox %q: begin: %w", op.Key, err)
+	}
+	// Rolls back on every path but a commit, a panic of fn included.
+	defer func() { _ = tx.Rollback() }()
+
+	hist := append([]histEntry(nil), r.history...)
+	if n := len(hist); n > 0 {
+		hist[n-1].Result, hist[n-1].Ended = idempotency.ResultDone, histMarker
+	}
+	h, err := histPieces(hist)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: inbox %q: %w", op.Key, err)
+	}
+	if len(h) != 2 {
+		return nil, fmt.Errorf("sqlstore: inbox %q: the history of %d entries does not end with the open attempt", op.Key, len(hist))
+	}
+	q := s.fq.fencedDone
+	result, err := s.exec(ctx, tx, q.sql, q.argv(map[string]any{
+		"ns": op.Namespace, "key": op.Key, "token": op.Token, "retention": ms(s.retention),
+		"h0": h[0], "h1": h[1], "skew": s.skew.Load(),
+	})...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: inbox %q: mark done: %w", op.Key, err)
+	}
+	if n, err := result.RowsAffected(); err != nil || n != 1 {
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox %q: mark done: %w", op.Key, err)
+		}
+		return nil, fmt.Errorf("sqlstore: inbox %q (attempt %d): the record in %s is no longer this attempt's: %w",
+			op.Key, op.Attempt, s.table, idempotency.ErrLeaseLost)
+	}
+	msgs, err := fn(ctx, tx, msg)
+	if err != nil {
+		return nil, err
+	}
+	if len(msgs) > 0 {
+		out, err := json.Marshal(idempotency.Outcome{Messages: storedMessages(msgs)})
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox %q: encode outcome: %w", op.Key, err)
+		}
+		if err := s.setOutcome(ctx, tx, op.Namespace, op.Key, op.Token, out); err != nil {
+			return nil, fmt.Errorf("sqlstore: inbox %q: %w", op.Key, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		// Unknown whether the commit happened (a lost reply): the dedup
+		// step's Release then finds the record DONE (ErrLeaseLost) and the
+		// redelivery a duplicate, or the record IN_PROGRESS and releases it.
+		return nil, fmt.Errorf("sqlstore: inbox %q: commit: %w", op.Key, err)
+	}
+	op.Committed = true
+	return msgs, nil
+}
+
+// setOutcome stores the outcome of a DONE record written in tx.
+func (s *Store) setOutcome(ctx context.Context, tx *sql.Tx, namespace, key, token string, out []byte) error {
+	q := s.fq.setOutcome
+	result, err := s.exec(ctx, tx, q.sql, q.argv(map[string]any{"outcome": string(out), "ns": namespace, "key": key, "token": token})...)
+	if err != nil {
+		return fmt.Errorf("store the outcome: %w", err)
+	}
+	if n, err := result.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("store the outcome: %d rows, %w", n, err)
+	}
+	return nil
+}
