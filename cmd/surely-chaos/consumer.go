@@ -401,8 +401,14 @@ func (c *consumer) inboxHandler(store *sqlstore.Store) message.HandlerFunc {
 		// completed (no effect), which is its fencing.
 		dc := op.Deferred
 		c.pausePoint(p.Key, op.Token)
-		c.tokens.Store(msg, op.Token)
 		msgs, err := inbox(msg)
+		// The lease the effect committed under: the inbox's own claim when
+		// the claim was left to it, else the dedup step's.
+		token := op.Token
+		if dc != nil && dc.Made && dc.Result.Status == idempotency.Acquired {
+			token = dc.Result.Lease.Token
+		}
+		c.tokens.Store(msg, token)
 		if errors.Is(err, idempotency.ErrLeaseLost) ||
 			(dc != nil && dc.Made && dc.Result.Status == idempotency.Completed) {
 			c.fenced(msg)
