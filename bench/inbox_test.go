@@ -146,7 +146,7 @@ func handwrittenInbox(_ *testing.B, d inboxDB, db *sql.DB, sfx string) func(*mes
 // with sqlstore on the same pool, the effect the hand-written UPDATE in the
 // inbox's transaction.
 func surelyInbox(b *testing.B, d inboxDB, db *sql.DB, sfx string) func(*message.Message) error {
-	store, err := sqlstore.New(db, d.dialect, sqlstore.WithTable("surely_inbox_"+sfx))
+	store, err := sqlstore.New(db, d.dialect, sqlstore.WithTable("surely_inbox_"+sfx), sqlstore.WithInTxClaims())
 	if err != nil {
 		b.Fatal(err)
 	}

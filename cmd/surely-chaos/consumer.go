@@ -212,7 +212,7 @@ func runConsumer(ctx context.Context, cfg childConfig) error {
 		}
 		store, fn = rs, c.leaseHandler
 	default:
-		ss, err := sqlstore.New(c.db.db, c.db.dialect(), sqlstore.WithTable(c.n.inbox))
+		ss, err := sqlstore.New(c.db.db, c.db.dialect(), sqlstore.WithTable(c.n.inbox), sqlstore.WithInTxClaims())
 		if err != nil {
 			return err
 		}

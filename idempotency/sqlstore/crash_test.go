@@ -94,7 +94,7 @@ func crashChild() int {
 	}
 	defer func() { _ = db.Close() }()
 	table, at := os.Getenv(crashTableEnv), os.Getenv(crashAtEnv)
-	s, err := sqlstore.New(db, dialect, sqlstore.WithTable(table))
+	s, err := sqlstore.New(db, dialect, sqlstore.WithTable(table), sqlstore.WithInTxClaims())
 	if err != nil {
 		return fail(err)
 	}

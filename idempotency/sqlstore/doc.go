@@ -121,11 +121,16 @@
 // everything back; the failure is recorded as for any attempt and the next
 // delivery runs again.
 //
-// Where the claim goes is the design decision of this mode. The dedup step
-// offers the claim to the inbox (idempotency.InTxClaims); the inbox
+// Where the claim goes is the design decision of this mode. By default the
+// dedup step claims first, in a commit of its own, and the inbox's
+// transaction marks DONE under that lease. With WithInTxClaims the dedup
+// step offers the claim to the inbox (idempotency.InTxClaims); the inbox
 // accepts on its first call when the dedup step uses this very store (not
-// a wrapper of it), so a process's first message takes the general path
-// below, and every later one:
+// a wrapper of it), so a process's first message takes the general path,
+// and every later one the following. Use it only when the chain's handler
+// is the Inbox handler itself: once accepted, the dedup step no longer
+// claims before the handler runs, so code before or beside the inbox would
+// run for a duplicate too.
 //
 //   - a first delivery from a broker that counts deliveries
 //     (delivery.Info.Count == 1: NATS, RabbitMQ quorum queues, SQS, Redis

@@ -86,7 +86,7 @@ func (s *Store) Inbox(fn TxHandler) message.HandlerFunc {
 		if op.Key == "" {
 			return s.inboxWithoutRecord(ctx, fn, msg)
 		}
-		if op.InTx != nil && op.InTx.Store() == idempotency.Store(s) {
+		if s.inTxClaims && op.InTx != nil && op.InTx.Store() == idempotency.Store(s) {
 			op.InTx.Accept() // the dedup step may leave its claims to us
 		}
 		if dc := op.Deferred; dc != nil {

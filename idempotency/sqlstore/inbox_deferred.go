@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -106,6 +107,19 @@ func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Messa
 		n, err := result.RowsAffected()
 		if err != nil {
 			return nil, fmt.Errorf("sqlstore: inbox %q: insert: %w", req.Key, err)
+		}
+		if n == 1 && !s.fq.claimNewReturns {
+			// MySQL: a driver that counts found rows as affected
+			// (clientFoundRows) says 1 for a row that was already there.
+			// The row is ours only if it carries our token.
+			var until int64
+			lq := s.fq.leaseOf
+			largs := lq.argv(map[string]any{"ns": req.Namespace, "key": req.Key, "token": token})
+			if err := s.queryRow(ctx, tx, lq.sql, largs...).Scan(&until); errors.Is(err, sql.ErrNoRows) {
+				n = 0
+			} else if err != nil {
+				return nil, fmt.Errorf("sqlstore: inbox %q: read the record back: %w", req.Key, err)
+			}
 		}
 		if n == 1 {
 			inserted = true

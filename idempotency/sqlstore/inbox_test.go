@@ -40,7 +40,7 @@ type inboxEnv struct {
 func setupInbox(t *testing.T, b backend) *inboxEnv {
 	t.Helper()
 	db := b.open(t)
-	s := newStore(t, db, b.dialect)
+	s := newStore(t, db, b.dialect, sqlstore.WithInTxClaims())
 	e := &inboxEnv{b: b, db: db, store: s, counted: faults.NewStore(s), dead: faults.NewPublisher(0),
 		effects: s.Table() + "_fx"}
 	keyType := "TEXT"

@@ -46,6 +46,9 @@ type Store struct {
 	// txOpts replaces q.txOptions once a probe found that the sessions'
 	// own isolation is the one the store needs (MySQL).
 	txOpts atomic.Pointer[sql.TxOptions]
+	// inTxClaims: the inbox may take the dedup step's claim into its own
+	// transaction (WithInTxClaims).
+	inTxClaims bool
 	// skew is added to the database clock, in milliseconds. Only this
 	// package's tests set it (to move a store's clock without sleeping).
 	skew atomic.Int64
@@ -100,6 +103,27 @@ func WithLogger(l *slog.Logger) Option {
 			return fmt.Errorf("%w: sqlstore: nil logger", idempotency.ErrInvalidOption)
 		}
 		s.logger = l
+		return nil
+	}
+}
+
+// WithInTxClaims lets the transactional inbox make the dedup step's claim
+// inside its own transaction: for a first delivery from a broker that
+// counts deliveries, one transaction (BEGIN, one INSERT of the DONE record,
+// the handler's statements, COMMIT); for any other delivery the claim
+// commits on its own first (one INSERT) and the effect's transaction
+// begins with a fenced DONE update. See "Transactional inbox" in the
+// package doc for the crash analysis.
+//
+// Use it only when the handler of the chain is the Inbox handler itself,
+// with nothing before or beside it: once the inbox has accepted, the dedup
+// step no longer claims before the handler runs, so code outside the
+// inbox's transaction would run for a duplicate too. Without it (the
+// default) the dedup step claims first, in a commit of its own, and the
+// inbox marks DONE in the effect's transaction.
+func WithInTxClaims() Option {
+	return func(s *Store) error {
+		s.inTxClaims = true
 		return nil
 	}
 }
