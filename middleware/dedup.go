@@ -241,12 +241,14 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 			if text, bad := msg.Metadata[dlq.KeyDecodeError]; bad {
 				return nil, dlq.Final(dlq.ReasonDecode, fmt.Errorf("%w: %s", ErrUndecodable, text))
 			}
-			id, err := extract(d.ex, msg)
-			if err != nil {
-				if _, ok := dlq.AsFinal(err); ok {
-					return nil, err
+			// xerr, not err: the deferred annotate below must see the
+			// named result, not a variable of this block.
+			id, xerr := extract(d.ex, msg)
+			if xerr != nil {
+				if _, ok := dlq.AsFinal(xerr); ok {
+					return nil, xerr
 				}
-				return nil, dlq.Final(dlq.ReasonNoKey, err)
+				return nil, dlq.Final(dlq.ReasonNoKey, xerr)
 			}
 			if r := reportFrom(ctx); r != nil {
 				op = &r.op // the outcome report reads it

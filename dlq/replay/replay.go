@@ -511,7 +511,7 @@ func (r *runner) retentionGuard(ctx context.Context, e dlq.Entry) string {
 		return "conflict: the dedup record is the other payload's, written before this message came, up to a retention earlier; its expiry is unknown without the store (Options.Store, --store)"
 	}
 	written := earliestWrite(e)
-	if age := now.Sub(written); age > retention {
+	if age := now.Sub(written); age >= retention {
 		what := "dead-lettered"
 		if written.Before(e.DeadLetteredAt) {
 			what = "last failed"

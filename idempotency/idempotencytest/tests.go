@@ -54,6 +54,7 @@ var tests = []struct {
 	{"RetryAfterBeforeBudget", testRetryAfterBeforeBudget},
 	{"RetryAfterIgnoredWhenFinalOrCanceled", testRetryAfterIgnoredWhenFinalOrCanceled},
 	{"RetryAfterKeepsRecord", testRetryAfterKeepsRecord},
+	{"ReleaseWithoutDelayKeepsNoNotBefore", testReleaseWithoutDelayKeepsNoNotBefore},
 }
 
 // N claims race for one fresh key: exactly one wins, the others see its
