@@ -517,14 +517,7 @@ func TestRunSuccessResetsConsecutiveRefailures(t *testing.T) {
 	require.NoError(t, err)
 	// The dead-lettered operations' EXHAUSTED records: the retention guard
 	// reads them (a missing record is refused).
-	exhausted := func(first int) {
-		for k := first; k < first+12; k++ {
-			res, err := store.Claim(t.Context(), idempotency.ClaimRequest{Namespace: "reserve", Key: fmt.Sprintf("op-%d", k),
-				Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 1})
-			require.NoError(t, err)
-			require.NoError(t, store.Release(t.Context(), res.Lease, idempotency.Failure{Error: "warehouse down", Final: true}))
-		}
-	}
+	exhausted := func(first int) { seedExhausted(t, store, first, 12) }
 	exhausted(0)
 	// The consumer: odd orders fail again (EXHAUSTED, dead-lettered), even
 	// ones succeed (DONE).
