@@ -62,7 +62,6 @@ type config struct {
 	extractor  *idempotency.Extractor
 	missingKey middleware.MissingKeyPolicy
 	logger     *slog.Logger
-	loggerSet  bool
 	onOutcome  func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult
 	redact     dlq.Redactor
 	group      string
@@ -175,7 +174,7 @@ func WithLogger(l *slog.Logger) Option {
 		if l == nil {
 			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 		}
-		c.logger, c.loggerSet = l, true
+		c.logger = l
 		return nil
 	}
 }
@@ -319,7 +318,7 @@ func New(fn message.HandlerFunc, opts ...Option) (message.HandlerFunc, error) {
 	dedupOpts := []middleware.DedupOption{
 		middleware.WithLease(c.lease), middleware.WithMaxAttempts(c.policy.MaxAttempts()),
 	}
-	if c.loggerSet { // else Dedup's warnings go to slog.Default()
+	if c.logger != nil { // else Dedup's warnings go to slog.Default()
 		dedupOpts = append(dedupOpts, middleware.WithDedupLogger(c.logger))
 	}
 	if c.storeTO > 0 {
@@ -334,7 +333,7 @@ func New(fn message.HandlerFunc, opts ...Option) (message.HandlerFunc, error) {
 		return nil, err
 	}
 	var obsOpts []middleware.ObserveOption
-	if c.loggerSet { // else a panicking OnOutcome is reported to slog.Default()
+	if c.logger != nil { // else a panicking OnOutcome is reported to slog.Default()
 		obsOpts = append(obsOpts, middleware.WithLogger(c.logger))
 	}
 	if c.onOutcome != nil {

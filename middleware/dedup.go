@@ -207,19 +207,18 @@ func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (mess
 	if rr, ok := store.(idempotency.RetentionReporter); ok {
 		d.retention = rr.Retention()
 	}
-	d.kl = &dedup{store: store, ns: KeylessNamespace, cfg: c, ex: ex, retention: d.retention, forKeyless: true}
+	d.kl = &dedup{store: store, ns: KeylessNamespace, cfg: c, ex: ex, retention: d.retention}
 	return d.middleware, nil
 }
 
 type dedup struct {
-	store      idempotency.Store
-	ns         string
-	kl         *dedup // keeps the attempt records of keyless messages, in KeylessNamespace
-	cfg        dedupConfig
-	ex         *idempotency.Extractor
-	extenders  sync.Pool
-	retention  time.Duration // the store's, when it reports one
-	forKeyless bool          // d keeps keyless attempt records: a success closes one uncharged
+	store     idempotency.Store
+	ns        string
+	kl        *dedup // keeps the attempt records of keyless messages, in KeylessNamespace
+	cfg       dedupConfig
+	ex        *idempotency.Extractor
+	extenders sync.Pool
+	retention time.Duration // the store's, when it reports one
 }
 
 // log is the logger of warnings: the one given, else slog.Default().
@@ -584,7 +583,7 @@ func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message
 		}
 	}
 
-	if herr == nil && d.forKeyless {
+	if herr == nil && d.kl == nil { // d keeps keyless attempt records: a success closes one uncharged
 		d.closeKeyless(ctx, lease)
 		setOutcome(ctx, OutcomeUnprocessed)
 		return msgs, nil
