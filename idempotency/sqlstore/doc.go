@@ -157,7 +157,9 @@
 //     committed transaction); the inbox locks the row, checks the token,
 //     runs the handler, writes DONE and commits.
 //
-// Crash analysis, what each crash costs:
+// Crash analysis, what each crash costs (the first two items with
+// WithInTxClaims; by default the claim is Store.Claim, committed
+// synchronously before the effect, and every attempt is counted):
 //
 //   - one transaction (first delivery, counting broker), crash before or
 //     during COMMIT: the database rolls back the claim with the effect; no
@@ -172,7 +174,7 @@
 //     loses nothing committed.
 //   - claim committed first, crash after the claim: the attempt is counted;
 //     after the lease the redelivery takes over (PreviousUnknown) and the
-//     record's budget bounds a crash loop exactly. On PostgreSQL the
+//     record's budget bounds a crash loop exactly. On PostgreSQL this
 //     claim's commit is asynchronous: a crash of the consumer loses nothing
 //     (the server has the commit); a crash of the database within about
 //     three wal_writer_delay of the claim can lose the claim, and then that
