@@ -49,6 +49,10 @@
 #                           (child processes killed with SIGKILL, 5 s each;
 #                           the conformance and inbox suites assert the
 #                           state machine)
+#   dlq/replay              GOFLAGS -skip TestReplayThroughNATS (an
+#                           embedded NATS server per run, 10 s under load;
+#                           the unit tests drive the same Run/Watch code
+#                           through a recording publisher)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -93,6 +97,7 @@ goflags() {
 	case $1 in
 	idempotency/redisstore) echo '-count=1 -skip=^(TestSentinel|TestCluster)$' ;;
 	idempotency/sqlstore) echo '-count=1 -skip=^TestCrash' ;;
+	dlq/replay) echo '-count=1 -skip=^TestReplayThroughNATS$' ;;
 	*) echo '-count=1' ;;
 	esac
 }
