@@ -98,7 +98,7 @@ func BenchmarkAdapters(b *testing.B) {
 			group := "adapters/" + br.name
 			for _, v := range adapterVariants {
 				b.Run(v.name, func(b *testing.B) {
-					perMsg := runAdapter(b, newRun, v)
+					perMsg := runAdapter(b, newRun, v, 0)
 					if v.name == "bare" {
 						baselines.Store(group, perMsg)
 					} else if base, ok := baselines.Load(group); ok {
@@ -110,12 +110,56 @@ func BenchmarkAdapters(b *testing.B) {
 	}
 }
 
-// runAdapter runs one measurement and returns its ns per message.
-func runAdapter(b *testing.B, newRun func(b *testing.B) adapterRun, v adapterVariant) float64 {
+// slowHandler is the business handler's time in BenchmarkAdaptersSlow: a
+// handler that does some I/O.
+const slowHandler = time.Millisecond
+
+// slowBrokers are the brokers of BenchmarkAdaptersSlow: those whose
+// adapter has a Concurrency, so adapterConcurrency handlers overlap.
+var slowBrokers = []broker{
+	{"nats_embedded", openNATS},
+	{"amqp", openAMQP},
+}
+
+// BenchmarkAdaptersSlow is BenchmarkAdapters with a business handler that
+// sleeps slowHandler (1 ms) before counting, at adapterConcurrency (16)
+// messages in flight, without the batched variant: surely's share is its
+// store round trips and its CPU per message next to a handler that waits.
+// pct_of_bare is bare's ns/msg over surely's from the same run (bare's
+// ceiling is 16 messages per ms). Use a fixed -benchtime (e.g. 2000x).
+func BenchmarkAdaptersSlow(b *testing.B) {
+	for _, br := range slowBrokers {
+		b.Run(br.name, func(b *testing.B) {
+			newRun := br.open(b)
+			group := "adapters_slow/" + br.name
+			for _, v := range adapterVariants[:2] {
+				b.Run(v.name, func(b *testing.B) {
+					perMsg := runAdapter(b, newRun, v, slowHandler)
+					if v.name == "bare" {
+						baselines.Store(group, perMsg)
+					} else if base, ok := baselines.Load(group); ok {
+						b.ReportMetric(100*base.(float64)/perMsg, "pct_of_bare")
+					}
+				})
+			}
+		})
+	}
+}
+
+// runAdapter runs one measurement, with a business handler that sleeps
+// work first (none when 0), and returns its ns per message.
+func runAdapter(b *testing.B, newRun func(b *testing.B) adapterRun, v adapterVariant, work time.Duration) float64 {
 	b.StopTimer()
 	b.ReportAllocs()
 	r := newRun(b)
 	fn, calls := counter()
+	if work > 0 {
+		count := fn
+		fn = func(msg *message.Message) ([]*message.Message, error) {
+			time.Sleep(work)
+			return count(msg)
+		}
+	}
 	h := v.wrap(b, fn)
 
 	run := watermill.NewShortUUID()
@@ -153,10 +197,14 @@ func runAdapter(b *testing.B, newRun func(b *testing.B) adapterRun, v adapterVar
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	runErr := make(chan error, 1)
+	cpu0 := processCPU(b)
 	b.StartTimer()
 	go func() { runErr <- router.Run(ctx) }()
 	select {
 	case <-done:
+		if cpu0 >= 0 {
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu_ns/msg")
+		}
 	case err := <-runErr:
 		b.Fatalf("router stopped: %v", err)
 	case <-time.After(adapterTimeout):

@@ -8,8 +8,9 @@
 //
 // bench/run.sh builds the test binary once, runs BenchmarkRouter and
 // BenchmarkRedisStore (-benchtime 1s), BenchmarkRedisStoreInterleaved
-// (10 rounds) and BenchmarkAdapters (2000 messages) N times, each time in
-// one process, and summarises the N runs with benchstat (medians).
+// (10 rounds) and BenchmarkAdapters and BenchmarkAdaptersSlow (2000
+// messages) N times, each time in one process, and summarises the N runs
+// with benchstat (medians).
 // docs/BENCHMARKS.md has the figures. A single benchmark:
 //
 //	SURELY_REDIS_URL=redis://127.0.0.1:6379 go test -run '^$' -bench Router -benchmem ./bench/
@@ -136,4 +137,17 @@
 // message (ns/msg). NATS and RabbitMQ run with Concurrency 16; Redis
 // Streams hands out one message at a time; the persistent GoChannel hands
 // out all b.N at once (a goroutine each).
+//
+// BenchmarkAdaptersSlow is the same on NATS and RabbitMQ with a business
+// handler that sleeps 1 ms, at 16 messages in flight (bare's ceiling is
+// 16 messages per ms), bare against surely_redis: the case where
+// surely's round trips and CPU sit next to a handler that waits.
+// bench/run.sh runs it with BenchmarkAdapters (ADAPTERS matches both).
+//
+// Both report cpu_ns/msg: the CPU time (user and system) of the whole
+// process from the router's start to the last processed message, per
+// message. It includes the embedded NATS server, but not RabbitMQ or
+// Redis, which run in processes of their own. Unlike ns/msg it hardly
+// depends on the machine's load, so the difference between surely_redis
+// and bare is surely's client CPU per message.
 package bench

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -219,6 +220,9 @@ type dedup struct {
 	ex        *idempotency.Extractor
 	extenders sync.Pool
 	retention time.Duration // the store's, when it reports one
+	// waits is set once a store call waited on its context's Done: every
+	// later call gets a plain context.WithDeadline (see boundCall).
+	waits atomic.Bool
 }
 
 // log is the logger of warnings: the one given, else slog.Default().
@@ -274,14 +278,14 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 // message context is canceled (Complete, Release, Extend): a shutdown
 // still commits or releases its claims. It is always bounded by the store
 // timeout (WithStoreTimeout). Call stop when the call returned.
-func (d *dedup) storeCtx(ctx context.Context) *boundedCtx {
-	return newBoundedCtx(context.WithoutCancel(ctx), d.cfg.storeTimeout)
+func (d *dedup) storeCtx(ctx context.Context) storeCall {
+	return boundCall(context.WithoutCancel(ctx), d.cfg.storeTimeout, &d.waits)
 }
 
 // claimCtx is the context of a Claim: the message context itself (a
 // shutdown may abandon a claim; its lease expires), bounded like storeCtx.
-func (d *dedup) claimCtx(ctx context.Context) *boundedCtx {
-	return newBoundedCtx(ctx, d.cfg.storeTimeout)
+func (d *dedup) claimCtx(ctx context.Context) storeCall {
+	return boundCall(ctx, d.cfg.storeTimeout, &d.waits)
 }
 
 func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
@@ -321,7 +325,7 @@ func (d *dedup) claimed(ctx context.Context, h message.HandlerFunc, msg *message
 func (d *dedup) claim(ctx context.Context, msg *message.Message, op *idempotency.Operation, reopen string) (idempotency.ClaimResult, error) {
 	req := d.request(ctx, msg, op, reopen)
 	sctx := d.claimCtx(ctx)
-	res, err := d.store.Claim(sctx, req)
+	res, err := d.store.Claim(sctx.ctx, req)
 	sctx.stop()
 	if err != nil {
 		return res, fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, err)
@@ -620,7 +624,7 @@ func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message
 
 	f := d.failure(ctx, herr)
 	sctx := d.storeCtx(ctx)
-	rerr := d.store.Release(sctx, lease, f)
+	rerr := d.store.Release(sctx.ctx, lease, f)
 	sctx.stop()
 	if rerr != nil && !errors.Is(rerr, idempotency.ErrLeaseLost) {
 		rerr = fmt.Errorf("%w: release %q: %w", ErrStoreUnavailable, op.Key, rerr)
@@ -645,7 +649,7 @@ func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message
 		var history []idempotency.AttemptRecord
 		if fe.History == nil {
 			gctx := d.storeCtx(ctx)
-			if got, err := d.store.Get(gctx, d.ns, op.Key); err == nil {
+			if got, err := d.store.Get(gctx.ctx, d.ns, op.Key); err == nil {
 				history = got.History
 			}
 			gctx.stop()
@@ -684,7 +688,7 @@ func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message
 // the claim to expire.
 func (d *dedup) closeKeyless(ctx context.Context, lease idempotency.Lease) {
 	sctx := d.storeCtx(ctx)
-	err := d.store.Release(sctx, lease, idempotency.Failure{Canceled: true, Reason: "succeeded", Error: "succeeded"})
+	err := d.store.Release(sctx.ctx, lease, idempotency.Failure{Canceled: true, Reason: "succeeded", Error: "succeeded"})
 	sctx.stop()
 	if err != nil {
 		d.cfg.log().WarnContext(ctx, "surely: closing the attempt record of a keyless message failed; it stays claimed until its lease expires",
@@ -707,7 +711,7 @@ func (d *dedup) settle(ctx context.Context, h message.HandlerFunc, msg *message.
 				"key", op.Key)
 		}
 		sctx := d.storeCtx(ctx)
-		res, cerr := d.store.Claim(sctx, dc.Request)
+		res, cerr := d.store.Claim(sctx.ctx, dc.Request)
 		sctx.stop()
 		if cerr != nil {
 			cerr = fmt.Errorf("%w: claim %q: %w", ErrStoreUnavailable, op.Key, cerr)
@@ -744,7 +748,7 @@ func (d *dedup) complete(ctx context.Context, lease idempotency.Lease, outcome i
 	wait := 50 * time.Millisecond
 	for i := 0; ; i++ {
 		sctx := d.storeCtx(ctx)
-		err := d.store.Complete(sctx, lease, outcome)
+		err := d.store.Complete(sctx.ctx, lease, outcome)
 		sctx.stop()
 		if err == nil || errors.Is(err, idempotency.ErrLeaseLost) || i == 3 {
 			return err
@@ -914,7 +918,7 @@ func (e *extender) tick() {
 		// A claim inside the handler's transaction: the row lock it holds
 		// is the lease. Only the broker's is extended.
 		if c, ok := delivery.ControlFrom(ctx); ok {
-			if berr := c.Extend(sctx); berr != nil {
+			if berr := c.Extend(sctx.ctx); berr != nil {
 				e.d.cfg.log().WarnContext(ctx, "surely: broker lease extension failed", "key", lease.Key, "error", berr)
 			}
 		}
@@ -926,10 +930,10 @@ func (e *extender) tick() {
 		}
 		return
 	}
-	l, err := e.d.store.Extend(sctx, lease, e.d.cfg.lease)
+	l, err := e.d.store.Extend(sctx.ctx, lease, e.d.cfg.lease)
 	if c, ok := delivery.ControlFrom(ctx); ok && err == nil {
 		// Keep the broker's lease in step with the store's.
-		if berr := c.Extend(sctx); berr != nil {
+		if berr := c.Extend(sctx.ctx); berr != nil {
 			e.d.cfg.log().WarnContext(ctx, "surely: broker lease extension failed", "key", lease.Key, "error", berr)
 		}
 	}
