@@ -104,12 +104,12 @@ func runChild(newSubscriber NewChildSubscriber, shared SharedStore) error {
 	if err := json.Unmarshal([]byte(os.Getenv(childConfigEnv)), &cfg); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	ctx, cancel := childproc.ChildContext()
-	defer cancel()
-
 	if cfg.Store != shared.Name {
 		return fmt.Errorf("the parent's shared store is %q, this child's %q: pass Features.SharedStore to RunChild with WithSharedStore", cfg.Store, shared.Name)
 	}
+	ctx, cancel := childproc.ChildContext()
+	defer cancel()
+
 	store, closeStore, err := shared.Open(ctx, cfg.StoreAt)
 	if err != nil {
 		return fmt.Errorf("shared store: %w", err)
