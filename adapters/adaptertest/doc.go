@@ -22,11 +22,15 @@
 //
 // # Adapters outside this module
 //
-// The suite imports nothing an adapter's own module cannot: an adapter
-// written elsewhere implements Adapter with its own client, calls Run and
-// RunChild, and needs no server for surely's side. The module's
-// examples/externaladapter is such an adapter, a module of its own over an
-// in-memory broker, importing only surely's public packages.
+// Everything the suite asks of an adapter is in its public API (Adapter,
+// Features, RunChild, the stores below): an adapter written in another
+// module implements Adapter over its own client, puts delivery.Info and
+// delivery.Control in each message's context, marks a message it cannot
+// decode with dlq.KeyDecodeError, and calls Run (and RunChild). Nothing of
+// surely's internal packages is needed, nor a server for surely's side.
+// The module's examples/externaladapter is such an adapter, a module of
+// its own over an in-memory broker, importing only surely's public
+// packages.
 //
 // # Stores
 //
