@@ -6,11 +6,13 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+
+	"github.com/surely-dev/surely/idempotency"
 )
 
 // Adapter is what the suite needs from a broker adapter. newAdapter (given
-// to Run) builds one per test; an Adapter may skip the test with
-// testenv.Unavailable when its server is missing.
+// to Run) builds one per test; it may skip the test (t.Skip) when its
+// server is missing.
 //
 // The suite closes every publisher and subscriber it gets, a subscriber
 // before the router that consumes it; Close may be called twice (the
@@ -95,6 +97,18 @@ type Features struct {
 	// adapter departs from on purpose, each with the reason; they are
 	// skipped with it.
 	PubSubSkip map[string]string
+
+	// NewStore returns the idempotency store of one test that runs its
+	// consumers in the test process (every test but the crash test). Each
+	// call must return an empty store of the test's own: the tests reuse
+	// operation keys. What it makes it releases in t.Cleanup. Default:
+	// NewMemStore (idempotency/memstore), which needs no server.
+	NewStore func(t testing.TB) idempotency.Store
+	// SharedStore is the durable store that the crash test's parent and
+	// child processes share. The children get theirs from RunChild: pass
+	// the same SharedStore to both. Default (nil): SQLiteStore, a SQLite
+	// file in the test's temporary directory, which needs no server.
+	SharedStore *SharedStore
 }
 
 // Defaults of Features.
@@ -109,6 +123,9 @@ func (f Features) withDefaults() Features {
 	}
 	if f.Messages <= 0 {
 		f.Messages = DefaultMessages
+	}
+	if f.NewStore == nil {
+		f.NewStore = NewMemStore
 	}
 	return f
 }

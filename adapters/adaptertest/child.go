@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,16 +15,13 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/idempotency/redisstore"
 	"github.com/surely-dev/surely/internal/childproc"
 	"github.com/surely-dev/surely/internal/faults"
-	"github.com/surely-dev/surely/internal/testenv"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -39,17 +37,30 @@ type childConfig struct {
 	Name  string `json:"name"`
 	Topic string `json:"topic"`
 	Group string `json:"group"`
-	// Prefix of every Redis key of the test: the store's records and the
-	// effect counter.
-	Prefix string        `json:"prefix"`
-	Lease  time.Duration `json:"lease"`
+	// Store is the SharedStore's Name, StoreAt the location its Create
+	// returned in the parent.
+	Store   string `json:"store"`
+	StoreAt string `json:"store_at"`
+	// Effects is a file that each effect appends a line to: the key.
+	Effects string        `json:"effects"`
+	Lease   time.Duration `json:"lease"`
 	// Crash makes the handler stop dead before its effect: it prints
 	// "AT <key>" and blocks until the parent SIGKILLs the process.
 	Crash bool `json:"crash"`
 }
 
-func (c childConfig) effectsKey() string  { return c.Prefix + "effects" }
-func (c childConfig) storePrefix() string { return c.Prefix + "store:" }
+// ChildOption configures the child processes of RunChild.
+type ChildOption func(*childOptions)
+
+type childOptions struct {
+	store SharedStore
+}
+
+// WithSharedStore makes the children open s, the SharedStore given to the
+// parent in Features.SharedStore. Default: SQLiteStore.
+func WithSharedStore(s SharedStore) ChildOption {
+	return func(o *childOptions) { o.store = s }
+}
 
 // RunChild turns the test binary into the crash test's child consumer
 // process when the suite started it, and never returns then (it exits
@@ -63,14 +74,19 @@ func (c childConfig) storePrefix() string { return c.Prefix + "store:" }
 //		goleak.VerifyTestMain(m)
 //	}
 //
-// The child consumes with a Watermill router and handler.New over
-// idempotency/redisstore on SURELY_REDIS_URL, so that the parent and its
-// children share the dedup records.
-func RunChild(newSubscriber NewChildSubscriber) {
+// The child consumes with a Watermill router and handler.New over the
+// shared store (SQLiteStore unless WithSharedStore says otherwise: the
+// same as Features.SharedStore), so that the parent and its children share
+// the dedup records.
+func RunChild(newSubscriber NewChildSubscriber, opts ...ChildOption) {
 	if os.Getenv(childEnv) != "1" {
 		return
 	}
-	if err := runChild(newSubscriber); err != nil {
+	o := childOptions{store: SQLiteStore()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := runChild(newSubscriber, o.store); err != nil {
 		fmt.Fprintln(os.Stderr, "adaptertest child:", err)
 		os.Exit(2)
 	}
@@ -83,23 +99,22 @@ func RunChild(newSubscriber NewChildSubscriber) {
 //	RUN <key> <attempt> <delivery count> <name>
 //	AT <key>
 //	OUTCOME <outcome> <key> <attempt>
-func runChild(newSubscriber NewChildSubscriber) error {
+func runChild(newSubscriber NewChildSubscriber, shared SharedStore) error {
 	var cfg childConfig
 	if err := json.Unmarshal([]byte(os.Getenv(childConfigEnv)), &cfg); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	if cfg.Store != shared.Name {
+		return fmt.Errorf("the parent's shared store is %q, this child's %q: pass Features.SharedStore to RunChild with WithSharedStore", cfg.Store, shared.Name)
+	}
 	ctx, cancel := childproc.ChildContext()
 	defer cancel()
 
-	opt, err := redis.ParseURL(os.Getenv("SURELY_REDIS_URL"))
+	store, closeStore, err := shared.Open(ctx, cfg.StoreAt)
 	if err != nil {
-		return fmt.Errorf("SURELY_REDIS_URL: %w", err)
+		return fmt.Errorf("shared store: %w", err)
 	}
-	rdb := redis.NewClient(opt)
-	store, err := redisstore.New(ctx, rdb, redisstore.WithPrefix(cfg.storePrefix()))
-	if err != nil {
-		return err
-	}
+	defer func() { _ = closeStore() }()
 	sub, err := newSubscriber(cfg.Group)
 	if err != nil {
 		return fmt.Errorf("subscriber: %w", err)
@@ -123,7 +138,7 @@ func runChild(newSubscriber NewChildSubscriber) error {
 			say("AT %s", op.Key)
 			time.Sleep(time.Hour) // the parent SIGKILLs us here
 		}
-		return nil, rdb.HIncrBy(mctx, cfg.effectsKey(), op.Key, 1).Err()
+		return nil, appendLine(cfg.Effects, op.Key)
 	}
 	policy, err := retry.NewPolicy(retry.WithMaxAttempts(5), retry.WithInProcessAttempts(1),
 		retry.WithBackoff(10*time.Millisecond, 100*time.Millisecond), retry.WithMaxInProcessTime(cfg.Lease/2))
@@ -168,24 +183,30 @@ func testCrash(t *testing.T, newAdapter func(*testing.T) Adapter, f Features) {
 	if f.NoCrashRecovery {
 		t.Skip("Features.NoCrashRecovery: unacked messages die with the consumer process")
 	}
-	rdb := testenv.Redis(t)
-	url := testenv.URL(t, "SURELY_REDIS_URL")
+	shared := f.sharedStore()
+	require.NotNil(t, shared.Create, "SharedStore.Create")
+	require.NotNil(t, shared.Open, "SharedStore.Open")
 	e := setup(t, newAdapter, f)
-	prefix := "surely-adaptertest:" + randomHex(6) + ":"
-	// After testenv.Redis's cleanup (it closes rdb) in registration, so
-	// before it in execution; the children are killed before this runs.
-	t.Cleanup(func() { deleteKeys(t, rdb, prefix) })
-	cfg := childConfig{Topic: e.topic, Group: e.group, Prefix: prefix, Lease: f.AckWait}
+	location := shared.Create(t)
+	// Opened (and its schema made) before the children open it too.
+	store, closeStore, err := shared.Open(t.Context(), location)
+	require.NoError(t, err, "SharedStore.Open")
+	t.Cleanup(func() { require.NoError(t, closeStore(), "closing the shared store") })
+	cfg := childConfig{
+		Topic: e.topic, Group: e.group, Lease: f.AckWait,
+		Store: shared.Name, StoreAt: location,
+		Effects: filepath.Join(t.TempDir(), "effects"),
+	}
 
 	const key = "order-crash"
 	cfg.Name, cfg.Crash = "first", true
-	first := startChild(t, e.a, cfg, url)
+	first := startChild(t, e.a, cfg)
 	e.publish(t, order(key, "pay 10"))
 	first.WaitFor(t, waitTimeout, "AT "+key)
 	first.Kill()
 
 	cfg.Name, cfg.Crash = "second", false
-	second := startChild(t, e.a, cfg, url)
+	second := startChild(t, e.a, cfg)
 	run := strings.Fields(second.WaitFor(t, waitTimeout+3*f.AckWait, "RUN "+key+" "))
 	second.WaitFor(t, waitTimeout, "OUTCOME processed "+key+" ")
 
@@ -197,12 +218,10 @@ func testCrash(t *testing.T, newAdapter func(*testing.T) Adapter, f Features) {
 	if f.DeliveryCount {
 		require.GreaterOrEqual(t, count, 2, "the redelivery's delivery count")
 	}
-	n, err := rdb.HGet(t.Context(), cfg.effectsKey(), key).Int()
-	require.NoError(t, err)
-	require.Equal(t, 1, n, "the effect happened once")
+	raw, err := os.ReadFile(cfg.Effects)
+	require.NoError(t, err, "no effect happened")
+	require.Equal(t, []string{key}, strings.Fields(string(raw)), "the effect happened once")
 
-	store, err := redisstore.New(t.Context(), rdb, redisstore.WithPrefix(cfg.storePrefix()))
-	require.NoError(t, err)
 	rec, err := store.Get(t.Context(), namespace, key)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.StateDone, rec.State)
@@ -211,27 +230,19 @@ func testCrash(t *testing.T, newAdapter func(*testing.T) Adapter, f Features) {
 	require.Equal(t, idempotency.ResultUnknown, rec.History[0].Result, "the killed attempt's lease expired")
 }
 
-// deleteKeys deletes every key under prefix (SCAN + DEL, never FLUSH).
-func deleteKeys(t *testing.T, rdb *redis.Client, prefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var cursor uint64
-	for range 10_000 {
-		keys, next, err := rdb.Scan(ctx, cursor, prefix+"*", 500).Result()
-		if err != nil {
-			t.Errorf("cleanup: SCAN %s*: %v", prefix, err)
-			return
-		}
-		if len(keys) > 0 {
-			if err := rdb.Del(ctx, keys...).Err(); err != nil {
-				t.Errorf("cleanup: DEL: %v", err)
-				return
-			}
-		}
-		if cursor = next; cursor == 0 {
-			return
-		}
+// appendLine appends line and a newline to the file at path, creating it.
+// One write of a file opened O_APPEND: lines of several processes do not
+// interleave.
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
 	}
+	if _, err := f.WriteString(line + "\n"); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // ---- child processes ----
@@ -241,11 +252,11 @@ type child = childproc.Proc
 
 // startChild starts a consumer process with cfg and waits until its router
 // runs. It is SIGKILLed when the test ends at the latest.
-func startChild(t *testing.T, a Adapter, cfg childConfig, redisURL string) *child {
+func startChild(t *testing.T, a Adapter, cfg childConfig) *child {
 	t.Helper()
 	raw, err := json.Marshal(cfg)
 	require.NoError(t, err)
-	env := append(a.ChildEnv(), childEnv+"=1", childConfigEnv+"="+string(raw), "SURELY_REDIS_URL="+redisURL)
+	env := append(a.ChildEnv(), childEnv+"=1", childConfigEnv+"="+string(raw))
 	c := childproc.Start(t, cfg.Name, env)
 	c.Hint = " (does the adapter's TestMain call adaptertest.RunChild?)"
 	c.WaitFor(t, waitTimeout, "READY ")

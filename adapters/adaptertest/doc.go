@@ -20,10 +20,42 @@
 // broker lacks never fails a test: the test checks the honest fallback
 // instead (Count 0, NackAfter false), or skips with the reason.
 //
+// # Adapters outside this module
+//
+// Everything the suite asks of an adapter is in its public API (Adapter,
+// Features, RunChild, the stores below): an adapter written in another
+// module implements Adapter over its own client, puts delivery.Info and
+// delivery.Control in each message's context, marks a message it cannot
+// decode with dlq.KeyDecodeError, and calls Run (and RunChild). Nothing of
+// surely's internal packages is needed, nor a server for surely's side.
+// The module's examples/externaladapter is such an adapter, a module of
+// its own over an in-memory broker, importing only surely's public
+// packages.
+//
+// # Stores
+//
+// The suite takes its idempotency stores from Features, so that an adapter
+// can run it against the store it is used with:
+//
+//   - Features.NewStore makes the store of each test that runs its
+//     consumers in the test process; by default NewMemStore, an
+//     idempotency/memstore of the test's own.
+//   - Features.SharedStore is the durable store that the crash test's
+//     parent and child processes share, one per crash test; by default
+//     SQLiteStore, idempotency/sqlstore on a SQLite file in the test's
+//     temporary directory (modernc.org/sqlite: pure Go, no server). A
+//     SharedStore creates a store in the parent and opens it by a location
+//     string in the parent and in each child; the children get it from
+//     RunChild's WithSharedStore, which must name the same SharedStore.
+//
+// Neither default needs a server, so the suite runs wherever the broker
+// does. The dead letter is always an in-memory publisher.
+//
 // # Tests
 //
-// Each runs in parallel with its own topic, consumer group and store; the
-// in-process ones use idempotency/memstore and an in-memory dead letter.
+// Each runs in parallel with its own topic, consumer group, store (from
+// Features.NewStore, or the SharedStore for the crash test) and in-memory
+// dead letter.
 //
 //   - AckAfterCommit: a delivery stays unsettled while its handler runs
 //     (past AckWait), is acked only after the store's Complete succeeded,
@@ -59,9 +91,10 @@
 //   - CrashRedelivers: a child consumer process is SIGKILLed inside its
 //     handler before the effect; another child of the group gets the
 //     message, as attempt 2 (and delivery count 2 or more), and runs the
-//     effect once. The children share idempotency/redisstore on
-//     SURELY_REDIS_URL (skipped without it, failed under
-//     SURELY_REQUIRE_SERVICES=1).
+//     effect once (each effect appends a line to a file that the parent
+//     reads). The parent and the children share Features.SharedStore,
+//     where the record ends DONE after two attempts, the first one's
+//     result unknown.
 //   - WatermillPubSub (with Features.PubSub): Watermill's universal
 //     tests.TestPubSub; Features.PubSubSkip names the ones an adapter
 //     departs from on purpose, with the reason.
@@ -69,10 +102,11 @@
 // # Child processes
 //
 // The crash test re-executes the test binary (os.Args[0] -test.run=^$)
-// with SURELY_ADAPTERTEST_CHILD=1, a JSON configuration, and the
-// environment of Adapter.ChildEnv. RunChild, called first in TestMain,
-// turns that process into a consumer built with the adapter's own
-// NewChildSubscriber, prints a marker line at the crash point and blocks
-// there until the parent kills it. A child exits when its stdin closes, so
+// with SURELY_ADAPTERTEST_CHILD=1, a JSON configuration (with the shared
+// store's name and location), and the environment of Adapter.ChildEnv.
+// RunChild, called first in TestMain, turns that process into a consumer
+// built with the adapter's own NewChildSubscriber over the shared store,
+// prints a marker line at the crash point and blocks there until the
+// parent kills it. A child exits when its stdin closes, so
 // a parent that dies leaves none behind.
 package adaptertest

@@ -16,7 +16,6 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/internal/faults"
 	"github.com/surely-dev/surely/retry"
 )
@@ -29,7 +28,7 @@ const (
 )
 
 // env is one test's view of the adapter: its own topic, consumer group,
-// publisher, in-memory store and dead letter.
+// publisher, store and in-memory dead letter.
 type env struct {
 	a     Adapter
 	f     Features
@@ -49,18 +48,18 @@ func randomHex(n int) string {
 }
 
 // setup builds the adapter, a topic and a publisher for one test. The store
-// is a memstore shared by every consumer of the test (they run in this
-// process); the dead letter is an in-memory publisher.
+// comes from Features.NewStore and is shared by every consumer of the test
+// (they run in this process); the dead letter is an in-memory publisher.
 func setup(t *testing.T, newAdapter func(t *testing.T) Adapter, f Features) *env {
 	t.Helper()
 	a := newAdapter(t)
 	require.NotNil(t, a, "newAdapter returned nil")
-	mem, err := memstore.New()
-	require.NoError(t, err)
+	store := f.NewStore(t)
+	require.NotNil(t, store, "Features.NewStore returned nil")
 	e := &env{
 		a: a, f: f,
 		group: "g" + randomHex(6),
-		store: &countingStore{Store: mem, completed: map[string]int{}},
+		store: &countingStore{Store: store, completed: map[string]int{}},
 		dead:  faults.NewPublisher(0),
 		rec:   newRecorder(),
 	}

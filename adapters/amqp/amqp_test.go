@@ -28,7 +28,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	adaptertest.RunChild(newChildSubscriber) // the conformance suite's crash test
+	// The conformance suite's crash test, over TestConformance's store.
+	adaptertest.RunChild(newChildSubscriber, adaptertest.WithSharedStore(redisSharedStore))
 	if os.Getenv(childEnv) == "1" {
 		// A consumer process of the crash test: no tests, no leak check
 		// (it is SIGKILLed).
@@ -52,7 +53,7 @@ type env struct {
 	rec   *recorder
 }
 
-func randomName(t *testing.T) string {
+func randomName(t testing.TB) string {
 	t.Helper()
 	b := make([]byte, 6)
 	_, err := rand.Read(b)

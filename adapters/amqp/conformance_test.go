@@ -1,16 +1,22 @@
 package amqp_test
 
 import (
+	"context"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelyamqp "github.com/surely-dev/surely/adapters/amqp"
+	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/idempotency/redisstore"
 	"github.com/surely-dev/surely/internal/testenv"
 )
 
@@ -26,7 +32,66 @@ func TestConformance(t *testing.T) {
 		NackDelay:      false, // AMQP 0-9-1 requeues at once
 		LeaseExtension: false, // nothing to extend: no ack deadline
 		AckWait:        conformanceAckWait,
+		// The crash test's processes share Redis here, not the default
+		// SQLite file: the suite runs on the store surely is used with
+		// most, and a SharedStore of an adapter's own stays tested.
+		SharedStore: &redisSharedStore,
 	})
+}
+
+// redisSharedStore is idempotency/redisstore on SURELY_REDIS_URL, under a
+// key prefix of each crash test's own (its location: "<prefix> <url>"),
+// whose keys are deleted when the test ends.
+var redisSharedStore = adaptertest.SharedStore{
+	Name: "redis",
+	Create: func(t testing.TB) string {
+		rdb := testenv.Redis(t)
+		prefix := "surely-adaptertest:" + randomName(t) + ":"
+		// Registered after testenv.Redis's cleanup, which closes rdb: runs
+		// before it.
+		t.Cleanup(func() { deleteKeys(t, rdb, prefix) })
+		return prefix + " " + testenv.URL(t, "SURELY_REDIS_URL")
+	},
+	Open: func(ctx context.Context, location string) (idempotency.Store, func() error, error) {
+		prefix, url, ok := strings.Cut(location, " ")
+		if !ok {
+			return nil, nil, fmt.Errorf("location %q: want \"<prefix> <url>\"", location)
+		}
+		opt, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, nil, err
+		}
+		rdb := redis.NewClient(opt)
+		store, err := redisstore.New(ctx, rdb, redisstore.WithPrefix(prefix))
+		if err != nil {
+			_ = rdb.Close()
+			return nil, nil, err
+		}
+		return store, rdb.Close, nil
+	},
+}
+
+// deleteKeys deletes every key under prefix (SCAN + DEL, never FLUSH).
+func deleteKeys(t testing.TB, rdb *redis.Client, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var cursor uint64
+	for range 10_000 {
+		keys, next, err := rdb.Scan(ctx, cursor, prefix+"*", 500).Result()
+		if err != nil {
+			t.Errorf("cleanup: SCAN %s*: %v", prefix, err)
+			return
+		}
+		if len(keys) > 0 {
+			if err := rdb.Del(ctx, keys...).Err(); err != nil {
+				t.Errorf("cleanup: DEL: %v", err)
+				return
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return
+		}
+	}
 }
 
 // newChildSubscriber builds the crash test's subscribers in a child

@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/drain"
 )
 
 // CloseTimeout bounds how long Close waits for the messages in flight to be
@@ -348,17 +349,9 @@ func (s *Subscriber) Close() error {
 		s.closed = true
 		s.mu.Unlock()
 		close(s.closing)
-		done := make(chan struct{})
-		go func() { s.wg.Wait(); close(done) }()
-		t := time.NewTimer(CloseTimeout)
-		select {
-		case <-done:
-		case <-t.C:
+		if drain.Wait(&s.wg, CloseTimeout, s.abandon) {
 			s.logger.Warn("surely/amqp: messages still in flight at close; the broker will redeliver them")
 		}
-		t.Stop()
-		close(s.abandon)
-		<-done
 		s.dialMu.Lock() // a dial in progress finishes, sees closed and closes its connection
 		s.mu.Lock()
 		c := s.conn

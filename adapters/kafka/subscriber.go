@@ -12,6 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/internal/drain"
 )
 
 // Subscriber is a Watermill subscriber on a Kafka consumer group with safe
@@ -93,7 +95,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	defer s.mu.Unlock()
 	if s.closed {
 		icancel()
-		go drain(in)
+		go drain.Chan(in)
 		return nil, ErrClosed
 	}
 	s.wg.Add(1)
@@ -145,7 +147,7 @@ func (s *Subscriber) forward(ctx context.Context, topic string, in <-chan *messa
 			time.Sleep(markGrace)
 		}
 		stop()
-		drain(in) // until watermill-kafka's consumer has stopped
+		drain.Chan(in) // until watermill-kafka's consumer has stopped
 	}()
 	for {
 		var msg *message.Message
@@ -185,27 +187,14 @@ func (s *Subscriber) forward(ctx context.Context, topic string, in <-chan *messa
 // the ack; a message still unsettled then is left unmarked (delivered
 // again after a restart) and its handler's context is cancelled.
 func (s *Subscriber) settle(ctx context.Context, topic string, inflight *sync.WaitGroup, abandon chan struct{}) {
-	done := make(chan struct{})
-	go func() { inflight.Wait(); close(done) }()
-	t := time.NewTimer(s.cfg.CloseTimeout)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
+	if drain.Wait(inflight, s.cfg.CloseTimeout, abandon) {
 		s.logger.WarnContext(ctx, "surely/kafka: messages still in flight at close; they will be delivered again", "topic", topic)
 	}
-	close(abandon)
-	<-done
 }
 
 // markGrace is how long a closing subscription waits, after its last
 // message was settled, before it stops watermill-kafka's consumer.
 const markGrace = 100 * time.Millisecond
-
-func drain(in <-chan *message.Message) {
-	for range in {
-	}
-}
 
 // Close stops handing out messages, waits (up to Config.CloseTimeout) for those in
 // flight to be acked or nacked, then leaves the consumer group, committing

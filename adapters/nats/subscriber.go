@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/drain"
 )
 
 // CloseTimeout bounds how long Close waits for the messages in flight to be
@@ -272,17 +273,9 @@ func (s *Subscriber) Close() error {
 		for _, it := range iters {
 			it.Stop()
 		}
-		done := make(chan struct{})
-		go func() { s.wg.Wait(); close(done) }()
-		t := time.NewTimer(CloseTimeout)
-		select {
-		case <-done:
-		case <-t.C:
+		if drain.Wait(&s.wg, CloseTimeout, s.abandon) {
 			s.logger.Warn("surely/nats: messages still in flight at close; they will be redelivered")
 		}
-		t.Stop()
-		close(s.abandon)
-		<-done
 		if err := s.conn.Drain(); err != nil {
 			s.conn.Close()
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/drain"
 )
 
 // CloseTimeout bounds how long Close waits for the messages in flight to
@@ -294,17 +295,9 @@ func (s *Subscriber) Close() error {
 		s.closed = true
 		s.mu.Unlock()
 		close(s.closing)
-		done := make(chan struct{})
-		go func() { s.wg.Wait(); close(done) }()
-		t := time.NewTimer(CloseTimeout)
-		select {
-		case <-done:
-		case <-t.C:
+		if drain.Wait(&s.wg, CloseTimeout, s.abandon) {
 			s.logger.Warn("surely/redisstream: messages still in flight at close; they stay pending")
 		}
-		t.Stop()
-		close(s.abandon)
-		<-done
 		s.closeErr = s.inner.Close()
 		// The read loop's last XREADGROUP (at most its 100ms block) ends
 		// before the client closes; see entryHook.

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/drain"
 )
 
 // Subscriber is a Watermill subscriber on PostgreSQL tables written by
@@ -125,7 +126,7 @@ func (s *Subscriber) subscribe(ctx context.Context, topic string) (<-chan *messa
 	select {
 	case <-interrupted:
 		if err == nil {
-			drain(in)
+			drain.Chan(in)
 		}
 		return nil, nil, ErrClosed
 	default:
@@ -161,7 +162,7 @@ func (s *Subscriber) run(ctx context.Context, topic string, in <-chan *message.M
 			// Roll back the consuming transaction: the message goes back to
 			// the group, and this subscription reads again.
 			stop()
-			drain(in)
+			drain.Chan(in)
 			var err error
 			for in, stop, err = s.subscribe(ctx, topic); err != nil; in, stop, err = s.subscribe(ctx, topic) {
 				if errors.Is(err, ErrClosed) {
@@ -183,11 +184,11 @@ func (s *Subscriber) run(ctx context.Context, topic string, in <-chan *message.M
 			activeDone()
 			<-s.innerEnd
 			stop()
-			drain(in)
+			drain.Chan(in)
 			return
 		default: // ctxDone, innerEnded
 			stop()
-			drain(in)
+			drain.Chan(in)
 			return
 		}
 	}
@@ -254,11 +255,6 @@ func (s *Subscriber) settle(ctx context.Context, topic string, msg *message.Mess
 			"topic", topic, "message_uuid", msg.UUID)
 	}
 	l.settle()
-}
-
-func drain(in <-chan *message.Message) {
-	for range in {
-	}
 }
 
 // Close stops handing out messages, waits (up to CloseTimeout) for those in

@@ -14,6 +14,7 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/drain"
 )
 
 // nackTimeout bounds the visibility change of a nack, and the deletion of
@@ -228,17 +229,9 @@ func (s *Subscriber) Close() error {
 		s.mu.Unlock()
 		close(s.closing)
 		err = s.inner.Close() // no more receives; it leaves its messages to settle
-		done := make(chan struct{})
-		go func() { s.wg.Wait(); close(done) }()
-		t := time.NewTimer(CloseTimeout)
-		select {
-		case <-done:
-		case <-t.C:
+		if drain.Wait(&s.wg, CloseTimeout, s.abandon) {
 			s.logger.Warn("surely/sqs: messages still in flight at close; they come back after their visibility timeout")
 		}
-		t.Stop()
-		close(s.abandon)
-		<-done
 		s.pending.clear()
 	})
 	return err
