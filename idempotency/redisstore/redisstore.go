@@ -407,7 +407,7 @@ func parseFastDone(v string) (fp, outcome string, done bool) {
 	if !found || !strings.HasPrefix(head, "~1d ") {
 		return "", "", false
 	}
-	// token lease retention #fp #ids #reopen started ended
+	// token lease retention #fp #ids #reopen started kept
 	f := strings.Split(head[len("~1d "):], " ")
 	if len(f) != 8 {
 		return "", "", false

@@ -14,8 +14,9 @@ local function close_open_tail(h, members)
 end
 
 -- The common case: the fast record of a first attempt, in progress. Its
--- DONE form keeps the header and the rest, and adds the attempt's start
--- and end and the outcome; the token doubles as the request ID.
+-- DONE form keeps the header and the rest, and adds the attempt's start,
+-- the retention the DONE record is kept for, and the outcome; the token
+-- doubles as the request ID.
 local v = redis.pcall('GET', key)
 if not v then
   return 0
@@ -42,7 +43,9 @@ if type(v) == 'string' then
   if exp > 0 then
     started = int(exp - tonumber(ret) - tonumber(lease))
   end
-  redis.call('SET', key, '~1d ' .. tok .. ' ' .. rest .. ' ' .. started .. ' ' .. now_text() .. '\n' ..
+  -- The end of the attempt is not written: it is when the record's
+  -- retention started, PEXPIRETIME - retention_ms, which spares a TIME.
+  redis.call('SET', key, '~1d ' .. tok .. ' ' .. rest .. ' ' .. started .. ' ' .. ARGV[4] .. '\n' ..
     string.sub(v, #tok + #rest + 7) .. outcome, 'PX', ARGV[4])
   return 1
 end

@@ -63,13 +63,15 @@ local OPEN_TAIL = '"result":"in_progress"}]'
 --     Complete). Its header line is
 --       ~1i <token> <lease_ms> <retention_ms> <#fp> <#ids> <#reopen>
 --     or, once DONE,
---       ~1d <token> <lease_ms> <retention_ms> <#fp> <#ids> <#reopen> <started_ms> <ended_ms>
+--       ~1d <token> <lease_ms> <retention_ms> <#fp> <#ids> <#reopen> <started_ms> <kept_ms>
 --     and the rest is the fingerprint, the history IDs (JSON members, see
 --     claim.lua) and the replay ID, of the given lengths in bytes, then
 --     the outcome JSON of a DONE record. An in-progress fast record has no
 --     clock reading of its own: it expires lease_ms + retention_ms after
 --     its claim, so its lease ends at PEXPIRETIME - retention_ms and it
---     started lease_ms before that.
+--     started lease_ms before that. A DONE one expires kept_ms (the
+--     completing store's retention) after its Complete, which is when the
+--     attempt ended: PEXPIRETIME - kept_ms.
 local FAST_OPEN = '^~1i (%S+) (%d+) (%d+) (%d+) (%d+) (%d+)\n'
 local FAST_DONE = '^~1d (%S+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)\n'
 
@@ -88,11 +90,17 @@ local function fast_fields(key, v)
       until_ms, started = '0', '0' -- no expiry (PERSIST): long over
     end
   else
-    token, lease, ret, nfp, nids, nre, started, ended = string.match(v, FAST_DONE)
+    local kept
+    token, lease, ret, nfp, nids, nre, started, kept = string.match(v, FAST_DONE)
     if not token then
       return nil
     end
     state = 'done'
+    local exp = redis.call('PEXPIRETIME', key)
+    ended = started
+    if exp > 0 then
+      ended = int(exp - tonumber(kept))
+    end
   end
   local p = string.find(v, '\n', 1, true) + 1
   local fp = string.sub(v, p, p + nfp - 1)
