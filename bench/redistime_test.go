@@ -28,6 +28,8 @@ var redisTimeHandlers = []int{1, 16}
 //     those are left out, so a variant that mixes native commands and
 //     scripts (surely: a native claim, a scripted complete) counts each
 //     command the client sent once.
+//   - <command>-redis_us/msg: redis_us/msg of each command the client
+//     sent (set, evalsha, ...): where the server's time goes.
 //   - redis_calls/msg: the commands the client sent, per message.
 //   - x_naive (surely variants): naive's redis_us/msg over the variant's
 //     (0.25: four times the server time of the naive loop).
@@ -60,8 +62,11 @@ func BenchmarkRedisServerTime(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				usec, calls := serverTime(b, client)
+				usec, calls, byCommand := serverTime(b, client)
 				perMsg := float64(usec) / float64(b.N)
+				for name, u := range byCommand {
+					b.ReportMetric(float64(u)/float64(b.N), name+"-redis_us/msg")
+				}
 				b.ReportMetric(perMsg, "redis_us/msg")
 				b.ReportMetric(float64(calls)/float64(b.N), "redis_calls/msg")
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
@@ -79,17 +84,19 @@ func BenchmarkRedisServerTime(b *testing.B) {
 // µs and the number of the commands a client sent. Commands a script
 // called (logged with the scripting client's address, "?:0") and the
 // measurement's own (SLOWLOG) are left out.
-func serverTime(b *testing.B, client *redis.Client) (usec, calls int64) {
+func serverTime(b *testing.B, client *redis.Client) (usec, calls int64, byCommand map[string]int64) {
 	entries, err := client.SlowLogGet(context.Background(), -1).Result()
 	if err != nil {
 		b.Fatal(err)
 	}
+	byCommand = map[string]int64{}
 	for _, e := range entries {
 		if strings.HasPrefix(e.ClientAddr, "?") || len(e.Args) == 0 || strings.EqualFold(e.Args[0], "slowlog") {
 			continue
 		}
 		usec += e.Duration.Microseconds()
 		calls++
+		byCommand[strings.ToLower(e.Args[0])] += e.Duration.Microseconds()
 	}
-	return usec, calls
+	return usec, calls, byCommand
 }

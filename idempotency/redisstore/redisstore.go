@@ -269,7 +269,11 @@ func decodeOutcome(s string) (*idempotency.Outcome, error) {
 	return o, nil
 }
 
-// Claim implements idempotency.Store in one round trip (EVALSHA).
+// Claim implements idempotency.Store. A new key (and a duplicate of a
+// record completed by its first attempt) costs one round trip of two
+// native commands and no script; a key in any other state a second round
+// trip, the claim script (see doc.go, "Record formats"). Under
+// WithBatching every claim is the claim script, batched.
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return idempotency.ClaimResult{}, err
@@ -627,10 +631,11 @@ func (s *Store) claimAndWait(ctx context.Context, req idempotency.ClaimRequest, 
 	return res, nil
 }
 
-// confirmDone rewrites the state of a DONE record with its own value: a
-// no-op that Redis still replicates after the record, so a WAIT on the
-// same connection confirms the record. It touches nothing else (the TTL
-// stays) and writes nothing when the record is gone or changed.
+// confirmDone rewrites a DONE record (the state of a hash, the whole of a
+// fast record) with its own value: a no-op that Redis still replicates
+// after the record, so a WAIT on the same connection confirms the record.
+// It touches nothing else (the TTL stays) and writes nothing when the
+// record is gone or not DONE.
 const confirmDone = `local t = redis.call('TYPE', KEYS[1])['ok']
 if t == 'hash' then
   if redis.call('HGET', KEYS[1], 'state') == 'done' then redis.call('HSET', KEYS[1], 'state', 'done') end
