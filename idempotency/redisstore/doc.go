@@ -29,7 +29,7 @@
 // progress, or DONE by that attempt. A Claim of a new key writes it with
 // one native command, no script:
 //
-//	SET <key> "~1i <token> <lease_ms> <retention_ms> <#fp> <#ids> <#reopen>\n<fp><ids><reopen>" NX PX <lease_ms+retention_ms> GET
+//	SET <key> "~1i <token> <lease_ms> <retention_ms> <#fp> <#ids> <#reopen>\n<fp><ids><reopen>" NX PX <lease_ms+retention_ms>
 //
 // pipelined with PEXPIRETIME <key> in the same round trip. The header
 // line gives the lease token, the lease and the retention, and the
@@ -39,9 +39,10 @@
 // reading: it expires lease_ms + retention_ms after the claim by the
 // server's clock, so its lease ends at PEXPIRETIME - retention_ms (which
 // Claim returns as Lease.Until) and the attempt started lease_ms before
-// that. SET answers nil when it wrote the record; when the key already
-// held a fast record it answers that record and writes nothing; when the
-// key holds a hash it fails with WRONGTYPE and writes nothing.
+// that. When the key exists (a record of either form) SET writes nothing
+// and the claim script decides, in a second round trip; the script writes
+// the same fast record for a key that expired meanwhile (its own SET NX
+// ... GET), so it needs no other path for a new key.
 //
 // Complete turns an in-progress fast record into its DONE form, in a
 // small script that checks the token first (fencing):
@@ -49,10 +50,10 @@
 //	~1d <token> <lease_ms> <retention_ms> <#fp> <#ids> <#reopen> <started_ms> <kept_ms>\n<fp><ids><reopen><outcome>
 //
 // kept for kept_ms (the completing store's retention): the attempt ended
-// at PEXPIRETIME - kept_ms. A duplicate Claim is answered from the DONE
-// record that SET answers, by the client, without a script: the outcome,
-// or Conflict when the fingerprint differs. The token is the request ID
-// of the Complete that wrote the record, so a re-sent Complete succeeds.
+// at PEXPIRETIME - kept_ms. A duplicate Claim reads the outcome from it
+// in the claim script (or Conflict, when the fingerprint differs), without
+// a write. The token is the request ID of the Complete that wrote the
+// record, so a re-sent Complete succeeds.
 //
 // The hash form holds every other record:
 //
@@ -72,12 +73,11 @@
 // reopened_by and base (the replay that last reopened the record and the
 // attempt count its budget started from) may be absent: no replay did.
 //
-// Every path other than a new key's claim, its Complete and a duplicate
-// runs a script: a claim of a key whose first attempt is in progress (a
-// live lease, answered InProgress; a takeover after the lease expired; a
-// conflicting payload; the same claim re-sent by go-redis), a retry of a
-// FAILED record, a claim under a retry-after delay, an exhausted budget,
-// Release and Extend. Such a script reads either form into the fields
+// Every path other than a new key's claim runs a script: Complete, a
+// claim of an existing key (a duplicate; a live lease, answered
+// InProgress; a takeover after the lease expired; a conflicting payload;
+// the same claim re-sent by go-redis; a retry of a FAILED record; a claim
+// under a retry-after delay; an exhausted budget), Release and Extend. Such a script reads either form into the fields
 // above; one that writes turns an in-progress fast record into a hash
 // first (keeping its expiry) and goes on as on any hash. So a record is a
 // string until its first attempt ends otherwise than DONE or is extended,
@@ -127,11 +127,13 @@
 //
 // New loads the Lua scripts (SCRIPT LOAD, on every shard of a cluster) and
 // reads the persistence settings. After that, a fresh message costs two
-// round trips: Claim (SET NX ... GET and PEXPIRETIME, pipelined) and
-// Complete (one EVALSHA); a duplicate one (the same Claim, answered by the
-// DONE record). A Claim that meets an in-progress fast record or a hash
-// costs a second round trip, the claim script; Release, Extend and Get are
-// one EVALSHA each. When the server lost its script cache (restart,
+// round trips: Claim (SET NX and PEXPIRETIME, pipelined, no script) and
+// Complete (one EVALSHA). A Claim of an existing key, a duplicate
+// included, costs a second round trip, the claim script (one EVALSHA):
+// go-redis handles the OK of a new key's SET NX at less client cost than
+// the nil reply of SET NX ... GET, which would answer a duplicate in one
+// round trip, and new keys are the common case. Release, Extend and Get
+// are one EVALSHA each. When the server lost its script cache (restart,
 // failover, SCRIPT FLUSH) the store gets NOSCRIPT, reloads the scripts
 // and retries once, transparently. WithWaitReplicas adds one round trip
 // to Claim and to Complete (WAIT).

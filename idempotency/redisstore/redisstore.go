@@ -269,11 +269,11 @@ func decodeOutcome(s string) (*idempotency.Outcome, error) {
 	return o, nil
 }
 
-// Claim implements idempotency.Store. A new key (and a duplicate of a
-// record completed by its first attempt) costs one round trip of two
-// native commands and no script; a key in any other state a second round
-// trip, the claim script (see doc.go, "Record formats"). Under
-// WithBatching every claim is the claim script, batched.
+// Claim implements idempotency.Store. A new key costs one round trip of
+// two native commands and no script; an existing key (a duplicate, a
+// retry, a live lease, ...) a second round trip, the claim script (see
+// doc.go, "Record formats"). Under WithBatching every claim is the claim
+// script, batched.
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return idempotency.ClaimResult{}, err
@@ -348,53 +348,40 @@ type pipeliner interface {
 // fastClaim claims a new key without a script, in one round trip of two
 // native commands:
 //
-//	SET <key> <fast record> NX PX <lease+retention> GET
+//	SET <key> <fast record> NX PX <lease+retention>
 //	PEXPIRETIME <key>
 //
-// SET writes the record when the key is free and answers nil; the lease
-// then ends a retention before the key expires, by the server's clock.
-// When the key holds a fast DONE record, SET answers it and the claim is a
-// duplicate (or a conflict) read from it. ok is false when the claim
-// script must decide: the key holds a fast record in progress (a live
-// lease, a takeover, or this very claim re-sent) or a hash (a record of
-// the previous release, or one the rare paths wrote), which SET refuses
-// with WRONGTYPE.
+// SET writes the record when the key is free; the lease then ends a
+// retention before the key expires, by the server's clock. ok is false
+// when the key exists (or SET failed on the server): the claim script
+// decides then, a duplicate included.
+//
+// SET answers OK for a new key, which go-redis handles at less cost than
+// the nil reply of SET ... GET as the first reply of a pipeline (some 20
+// allocations for its retry checks): a new key is the common case, so a
+// duplicate pays the second round trip instead.
 func (s *Store) fastClaim(ctx context.Context, c pipeliner, key string, args []any, req idempotency.ClaimRequest, token string) (res idempotency.ClaimResult, ok bool, err error) {
 	var set, exp *redis.Cmd
 	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		set = p.Do(ctx, "set", key, args[argFast], "nx", "px", args[argTTL], "get")
+		set = p.Do(ctx, "set", key, args[argFast], "nx", "px", args[argTTL])
 		exp = p.Do(ctx, "pexpiretime", key)
 		return nil
 	})
-	v, err := set.Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		at, err := exp.Int64()
-		if err != nil {
-			return res, false, fmt.Errorf("redisstore: claim: PEXPIRETIME: %w", err)
-		}
-		lease := idempotency.Lease{Namespace: req.Namespace, Key: req.Key, Token: token, Attempt: 1, Until: fromMs(at - ms(s.retention))}
-		return idempotency.ClaimResult{Status: idempotency.Acquired, Lease: lease}, true, nil
-	case isServerError(err):
-		// WRONGTYPE: a hash. Or a refused write (OOM, READONLY, ...): the
+	switch err := set.Err(); {
+	case err == nil:
+	case errors.Is(err, redis.Nil) || isServerError(err):
+		// The key exists. Or a refused write (OOM, READONLY, ...): the
 		// script answers a duplicate from the record all the same.
 		return res, false, nil
-	case err != nil:
+	default:
 		return res, false, fmt.Errorf("redisstore: claim: %w", err)
 	}
-	held, _ := v.(string)
-	fp, outcome, done := parseFastDone(held)
-	if !done {
-		return res, false, nil
-	}
-	if fp != req.Fingerprint {
-		return idempotency.ClaimResult{Status: idempotency.Conflict, StoredFingerprint: fp}, true, nil
-	}
-	o, err := decodeOutcome(outcome)
+	at, err := exp.Int64()
 	if err != nil {
-		return res, false, err
+		return res, false, fmt.Errorf("redisstore: claim: PEXPIRETIME: %w", err)
 	}
-	return idempotency.ClaimResult{Status: idempotency.Completed, Outcome: o}, true, nil
+	lease := idempotency.Lease{Namespace: req.Namespace, Key: req.Key, Token: token, Attempt: 1, Until: fromMs(at - ms(s.retention))}
+	return idempotency.ClaimResult{Status: idempotency.Acquired, Lease: lease}, true, nil
 }
 
 // isServerError reports whether err is an error reply of the server,
@@ -402,32 +389,6 @@ func (s *Store) fastClaim(ctx context.Context, c pipeliner, key string, args []a
 func isServerError(err error) bool {
 	var e redis.Error
 	return errors.As(err, &e) && !errors.Is(err, redis.Nil)
-}
-
-// parseFastDone reads the fingerprint and the outcome of a fast DONE
-// record; done is false when v is none.
-func parseFastDone(v string) (fp, outcome string, done bool) {
-	head, body, found := strings.Cut(v, "\n")
-	if !found || !strings.HasPrefix(head, "~1d ") {
-		return "", "", false
-	}
-	// token lease retention #fp #ids #reopen started kept
-	f := strings.Split(head[len("~1d "):], " ")
-	if len(f) != 8 {
-		return "", "", false
-	}
-	var n [3]int
-	for i := range n {
-		x, err := strconv.Atoi(f[3+i])
-		if err != nil || x < 0 {
-			return "", "", false
-		}
-		n[i] = x
-	}
-	if n[0]+n[1]+n[2] > len(body) {
-		return "", "", false
-	}
-	return body[:n[0]], body[n[0]+n[1]+n[2]:], true
 }
 
 // historyIDs returns the trace and span IDs of a claim's attempt as the

@@ -212,7 +212,7 @@ func TestRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Completed, dup.Status)
 	require.Equal(t, out, *dup.Outcome)
-	require.Equal(t, []string{fastClaimTrip}, rt.take(), "duplicate Claim: no script")
+	require.Equal(t, []string{fastClaimTrip, "evalsha"}, rt.take(), "duplicate Claim: the native round trip, then the script")
 
 	// A rare path (here a live lease of another owner) costs the script
 	// after the native commands.
@@ -236,7 +236,7 @@ func TestRoundTrips(t *testing.T) {
 }
 
 // fastClaimTrip is the round trip of a Claim without a script: the native
-// SET NX ... GET and PEXPIRETIME, pipelined.
+// SET NX and PEXPIRETIME, pipelined.
 const fastClaimTrip = "pipeline(set,pexpiretime)"
 
 // TestKeyLayout pins the documented layout: one key per operation under

@@ -108,7 +108,7 @@ func TestWaitReplicasCompletedRoundTrips(t *testing.T) {
 	res, err := s.Claim(ctx, claimReq("k"))
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Completed, res.Status)
-	require.Equal(t, []string{fastClaimTrip, "pipeline(eval,wait)"}, rt.take(),
+	require.Equal(t, []string{fastClaimTrip, "evalsha", "pipeline(eval,wait)"}, rt.take(),
 		"claim, then the confirming write and WAIT in one round trip")
 }
 
