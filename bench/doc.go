@@ -123,8 +123,9 @@
 // and 64 goroutines on one go-redis client, in three variants: naive, two
 // plain commands (SET key token NX PX 60000, then SET key done XX PX
 // 86400000; no fencing, attempt count, history or outcome), surely
-// (redisstore Claim and Complete, one EVALSHA each) and surely_batched
-// (the same with WithBatching(64)). BenchmarkRedisStoreInterleaved runs the
+// (redisstore Claim and Complete: a pipelined SET NX and PEXPIRETIME,
+// then one EVALSHA) and surely_batched (the same with
+// WithBatching(64), whose claims are scripts too). BenchmarkRedisStoreInterleaved runs the
 // same three in turns of 256 messages.
 //
 // # BenchmarkAdapters

@@ -16,9 +16,46 @@
 //
 // One key per operation: prefix + namespace + ":" + operation key, e.g.
 // "surely:payments:order-42". Namespaces cannot contain ":", so two
-// (namespace, key) pairs never share a Redis key. Every script reads and
-// writes exactly that one key (KEYS[1]), so nothing is cross-slot on Redis
-// Cluster. The key holds a hash:
+// (namespace, key) pairs never share a Redis key. Every command and script
+// reads and writes exactly that one key (KEYS[1]), so nothing is
+// cross-slot on Redis Cluster, and a hash tag in the operation key
+// ({...}) places records as Redis Cluster does any key.
+//
+// # Record formats
+//
+// A record has one of two forms.
+//
+// The fast form is a string, and holds the first attempt of a key: in
+// progress, or DONE by that attempt. A Claim of a new key writes it with
+// one native command, no script:
+//
+//	SET <key> "~1i <token> <lease_ms> <retention_ms> <#fp> <#ids> <#reopen>\n<fp><ids><reopen>" NX PX <lease_ms+retention_ms>
+//
+// pipelined with PEXPIRETIME <key> in the same round trip. The header
+// line gives the lease token, the lease and the retention, and the
+// lengths in bytes of what follows it: the payload fingerprint, the trace
+// and span IDs of the attempt (as the JSON members of its history entry)
+// and the replay ID of a reopening claim. The record holds no clock
+// reading: it expires lease_ms + retention_ms after the claim by the
+// server's clock, so its lease ends at PEXPIRETIME - retention_ms (which
+// Claim returns as Lease.Until) and the attempt started lease_ms before
+// that. When the key exists (a record of either form) SET writes nothing
+// and the claim script decides, in a second round trip; the script writes
+// the same fast record for a key that expired meanwhile (its own SET NX
+// ... GET), so it needs no other path for a new key.
+//
+// Complete turns an in-progress fast record into its DONE form, in a
+// small script that checks the token first (fencing):
+//
+//	~1d <token> <lease_ms> <retention_ms> <#fp> <#ids> <#reopen> <started_ms> <kept_ms>\n<fp><ids><reopen><outcome>
+//
+// kept for kept_ms (the completing store's retention): the attempt ended
+// at PEXPIRETIME - kept_ms. A duplicate Claim reads the outcome from it
+// in the claim script (or Conflict, when the fingerprint differs), without
+// a write. The token is the request ID of the Complete that wrote the
+// record, so a re-sent Complete succeeds.
+//
+// The hash form holds every other record:
 //
 //	state     in_progress | done | failed | exhausted
 //	fp        payload fingerprint of the first claim
@@ -35,9 +72,32 @@
 //
 // reopened_by and base (the replay that last reopened the record and the
 // attempt count its budget started from) may be absent: no replay did.
-// Records written by earlier releases of the store, whose history members
-// come in any order, are read and completed as before: processes of both
-// releases can share the records during a rolling upgrade.
+//
+// Every path other than a new key's claim runs a script: Complete, a
+// claim of an existing key (a duplicate; a live lease, answered
+// InProgress; a takeover after the lease expired; a conflicting payload;
+// the same claim re-sent by go-redis; a retry of a FAILED record; a claim
+// under a retry-after delay; an exhausted budget), Release and Extend. Such a script reads either form into the fields
+// above; one that writes turns an in-progress fast record into a hash
+// first (keeping its expiry) and goes on as on any hash. So a record is a
+// string until its first attempt ends otherwise than DONE or is extended,
+// and a hash from then on; Get reads both. Under WithBatching a claim is
+// the claim script, which writes the same fast record for a new key.
+//
+// # Upgrading from a release without fast records
+//
+// Records written by earlier releases are hashes, which this release reads,
+// completes, retries and releases as before (their history members may
+// come in any order). The reverse does not hold: an earlier release's
+// scripts fail with WRONGTYPE on a fast record. That failure is safe (the
+// Claim or Complete returns an error, the message is nacked and delivered
+// again; no second owner runs the handler), but it holds up the messages
+// that an old process receives while a new process holds or completed
+// them. Hence the upgrade rule: during a rolling upgrade, give every new
+// process WithHashRecords, which writes hashes only (every claim then runs
+// the claim script, as before); once no process of the earlier release
+// runs, restart without it. Records written meanwhile stay hashes and are
+// read as such.
 //
 // DONE, FAILED and EXHAUSTED records expire a retention (WithRetention)
 // after their last change; an IN_PROGRESS record a retention after its
@@ -66,12 +126,17 @@
 // # Round trips
 //
 // New loads the Lua scripts (SCRIPT LOAD, on every shard of a cluster) and
-// reads the persistence settings. After that, every call is one EVALSHA:
-// a fresh message costs two round trips (Claim, Complete), a duplicate one
-// (Claim answers Completed with the stored outcome). When the server lost
-// its script cache (restart, failover, SCRIPT FLUSH) the store gets
-// NOSCRIPT, reloads the scripts and retries once, transparently.
-// WithWaitReplicas adds one round trip to Claim and to Complete (WAIT).
+// reads the persistence settings. After that, a fresh message costs two
+// round trips: Claim (SET NX and PEXPIRETIME, pipelined, no script) and
+// Complete (one EVALSHA). A Claim of an existing key, a duplicate
+// included, costs a second round trip, the claim script (one EVALSHA):
+// go-redis handles the OK of a new key's SET NX at less client cost than
+// the nil reply of SET NX ... GET, which would answer a duplicate in one
+// round trip, and new keys are the common case. Release, Extend and Get
+// are one EVALSHA each. When the server lost its script cache (restart,
+// failover, SCRIPT FLUSH) the store gets NOSCRIPT, reloads the scripts
+// and retries once, transparently. WithWaitReplicas adds one round trip
+// to Claim and to Complete (WAIT).
 //
 // # Batching
 //
@@ -93,7 +158,9 @@
 // batch. On a Cluster or Ring client a batch is a pipeline of one EVALSHA
 // per call instead (a script's keys must share a slot), which go-redis
 // splits by node. Release, Extend, Get, and a Claim or Complete under
-// WithWaitReplicas are never batched.
+// WithWaitReplicas are never batched. A batching store claims with the
+// claim script, which shares the round trip; it writes the same fast
+// records as an unbatched one.
 //
 // What batching saves is the per-command work around the scripts: the
 // server's reads, writes and script invocations, and the client's system
@@ -137,7 +204,7 @@
 //     and fails with ErrNotReplicated), so a failover cannot forget a lease
 //     and let a second owner run; and a Claim that finds a DONE record
 //     answers Completed only once n replicas hold it (a write of its own,
-//     rewriting the record's state with the same value, follows the record
+//     rewriting the record with its own value, follows the record
 //     in the replication stream, and WAIT confirms that write), so the
 //     redelivery of a message whose Complete returned ErrNotReplicated is
 //     not acked on the primary's word alone.

@@ -52,6 +52,7 @@ type Store struct {
 	waitTimeout time.Duration
 	durability  Durability
 	batch       *batcher // WithBatching; nil: every call is sent on its own
+	hashRecords bool     // WithHashRecords
 }
 
 // Option configures a Store. Every option validates its argument; an invalid
@@ -119,6 +120,19 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 			return fmt.Errorf("%w: redisstore: WAIT timeout must be at least 1ms, got %v", idempotency.ErrInvalidOption, timeout)
 		}
 		s.waitN, s.waitTimeout = n, timeout
+		return nil
+	}
+}
+
+// WithHashRecords makes the store write every record as a hash, the only
+// form that releases before the fast records knew, and claim every key
+// with the claim script: the upgrade rule of doc.go ("Record formats").
+// Give it to every process of a rolling upgrade from such a release, and
+// drop it once none of them runs. The store reads and completes records of
+// both forms either way.
+func WithHashRecords() Option {
+	return func(s *Store) error {
+		s.hashRecords = true
 		return nil
 	}
 }
@@ -255,7 +269,11 @@ func decodeOutcome(s string) (*idempotency.Outcome, error) {
 	return o, nil
 }
 
-// Claim implements idempotency.Store in one round trip (EVALSHA).
+// Claim implements idempotency.Store. A new key costs one round trip of
+// two native commands and no script; an existing key (a duplicate, a
+// retry, a live lease, ...) a second round trip, the claim script (see
+// doc.go, "Record formats"). Under WithBatching every claim is the claim
+// script, batched.
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return idempotency.ClaimResult{}, err
@@ -267,9 +285,16 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	if s.waitN > 0 {
 		return s.claimAndWait(ctx, req, token)
 	}
-	// The one script call of a Claim; the direct and the batched path
-	// (WithBatching) send exactly this.
-	v, err := s.send(ctx, scriptCall{sc: scriptClaim, key: s.redisKey(req.Namespace, req.Key), args: s.claimArgs(req, token)})
+	key, args := s.redisKey(req.Namespace, req.Key), s.claimArgs(req, token)
+	if s.batch == nil && !s.hashRecords {
+		res, ok, err := s.fastClaim(ctx, s.client, key, args, req, token)
+		if ok || err != nil {
+			return res, err
+		}
+	}
+	// The claim script: the rare paths, and every claim of a batching
+	// store, where the script shares a round trip with other calls.
+	v, err := s.send(ctx, scriptCall{sc: scriptClaim, key: key, args: args})
 	if err != nil {
 		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
@@ -279,8 +304,91 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 // claimArgs are the arguments of the claim script (see lua/claim.lua).
 func (s *Store) claimArgs(req idempotency.ClaimRequest, token string) []any {
 	lease, retention := ms(req.Lease), ms(s.retention)
+	ids := historyIDs(req.TraceID, req.SpanID)
+	fast := ""
+	if !s.hashRecords {
+		fast = fastRecord(req, token, lease, retention, ids)
+	}
 	return []any{req.Fingerprint, lease, req.MaxAttempts, token, retention, lease + retention,
-		idempotency.MaxHistory, historyIDs(req.TraceID, req.SpanID), req.Reopen}
+		idempotency.MaxHistory, ids, req.Reopen, fast}
+}
+
+// Argument positions in claimArgs.
+const (
+	argTTL  = 5 // lease_ms + retention_ms
+	argFast = 9 // the fast record
+)
+
+// fastRecord is the record of a new key's first attempt, in progress, in
+// its fast form (see doc.go and lua/prelude.lua): a header line, then the
+// fingerprint, the history IDs and the replay ID, of the lengths the
+// header gives.
+func fastRecord(req idempotency.ClaimRequest, token string, lease, retention int64, ids string) string {
+	var b strings.Builder
+	b.Grow(64 + len(token) + len(req.Fingerprint) + len(ids) + len(req.Reopen))
+	b.WriteString("~1i ")
+	b.WriteString(token)
+	for _, n := range [...]int64{lease, retention, int64(len(req.Fingerprint)), int64(len(ids)), int64(len(req.Reopen))} {
+		b.WriteByte(' ')
+		b.WriteString(strconv.FormatInt(n, 10))
+	}
+	b.WriteByte('\n')
+	b.WriteString(req.Fingerprint)
+	b.WriteString(ids)
+	b.WriteString(req.Reopen)
+	return b.String()
+}
+
+// pipeliner is what fastClaim sends its round trip on: a client or one
+// connection (WithWaitReplicas).
+type pipeliner interface {
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+}
+
+// fastClaim claims a new key without a script, in one round trip of two
+// native commands:
+//
+//	SET <key> <fast record> NX PX <lease+retention>
+//	PEXPIRETIME <key>
+//
+// SET writes the record when the key is free; the lease then ends a
+// retention before the key expires, by the server's clock. ok is false
+// when the key exists (or SET failed on the server): the claim script
+// decides then, a duplicate included.
+//
+// SET answers OK for a new key, which go-redis handles at less cost than
+// the nil reply of SET ... GET as the first reply of a pipeline (some 20
+// allocations for its retry checks): a new key is the common case, so a
+// duplicate pays the second round trip instead.
+func (s *Store) fastClaim(ctx context.Context, c pipeliner, key string, args []any, req idempotency.ClaimRequest, token string) (res idempotency.ClaimResult, ok bool, err error) {
+	var set, exp *redis.Cmd
+	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		set = p.Do(ctx, "set", key, args[argFast], "nx", "px", args[argTTL])
+		exp = p.Do(ctx, "pexpiretime", key)
+		return nil
+	})
+	switch err := set.Err(); {
+	case err == nil:
+	case errors.Is(err, redis.Nil) || isServerError(err):
+		// The key exists. Or a refused write (OOM, READONLY, ...): the
+		// script answers a duplicate from the record all the same.
+		return res, false, nil
+	default:
+		return res, false, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	at, err := exp.Int64()
+	if err != nil {
+		return res, false, fmt.Errorf("redisstore: claim: PEXPIRETIME: %w", err)
+	}
+	lease := idempotency.Lease{Namespace: req.Namespace, Key: req.Key, Token: token, Attempt: 1, Until: fromMs(at - ms(s.retention))}
+	return idempotency.ClaimResult{Status: idempotency.Acquired, Lease: lease}, true, nil
+}
+
+// isServerError reports whether err is an error reply of the server,
+// rather than a failure to reach it.
+func isServerError(err error) bool {
+	var e redis.Error
+	return errors.As(err, &e) && !errors.Is(err, redis.Nil)
 }
 
 // historyIDs returns the trace and span IDs of a claim's attempt as the
@@ -446,13 +554,24 @@ func (s *Store) claimAndWait(ctx context.Context, req idempotency.ClaimRequest, 
 		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
 	defer func() { _ = conn.Close() }()
-	v, err := s.evalSha(ctx, conn, scriptClaim, key, s.claimArgs(req, token)...)
-	if err != nil {
-		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	args := s.claimArgs(req, token)
+	var (
+		res idempotency.ClaimResult
+		ok  bool
+	)
+	if !s.hashRecords {
+		if res, ok, err = s.fastClaim(ctx, conn, key, args, req, token); err != nil {
+			return idempotency.ClaimResult{}, err
+		}
 	}
-	res, err := claimResult(v, req, token)
-	if err != nil {
-		return idempotency.ClaimResult{}, err
+	if !ok {
+		v, err := s.evalSha(ctx, conn, scriptClaim, key, args...)
+		if err != nil {
+			return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+		}
+		if res, err = claimResult(v, req, token); err != nil {
+			return idempotency.ClaimResult{}, err
+		}
 	}
 	switch res.Status {
 	case idempotency.Acquired:
@@ -473,11 +592,19 @@ func (s *Store) claimAndWait(ctx context.Context, req idempotency.ClaimRequest, 
 	return res, nil
 }
 
-// confirmDone rewrites the state of a DONE record with its own value: a
-// no-op that Redis still replicates after the record, so a WAIT on the
-// same connection confirms the record. It touches nothing else (the TTL
-// stays) and writes nothing when the record is gone or changed.
-const confirmDone = `if redis.call('HGET', KEYS[1], 'state') == 'done' then redis.call('HSET', KEYS[1], 'state', 'done') end return 1`
+// confirmDone rewrites a DONE record (the state of a hash, the whole of a
+// fast record) with its own value: a no-op that Redis still replicates
+// after the record, so a WAIT on the same connection confirms the record.
+// It touches nothing else (the TTL stays) and writes nothing when the
+// record is gone or not DONE.
+const confirmDone = `local t = redis.call('TYPE', KEYS[1])['ok']
+if t == 'hash' then
+  if redis.call('HGET', KEYS[1], 'state') == 'done' then redis.call('HSET', KEYS[1], 'state', 'done') end
+elseif t == 'string' then
+  local v = redis.call('GET', KEYS[1])
+  if string.sub(v, 1, 4) == '~1d ' then redis.call('SET', KEYS[1], v, 'KEEPTTL') end
+end
+return 1`
 
 // wait sends WAIT on conn, after confirmDone on doneKey when it is set (in
 // one round trip), and returns an error wrapping ErrNotReplicated when

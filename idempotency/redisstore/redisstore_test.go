@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -200,7 +202,7 @@ func TestRoundTrips(t *testing.T) {
 	res, err := s.Claim(ctx, claimReq("fresh"))
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Acquired, res.Status)
-	require.Equal(t, []string{"evalsha"}, rt.take(), "Claim")
+	require.Equal(t, []string{fastClaimTrip}, rt.take(), "Claim: no script")
 	out := idempotency.Outcome{Messages: []idempotency.StoredMessage{{UUID: "u-1", Payload: []byte("p")}}}
 	require.NoError(t, s.Complete(ctx, res.Lease, out))
 	require.Equal(t, []string{"evalsha"}, rt.take(), "Complete")
@@ -210,7 +212,17 @@ func TestRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Completed, dup.Status)
 	require.Equal(t, out, *dup.Outcome)
-	require.Equal(t, []string{"evalsha"}, rt.take(), "duplicate Claim")
+	require.Equal(t, []string{fastClaimTrip, "evalsha"}, rt.take(), "duplicate Claim: the native round trip, then the script")
+
+	// A rare path (here a live lease of another owner) costs the script
+	// after the native commands.
+	held := acquire(t, s, claimReq("held"))
+	rt.take()
+	busy, err := s.Claim(ctx, claimReq("held"))
+	require.NoError(t, err)
+	require.Equal(t, idempotency.InProgress, busy.Status)
+	require.Equal(t, held.Until, busy.Until)
+	require.Equal(t, []string{fastClaimTrip, "evalsha"}, rt.take(), "Claim of a held key")
 
 	// Release, Extend and Get are one round trip too.
 	l := acquire(t, s, claimReq("other"))
@@ -223,55 +235,81 @@ func TestRoundTrips(t *testing.T) {
 	require.Equal(t, []string{"evalsha", "evalsha", "evalsha"}, rt.take(), "Extend, Release, Get")
 }
 
-// TestKeyLayout pins the documented layout: one hash per operation under
-// prefix + namespace + ":" + key, with the retention as its TTL.
+// fastClaimTrip is the round trip of a Claim without a script: the native
+// SET NX and PEXPIRETIME, pipelined.
+const fastClaimTrip = "pipeline(set,pexpiretime)"
+
+// TestKeyLayout pins the documented layout: one key per operation under
+// prefix + namespace + ":" + key; a first attempt and its DONE record in
+// the fast form (a string), every other record a hash; an in-progress
+// record kept a retention after its lease expiry, a finished one for the
+// retention.
 func TestKeyLayout(t *testing.T) {
 	client, prefix := setup(t)
 	const retention = 10 * time.Second
 	s := newStore(t, client, redisstore.WithPrefix(prefix), redisstore.WithRetention(retention))
 	ctx := t.Context()
+	pttl := func(key string, from, to time.Duration) {
+		t.Helper()
+		d := client.PTTL(ctx, key).Val()
+		require.Greater(t, d, from-2*time.Second)
+		require.LessOrEqual(t, d, to)
+	}
 
 	req := claimReq("order:42")
 	req.TraceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	req.Reopen = "replay-1"
 	l := acquire(t, s, req)
+	require.Len(t, l.Token, 32, "16 random bytes in hex")
 	key := prefix + "ns:order:42"
 	keys, err := client.Keys(ctx, prefix+"*").Result()
 	require.NoError(t, err)
 	require.Equal(t, []string{key}, keys, "one key per operation")
+	require.Equal(t, "string", client.Type(ctx, key).Val())
+	ids := `,"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"`
+	require.Equal(t, fmt.Sprintf("~1i %s 60000 10000 2 %d 8\nfp%sreplay-1", l.Token, len(ids), ids), client.Get(ctx, key).Val())
+	// In progress: kept a retention after the lease expiry, which is what
+	// the lease expiry is read from.
+	pttl(key, time.Minute+retention, time.Minute+retention)
+	exp := client.PExpireTime(ctx, key).Val()
+	require.Equal(t, l.Until.UnixMilli(), exp.Milliseconds()-retention.Milliseconds())
+
+	// DONE: the header gains the attempt's start and the retention it is
+	// kept for (its end is its expiry less that), the outcome follows the
+	// rest.
+	require.NoError(t, s.Complete(ctx, l, idempotency.Outcome{}))
+	v := client.Get(ctx, key).Val()
+	head, body, _ := strings.Cut(v, "\n")
+	f := strings.Fields(head)
+	require.Equal(t, []string{"~1d", l.Token, "60000", "10000", "2", strconv.Itoa(len(ids)), "8"}, f[:7])
+	require.Equal(t, l.Until.UnixMilli()-time.Minute.Milliseconds(), mustInt(t, f[7]), "started")
+	require.Equal(t, "10000", f[8], "kept for the retention, from the end of the attempt")
+	require.Equal(t, "fp"+ids+"replay-1{}", body)
+	pttl(key, retention, retention)
+	rec, err := s.Get(ctx, "ns", "order:42")
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now().Add(retention), rec.ExpiresAt, 2*time.Second)
+
+	// Any other path writes a hash: here an extension.
+	l = acquire(t, s, claimReq("order:43"))
+	key = prefix + "ns:order:43"
+	l, err = s.Extend(ctx, l, 2*time.Minute)
+	require.NoError(t, err)
 	require.Equal(t, "hash", client.Type(ctx, key).Val())
 	h := client.HGetAll(ctx, key).Val()
 	require.Equal(t, "in_progress", h["state"])
 	require.Equal(t, "fp", h["fp"])
 	require.Equal(t, l.Token, h["token"])
-	require.Len(t, l.Token, 32, "16 random bytes in hex")
 	require.Equal(t, "1", h["attempts"])
 	require.Equal(t, "0", h["canceled"])
 	require.Equal(t, l.Until.UnixMilli(), mustInt(t, h["until_ms"]))
-	require.Contains(t, h["history"], req.TraceID)
-
-	// In progress: kept a retention after the lease expiry.
-	pttl := client.PTTL(ctx, key).Val()
-	require.Greater(t, pttl, time.Minute+retention-2*time.Second)
-	require.LessOrEqual(t, pttl, time.Minute+retention)
-	l, err = s.Extend(ctx, l, 2*time.Minute)
-	require.NoError(t, err)
-	pttl = client.PTTL(ctx, key).Val()
-	require.Greater(t, pttl, 2*time.Minute+retention-2*time.Second, "an extension counts from the new expiry")
-	require.LessOrEqual(t, pttl, 2*time.Minute+retention)
-
-	// DONE: kept for the retention.
+	pttl(key, 2*time.Minute+retention, 2*time.Minute+retention)
 	require.NoError(t, s.Complete(ctx, l, idempotency.Outcome{}))
-	pttl = client.PTTL(ctx, key).Val()
-	require.Greater(t, pttl, 9*time.Second)
-	require.LessOrEqual(t, pttl, retention)
+	pttl(key, retention, retention)
 	h = client.HGetAll(ctx, key).Val()
 	require.Equal(t, "done", h["state"])
 	require.Empty(t, h["until_ms"], "no lease once done")
 	require.Equal(t, "{}", h["outcome"])
-
-	rec, err := s.Get(ctx, "ns", "order:42")
-	require.NoError(t, err)
-	require.WithinDuration(t, time.Now().Add(retention), rec.ExpiresAt, 2*time.Second)
 }
 
 func mustInt(t *testing.T, s string) int64 {
@@ -431,10 +469,13 @@ func TestNoScriptRecovery(t *testing.T) {
 	require.NoError(t, c.ScriptFlush(ctx).Err())
 	rt.take()
 	l := acquire(t, s, claimReq("after-flush"))
+	require.Equal(t, []string{fastClaimTrip}, rt.take(), "a new key's claim runs no script")
+	require.NoError(t, s.Complete(ctx, l, idempotency.Outcome{}))
 	require.Equal(t, []string{"evalsha", pipelineOf("script", 6), "evalsha"}, rt.take(),
 		"NOSCRIPT, reload every script in one round trip, retry")
-	require.NoError(t, s.Complete(ctx, l, idempotency.Outcome{}))
-	require.Equal(t, []string{"evalsha"}, rt.take(), "the reload covered Complete too")
+	_, err := s.Get(ctx, "ns", "after-flush")
+	require.NoError(t, err)
+	require.Equal(t, []string{"evalsha"}, rt.take(), "the reload covered Get too")
 	require.Contains(t, logs.warnings(), "redisstore: the server's script cache is empty (restart, failover or SCRIPT FLUSH); reloading the scripts")
 
 	// A restart empties the script cache (and, without persistence, the data).
@@ -445,6 +486,7 @@ func TestNoScriptRecovery(t *testing.T) {
 	res, err := s.Claim(ctx, claimReq("after-restart"))
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Completed, res.Status)
+	l = acquire(t, s, claimReq("after-restart-2"))
 	for _, op := range []func() error{
 		func() error { _, err := s.Get(ctx, "ns", "after-restart"); return err },
 		func() error { _, err := s.Extend(ctx, l, time.Second); return err },

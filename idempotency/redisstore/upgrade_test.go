@@ -129,11 +129,35 @@ func TestRollingUpgrade(t *testing.T) {
 	})
 
 	t.Run("this claims, previous completes", func(t *testing.T) {
+		// The upgrade rule: while processes of the previous release run,
+		// this one writes hashes only.
+		hs := newStore(t, client, redisstore.WithPrefix(prefix), redisstore.WithHashRecords())
 		req := claimReq("c")
 		req.TraceID, req.SpanID = oddTrace, "00f067aa0ba902b7"
-		l := acquire(t, s, req)
+		l := acquire(t, hs, req)
+		require.Equal(t, "hash", client.Type(ctx, prefix+"ns:c").Val())
 		old.complete("c", l.Token)
 		require.Equal(t, []attempt{{1, "done", "", oddTrace, "00f067aa0ba902b7"}}, attempts(history("c")))
+	})
+
+	t.Run("previous meets a fast record: an error, never a second owner", func(t *testing.T) {
+		l := acquire(t, s, claimReq("f"))
+		for _, call := range []struct {
+			name string
+			args []any
+		}{
+			{"claim", []any{"fp", 60000, 5, "t2", 60000, idempotency.MaxHistory, "", "", ""}},
+			{"complete", []any{l.Token, l.Token, "{}", 60000}},
+			{"release", []any{l.Token, randomHex(16), 60000, "0", "0", "boom", "", "", ""}},
+		} {
+			_, err := client.Eval(ctx, old.src[call.name], []string{prefix + "ns:f"}, call.args...).Result()
+			require.True(t, redis.HasErrorPrefix(err, "WRONGTYPE"), "%s: %v", call.name, err)
+		}
+		require.NoError(t, s.Complete(ctx, l, idempotency.Outcome{}))
+		_, err := client.Eval(ctx, old.src["claim"], []string{prefix + "ns:f"},
+			"fp", 60000, 5, "t2", 60000, idempotency.MaxHistory, "", "", "").Result()
+		require.True(t, redis.HasErrorPrefix(err, "WRONGTYPE"), "claim of a fast DONE record: %v", err)
+		require.Equal(t, []attempt{{1, "done", "", "", ""}}, attempts(history("f")))
 	})
 
 	t.Run("this fails, previous retries, this completes", func(t *testing.T) {

@@ -102,13 +102,13 @@ func TestWaitReplicasCompletedRoundTrips(t *testing.T) {
 	rt := &roundTrips{}
 	c.AddHook(rt)
 	l := acquire(t, s, claimReq("k"))
-	require.Equal(t, []string{"evalsha", "wait"}, rt.take(), "claim and WAIT, on one connection")
+	require.Equal(t, []string{fastClaimTrip, "wait"}, rt.take(), "claim and WAIT, on one connection")
 	require.NoError(t, s.Complete(ctx, l, idempotency.Outcome{}))
 	rt.take()
 	res, err := s.Claim(ctx, claimReq("k"))
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Completed, res.Status)
-	require.Equal(t, []string{"evalsha", "pipeline(eval,wait)"}, rt.take(),
+	require.Equal(t, []string{fastClaimTrip, "evalsha", "pipeline(eval,wait)"}, rt.take(),
 		"claim, then the confirming write and WAIT in one round trip")
 }
 

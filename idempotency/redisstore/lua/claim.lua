@@ -3,7 +3,8 @@
 --       lease_ms + retention_ms, max_history (at least 1),
 --       ids (the trace and span IDs of the new attempt as JSON members,
 --       ',"trace_id":"…"' and ',"span_id":"…"', each only when set),
---       reopen (replay ID or '')
+--       reopen (replay ID or ''), the fast record of a new key (see
+--       prelude.lua; '' under WithHashRecords: a new key is a hash)
 -- Returns one of:
 --   until_ms                  acquired, first attempt of a new key
 --   outcome_json              completed (a duplicate)
@@ -27,23 +28,78 @@ local function with_attempt(older, attempt, now)
   return string.sub(older, 1, -2) .. ',' .. entry
 end
 
--- Most claims are of a new key: one field tells.
-local state = redis.call('HGET', key, 'state')
-if not state then
-  local now = now_text()
-  local until_ms = tonumber(now) + tonumber(ARGV[2])
-  -- reopened_by is written only by a replay of a record already forgotten;
-  -- base stays absent (read as 0).
-  redis.call('HSET', key,
-    'state', 'in_progress', 'fp', fp, 'token', token, 'attempts', '1', 'canceled', '0',
-    'until_ms', int(until_ms), 'history', with_attempt('[]', '1', now))
-  if reopen ~= '' then
-    redis.call('HSET', key, 'reopened_by', reopen)
+-- Most claims are of a new key: the fast record the client built is
+-- written as it is, exactly as the client's own SET NX would (see
+-- Store.Claim); GET returns what the key held instead, when it held
+-- something. Under WithHashRecords (fast record '') a new key is a hash.
+local held
+if ARGV[10] ~= '' then
+  held = redis.pcall('SET', key, ARGV[10], 'NX', 'PX', ARGV[6], 'GET')
+  if not held then
+    return redis.call('PEXPIRETIME', key) - tonumber(ARGV[5])
   end
-  -- Never forgotten while leased; an owner that dies leaves a failure of
-  -- unknown outcome, forgotten a retention after its lease expires.
-  redis.call('PEXPIRE', key, ARGV[6])
-  return until_ms
+  if type(held) == 'table' and string.sub(held.err or '', 1, 9) ~= 'WRONGTYPE' then
+    -- A refused write (OOM, ...): a record is still answered from.
+    local t = redis.call('TYPE', key)['ok']
+    if t == 'none' then
+      error(held)
+    elseif t == 'string' then
+      held = redis.call('GET', key)
+    end
+  end
+else
+  held = redis.pcall('GET', key)
+  if not held then
+    local now = now_text()
+    local until_ms = tonumber(now) + tonumber(ARGV[2])
+    -- reopened_by is written only by a replay of a record already
+    -- forgotten; base stays absent (read as 0).
+    redis.call('HSET', key,
+      'state', 'in_progress', 'fp', fp, 'token', token, 'attempts', '1', 'canceled', '0',
+      'until_ms', int(until_ms), 'history', with_attempt('[]', '1', now))
+    if reopen ~= '' then
+      redis.call('HSET', key, 'reopened_by', reopen)
+    end
+    -- Never forgotten while leased; an owner that dies leaves a failure of
+    -- unknown outcome, forgotten a retention after its lease expires.
+    redis.call('PEXPIRE', key, ARGV[6])
+    return until_ms
+  end
+end
+local state
+if type(held) == 'table' then
+  -- The key holds no string: a hash is a record (HGET raises WRONGTYPE
+  -- on anything else).
+  state = redis.call('HGET', key, 'state')
+  if not state then
+    error(redis.error_reply('WRONGTYPE surely: ' .. key .. ' holds no record'))
+  end
+else
+  local f = fast_fields(key, held)
+  if not f then
+    error(redis.error_reply('WRONGTYPE surely: ' .. key .. ' holds a string that is not a record'))
+  end
+  if f.state == 'done' then
+    if f.fp ~= fp then
+      return {'conflict', f.fp}
+    end
+    return f.outcome
+  end
+  -- The answers that change nothing are read from the fast record.
+  if f.fp ~= fp then
+    return {'conflict', f.fp}
+  end
+  local until_ms = tonumber(f.until_ms)
+  if f.token == token then
+    return {'acquired', 1, until_ms, '', ''}
+  end
+  local now = tonumber(now_text())
+  if now < until_ms then
+    return {'in_progress', until_ms, until_ms - now}
+  end
+  -- A takeover: the rare paths read and write the hash form.
+  open_record(key)
+  state = 'in_progress'
 end
 if state == 'done' then
   local r = redis.call('HMGET', key, 'fp', 'outcome')

@@ -1,9 +1,19 @@
--- Get: KEYS[1] = record key. Read only.
+-- Get: KEYS[1] = record key (either form, see prelude.lua). Read only.
 -- Returns {} when there is no record, else
 -- {state, fp, token, attempts, canceled, until_ms, outcome, history, expires_at_ms,
 --  reopened_by, base, nb_ms}
 local key = KEYS[1]
-local r = redis.call('HMGET', key, 'state', 'fp', 'token', 'attempts', 'canceled', 'until_ms', 'outcome', 'history', 'reopened_by', 'base', 'nb_ms')
+local r
+local v = redis.pcall('GET', key)
+if type(v) == 'string' then
+  local f = fast_fields(key, v)
+  if not f then
+    return redis.error_reply('WRONGTYPE surely: ' .. key .. ' holds a string that is not a record')
+  end
+  r = {f.state, f.fp, f.token, f.attempts, f.canceled, f.until_ms, f.outcome, f.history, f.reopened_by, nil, nil}
+else
+  r = redis.call('HMGET', key, 'state', 'fp', 'token', 'attempts', 'canceled', 'until_ms', 'outcome', 'history', 'reopened_by', 'base', 'nb_ms')
+end
 if not r[1] then
   return {}
 end

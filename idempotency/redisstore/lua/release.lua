@@ -6,6 +6,11 @@
 local key = KEYS[1]
 local token, req, retention = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local canceled_flag, final_flag = ARGV[4] == '1', ARGV[5] == '1'
+-- A fast record in progress becomes a hash; a fast DONE record has no
+-- lease left to release or extend.
+if open_record(key) == 'done' then
+  return 0
+end
 local r = redis.call('HMGET', key, 'state', 'token', 'history', 'req', 'canceled')
 if r[4] == req then
   redis.call('HSET', key, 'req', req)
