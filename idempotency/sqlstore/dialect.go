@@ -96,7 +96,10 @@ type queries struct {
 	getRow string
 	// save writes every column of a record: args the columns, namespace, key.
 	save string
-	// purge deletes up to purgeBatch rows expired at a cutoff: arg cutoff.
+	// purge deletes up to purgeBatch rows expired at a cutoff: args cutoff
+	// (MySQL, by the index on expires_at_ms), or cutoff minus the
+	// retention, then cutoff twice (PostgreSQL) or once (SQLite), by the
+	// index on created_at_ms (see purgeArgs).
 	purge string
 	// txOptions of every transaction of the store (and of the inbox).
 	txOptions *sql.TxOptions
@@ -115,7 +118,7 @@ func newQueries(d Dialect, table string) queries {
 		// SKIP LOCKED: a row a claim holds is not waited for; the outer
 		// condition is checked again on the row's newest version.
 		q.purge = "DELETE FROM " + t + " WHERE (namespace, op_key) IN (SELECT namespace, op_key FROM " + t +
-			" WHERE expires_at_ms <= ? LIMIT " + strconv.Itoa(purgeBatch) + " FOR UPDATE SKIP LOCKED) AND expires_at_ms <= ?"
+			" WHERE created_at_ms <= ? AND expires_at_ms <= ? LIMIT " + strconv.Itoa(purgeBatch) + " FOR UPDATE SKIP LOCKED) AND expires_at_ms <= ?"
 		q.txOptions = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	case MySQL:
 		t = "`" + table + "`"
@@ -132,7 +135,7 @@ func newQueries(d Dialect, table string) queries {
 		q.now = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
 		q.lock = "UPDATE " + t + " SET token = token WHERE namespace = ? AND op_key = ?"
 		q.purge = "DELETE FROM " + t + " WHERE rowid IN (SELECT rowid FROM " + t +
-			" WHERE expires_at_ms <= ? LIMIT " + strconv.Itoa(purgeBatch) + ")"
+			" WHERE created_at_ms <= ? AND expires_at_ms <= ? LIMIT " + strconv.Itoa(purgeBatch) + ")"
 	}
 	q.selectRow = "SELECT " + columns + " FROM " + t + " WHERE namespace = ? AND op_key = ?" + forUpdate
 	q.getRow = "SELECT " + q.now + ", " + columns + " FROM " + t + " WHERE namespace = ? AND op_key = ?"

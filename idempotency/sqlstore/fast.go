@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/sqldialect"
@@ -34,6 +35,12 @@ import (
 // Each lists the names of its arguments in order (see bind).
 type fastQueries struct {
 	claimNew, claimNewAsync, insertDone, fencedDone, setOutcome stmtText
+	// complete, release and extend are Complete, Release and Extend, each
+	// one statement fenced on the lease (see fenced); extendReturns:
+	// extend returns the new lease expiry (RETURNING), else extendCheck
+	// reads it (MySQL).
+	complete, release, extend, extendCheck stmtText
+	extendReturns                          bool
 	// claimNewReturns: claimNew returns the lease expiry (RETURNING);
 	// MySQL reads it with leaseOf.
 	claimNewReturns bool
@@ -92,12 +99,12 @@ func newFastQueries(d Dialect, t string) fastQueries {
 	}
 	from := " FROM (SELECT " + clock + " + ?:skew::bigint AS n) c"
 	fromNow := clock + " + ?:skew::bigint"
-	cols := "(namespace, op_key, " + columns + ")"
+	cols := "(namespace, op_key, " + columns + ", created_at_ms)"
 
 	var q fastQueries
 	q.claimNew = bind(d, typed("INSERT INTO "+t+" "+cols+
 		" SELECT ?:ns::text, ?:key::text, 'in_progress', ?:fp::text, ?:token::text, ?:attempts::int, 0,"+
-		" c.n + ?:lease::bigint, c.n + ?:expires::bigint, c.n, NULL, "+concat3+", ?:reopen::text, 0, 0"+from+conflict+returning))
+		" c.n + ?:lease::bigint, c.n + ?:expires::bigint, c.n, NULL, "+concat3+", ?:reopen::text, 0, 0, c.n"+from+conflict+returning))
 	q.claimNewAsync = q.claimNew
 	if d == Postgres {
 		// The claim of an inbox that commits it before the effect: its
@@ -107,12 +114,36 @@ func newFastQueries(d Dialect, t string) fastQueries {
 	q.claimNewReturns = returning != ""
 	q.insertDone = bind(d, typed("INSERT INTO "+t+" "+cols+
 		" SELECT ?:ns::text, ?:key::text, 'done', ?:fp::text, ?:token::text, ?:attempts::int, 0,"+
-		" 0, c.n + ?:retention::bigint, c.n, NULL, "+concat5+", '', 0, 0"+from+conflict))
+		" 0, c.n + ?:retention::bigint, c.n, NULL, "+concat5+", '', 0, 0, c.n"+from+conflict))
 	q.fencedDone = bind(d, typed(strings.ReplaceAll("UPDATE "+t+" SET state = 'done', lease_until_ms = 0,"+
 		" expires_at_ms = "+nowMarker+" + ?:retention::bigint, updated_at_ms = "+nowMarker+", outcome = NULL,"+
 		" history = "+strings.ReplaceAll(strings.ReplaceAll(concat3, "c.n::text", "("+nowMarker+")::text"), "c.n", nowMarker)+
 		" WHERE namespace = ?:ns::text AND op_key = ?:key::text AND token = ?:token::text AND state = 'in_progress'"+
 		" AND expires_at_ms > "+nowMarker, nowMarker, "("+fromNow+")")))
+	// The lease-mode writes: one UPDATE each, fenced on the lease (this
+	// token, in progress, not past its retention), the clock read inside.
+	// The open attempt is the history's one entry with "result":
+	// "in_progress" (claims end any earlier one), which replace() closes:
+	// ?:c0 || now || ?:c1 stand in for its "result" member (closePieces).
+	nowText := "(" + nowMarker + ")::text"
+	closeAttempt := "replace(history, '\"result\":\"in_progress\"', " +
+		strings.NewReplacer("?:h0", "?:c0", "?:h1", "?:c1", "c.n::text", nowText, "c.n", nowMarker).Replace(concat3) + ")"
+	fence := " WHERE namespace = ?:ns::text AND op_key = ?:key::text AND token = ?:token::text AND state = 'in_progress'" +
+		" AND expires_at_ms > " + nowMarker
+	fenced := func(set, tail string) stmtText {
+		return bind(d, typed(strings.ReplaceAll("UPDATE "+t+" SET "+set+fence+tail, nowMarker, "("+fromNow+")")))
+	}
+	q.complete = fenced("state = 'done', outcome = ?:outcome::text, lease_until_ms = 0,"+
+		" expires_at_ms = "+nowMarker+" + ?:retention::bigint, updated_at_ms = "+nowMarker+", history = "+closeAttempt, "")
+	q.release = fenced("state = ?:state::text, canceled = canceled + ?:canceled::int, lease_until_ms = 0,"+
+		" not_before_ms = CASE WHEN ?:delay::bigint > 0 THEN "+nowMarker+" + ?:delay::bigint ELSE 0 END,"+
+		" expires_at_ms = "+nowMarker+" + ?:delay::bigint + ?:retention::bigint, updated_at_ms = "+nowMarker+", history = "+closeAttempt, "")
+	q.extend = fenced("lease_until_ms = "+nowMarker+" + ?:ext::bigint, expires_at_ms = "+nowMarker+" + ?:ext::bigint + ?:retention::bigint,"+
+		" updated_at_ms = "+nowMarker, returning)
+	q.extendReturns = returning != ""
+	if !q.extendReturns {
+		q.extendCheck = bind(d, typed(strings.ReplaceAll("SELECT lease_until_ms FROM "+t+fence, nowMarker, "("+fromNow+")")))
+	}
 	q.setOutcome = bind(d, typed("UPDATE "+t+" SET outcome = ?:outcome::text WHERE namespace = ?:ns::text AND op_key = ?:key::text AND token = ?:token::text"))
 	q.leaseOf = bind(d, "SELECT lease_until_ms FROM "+t+" WHERE namespace = ?:ns AND op_key = ?:key AND token = ?:token")
 	if d == MySQL {
@@ -195,7 +226,11 @@ func (s *Store) prepare(ctx context.Context) {
 		return
 	}
 	texts := []string{s.q.selectRow, s.q.save, s.q.now, s.q.getRow,
-		s.fq.claimNew.sql, s.fq.claimNewAsync.sql, s.fq.insertDone.sql, s.fq.fencedDone.sql, s.fq.setOutcome.sql, s.fq.leaseOf.sql}
+		s.fq.claimNew.sql, s.fq.claimNewAsync.sql, s.fq.insertDone.sql, s.fq.fencedDone.sql, s.fq.setOutcome.sql, s.fq.leaseOf.sql,
+		s.fq.complete.sql, s.fq.release.sql, s.fq.extend.sql}
+	if s.fq.extendCheck.sql != "" {
+		texts = append(texts, s.fq.extendCheck.sql)
+	}
 	if s.q.lock != "" {
 		texts = append(texts, s.q.lock)
 	}
@@ -401,4 +436,100 @@ func (s *Store) claimCommitted(ctx context.Context, req idempotency.ClaimRequest
 		// The row vanished (a Purge) between the insert and the lock: again.
 	}
 	return idempotency.ClaimResult{}, row{}, errors.New("the record's row vanished three times during the claim")
+}
+
+// closedAttempt is the end of an attempt as the fenced statements write it
+// into the open history entry, in place of its "result" member.
+type closedAttempt struct {
+	Result string `json:"result"`
+	Ended  int64  `json:"ended_ms"`
+	Error  string `json:"error,omitempty"`
+	Type   string `json:"type,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Stack  string `json:"stack,omitempty"`
+}
+
+// closePieces returns the members of c as JSON, without the braces, split
+// where its end time goes: the c0 and c1 arguments of the fenced
+// statements, between which they put their clock.
+func closePieces(c closedAttempt) (c0, c1 string, err error) {
+	c.Ended = histMarker
+	b, err := json.Marshal(c)
+	if err != nil {
+		return "", "", fmt.Errorf("encode history: %w", err)
+	}
+	// The first occurrence is the end time: it comes before the strings,
+	// which could hold the same digits.
+	c0, c1, _ = strings.Cut(string(b[1:len(b)-1]), strconv.FormatInt(histMarker, 10))
+	return c0, c1, nil
+}
+
+// fenced runs q, one of the fenced statements, on its own (its own
+// commit), or in tx when tx is not nil, and reports whether it changed the
+// record: false when the lease is no longer the record's current, open one.
+// Each of them changes the state or the lease expiry of the row it
+// matches (updated_at_ms too), so the count of changed rows is that of
+// matched rows, whether or not the driver counts found rows (MySQL's
+// clientFoundRows); Extend within the same millisecond is the exception,
+// which extendLease reads back.
+func (s *Store) fenced(ctx context.Context, tx *sql.Tx, q stmtText, v map[string]any) (bool, error) {
+	v["skew"] = s.skew.Load()
+	res, err := s.exec(ctx, tx, q.sql, q.argv(v)...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	return n > 0, nil
+}
+
+// completeIn marks the record of lease DONE with outcome out (nil for
+// none) with one fenced statement, on its own when tx is nil.
+func (s *Store) completeIn(ctx context.Context, tx *sql.Tx, lease idempotency.Lease, out []byte) (bool, error) {
+	c0, c1, err := closePieces(closedAttempt{Result: idempotency.ResultDone})
+	if err != nil {
+		return false, err
+	}
+	var outcome any
+	if out != nil {
+		outcome = string(out)
+	}
+	return s.fenced(ctx, tx, s.fq.complete, map[string]any{
+		"outcome": outcome, "retention": ms(s.retention), "c0": c0, "c1": c1,
+		"ns": lease.Namespace, "key": lease.Key, "token": lease.Token,
+	})
+}
+
+// extendLease moves the lease expiry of lease to the database clock plus
+// d with one fenced statement (on MySQL, and then a read of the expiry)
+// and returns it; ok is false when the lease is lost.
+func (s *Store) extendLease(ctx context.Context, lease idempotency.Lease, d time.Duration) (until int64, ok bool, err error) {
+	q := s.fq.extend
+	v := map[string]any{
+		"ext": ms(d), "retention": ms(s.retention),
+		"ns": lease.Namespace, "key": lease.Key, "token": lease.Token, "skew": s.skew.Load(),
+	}
+	if s.fq.extendReturns {
+		err := s.queryRow(ctx, nil, q.sql, q.argv(v)...).Scan(&until)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, false, nil
+		}
+		return until, err == nil, err
+	}
+	if _, err := s.exec(ctx, nil, q.sql, q.argv(v)...); err != nil {
+		return 0, false, err
+	}
+	// MySQL counts a row set to the values it had (an extension within
+	// the millisecond of the previous one) as unchanged: whether the
+	// lease is still open tells instead. The extension made it open for
+	// d plus the retention; had the update not matched, the record would
+	// still be past its retention, or no longer this lease's.
+	c := s.fq.extendCheck
+	err = s.queryRow(ctx, nil, c.sql, c.argv(v)...).Scan(&until)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	return until, err == nil, err
 }

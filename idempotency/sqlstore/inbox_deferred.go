@@ -88,7 +88,6 @@ func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Messa
 		return nil, fmt.Errorf("sqlstore: inbox %q: %w", req.Key, err)
 	}
 	var (
-		r        row
 		res      idempotency.ClaimResult
 		inserted bool
 	)
@@ -133,7 +132,7 @@ func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Messa
 		}
 		// A row exists: the general claim, in this transaction.
 		var found bool
-		res, r, found, err = s.claim(ctx, tx, req)
+		res, _, found, err = s.claim(ctx, tx, req)
 		if err != nil {
 			return nil, fmt.Errorf("sqlstore: inbox %q: claim: %w", req.Key, err)
 		}
@@ -171,14 +170,13 @@ func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Messa
 			}
 		}
 	} else {
-		// The DONE time is the commit's, not the lock's: fn may have run long.
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return nil, fmt.Errorf("sqlstore: inbox %q: %w", req.Key, err)
+		// The record is this transaction's (locked by the claim): the
+		// fenced statement of Complete marks it DONE, reading the clock.
+		ok, err := s.completeIn(ctx, tx, res.Lease, out)
+		if err == nil && !ok {
+			err = errors.New("the claimed record changed under its row lock")
 		}
-		s.done(&r, out, now)
-		r.updatedAt = now
-		if err := s.save(ctx, tx, req.Namespace, req.Key, r); err != nil {
+		if err != nil {
 			return nil, fmt.Errorf("sqlstore: inbox %q: mark done: %w", req.Key, err)
 		}
 	}

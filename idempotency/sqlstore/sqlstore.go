@@ -213,11 +213,7 @@ func (s *Store) Purge(ctx context.Context) (int64, error) {
 			if err != nil {
 				return err
 			}
-			args := []any{cutoff}
-			if s.dialect == Postgres {
-				args = append(args, cutoff)
-			}
-			res, err := tx.ExecContext(ctx, s.q.purge, args...)
+			res, err := tx.ExecContext(ctx, s.q.purge, s.purgeArgs(cutoff)...)
 			if err != nil {
 				return err
 			}
@@ -233,6 +229,24 @@ func (s *Store) Purge(ctx context.Context) (int64, error) {
 				slog.String("table", s.table), slog.Int64("deleted", total))
 			return total, nil
 		}
+	}
+}
+
+// purgeArgs are the arguments of the purge statement at cutoff. On
+// PostgreSQL and SQLite it finds its rows by the index on created_at_ms:
+// a row expires a retention after its insert at the earliest (every write
+// sets expires_at_ms to its clock plus at least the retention), so every
+// row expired at cutoff was inserted at cutoff minus the retention or
+// before, and expires_at_ms decides. With a retention longer than the
+// writers', rows are deleted that much later (they read as absent anyway).
+func (s *Store) purgeArgs(cutoff int64) []any {
+	switch s.dialect {
+	case Postgres:
+		return []any{cutoff - ms(s.retention), cutoff, cutoff}
+	case SQLite:
+		return []any{cutoff - ms(s.retention), cutoff}
+	default:
+		return []any{cutoff}
 	}
 }
 
@@ -584,59 +598,44 @@ func owns(lease idempotency.Lease) bool {
 		idempotency.ValidateKey(lease.Key) == nil
 }
 
-// withLease locks the record of lease in a transaction and calls fn with it
-// and the database clock when lease is the record's current, open lease;
-// otherwise it returns ErrLeaseLost and changes nothing. fn's changes to
-// the record are saved and committed.
-func (s *Store) withLease(ctx context.Context, lease idempotency.Lease, fn func(r *row, now int64)) error {
+// Complete implements idempotency.Store with one statement, committed on
+// its own: an UPDATE fenced on the lease (this token, in progress, not
+// past its retention) that reads the database clock itself.
+//
+// A Complete after the lease expired still succeeds while nobody else has
+// claimed the key (the token is still current): the effect did commit.
+//
+// A Complete re-sent with the lease that completed the record (its commit
+// went through but the reply was lost) succeeds and changes nothing; telling
+// it apart from a lost lease costs one more statement, only then.
+func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if !owns(lease) {
 		return idempotency.ErrLeaseLost
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
-		r, now, err := s.lockOwned(ctx, tx, lease.Namespace, lease.Key, lease.Token)
-		if err != nil {
-			return err
-		}
-		fn(&r, now)
-		r.updatedAt = now
-		return s.save(ctx, tx, lease.Namespace, lease.Key, r)
-	})
-}
-
-// lockOwned locks the record of (namespace, key) in tx and returns it with
-// the database clock, or ErrLeaseLost unless token is its current, open
-// lease (in progress and not past its retention).
-func (s *Store) lockOwned(ctx context.Context, tx *sql.Tx, namespace, key, token string) (row, int64, error) {
-	r, found, err := s.lockRow(ctx, tx, namespace, key, true)
+	out, err := json.Marshal(outcome)
 	if err != nil {
-		return row{}, 0, err
+		return fmt.Errorf("sqlstore: encode outcome: %w", err)
 	}
-	if !found || r.state != string(idempotency.StateInProgress) || r.token != token {
-		return row{}, 0, idempotency.ErrLeaseLost
-	}
-	now, err := s.now(ctx, tx)
+	s.prepare(ctx)
+	ok, err := s.completeIn(ctx, nil, lease, out)
 	if err != nil {
-		return row{}, 0, err
+		return fmt.Errorf("sqlstore: complete: %w", err)
 	}
-	if r.expiresAt <= now {
-		return row{}, 0, idempotency.ErrLeaseLost
+	if ok {
+		return nil
 	}
-	return r, now, nil
-}
-
-// done marks r DONE with outcome at now.
-func (s *Store) done(r *row, outcome []byte, now int64) {
-	r.state = string(idempotency.StateDone)
-	r.outcome = outcome
-	r.leaseUntil = 0
-	r.expiresAt = now + ms(s.retention)
-	if n := len(r.history); n > 0 {
-		r.history[n-1].Result = idempotency.ResultDone
-		r.history[n-1].Ended = now
+	// A DONE record never changes again: no race with this read.
+	rec, gerr := s.Get(ctx, lease.Namespace, lease.Key)
+	switch {
+	case gerr == nil && rec.State == idempotency.StateDone && rec.Token == lease.Token:
+		return nil
+	case gerr != nil && !errors.Is(gerr, idempotency.ErrNotFound):
+		return lostOr("complete", gerr)
 	}
+	return idempotency.ErrLeaseLost
 }
 
 // lostOr returns ErrLeaseLost as it is and wraps any other error.
@@ -647,64 +646,50 @@ func lostOr(op string, err error) error {
 	return fmt.Errorf("sqlstore: %s: %w", op, err)
 }
 
-// Complete implements idempotency.Store in one transaction.
-//
-// A Complete after the lease expired still succeeds while nobody else has
-// claimed the key (the token is still current): the effect did commit.
-//
-// A Complete re-sent with the lease that completed the record (its commit
-// went through but the reply was lost) succeeds and changes nothing; telling
-// it apart from a lost lease costs one more statement, only then.
-func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
-	out, err := json.Marshal(outcome)
-	if err != nil {
-		return fmt.Errorf("sqlstore: encode outcome: %w", err)
-	}
-	err = s.withLease(ctx, lease, func(r *row, now int64) { s.done(r, out, now) })
-	if errors.Is(err, idempotency.ErrLeaseLost) && owns(lease) {
-		// A DONE record never changes again: no race with this read.
-		rec, gerr := s.Get(ctx, lease.Namespace, lease.Key)
-		switch {
-		case gerr == nil && rec.State == idempotency.StateDone && rec.Token == lease.Token:
-			return nil
-		case gerr != nil && !errors.Is(gerr, idempotency.ErrNotFound):
-			return lostOr("complete", gerr)
-		}
-	}
-	return lostOr("complete", err)
-}
-
-// Release implements idempotency.Store in one transaction.
+// Release implements idempotency.Store with one fenced statement, as
+// Complete.
 func (s *Store) Release(ctx context.Context, lease idempotency.Lease, f idempotency.Failure) error {
-	return lostOr("release", s.withLease(ctx, lease, func(r *row, now int64) {
-		r.state = string(idempotency.StateFailed)
-		result := idempotency.ResultFailed
-		if f.Canceled {
-			// Interrupted by shutdown: not charged to the budget, Final ignored.
-			r.canceled++
-			result = idempotency.ResultCanceled
-		} else if f.Final {
-			r.state = string(idempotency.StateExhausted)
-		}
-		r.leaseUntil = 0
-		r.notBefore = 0
-		r.expiresAt = now + ms(s.retention)
-		if r.state == string(idempotency.StateFailed) && !f.Canceled && f.RetryAfter > 0 {
-			r.notBefore = now + ms(f.RetryAfter)
-			r.expiresAt = r.notBefore + ms(s.retention)
-		}
-		if n := len(r.history); n > 0 {
-			h := &r.history[n-1]
-			h.Result, h.Ended = result, now
-			h.Error = idempotency.Truncate(f.Error, idempotency.MaxErrorLen)
-			h.Type = f.ErrorType
-			h.Reason = f.Reason
-			h.Stack = idempotency.Truncate(f.Stack, idempotency.MaxStackLen)
-		}
-	}))
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !owns(lease) {
+		return idempotency.ErrLeaseLost
+	}
+	state, result, canceled, delay := idempotency.StateFailed, idempotency.ResultFailed, 0, int64(0)
+	switch {
+	case f.Canceled:
+		// Interrupted by shutdown: not charged to the budget, Final ignored.
+		canceled, result = 1, idempotency.ResultCanceled
+	case f.Final:
+		state = idempotency.StateExhausted
+	case f.RetryAfter > 0:
+		delay = ms(f.RetryAfter)
+	}
+	c0, c1, err := closePieces(closedAttempt{
+		Result: result,
+		Error:  idempotency.Truncate(f.Error, idempotency.MaxErrorLen),
+		Type:   f.ErrorType, Reason: f.Reason,
+		Stack: idempotency.Truncate(f.Stack, idempotency.MaxStackLen),
+	})
+	if err != nil {
+		return fmt.Errorf("sqlstore: release: %w", err)
+	}
+	s.prepare(ctx)
+	ok, err := s.fenced(ctx, nil, s.fq.release, map[string]any{
+		"state": string(state), "canceled": canceled, "delay": delay, "retention": ms(s.retention),
+		"c0": c0, "c1": c1, "ns": lease.Namespace, "key": lease.Key, "token": lease.Token,
+	})
+	if err != nil {
+		return fmt.Errorf("sqlstore: release: %w", err)
+	}
+	if !ok {
+		return idempotency.ErrLeaseLost
+	}
+	return nil
 }
 
-// Extend implements idempotency.Store in one transaction.
+// Extend implements idempotency.Store with one fenced statement, as
+// Complete (on MySQL, and a read of the new expiry).
 func (s *Store) Extend(ctx context.Context, lease idempotency.Lease, d time.Duration) (idempotency.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return lease, err
@@ -712,14 +697,16 @@ func (s *Store) Extend(ctx context.Context, lease idempotency.Lease, d time.Dura
 	if d <= 0 {
 		return lease, fmt.Errorf("%w: extension must be positive, got %v", idempotency.ErrInvalidRequest, d)
 	}
-	var until int64
-	err := s.withLease(ctx, lease, func(r *row, now int64) {
-		r.leaseUntil = now + ms(d)
-		r.expiresAt = r.leaseUntil + ms(s.retention)
-		until = r.leaseUntil
-	})
+	if !owns(lease) {
+		return lease, idempotency.ErrLeaseLost
+	}
+	s.prepare(ctx)
+	until, ok, err := s.extendLease(ctx, lease, d)
 	if err != nil {
-		return lease, lostOr("extend", err)
+		return lease, fmt.Errorf("sqlstore: extend: %w", err)
+	}
+	if !ok {
+		return lease, idempotency.ErrLeaseLost
 	}
 	lease.Until = fromMs(until)
 	return lease, nil
