@@ -87,11 +87,14 @@ type queries struct {
 	// lock takes the database's write lock (SQLite only) in a transaction
 	// that did not begin with a write: a write statement first in the
 	// transaction takes it; PostgreSQL and MySQL lock with selectRow's FOR
-	// UPDATE. Only Complete, Release and Extend, and the inbox after a claim
-	// made outside it, need it.
+	// UPDATE. Only the inbox of a message without a record needs it.
 	lock string
 	// selectRow reads a record, locking its row: args namespace, key.
+	// With selectNow, its first column is the database clock, read after
+	// the lock (PostgreSQL: clock_timestamp() outside the subquery that
+	// locks; SQLite: the transaction holds the write lock already).
 	selectRow string
+	selectNow bool
 	// getRow reads the clock and a record without locking: args namespace, key.
 	getRow string
 	// save writes every column of a record: args the columns, namespace, key.
@@ -138,6 +141,16 @@ func newQueries(d Dialect, table string) queries {
 			" WHERE created_at_ms <= ? AND expires_at_ms <= ? LIMIT " + strconv.Itoa(purgeBatch) + ")"
 	}
 	q.selectRow = "SELECT " + columns + " FROM " + t + " WHERE namespace = ? AND op_key = ?" + forUpdate
+	switch d {
+	case Postgres:
+		// A subquery with FOR UPDATE is never pulled up: its row is
+		// locked before the outer select reads the clock.
+		q.selectRow = "SELECT " + q.now + ", l.* FROM (" + q.selectRow + ") l"
+		q.selectNow = true
+	case SQLite:
+		q.selectRow = "SELECT " + q.now + ", " + columns + " FROM " + t + " WHERE namespace = ? AND op_key = ?"
+		q.selectNow = true
+	}
 	q.getRow = "SELECT " + q.now + ", " + columns + " FROM " + t + " WHERE namespace = ? AND op_key = ?"
 	q.save = "UPDATE " + t + " SET state = ?, fingerprint = ?, token = ?, attempts = ?, canceled = ?," +
 		" lease_until_ms = ?, expires_at_ms = ?, updated_at_ms = ?, outcome = ?, history = ?, reopened_by = ?, budget_base = ?, not_before_ms = ?" +

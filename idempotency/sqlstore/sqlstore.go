@@ -326,24 +326,28 @@ func scanRow(sc interface{ Scan(...any) error }, lead ...any) (row, error) {
 	return r, nil
 }
 
-// lockRow reads the record of (namespace, key) in tx and locks it until tx
-// ends. found is false when there is no row. On SQLite, whose locks are
-// the database's, lock takes the write lock first; a transaction that
-// began with a write holds it already.
-func (s *Store) lockRow(ctx context.Context, tx *sql.Tx, namespace, key string, lock bool) (r row, found bool, err error) {
-	if lock && s.q.lock != "" {
-		if _, err := s.exec(ctx, tx, s.q.lock, namespace, key); err != nil {
-			return row{}, false, fmt.Errorf("lock: %w", err)
-		}
+// lockRow reads the record of (namespace, key) in tx, locks it until tx
+// ends and reads the database clock after the lock, in Unix milliseconds
+// (in the same statement on PostgreSQL and SQLite). found is false when
+// there is no row. On SQLite, whose locks are the database's, tx must
+// have begun with a write (it then holds the write lock).
+func (s *Store) lockRow(ctx context.Context, tx *sql.Tx, namespace, key string) (r row, now int64, found bool, err error) {
+	var lead []any
+	if s.q.selectNow {
+		lead = append(lead, &now)
 	}
-	r, err = scanRow(s.queryRow(ctx, tx, s.q.selectRow, namespace, key))
+	r, err = scanRow(s.queryRow(ctx, tx, s.q.selectRow, namespace, key), lead...)
 	if errors.Is(err, sql.ErrNoRows) {
-		return row{}, false, nil
+		return row{}, 0, false, nil
 	}
 	if err != nil {
-		return row{}, false, fmt.Errorf("select: %w", err)
+		return row{}, 0, false, fmt.Errorf("select: %w", err)
 	}
-	return r, true, nil
+	if !s.q.selectNow {
+		now, err = s.now(ctx, tx)
+		return r, now, err == nil, err
+	}
+	return r, now + s.skew.Load(), true, nil
 }
 
 // save writes every column of r.
@@ -419,22 +423,18 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 // It returns the record as written.
 func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest) (idempotency.ClaimResult, row, bool, error) {
 	token := newToken()
-	r, found, err := s.lockRow(ctx, tx, req.Namespace, req.Key, false)
+	r, now, found, err := s.lockRow(ctx, tx, req.Namespace, req.Key)
 	if err != nil || !found {
 		return idempotency.ClaimResult{}, row{}, false, err
 	}
-	res, err := s.decide(ctx, tx, req, token, &r)
+	res, err := s.decide(ctx, tx, req, token, &r, now)
 	return res, r, true, err
 }
 
 // decide is claim's state machine on the locked record r.
-func (s *Store) decide(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest, token string, rp *row) (idempotency.ClaimResult, error) {
+func (s *Store) decide(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest, token string, rp *row, now int64) (idempotency.ClaimResult, error) {
 	r := *rp
 	defer func() { *rp = r }()
-	now, err := s.now(ctx, tx)
-	if err != nil {
-		return idempotency.ClaimResult{}, err
-	}
 
 	prev := idempotency.Previous{}
 	if r.expiresAt <= now {
