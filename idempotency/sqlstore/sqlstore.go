@@ -66,8 +66,9 @@ var addColumnRE = regexp.MustCompile("^ALTER TABLE ([\"`][a-z0-9_]+[\"`]) ADD CO
 
 // WithTable sets the table of the records (default "surely_inbox"). The name
 // must match [a-z_][a-z0-9_]{0,47}: lower case, so that it means the same
-// quoted and unquoted in every dialect, and short enough for its index name
-// (name + "_expires_idx") to fit every dialect's identifier limit. It is
+// quoted and unquoted in every dialect, and short enough for its index names
+// (name + "_created_idx", name + "_expires_idx") to fit every dialect's
+// identifier limit. It is
 // quoted in every statement. To use another PostgreSQL schema, set the
 // connection's search_path.
 func WithTable(name string) Option {
