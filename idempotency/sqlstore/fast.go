@@ -41,10 +41,10 @@ type fastQueries struct {
 	// reads it (MySQL).
 	complete, release, extend, extendCheck stmtText
 	extendReturns                          bool
-	// claimNewReturns: claimNew returns the lease expiry (RETURNING);
-	// MySQL reads it with leaseOf.
+	// claimNewReturns: claimNew returns the lease expiry (RETURNING).
+	// On MySQL, claimNew and insertDone report what they inserted as the
+	// last insert ID instead (see insertedID).
 	claimNewReturns bool
-	leaseOf         stmtText
 	// isolation is the probe of a MySQL session's isolation level.
 	isolation []string
 }
@@ -62,6 +62,7 @@ const nowMarker = "{now}"
 // newFastQueries builds the statements for d and table t (quoted).
 func newFastQueries(d Dialect, t string) fastQueries {
 	var clock, cast, concat3, concat5, conflict, returning string
+	reported := func(v string) string { return v }
 	switch d {
 	case Postgres:
 		// statement_timestamp: one value for the whole statement.
@@ -76,7 +77,15 @@ func newFastQueries(d Dialect, t string) fastQueries {
 		clock = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
 		concat3 = "CONCAT(?:h0, c.n, ?:h1)"
 		concat5 = "CONCAT(?:h0, c.n, ?:h1, c.n, ?:h2)"
-		conflict = " ON DUPLICATE KEY UPDATE namespace = namespace"
+		// No RETURNING: the inserted row's lease expiry (claimNew) or
+		// retention end (insertDone) goes to the client as the statement's
+		// last insert ID (LAST_INSERT_ID(expr)), and a duplicate key sets
+		// it to 0. ON DUPLICATE KEY UPDATE, not INSERT IGNORE: it locks an
+		// existing row exclusively (see the package doc). The row's values
+		// are kept, so the affected-row count would not tell a duplicate
+		// when the driver counts found rows (clientFoundRows).
+		reported = func(v string) string { return "LAST_INSERT_ID(" + v + ")" }
+		conflict = " ON DUPLICATE KEY UPDATE namespace = IF(LAST_INSERT_ID(0) = 0, namespace, namespace)"
 	case SQLite:
 		// julianday('now'): one value for the whole statement.
 		clock = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
@@ -104,7 +113,7 @@ func newFastQueries(d Dialect, t string) fastQueries {
 	var q fastQueries
 	q.claimNew = bind(d, typed("INSERT INTO "+t+" "+cols+
 		" SELECT ?:ns::text, ?:key::text, 'in_progress', ?:fp::text, ?:token::text, ?:attempts::int, 0,"+
-		" c.n + ?:lease::bigint, c.n + ?:expires::bigint, c.n, NULL, "+concat3+", ?:reopen::text, 0, 0, c.n"+from+conflict+returning))
+		" "+reported("c.n + ?:lease::bigint")+", c.n + ?:expires::bigint, c.n, NULL, "+concat3+", ?:reopen::text, 0, 0, c.n"+from+conflict+returning))
 	q.claimNewAsync = q.claimNew
 	if d == Postgres {
 		// The claim of an inbox that commits it before the effect: its
@@ -114,7 +123,7 @@ func newFastQueries(d Dialect, t string) fastQueries {
 	q.claimNewReturns = returning != ""
 	q.insertDone = bind(d, typed("INSERT INTO "+t+" "+cols+
 		" SELECT ?:ns::text, ?:key::text, 'done', ?:fp::text, ?:token::text, ?:attempts::int, 0,"+
-		" 0, c.n + ?:retention::bigint, c.n, NULL, "+concat5+", '', 0, 0, c.n"+from+conflict))
+		" 0, "+reported("c.n + ?:retention::bigint")+", c.n, NULL, "+concat5+", '', 0, 0, c.n"+from+conflict))
 	q.fencedDone = bind(d, typed(strings.ReplaceAll("UPDATE "+t+" SET state = 'done', lease_until_ms = 0,"+
 		" expires_at_ms = "+nowMarker+" + ?:retention::bigint, updated_at_ms = "+nowMarker+", outcome = NULL,"+
 		" history = "+strings.ReplaceAll(strings.ReplaceAll(concat3, "c.n::text", "("+nowMarker+")::text"), "c.n", nowMarker)+
@@ -145,7 +154,6 @@ func newFastQueries(d Dialect, t string) fastQueries {
 		q.extendCheck = bind(d, typed(strings.ReplaceAll("SELECT lease_until_ms FROM "+t+fence, nowMarker, "("+fromNow+")")))
 	}
 	q.setOutcome = bind(d, typed("UPDATE "+t+" SET outcome = ?:outcome::text WHERE namespace = ?:ns::text AND op_key = ?:key::text AND token = ?:token::text"))
-	q.leaseOf = bind(d, "SELECT lease_until_ms FROM "+t+" WHERE namespace = ?:ns AND op_key = ?:key AND token = ?:token")
 	if d == MySQL {
 		q.isolation = []string{"SELECT @@SESSION.transaction_isolation", "SELECT @@SESSION.tx_isolation"}
 	}
@@ -205,70 +213,83 @@ func (st stmtText) argv(v map[string]any) []any {
 }
 
 // prepared holds the store's statements prepared on its *sql.DB, so that
-// each connection parses them once. Statements are prepared before a
-// transaction begins (a pool of one connection would otherwise wait for
-// itself); until that succeeded, they run unprepared.
+// each connection parses them once. Each path prepares the statements it
+// is about to run, before its transaction begins (a pool of one connection
+// would otherwise wait for itself), so that a first call prepares no more
+// than it needs within its deadline; a statement that could not be
+// prepared yet runs unprepared.
 type prepared struct {
-	mu    sync.Mutex
-	ready atomic.Bool
-	stmts map[string]*sql.Stmt
+	mu sync.Mutex
+	// stmts maps a statement's text to it, copied on write.
+	stmts atomic.Pointer[map[string]*sql.Stmt]
+	// probed: the MySQL sessions' isolation was read (probeIsolation).
+	probed atomic.Bool
 }
 
-// prepare prepares the store's statements once. A failure (a table not
-// yet migrated, an outage) is retried by the next call.
-func (s *Store) prepare(ctx context.Context) {
-	if s.prep.ready.Load() {
+// prepare prepares those of texts that are not prepared yet. A failure (a
+// table not yet migrated, an outage, the deadline) is retried by the next
+// call.
+func (s *Store) prepare(ctx context.Context, texts ...string) {
+	if m := s.prep.stmts.Load(); m != nil && hasAll(*m, texts) && (s.dialect != MySQL || s.prep.probed.Load()) {
 		return
 	}
 	s.prep.mu.Lock()
 	defer s.prep.mu.Unlock()
-	if s.prep.ready.Load() {
+	if s.dialect == MySQL && !s.prep.probed.Load() {
+		s.prep.probed.Store(s.probeIsolation(ctx))
+	}
+	old := map[string]*sql.Stmt{}
+	if m := s.prep.stmts.Load(); m != nil {
+		old = *m
+	}
+	if hasAll(old, texts) {
 		return
 	}
-	texts := []string{s.q.selectRow, s.q.save, s.q.now, s.q.getRow,
-		s.fq.claimNew.sql, s.fq.claimNewAsync.sql, s.fq.insertDone.sql, s.fq.fencedDone.sql, s.fq.setOutcome.sql, s.fq.leaseOf.sql,
-		s.fq.complete.sql, s.fq.release.sql, s.fq.extend.sql}
-	if s.fq.extendCheck.sql != "" {
-		texts = append(texts, s.fq.extendCheck.sql)
+	m := make(map[string]*sql.Stmt, len(old)+len(texts))
+	for q, st := range old {
+		m[q] = st
 	}
-	if s.q.lock != "" {
-		texts = append(texts, s.q.lock)
-	}
-	m := make(map[string]*sql.Stmt, len(texts))
 	for _, q := range texts {
-		if _, ok := m[q]; ok {
+		if _, ok := m[q]; ok || q == "" {
 			continue
 		}
 		st, err := s.db.PrepareContext(ctx, q)
 		if err != nil {
-			for _, st := range m {
-				_ = st.Close()
-			}
-			return
+			break
 		}
 		m[q] = st
 	}
-	if s.dialect == MySQL {
-		s.probeIsolation(ctx)
+	s.prep.stmts.Store(&m)
+}
+
+func hasAll(m map[string]*sql.Stmt, texts []string) bool {
+	for _, q := range texts {
+		if _, ok := m[q]; !ok && q != "" {
+			return false
+		}
 	}
-	s.prep.stmts = m
-	s.prep.ready.Store(true)
+	return true
 }
 
 // probeIsolation sets the store's transactions to the driver's default
 // options when the sessions are READ COMMITTED already (set in the DSN):
-// that saves a SET TRANSACTION statement per transaction.
-func (s *Store) probeIsolation(ctx context.Context) {
+// that saves a SET TRANSACTION statement per transaction. It reports
+// whether it could read the level.
+func (s *Store) probeIsolation(ctx context.Context) bool {
 	for _, q := range s.fq.isolation {
 		var level string
 		if err := s.db.QueryRowContext(ctx, q).Scan(&level); err != nil {
+			if ctx.Err() != nil {
+				return false
+			}
 			continue
 		}
 		if strings.EqualFold(level, "READ-COMMITTED") {
 			s.txOpts.Store(&sql.TxOptions{})
 		}
-		return
+		return true
 	}
+	return true
 }
 
 // txOptions are the options of the store's transactions.
@@ -311,10 +332,11 @@ func (s *Store) queryRow(ctx context.Context, tx *sql.Tx, query string, args ...
 }
 
 func (s *Store) stmt(query string) *sql.Stmt {
-	if !s.prep.ready.Load() {
+	m := s.prep.stmts.Load()
+	if m == nil {
 		return nil
 	}
-	return s.prep.stmts[query]
+	return (*m)[query]
 }
 
 // histMarker stands for the database clock in a history built in Go and
@@ -373,16 +395,8 @@ func (s *Store) claimFast(ctx context.Context, tx *sql.Tx, req idempotency.Claim
 		if err != nil {
 			return res, r, false, fmt.Errorf("insert: %w", err)
 		}
-		if n, err := result.RowsAffected(); err != nil || n == 0 {
+		if until, err = insertedID(result); err != nil || until == 0 {
 			return res, r, false, err
-		}
-		// The row is ours unless the driver counts found rows as affected.
-		lq := s.fq.leaseOf
-		largs := lq.argv(map[string]any{"ns": req.Namespace, "key": req.Key, "token": token})
-		if err := s.queryRow(ctx, tx, lq.sql, largs...).Scan(&until); errors.Is(err, sql.ErrNoRows) {
-			return res, r, false, nil
-		} else if err != nil {
-			return res, r, false, fmt.Errorf("read the lease: %w", err)
 		}
 	}
 	r.leaseUntil = until
@@ -404,7 +418,11 @@ func (s *Store) claimFast(ctx context.Context, tx *sql.Tx, req idempotency.Claim
 // without a row, else a transaction of Store.claim. It returns the record
 // as written when Acquired.
 func (s *Store) claimCommitted(ctx context.Context, req idempotency.ClaimRequest, prior int, async bool) (idempotency.ClaimResult, row, error) {
-	s.prepare(ctx)
+	if async {
+		s.prepare(ctx, append(s.claimTexts(), s.fq.claimNewAsync.sql)...)
+	} else {
+		s.prepare(ctx, append(s.claimTexts(), s.fq.claimNew.sql)...)
+	}
 	for try := 0; try < 3; try++ {
 		if s.dialect != SQLite {
 			// SQLite: the insert goes into the transaction below, as its
@@ -532,4 +550,25 @@ func (s *Store) extendLease(ctx context.Context, lease idempotency.Lease, d time
 		return 0, false, nil
 	}
 	return until, err == nil, err
+}
+
+// insertedID is what a MySQL claimNew or insertDone reports as its last
+// insert ID: the value it wrapped in LAST_INSERT_ID(), a time after 1970
+// when it inserted its row; 0 when the key had a row.
+func insertedID(res sql.Result) (int64, error) {
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, fmt.Errorf("insert: %w", err)
+	}
+	return id, nil
+}
+
+// claimTexts are the statements of Store.claim, the claim of a key with
+// a row.
+func (s *Store) claimTexts() []string {
+	texts := []string{s.q.selectRow, s.q.save}
+	if !s.q.selectNow {
+		texts = append(texts, s.q.now)
+	}
+	return texts
 }

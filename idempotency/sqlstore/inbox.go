@@ -95,7 +95,7 @@ func (s *Store) Inbox(fn TxHandler) message.HandlerFunc {
 			}
 			return s.inboxDeferred(ctx, fn, msg, op, dc)
 		}
-		s.prepare(ctx)
+		s.prepare(ctx, s.fq.complete.sql, s.fq.setOutcome.sql)
 		tx, err := s.db.BeginTx(ctx, s.txOptions())
 		if err != nil {
 			return nil, fmt.Errorf("sqlstore: inbox %q: begin: %w", op.Key, err)

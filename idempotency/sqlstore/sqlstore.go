@@ -620,7 +620,7 @@ func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome i
 	if err != nil {
 		return fmt.Errorf("sqlstore: encode outcome: %w", err)
 	}
-	s.prepare(ctx)
+	s.prepare(ctx, s.fq.complete.sql)
 	ok, err := s.completeIn(ctx, nil, lease, out)
 	if err != nil {
 		return fmt.Errorf("sqlstore: complete: %w", err)
@@ -675,7 +675,7 @@ func (s *Store) Release(ctx context.Context, lease idempotency.Lease, f idempote
 	if err != nil {
 		return fmt.Errorf("sqlstore: release: %w", err)
 	}
-	s.prepare(ctx)
+	s.prepare(ctx, s.fq.release.sql)
 	ok, err := s.fenced(ctx, nil, s.fq.release, map[string]any{
 		"state": string(state), "canceled": canceled, "delay": delay, "retention": ms(s.retention),
 		"c0": c0, "c1": c1, "ns": lease.Namespace, "key": lease.Key, "token": lease.Token,
@@ -701,7 +701,7 @@ func (s *Store) Extend(ctx context.Context, lease idempotency.Lease, d time.Dura
 	if !owns(lease) {
 		return lease, idempotency.ErrLeaseLost
 	}
-	s.prepare(ctx)
+	s.prepare(ctx, s.fq.extend.sql, s.fq.extendCheck.sql)
 	until, ok, err := s.extendLease(ctx, lease, d)
 	if err != nil {
 		return lease, fmt.Errorf("sqlstore: extend: %w", err)
@@ -723,6 +723,7 @@ func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Rec
 	if idempotency.ValidateNamespace(namespace) != nil || idempotency.ValidateKey(key) != nil {
 		return idempotency.Record{}, idempotency.ErrNotFound
 	}
+	s.prepare(ctx, s.q.getRow)
 	var now int64
 	r, err := scanRow(s.queryRow(ctx, nil, s.q.getRow, namespace, key), &now)
 	if errors.Is(err, sql.ErrNoRows) {
