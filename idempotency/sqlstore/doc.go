@@ -59,12 +59,13 @@
 // consumer's: PostgreSQL statement_timestamp() or clock_timestamp(), MySQL
 // UTC_TIMESTAMP(6) (by plain arithmetic, no session time zone), SQLite
 // julianday('now'), read inside the statements that need them. The
-// store's statements are prepared once per connection of the pool (before
-// its first transaction; until that succeeds they run unprepared).
+// store's statements are prepared once per connection of the pool, each
+// before the first call that runs it begins its transaction (until that
+// succeeds it runs unprepared).
 //
 // A Claim of a key without a row is one statement: an INSERT of the whole
 // record (the clock read inside it) that does nothing when the key has a
-// row, committed on its own (on SQLite inside a transaction it begins).
+// row, committed on its own.
 // A key with a row (a redelivery, a duplicate) is claimed in one
 // transaction that locks the row and reads the clock after the lock (so
 // that a wait for it does not shorten the new lease), decides in Go and
@@ -94,14 +95,15 @@
 //     ON DUPLICATE KEY UPDATE locks an existing row exclusively (INSERT
 //     IGNORE would take a shared lock, and two claims upgrading theirs with
 //     FOR UPDATE deadlock), then SELECT ... FOR UPDATE. MySQL has no
-//     RETURNING: a claim of a new key reads its lease back with a second
-//     statement. Fingerprints are limited to MaxFingerprintLen bytes.
+//     RETURNING: a claim of a new key gets its lease back as the INSERT's
+//     last insert ID (LAST_INSERT_ID(expr); 0 for a duplicate key). Fingerprints are limited to MaxFingerprintLen bytes.
 //   - SQLite: there are no row locks; each transaction of the store starts
 //     with a write statement, which takes the database's write lock at once
 //     (the effect of BEGIN IMMEDIATE, so _txlock=immediate in the DSN is
-//     not needed, and does no harm): claims begin with their INSERT, the
-//     inbox with its INSERT or its fenced UPDATE; Complete, Release and
-//     Extend are a single UPDATE and need no transaction. Only the inbox
+//     not needed, and does no harm): a claim of a key with a row begins
+//     with the INSERT again, the inbox with its INSERT or its fenced
+//     UPDATE; a claim of a new key, Complete, Release and Extend are a
+//     single statement and need no transaction. Only the inbox
 //     of a message without a record (middleware.ProcessWithoutDedup),
 //     which has no row to write, begins with an UPDATE that matches no row
 //     (modernc.org/sqlite sets BEGIN IMMEDIATE only for a whole DSN,
@@ -121,19 +123,21 @@
 // TestStatementsPerOperation checks; each is one round trip:
 //
 //	operation                        PostgreSQL  MySQL  SQLite
-//	Claim, new key                   1           2      3 (BEGIN, INSERT, COMMIT)
-//	Claim, key with a row            5           6      5
+//	Claim, new key                   1           1      1
+//	Claim, key with a row            5           6      6
 //	Complete, Release                1           1      1
 //	Extend                           1           2      1
 //	Complete re-sent after success   2           2      2
 //
 // A claim of a key with a row is the INSERT that finds the row, BEGIN,
-// SELECT ... FOR UPDATE, the UPDATE of the whole row, COMMIT; the
+// SELECT ... FOR UPDATE, the UPDATE of the whole row, COMMIT (on SQLite
+// the INSERT again, first in the transaction, takes the write lock); the
 // database clock is read in the SELECT on PostgreSQL (clock_timestamp()
 // outside the subquery that locks, so after the lock) and SQLite, in a
 // statement of its own on MySQL (whose UTC_TIMESTAMP is the statement's
 // start, before a lock wait). MySQL has no RETURNING: a claim of a new key
-// reads its lease back, and Extend its new expiry, with a second statement.
+// gets its lease back as the INSERT's last insert ID, and Extend reads its
+// new expiry with a second statement.
 // With go-sql-driver/mysql a transaction also costs a SET TRANSACTION
 // unless the sessions are READ COMMITTED already (see Dialects).
 //

@@ -26,10 +26,14 @@ import (
 //     inserts the record DONE (insertDone) in the handler's transaction;
 //   - the inbox after a committed claim marks the record DONE with a
 //     fenced UPDATE (fencedDone), the transaction's first statement, which
-//     also takes the row lock (on SQLite, the database's write lock).
+//     also takes the row lock (on SQLite, the database's write lock);
+//   - Complete, Release and Extend, and the inbox after a claim the dedup
+//     step made, are one UPDATE fenced on the lease (complete, release,
+//     extend).
 //
-// A record that exists takes the general path (Store.claim): lock the row,
-// read the clock, decide in Go, write the row back.
+// A claim of a record that exists takes the general path (Store.claim):
+// lock the row and read the clock (one statement but on MySQL), decide in
+// Go, write the row back.
 
 // fastQueries are the statements of the common paths, built by New.
 // Each lists the names of its arguments in order (see bind).
@@ -424,14 +428,13 @@ func (s *Store) claimCommitted(ctx context.Context, req idempotency.ClaimRequest
 		s.prepare(ctx, append(s.claimTexts(), s.fq.claimNew.sql)...)
 	}
 	for try := 0; try < 3; try++ {
-		if s.dialect != SQLite {
-			// SQLite: the insert goes into the transaction below, as its
-			// first statement, where it takes the write lock.
-			res, r, ok, err := s.claimFast(ctx, nil, req, prior, async)
-			if err != nil || ok {
-				return res, r, err
-			}
+		// A new key: one statement, committed on its own.
+		if res, r, ok, err := s.claimFast(ctx, nil, req, prior, async); err != nil || ok {
+			return res, r, err
 		}
+		// The key has a row. SQLite: the insert goes again into the
+		// transaction, as its first statement, which takes the write lock
+		// (and claims the key if the row has gone meanwhile).
 		var (
 			res   idempotency.ClaimResult
 			r     row

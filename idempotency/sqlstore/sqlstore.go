@@ -394,8 +394,8 @@ func fromMs(v int64) time.Time {
 // Claim implements idempotency.Store. A key without a row is claimed with
 // one INSERT of the whole record, which reads the database clock itself;
 // a key with a row in one transaction that locks the row, reads the
-// database clock and applies the state machine (on SQLite both are one
-// transaction that begins with the INSERT).
+// database clock and applies the state machine (on SQLite it begins with
+// the INSERT again, which takes the write lock).
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return idempotency.ClaimResult{}, err
