@@ -66,8 +66,12 @@ func naiveSQLLease(_ *testing.B, d inboxDB, db *sql.DB, sfx string) sqlLeaseOp {
 			if err != nil {
 				return err
 			}
-			if n, err := res.RowsAffected(); err != nil || n != 1 {
-				return fmt.Errorf("message %d: %d rows (%v)", i, n, err)
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			if n != 1 {
+				return fmt.Errorf("message %d: %d rows", i, n)
 			}
 		}
 		return nil
