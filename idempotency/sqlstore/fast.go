@@ -423,15 +423,16 @@ func (s *Store) claimFast(ctx context.Context, tx *sql.Tx, req idempotency.Claim
 // as written when Acquired.
 func (s *Store) claimCommitted(ctx context.Context, req idempotency.ClaimRequest, prior int, async bool) (idempotency.ClaimResult, row, error) {
 	if async {
-		s.prepare(ctx, append(s.claimTexts(), s.fq.claimNewAsync.sql)...)
+		s.prepare(ctx, s.fq.claimNewAsync.sql)
 	} else {
-		s.prepare(ctx, append(s.claimTexts(), s.fq.claimNew.sql)...)
+		s.prepare(ctx, s.fq.claimNew.sql)
 	}
 	for try := 0; try < 3; try++ {
 		// A new key: one statement, committed on its own.
 		if res, r, ok, err := s.claimFast(ctx, nil, req, prior, async); err != nil || ok {
 			return res, r, err
 		}
+		s.prepare(ctx, s.claimTexts()...)
 		// The key has a row. SQLite: the insert goes again into the
 		// transaction, as its first statement, which takes the write lock
 		// (and claims the key if the row has gone meanwhile).
