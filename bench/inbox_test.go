@@ -329,6 +329,7 @@ func runInbox(b *testing.B, d inboxDB, v inboxVariant, handlers int) {
 		}
 		b.ReportMetric(float64(place.pg.idleXactCommit(b)-xactBefore)/msgs, "xact_commit/msg")
 		b.ReportMetric(float64(place.pg.walSyncs(b)-syncsBefore)/msgs, "wal_syncs/msg")
+		reportHOT(b, setup, "surely_inbox_"+sfx)
 	}
 
 	// Every message had its effect, once.
@@ -446,6 +447,24 @@ func (p *pgPlace) idleXactCommit(b *testing.B) int64 {
 			b.Fatalf("%s still has %d backends", p.name, backends)
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// reportHOT reports the updates of table per message (upd/msg) and the
+// share of them that were HOT (hot_pct, from pg_stat_user_tables: an
+// update that wrote no index entry), read through db, a pool on the
+// run's private database, once every backend that wrote has exited (its
+// counts reported). Nothing when table had no update.
+func reportHOT(b *testing.B, db *sql.DB, table string) {
+	var upd, hot int64
+	err := db.QueryRowContext(context.Background(),
+		`SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = $1`, table).Scan(&upd, &hot)
+	if err != nil {
+		b.Fatalf("pg_stat_user_tables of %s: %v", table, err)
+	}
+	b.ReportMetric(float64(upd)/float64(b.N), "upd/msg")
+	if upd > 0 {
+		b.ReportMetric(100*float64(hot)/float64(upd), "hot_pct")
 	}
 }
 

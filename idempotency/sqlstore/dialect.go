@@ -87,16 +87,22 @@ type queries struct {
 	// lock takes the database's write lock (SQLite only) in a transaction
 	// that did not begin with a write: a write statement first in the
 	// transaction takes it; PostgreSQL and MySQL lock with selectRow's FOR
-	// UPDATE. Only Complete, Release and Extend, and the inbox after a claim
-	// made outside it, need it.
+	// UPDATE. Only the inbox of a message without a record needs it.
 	lock string
 	// selectRow reads a record, locking its row: args namespace, key.
+	// With selectNow, its first column is the database clock, read after
+	// the lock (PostgreSQL: clock_timestamp() outside the subquery that
+	// locks; SQLite: the transaction holds the write lock already).
 	selectRow string
+	selectNow bool
 	// getRow reads the clock and a record without locking: args namespace, key.
 	getRow string
 	// save writes every column of a record: args the columns, namespace, key.
 	save string
-	// purge deletes up to purgeBatch rows expired at a cutoff: arg cutoff.
+	// purge deletes up to purgeBatch rows expired at a cutoff: args cutoff
+	// (MySQL, by the index on expires_at_ms), or cutoff minus the
+	// retention, then cutoff twice (PostgreSQL) or once (SQLite), by the
+	// index on created_at_ms (see purgeArgs).
 	purge string
 	// txOptions of every transaction of the store (and of the inbox).
 	txOptions *sql.TxOptions
@@ -115,7 +121,7 @@ func newQueries(d Dialect, table string) queries {
 		// SKIP LOCKED: a row a claim holds is not waited for; the outer
 		// condition is checked again on the row's newest version.
 		q.purge = "DELETE FROM " + t + " WHERE (namespace, op_key) IN (SELECT namespace, op_key FROM " + t +
-			" WHERE expires_at_ms <= ? LIMIT " + strconv.Itoa(purgeBatch) + " FOR UPDATE SKIP LOCKED) AND expires_at_ms <= ?"
+			" WHERE created_at_ms <= ? AND expires_at_ms <= ? LIMIT " + strconv.Itoa(purgeBatch) + " FOR UPDATE SKIP LOCKED) AND expires_at_ms <= ?"
 		q.txOptions = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	case MySQL:
 		t = "`" + table + "`"
@@ -132,9 +138,19 @@ func newQueries(d Dialect, table string) queries {
 		q.now = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
 		q.lock = "UPDATE " + t + " SET token = token WHERE namespace = ? AND op_key = ?"
 		q.purge = "DELETE FROM " + t + " WHERE rowid IN (SELECT rowid FROM " + t +
-			" WHERE expires_at_ms <= ? LIMIT " + strconv.Itoa(purgeBatch) + ")"
+			" WHERE created_at_ms <= ? AND expires_at_ms <= ? LIMIT " + strconv.Itoa(purgeBatch) + ")"
 	}
 	q.selectRow = "SELECT " + columns + " FROM " + t + " WHERE namespace = ? AND op_key = ?" + forUpdate
+	switch d {
+	case Postgres:
+		// A subquery with FOR UPDATE is never pulled up: its row is
+		// locked before the outer select reads the clock.
+		q.selectRow = "SELECT " + q.now + ", l.* FROM (" + q.selectRow + ") l"
+		q.selectNow = true
+	case SQLite:
+		q.selectRow = "SELECT " + q.now + ", " + columns + " FROM " + t + " WHERE namespace = ? AND op_key = ?"
+		q.selectNow = true
+	}
 	q.getRow = "SELECT " + q.now + ", " + columns + " FROM " + t + " WHERE namespace = ? AND op_key = ?"
 	q.save = "UPDATE " + t + " SET state = ?, fingerprint = ?, token = ?, attempts = ?, canceled = ?," +
 		" lease_until_ms = ?, expires_at_ms = ?, updated_at_ms = ?, outcome = ?, history = ?, reopened_by = ?, budget_base = ?, not_before_ms = ?" +

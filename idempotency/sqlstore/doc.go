@@ -31,13 +31,15 @@
 //	history            JSON array of the newest idempotency.MaxHistory attempts
 //	reopened_by, budget_base  the replay that last reopened the record, and its budget base
 //	not_before_ms      retry-after time of a failed record (else 0): no claim before it
+//	created_at_ms      time the row was inserted (0 for rows of earlier versions); never updated
 //
 // A table made by an earlier version lacks the later columns: run Migrate
 // (or the ALTER TABLE statements at the end of the schema file) before
 // deploying; it adds them with their defaults and keeps every row.
 //
-// Times are Unix milliseconds of the database clock. An index on
-// expires_at_ms serves Purge.
+// Times are Unix milliseconds of the database clock. Purge finds its rows
+// by an index on created_at_ms on PostgreSQL and SQLite, on expires_at_ms
+// on MySQL (see "Statements per operation" for why).
 //
 // New never touches the schema. Migrate runs CREATE TABLE IF NOT EXISTS and
 // CREATE INDEX IF NOT EXISTS; it is idempotent and is the only DDL in the
@@ -57,25 +59,26 @@
 // consumer's: PostgreSQL statement_timestamp() or clock_timestamp(), MySQL
 // UTC_TIMESTAMP(6) (by plain arithmetic, no session time zone), SQLite
 // julianday('now'), read inside the statements that need them. The
-// store's statements are prepared once per connection of the pool (before
-// its first transaction; until that succeeds they run unprepared).
+// store's statements are prepared once per connection of the pool, each
+// before the first call that runs it begins its transaction (until that
+// succeeds it runs unprepared).
 //
 // A Claim of a key without a row is one statement: an INSERT of the whole
 // record (the clock read inside it) that does nothing when the key has a
-// row, committed on its own (on SQLite inside a transaction it begins).
+// row, committed on its own.
 // A key with a row (a redelivery, a duplicate) is claimed in one
-// transaction that locks the row, then reads the clock (after the lock, so
+// transaction that locks the row and reads the clock after the lock (so
 // that a wait for it does not shorten the new lease), decides in Go and
-// writes the row back. Complete, Release and Extend are each one such
-// transaction.
+// writes the row back. Complete, Release and Extend are each one UPDATE,
+// committed on its own, fenced on the lease (see "Statements per
+// operation").
 //
 //   - Postgres: keys are text COLLATE "C" (byte order, exact equality).
 //     READ COMMITTED transactions (a BEGIN ISOLATION LEVEL, one statement);
 //     INSERT ... ON CONFLICT DO NOTHING; SELECT ... FOR UPDATE. Purge skips
-//     rows a claim holds (SKIP LOCKED). Every write changes expires_at_ms,
-//     which Purge's index covers, so updates are not HOT; the inbox of a
-//     first delivery from a counting broker writes its record with one
-//     INSERT and no update.
+//     rows a claim holds (SKIP LOCKED). Updates are HOT (see below); the
+//     inbox of a first delivery from a counting broker writes its record
+//     with one INSERT and no update.
 //   - MySQL (and MariaDB): InnoDB. Every text column is binary (VARBINARY,
 //     LONGBLOB): keys compare byte for byte whatever the connection's
 //     character set (utf8mb4 collations would merge "a", "A" and "a "), and
@@ -92,24 +95,98 @@
 //     ON DUPLICATE KEY UPDATE locks an existing row exclusively (INSERT
 //     IGNORE would take a shared lock, and two claims upgrading theirs with
 //     FOR UPDATE deadlock), then SELECT ... FOR UPDATE. MySQL has no
-//     RETURNING: a claim of a new key reads its lease back with a second
-//     statement. Fingerprints are limited to MaxFingerprintLen bytes.
+//     RETURNING: a claim of a new key gets its lease back as the INSERT's
+//     last insert ID (LAST_INSERT_ID(expr); 0 for a duplicate key). Fingerprints are limited to MaxFingerprintLen bytes.
 //   - SQLite: there are no row locks; each transaction of the store starts
 //     with a write statement, which takes the database's write lock at once
 //     (the effect of BEGIN IMMEDIATE, so _txlock=immediate in the DSN is
-//     not needed, and does no harm). Claims and the inbox begin with the
-//     INSERT or UPDATE they need anyway; Complete, Release and Extend,
-//     and an inbox after a claim it did not make, begin with an UPDATE of
-//     the row that changes nothing (modernc.org/sqlite sets BEGIN
-//     IMMEDIATE only for a whole DSN, _txlock=immediate, which the store
-//     does not own). Concurrent writers then wait for the
-//     lock for the connection's busy timeout, which must be set: with
+//     not needed, and does no harm): a claim of a key with a row begins
+//     with the INSERT again, the inbox with its INSERT or its fenced
+//     UPDATE; a claim of a new key, Complete, Release and Extend are a
+//     single statement and need no transaction. Only the inbox
+//     of a message without a record (middleware.ProcessWithoutDedup),
+//     which has no row to write, begins with an UPDATE that matches no row
+//     (modernc.org/sqlite sets BEGIN IMMEDIATE only for a whole DSN,
+//     _txlock=immediate, which the store does not own). Concurrent writers
+//     then wait for the lock for the connection's busy timeout, which must
+//     be set: with
 //     modernc.org/sqlite, "file:app.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)".
 //     Without a busy timeout a concurrent claim fails at once with
 //     SQLITE_BUSY (Migrate logs a warning). WAL lets Get read while a
 //     transaction writes. SQLite serializes every write of the database,
 //     so one slow inbox handler holds up every other claim: it is meant for
 //     one process, or a few.
+//
+// # Statements per operation
+//
+// Statements sent per operation (BEGIN and COMMIT included), as
+// TestStatementsPerOperation checks; each is one round trip:
+//
+//	operation                        PostgreSQL  MySQL  SQLite
+//	Claim, new key                   1           1      1
+//	Claim, key with a row            5           6      6
+//	Complete, Release                1           1      1
+//	Extend                           1           2      1
+//	Complete re-sent after success   2           2      2
+//
+// A claim of a key with a row is the INSERT that finds the row, BEGIN,
+// SELECT ... FOR UPDATE, the UPDATE of the whole row, COMMIT (on SQLite
+// the INSERT again, first in the transaction, takes the write lock); the
+// database clock is read in the SELECT on PostgreSQL (clock_timestamp()
+// outside the subquery that locks, so after the lock) and SQLite, in a
+// statement of its own on MySQL (whose UTC_TIMESTAMP is the statement's
+// start, before a lock wait). MySQL has no RETURNING: a claim of a new key
+// gets its lease back as the INSERT's last insert ID, and Extend reads its
+// new expiry with a second statement.
+// With go-sql-driver/mysql a transaction also costs a SET TRANSACTION
+// unless the sessions are READ COMMITTED already (see Dialects).
+//
+// Complete, Release and Extend are each one UPDATE, committed on its own,
+// fenced on the lease: WHERE the key, this token, state in_progress and
+// expires_at_ms after the statement's clock (statement_timestamp(),
+// UTC_TIMESTAMP(6), julianday('now')), which also computes the new times
+// (the statement's start: an UPDATE that waited for the row lock of an
+// inbox transaction on the same key dates its writes from before the wait).
+// The attempt's end goes into the open history entry with replace() on
+// its "result":"in_progress" member (the only one: a claim ends any
+// earlier attempt), so the statement needs neither the record nor a read.
+// A statement that matches no row is a lost lease: it changes the state
+// or the expiry of a row it matches, so the count of changed rows tells,
+// whether or not the MySQL driver counts found rows (clientFoundRows);
+// MySQL's Extend, whose values may equal the previous ones within a
+// millisecond, reads the lease back instead. Only a Complete that matched
+// nothing reads the record, to tell a re-sent Complete from a lost lease.
+//
+// The inbox: a first delivery from a counting broker with WithInTxClaims
+// is BEGIN, INSERT, the handler's statements, COMMIT (plus an UPDATE of the
+// outcome when the handler produced messages); any other delivery commits
+// its claim as above, then BEGIN, the fenced DONE UPDATE, the handler's
+// statements, COMMIT. The statements are prepared once per connection.
+//
+// HOT updates (PostgreSQL). An update whose changed columns are in no
+// index can be heap-only: the new row version goes on the same page and no
+// index entry is written. Every update changes expires_at_ms, so Purge's
+// index is on created_at_ms instead, the time the row was inserted, which
+// no update changes: every write sets expires_at_ms to its clock plus at
+// least the retention, so a row expired at a cutoff was inserted a
+// retention before it at the latest, and Purge scans created_at_ms up to
+// cutoff minus the retention and deletes the rows whose expires_at_ms has
+// passed. Rows that outlive that bound (a record retried for longer than
+// the retention, a key claimed again after its record expired but before
+// Purge deleted it, rows of earlier versions, whose created_at_ms is 0)
+// are scanned past until they expire; a Purge whose retention is longer
+// than the writers' deletes their rows that much later (they read as
+// absent meanwhile). Measured with BenchmarkSQLLease and BenchmarkInbox
+// (package bench, pg_stat_user_tables): 98-100 % of the updates HOT with
+// the default fillfactor, against none with the index on expires_at_ms,
+// and 13-16 % less WAL per inbox message; a lower fillfactor was not
+// needed for that, so the table keeps the default. SQLite uses the same
+// index (an update then writes no index page); MySQL keeps its index on
+// expires_at_ms (InnoDB has no HOT, and MySQL has no DROP INDEX IF EXISTS
+// for Migrate). Migrate adds the column and the index to an existing table
+// and drops the index on expires_at_ms; CREATE INDEX blocks writes while
+// it builds: on a large table, create the index CONCURRENTLY beforehand
+// (the schema file's name), and Migrate finds it.
 //
 // # Transactional inbox
 //
@@ -154,8 +231,10 @@
 //     UPDATE takes the row lock for the transaction.
 //   - a process's first message, a store behind a wrapper, or
 //     middleware.Dedup with another store: the dedup step claims first (a
-//     committed transaction); the inbox locks the row, checks the token,
-//     runs the handler, writes DONE and commits.
+//     committed claim); the inbox's transaction begins with the fenced
+//     UPDATE that marks the record DONE (as above: ErrLeaseLost and no
+//     handler unless the record is still this attempt's), runs the
+//     handler and commits.
 //
 // Crash analysis, what each crash costs (the first two items with
 // WithInTxClaims; by default the claim is Store.Claim, committed
@@ -185,8 +264,8 @@
 //     answers Completed); the effect stays once and the produced messages
 //     are re-emitted.
 //
-// In the one-transaction case the DONE record's times are those of its
-// INSERT (the start of the transaction), and an attempt that fails is
+// The DONE record's times are those of its INSERT or fenced UPDATE (the
+// start of the transaction), and in the one-transaction case an attempt that fails is
 // recorded as the first attempt of a record the failure path creates.
 //
 // Concurrent deliveries of one key serialize on the row lock. Claim locks

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/sqldialect"
@@ -25,19 +26,29 @@ import (
 //     inserts the record DONE (insertDone) in the handler's transaction;
 //   - the inbox after a committed claim marks the record DONE with a
 //     fenced UPDATE (fencedDone), the transaction's first statement, which
-//     also takes the row lock (on SQLite, the database's write lock).
+//     also takes the row lock (on SQLite, the database's write lock);
+//   - Complete, Release and Extend, and the inbox after a claim the dedup
+//     step made, are one UPDATE fenced on the lease (complete, release,
+//     extend).
 //
-// A record that exists takes the general path (Store.claim): lock the row,
-// read the clock, decide in Go, write the row back.
+// A claim of a record that exists takes the general path (Store.claim):
+// lock the row and read the clock (one statement but on MySQL), decide in
+// Go, write the row back.
 
 // fastQueries are the statements of the common paths, built by New.
 // Each lists the names of its arguments in order (see bind).
 type fastQueries struct {
 	claimNew, claimNewAsync, insertDone, fencedDone, setOutcome stmtText
-	// claimNewReturns: claimNew returns the lease expiry (RETURNING);
-	// MySQL reads it with leaseOf.
+	// complete, release and extend are Complete, Release and Extend, each
+	// one statement fenced on the lease (see fenced); extendReturns:
+	// extend returns the new lease expiry (RETURNING), else extendCheck
+	// reads it (MySQL).
+	complete, release, extend, extendCheck stmtText
+	extendReturns                          bool
+	// claimNewReturns: claimNew returns the lease expiry (RETURNING).
+	// On MySQL, claimNew and insertDone report what they inserted as the
+	// last insert ID instead (see insertedID).
 	claimNewReturns bool
-	leaseOf         stmtText
 	// isolation is the probe of a MySQL session's isolation level.
 	isolation []string
 }
@@ -55,6 +66,7 @@ const nowMarker = "{now}"
 // newFastQueries builds the statements for d and table t (quoted).
 func newFastQueries(d Dialect, t string) fastQueries {
 	var clock, cast, concat3, concat5, conflict, returning string
+	reported := func(v string) string { return v }
 	switch d {
 	case Postgres:
 		// statement_timestamp: one value for the whole statement.
@@ -69,7 +81,15 @@ func newFastQueries(d Dialect, t string) fastQueries {
 		clock = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
 		concat3 = "CONCAT(?:h0, c.n, ?:h1)"
 		concat5 = "CONCAT(?:h0, c.n, ?:h1, c.n, ?:h2)"
-		conflict = " ON DUPLICATE KEY UPDATE namespace = namespace"
+		// No RETURNING: the inserted row's lease expiry (claimNew) or
+		// retention end (insertDone) goes to the client as the statement's
+		// last insert ID (LAST_INSERT_ID(expr)), and a duplicate key sets
+		// it to 0. ON DUPLICATE KEY UPDATE, not INSERT IGNORE: it locks an
+		// existing row exclusively (see the package doc). The row's values
+		// are kept, so the affected-row count would not tell a duplicate
+		// when the driver counts found rows (clientFoundRows).
+		reported = func(v string) string { return "LAST_INSERT_ID(" + v + ")" }
+		conflict = " ON DUPLICATE KEY UPDATE namespace = IF(LAST_INSERT_ID(0) = 0, namespace, namespace)"
 	case SQLite:
 		// julianday('now'): one value for the whole statement.
 		clock = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
@@ -92,12 +112,12 @@ func newFastQueries(d Dialect, t string) fastQueries {
 	}
 	from := " FROM (SELECT " + clock + " + ?:skew::bigint AS n) c"
 	fromNow := clock + " + ?:skew::bigint"
-	cols := "(namespace, op_key, " + columns + ")"
+	cols := "(namespace, op_key, " + columns + ", created_at_ms)"
 
 	var q fastQueries
 	q.claimNew = bind(d, typed("INSERT INTO "+t+" "+cols+
 		" SELECT ?:ns::text, ?:key::text, 'in_progress', ?:fp::text, ?:token::text, ?:attempts::int, 0,"+
-		" c.n + ?:lease::bigint, c.n + ?:expires::bigint, c.n, NULL, "+concat3+", ?:reopen::text, 0, 0"+from+conflict+returning))
+		" "+reported("c.n + ?:lease::bigint")+", c.n + ?:expires::bigint, c.n, NULL, "+concat3+", ?:reopen::text, 0, 0, c.n"+from+conflict+returning))
 	q.claimNewAsync = q.claimNew
 	if d == Postgres {
 		// The claim of an inbox that commits it before the effect: its
@@ -107,14 +127,37 @@ func newFastQueries(d Dialect, t string) fastQueries {
 	q.claimNewReturns = returning != ""
 	q.insertDone = bind(d, typed("INSERT INTO "+t+" "+cols+
 		" SELECT ?:ns::text, ?:key::text, 'done', ?:fp::text, ?:token::text, ?:attempts::int, 0,"+
-		" 0, c.n + ?:retention::bigint, c.n, NULL, "+concat5+", '', 0, 0"+from+conflict))
+		" 0, "+reported("c.n + ?:retention::bigint")+", c.n, NULL, "+concat5+", '', 0, 0, c.n"+from+conflict))
 	q.fencedDone = bind(d, typed(strings.ReplaceAll("UPDATE "+t+" SET state = 'done', lease_until_ms = 0,"+
 		" expires_at_ms = "+nowMarker+" + ?:retention::bigint, updated_at_ms = "+nowMarker+", outcome = NULL,"+
 		" history = "+strings.ReplaceAll(strings.ReplaceAll(concat3, "c.n::text", "("+nowMarker+")::text"), "c.n", nowMarker)+
 		" WHERE namespace = ?:ns::text AND op_key = ?:key::text AND token = ?:token::text AND state = 'in_progress'"+
 		" AND expires_at_ms > "+nowMarker, nowMarker, "("+fromNow+")")))
+	// The lease-mode writes: one UPDATE each, fenced on the lease (this
+	// token, in progress, not past its retention), the clock read inside.
+	// The open attempt is the history's one entry with "result":
+	// "in_progress" (claims end any earlier one), which replace() closes:
+	// ?:c0 || now || ?:c1 stand in for its "result" member (closePieces).
+	nowText := "(" + nowMarker + ")::text"
+	closeAttempt := "replace(history, '\"result\":\"in_progress\"', " +
+		strings.NewReplacer("?:h0", "?:c0", "?:h1", "?:c1", "c.n::text", nowText, "c.n", nowMarker).Replace(concat3) + ")"
+	fence := " WHERE namespace = ?:ns::text AND op_key = ?:key::text AND token = ?:token::text AND state = 'in_progress'" +
+		" AND expires_at_ms > " + nowMarker
+	fenced := func(set, tail string) stmtText {
+		return bind(d, typed(strings.ReplaceAll("UPDATE "+t+" SET "+set+fence+tail, nowMarker, "("+fromNow+")")))
+	}
+	q.complete = fenced("state = 'done', outcome = ?:outcome::text, lease_until_ms = 0,"+
+		" expires_at_ms = "+nowMarker+" + ?:retention::bigint, updated_at_ms = "+nowMarker+", history = "+closeAttempt, "")
+	q.release = fenced("state = ?:state::text, canceled = canceled + ?:canceled::int, lease_until_ms = 0,"+
+		" not_before_ms = CASE WHEN ?:delay::bigint > 0 THEN "+nowMarker+" + ?:delay::bigint ELSE 0 END,"+
+		" expires_at_ms = "+nowMarker+" + ?:delay::bigint + ?:retention::bigint, updated_at_ms = "+nowMarker+", history = "+closeAttempt, "")
+	q.extend = fenced("lease_until_ms = "+nowMarker+" + ?:ext::bigint, expires_at_ms = "+nowMarker+" + ?:ext::bigint + ?:retention::bigint,"+
+		" updated_at_ms = "+nowMarker, returning)
+	q.extendReturns = returning != ""
+	if !q.extendReturns {
+		q.extendCheck = bind(d, typed(strings.ReplaceAll("SELECT lease_until_ms FROM "+t+fence, nowMarker, "("+fromNow+")")))
+	}
 	q.setOutcome = bind(d, typed("UPDATE "+t+" SET outcome = ?:outcome::text WHERE namespace = ?:ns::text AND op_key = ?:key::text AND token = ?:token::text"))
-	q.leaseOf = bind(d, "SELECT lease_until_ms FROM "+t+" WHERE namespace = ?:ns AND op_key = ?:key AND token = ?:token")
 	if d == MySQL {
 		q.isolation = []string{"SELECT @@SESSION.transaction_isolation", "SELECT @@SESSION.tx_isolation"}
 	}
@@ -174,66 +217,83 @@ func (st stmtText) argv(v map[string]any) []any {
 }
 
 // prepared holds the store's statements prepared on its *sql.DB, so that
-// each connection parses them once. Statements are prepared before a
-// transaction begins (a pool of one connection would otherwise wait for
-// itself); until that succeeded, they run unprepared.
+// each connection parses them once. Each path prepares the statements it
+// is about to run, before its transaction begins (a pool of one connection
+// would otherwise wait for itself), so that a first call prepares no more
+// than it needs within its deadline; a statement that could not be
+// prepared yet runs unprepared.
 type prepared struct {
-	mu    sync.Mutex
-	ready atomic.Bool
-	stmts map[string]*sql.Stmt
+	mu sync.Mutex
+	// stmts maps a statement's text to it, copied on write.
+	stmts atomic.Pointer[map[string]*sql.Stmt]
+	// probed: the MySQL sessions' isolation was read (probeIsolation).
+	probed atomic.Bool
 }
 
-// prepare prepares the store's statements once. A failure (a table not
-// yet migrated, an outage) is retried by the next call.
-func (s *Store) prepare(ctx context.Context) {
-	if s.prep.ready.Load() {
+// prepare prepares those of texts that are not prepared yet. A failure (a
+// table not yet migrated, an outage, the deadline) is retried by the next
+// call.
+func (s *Store) prepare(ctx context.Context, texts ...string) {
+	if m := s.prep.stmts.Load(); m != nil && hasAll(*m, texts) && (s.dialect != MySQL || s.prep.probed.Load()) {
 		return
 	}
 	s.prep.mu.Lock()
 	defer s.prep.mu.Unlock()
-	if s.prep.ready.Load() {
+	if s.dialect == MySQL && !s.prep.probed.Load() {
+		s.prep.probed.Store(s.probeIsolation(ctx))
+	}
+	old := map[string]*sql.Stmt{}
+	if m := s.prep.stmts.Load(); m != nil {
+		old = *m
+	}
+	if hasAll(old, texts) {
 		return
 	}
-	texts := []string{s.q.selectRow, s.q.save, s.q.now, s.q.getRow,
-		s.fq.claimNew.sql, s.fq.claimNewAsync.sql, s.fq.insertDone.sql, s.fq.fencedDone.sql, s.fq.setOutcome.sql, s.fq.leaseOf.sql}
-	if s.q.lock != "" {
-		texts = append(texts, s.q.lock)
+	m := make(map[string]*sql.Stmt, len(old)+len(texts))
+	for q, st := range old {
+		m[q] = st
 	}
-	m := make(map[string]*sql.Stmt, len(texts))
 	for _, q := range texts {
-		if _, ok := m[q]; ok {
+		if _, ok := m[q]; ok || q == "" {
 			continue
 		}
 		st, err := s.db.PrepareContext(ctx, q)
 		if err != nil {
-			for _, st := range m {
-				_ = st.Close()
-			}
-			return
+			break
 		}
 		m[q] = st
 	}
-	if s.dialect == MySQL {
-		s.probeIsolation(ctx)
+	s.prep.stmts.Store(&m)
+}
+
+func hasAll(m map[string]*sql.Stmt, texts []string) bool {
+	for _, q := range texts {
+		if _, ok := m[q]; !ok && q != "" {
+			return false
+		}
 	}
-	s.prep.stmts = m
-	s.prep.ready.Store(true)
+	return true
 }
 
 // probeIsolation sets the store's transactions to the driver's default
 // options when the sessions are READ COMMITTED already (set in the DSN):
-// that saves a SET TRANSACTION statement per transaction.
-func (s *Store) probeIsolation(ctx context.Context) {
+// that saves a SET TRANSACTION statement per transaction. It reports
+// whether it could read the level.
+func (s *Store) probeIsolation(ctx context.Context) bool {
 	for _, q := range s.fq.isolation {
 		var level string
 		if err := s.db.QueryRowContext(ctx, q).Scan(&level); err != nil {
+			if ctx.Err() != nil {
+				return false
+			}
 			continue
 		}
 		if strings.EqualFold(level, "READ-COMMITTED") {
 			s.txOpts.Store(&sql.TxOptions{})
 		}
-		return
+		return true
 	}
+	return true
 }
 
 // txOptions are the options of the store's transactions.
@@ -276,10 +336,11 @@ func (s *Store) queryRow(ctx context.Context, tx *sql.Tx, query string, args ...
 }
 
 func (s *Store) stmt(query string) *sql.Stmt {
-	if !s.prep.ready.Load() {
+	m := s.prep.stmts.Load()
+	if m == nil {
 		return nil
 	}
-	return s.prep.stmts[query]
+	return (*m)[query]
 }
 
 // histMarker stands for the database clock in a history built in Go and
@@ -338,16 +399,8 @@ func (s *Store) claimFast(ctx context.Context, tx *sql.Tx, req idempotency.Claim
 		if err != nil {
 			return res, r, false, fmt.Errorf("insert: %w", err)
 		}
-		if n, err := result.RowsAffected(); err != nil || n == 0 {
+		if until, err = insertedID(result); err != nil || until == 0 {
 			return res, r, false, err
-		}
-		// The row is ours unless the driver counts found rows as affected.
-		lq := s.fq.leaseOf
-		largs := lq.argv(map[string]any{"ns": req.Namespace, "key": req.Key, "token": token})
-		if err := s.queryRow(ctx, tx, lq.sql, largs...).Scan(&until); errors.Is(err, sql.ErrNoRows) {
-			return res, r, false, nil
-		} else if err != nil {
-			return res, r, false, fmt.Errorf("read the lease: %w", err)
 		}
 	}
 	r.leaseUntil = until
@@ -369,16 +422,20 @@ func (s *Store) claimFast(ctx context.Context, tx *sql.Tx, req idempotency.Claim
 // without a row, else a transaction of Store.claim. It returns the record
 // as written when Acquired.
 func (s *Store) claimCommitted(ctx context.Context, req idempotency.ClaimRequest, prior int, async bool) (idempotency.ClaimResult, row, error) {
-	s.prepare(ctx)
+	if async {
+		s.prepare(ctx, s.fq.claimNewAsync.sql)
+	} else {
+		s.prepare(ctx, s.fq.claimNew.sql)
+	}
 	for try := 0; try < 3; try++ {
-		if s.dialect != SQLite {
-			// SQLite: the insert goes into the transaction below, as its
-			// first statement, where it takes the write lock.
-			res, r, ok, err := s.claimFast(ctx, nil, req, prior, async)
-			if err != nil || ok {
-				return res, r, err
-			}
+		// A new key: one statement, committed on its own.
+		if res, r, ok, err := s.claimFast(ctx, nil, req, prior, async); err != nil || ok {
+			return res, r, err
 		}
+		s.prepare(ctx, s.claimTexts()...)
+		// The key has a row. SQLite: the insert goes again into the
+		// transaction, as its first statement, which takes the write lock
+		// (and claims the key if the row has gone meanwhile).
 		var (
 			res   idempotency.ClaimResult
 			r     row
@@ -401,4 +458,121 @@ func (s *Store) claimCommitted(ctx context.Context, req idempotency.ClaimRequest
 		// The row vanished (a Purge) between the insert and the lock: again.
 	}
 	return idempotency.ClaimResult{}, row{}, errors.New("the record's row vanished three times during the claim")
+}
+
+// closedAttempt is the end of an attempt as the fenced statements write it
+// into the open history entry, in place of its "result" member.
+type closedAttempt struct {
+	Result string `json:"result"`
+	Ended  int64  `json:"ended_ms"`
+	Error  string `json:"error,omitempty"`
+	Type   string `json:"type,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Stack  string `json:"stack,omitempty"`
+}
+
+// closePieces returns the members of c as JSON, without the braces, split
+// where its end time goes: the c0 and c1 arguments of the fenced
+// statements, between which they put their clock.
+func closePieces(c closedAttempt) (c0, c1 string, err error) {
+	c.Ended = histMarker
+	b, err := json.Marshal(c)
+	if err != nil {
+		return "", "", fmt.Errorf("encode history: %w", err)
+	}
+	// The first occurrence is the end time: it comes before the strings,
+	// which could hold the same digits.
+	c0, c1, _ = strings.Cut(string(b[1:len(b)-1]), strconv.FormatInt(histMarker, 10))
+	return c0, c1, nil
+}
+
+// fenced runs q, one of the fenced statements, on its own (its own
+// commit), or in tx when tx is not nil, and reports whether it changed the
+// record: false when the lease is no longer the record's current, open one.
+// Each of them changes the state or the lease expiry of the row it
+// matches (updated_at_ms too), so the count of changed rows is that of
+// matched rows, whether or not the driver counts found rows (MySQL's
+// clientFoundRows); Extend within the same millisecond is the exception,
+// which extendLease reads back.
+func (s *Store) fenced(ctx context.Context, tx *sql.Tx, q stmtText, v map[string]any) (bool, error) {
+	v["skew"] = s.skew.Load()
+	res, err := s.exec(ctx, tx, q.sql, q.argv(v)...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	return n > 0, nil
+}
+
+// completeIn marks the record of lease DONE with outcome out (nil for
+// none) with one fenced statement, on its own when tx is nil.
+func (s *Store) completeIn(ctx context.Context, tx *sql.Tx, lease idempotency.Lease, out []byte) (bool, error) {
+	c0, c1, err := closePieces(closedAttempt{Result: idempotency.ResultDone})
+	if err != nil {
+		return false, err
+	}
+	var outcome any
+	if out != nil {
+		outcome = string(out)
+	}
+	return s.fenced(ctx, tx, s.fq.complete, map[string]any{
+		"outcome": outcome, "retention": ms(s.retention), "c0": c0, "c1": c1,
+		"ns": lease.Namespace, "key": lease.Key, "token": lease.Token,
+	})
+}
+
+// extendLease moves the lease expiry of lease to the database clock plus
+// d with one fenced statement (on MySQL, and then a read of the expiry)
+// and returns it; ok is false when the lease is lost.
+func (s *Store) extendLease(ctx context.Context, lease idempotency.Lease, d time.Duration) (until int64, ok bool, err error) {
+	q := s.fq.extend
+	v := map[string]any{
+		"ext": ms(d), "retention": ms(s.retention),
+		"ns": lease.Namespace, "key": lease.Key, "token": lease.Token, "skew": s.skew.Load(),
+	}
+	if s.fq.extendReturns {
+		err := s.queryRow(ctx, nil, q.sql, q.argv(v)...).Scan(&until)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, false, nil
+		}
+		return until, err == nil, err
+	}
+	if _, err := s.exec(ctx, nil, q.sql, q.argv(v)...); err != nil {
+		return 0, false, err
+	}
+	// MySQL counts a row set to the values it had (an extension within
+	// the millisecond of the previous one) as unchanged: whether the
+	// lease is still open tells instead. The extension made it open for
+	// d plus the retention; had the update not matched, the record would
+	// still be past its retention, or no longer this lease's.
+	c := s.fq.extendCheck
+	err = s.queryRow(ctx, nil, c.sql, c.argv(v)...).Scan(&until)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	return until, err == nil, err
+}
+
+// insertedID is what a MySQL claimNew or insertDone reports as its last
+// insert ID: the value it wrapped in LAST_INSERT_ID(), a time after 1970
+// when it inserted its row; 0 when the key had a row.
+func insertedID(res sql.Result) (int64, error) {
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, fmt.Errorf("insert: %w", err)
+	}
+	return id, nil
+}
+
+// claimTexts are the statements of Store.claim, the claim of a key with
+// a row.
+func (s *Store) claimTexts() []string {
+	texts := []string{s.q.selectRow, s.q.save}
+	if !s.q.selectNow {
+		texts = append(texts, s.q.now)
+	}
+	return texts
 }

@@ -44,16 +44,16 @@ type TxHandler func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*m
 //
 //  1. reads the idempotency.Operation from msg.Context() (ErrNoOperation
 //     without one);
-//  2. begins a transaction (READ COMMITTED on PostgreSQL and MySQL) and
-//     locks the record's row (SELECT ... FOR UPDATE; on SQLite, the
-//     database's write lock);
-//  3. checks that the record is IN_PROGRESS under this attempt's token, else
-//     rolls back and returns an error wrapping idempotency.ErrLeaseLost:
-//     fn never runs for a stale owner;
+//  2. begins a transaction (READ COMMITTED on PostgreSQL and MySQL);
+//  3. marks the record DONE with one UPDATE fenced on the lease (IN_PROGRESS
+//     under this attempt's token, not past its retention), which takes the
+//     row lock (on SQLite, the database's write lock); when it matches no
+//     row, rolls back and returns an error wrapping
+//     idempotency.ErrLeaseLost: fn never runs for a stale owner;
 //  4. runs fn(ctx, tx, msg) with ctx = msg.Context();
-//  5. marks the record DONE with the produced messages (the outcome
-//     Complete would store) and the attempt's end in its history, commits,
-//     and sets Operation.Committed, so that the dedup step skips Complete.
+//  5. stores the produced messages, if any, in the record (the outcome
+//     Complete would store), commits, and sets Operation.Committed, so
+//     that the dedup step skips Complete.
 //
 // When fn fails or panics, or the commit fails, the transaction is rolled
 // back (fn's effect with it) and the error returned (a panic goes on
@@ -68,7 +68,7 @@ type TxHandler func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*m
 // finds the record DONE (Completed) or, after a rollback, takes over a
 // failed or expired attempt. The one stale owner the inbox must stop is one
 // whose lease was taken over before its transaction locked the row, and
-// step 3 stops it.
+// step 3 stops it. The DONE record's times are those of step 3.
 //
 // A message without an operation key, processed under
 // middleware.ProcessWithoutDedup, has no record: fn then runs in a
@@ -95,7 +95,7 @@ func (s *Store) Inbox(fn TxHandler) message.HandlerFunc {
 			}
 			return s.inboxDeferred(ctx, fn, msg, op, dc)
 		}
-		s.prepare(ctx)
+		s.prepare(ctx, s.fq.complete.sql, s.fq.setOutcome.sql)
 		tx, err := s.db.BeginTx(ctx, s.txOptions())
 		if err != nil {
 			return nil, fmt.Errorf("sqlstore: inbox %q: begin: %w", op.Key, err)
@@ -103,33 +103,30 @@ func (s *Store) Inbox(fn TxHandler) message.HandlerFunc {
 		// Rolls back on every path but a commit, a panic of fn included.
 		defer func() { _ = tx.Rollback() }()
 
-		r, _, err := s.lockOwned(ctx, tx, op.Namespace, op.Key, op.Token)
+		// The fenced DONE mark first: it takes the row lock (on SQLite
+		// the database's write lock) and stops a stale owner before fn.
+		lease := idempotency.Lease{Namespace: op.Namespace, Key: op.Key, Token: op.Token}
+		marked, err := s.completeIn(ctx, tx, lease, nil)
 		if err != nil {
-			if errors.Is(err, idempotency.ErrLeaseLost) {
-				return nil, fmt.Errorf("sqlstore: inbox %q (attempt %d): the record in %s is no longer this attempt's: %w",
-					op.Key, op.Attempt, s.table, err)
-			}
-			return nil, fmt.Errorf("sqlstore: inbox %q: %w", op.Key, err)
+			return nil, fmt.Errorf("sqlstore: inbox %q: mark done: %w", op.Key, err)
+		}
+		if !marked {
+			return nil, fmt.Errorf("sqlstore: inbox %q (attempt %d): the record in %s is no longer this attempt's: %w",
+				op.Key, op.Attempt, s.table, idempotency.ErrLeaseLost)
 		}
 
 		msgs, err := fn(ctx, tx, msg)
 		if err != nil {
 			return nil, err
 		}
-
-		out, err := json.Marshal(idempotency.Outcome{Messages: storedMessages(msgs)})
-		if err != nil {
-			return nil, fmt.Errorf("sqlstore: inbox %q: encode outcome: %w", op.Key, err)
-		}
-		// The DONE time is the commit's, not the lock's: fn may have run long.
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return nil, fmt.Errorf("sqlstore: inbox %q: %w", op.Key, err)
-		}
-		s.done(&r, out, now)
-		r.updatedAt = now
-		if err := s.save(ctx, tx, op.Namespace, op.Key, r); err != nil {
-			return nil, fmt.Errorf("sqlstore: inbox %q: mark done: %w", op.Key, err)
+		if len(msgs) > 0 {
+			out, err := json.Marshal(idempotency.Outcome{Messages: storedMessages(msgs)})
+			if err != nil {
+				return nil, fmt.Errorf("sqlstore: inbox %q: encode outcome: %w", op.Key, err)
+			}
+			if err := s.setOutcome(ctx, tx, op.Namespace, op.Key, op.Token, out); err != nil {
+				return nil, fmt.Errorf("sqlstore: inbox %q: %w", op.Key, err)
+			}
 		}
 		if err := tx.Commit(); err != nil {
 			// Unknown whether the commit happened (a lost reply): the dedup

@@ -25,8 +25,8 @@ func (s *Store) inboxDeferred(ctx context.Context, fn TxHandler, msg *message.Me
 		return nil, fmt.Errorf("%w: fingerprint of %d bytes, the limit is %d",
 			idempotency.ErrInvalidRequest, len(req.Fingerprint), MaxFingerprintLen)
 	}
-	s.prepare(ctx)
 	if dc.Durable {
+		s.prepare(ctx, s.fq.fencedDone.sql, s.fq.setOutcome.sql) // and those of claimCommitted
 		// A redelivery, or a broker without a delivery count: the attempt
 		// is committed before the effect, so that a crash is counted. On
 		// PostgreSQL that commit does not wait for the WAL flush.
@@ -41,6 +41,7 @@ func (s *Store) inboxDeferred(ctx context.Context, fn TxHandler, msg *message.Me
 		acquired(op, res)
 		return s.inboxClaimed(ctx, fn, msg, op, r)
 	}
+	s.prepare(ctx, append(s.claimTexts(), s.fq.insertDone.sql, s.fq.complete.sql, s.fq.setOutcome.sql)...)
 	return s.inboxOneTx(ctx, fn, msg, op, dc)
 }
 
@@ -88,7 +89,6 @@ func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Messa
 		return nil, fmt.Errorf("sqlstore: inbox %q: %w", req.Key, err)
 	}
 	var (
-		r        row
 		res      idempotency.ClaimResult
 		inserted bool
 	)
@@ -104,22 +104,14 @@ func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Messa
 		if err != nil {
 			return nil, fmt.Errorf("sqlstore: inbox %q: insert: %w", req.Key, err)
 		}
-		n, err := result.RowsAffected()
+		var n int64
+		if s.fq.claimNewReturns {
+			n, err = result.RowsAffected()
+		} else if n, err = insertedID(result); n > 0 {
+			n = 1 // MySQL: the row's retention end
+		}
 		if err != nil {
 			return nil, fmt.Errorf("sqlstore: inbox %q: insert: %w", req.Key, err)
-		}
-		if n == 1 && !s.fq.claimNewReturns {
-			// MySQL: a driver that counts found rows as affected
-			// (clientFoundRows) says 1 for a row that was already there.
-			// The row is ours only if it carries our token.
-			var until int64
-			lq := s.fq.leaseOf
-			largs := lq.argv(map[string]any{"ns": req.Namespace, "key": req.Key, "token": token})
-			if err := s.queryRow(ctx, tx, lq.sql, largs...).Scan(&until); errors.Is(err, sql.ErrNoRows) {
-				n = 0
-			} else if err != nil {
-				return nil, fmt.Errorf("sqlstore: inbox %q: read the record back: %w", req.Key, err)
-			}
 		}
 		if n == 1 {
 			inserted = true
@@ -133,7 +125,7 @@ func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Messa
 		}
 		// A row exists: the general claim, in this transaction.
 		var found bool
-		res, r, found, err = s.claim(ctx, tx, req)
+		res, _, found, err = s.claim(ctx, tx, req)
 		if err != nil {
 			return nil, fmt.Errorf("sqlstore: inbox %q: claim: %w", req.Key, err)
 		}
@@ -171,14 +163,13 @@ func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Messa
 			}
 		}
 	} else {
-		// The DONE time is the commit's, not the lock's: fn may have run long.
-		now, err := s.now(ctx, tx)
-		if err != nil {
-			return nil, fmt.Errorf("sqlstore: inbox %q: %w", req.Key, err)
+		// The record is this transaction's (locked by the claim): the
+		// fenced statement of Complete marks it DONE, reading the clock.
+		ok, err := s.completeIn(ctx, tx, res.Lease, out)
+		if err == nil && !ok {
+			err = errors.New("the claimed record changed under its row lock")
 		}
-		s.done(&r, out, now)
-		r.updatedAt = now
-		if err := s.save(ctx, tx, req.Namespace, req.Key, r); err != nil {
+		if err != nil {
 			return nil, fmt.Errorf("sqlstore: inbox %q: mark done: %w", req.Key, err)
 		}
 	}

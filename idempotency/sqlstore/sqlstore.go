@@ -66,8 +66,9 @@ var addColumnRE = regexp.MustCompile("^ALTER TABLE ([\"`][a-z0-9_]+[\"`]) ADD CO
 
 // WithTable sets the table of the records (default "surely_inbox"). The name
 // must match [a-z_][a-z0-9_]{0,47}: lower case, so that it means the same
-// quoted and unquoted in every dialect, and short enough for its index name
-// (name + "_expires_idx") to fit every dialect's identifier limit. It is
+// quoted and unquoted in every dialect, and short enough for its index names
+// (name + "_created_idx", name + "_expires_idx") to fit every dialect's
+// identifier limit. It is
 // quoted in every statement. To use another PostgreSQL schema, set the
 // connection's search_path.
 func WithTable(name string) Option {
@@ -213,11 +214,7 @@ func (s *Store) Purge(ctx context.Context) (int64, error) {
 			if err != nil {
 				return err
 			}
-			args := []any{cutoff}
-			if s.dialect == Postgres {
-				args = append(args, cutoff)
-			}
-			res, err := tx.ExecContext(ctx, s.q.purge, args...)
+			res, err := tx.ExecContext(ctx, s.q.purge, s.purgeArgs(cutoff)...)
 			if err != nil {
 				return err
 			}
@@ -233,6 +230,24 @@ func (s *Store) Purge(ctx context.Context) (int64, error) {
 				slog.String("table", s.table), slog.Int64("deleted", total))
 			return total, nil
 		}
+	}
+}
+
+// purgeArgs are the arguments of the purge statement at cutoff. On
+// PostgreSQL and SQLite it finds its rows by the index on created_at_ms:
+// a row expires a retention after its insert at the earliest (every write
+// sets expires_at_ms to its clock plus at least the retention), so every
+// row expired at cutoff was inserted at cutoff minus the retention or
+// before, and expires_at_ms decides. With a retention longer than the
+// writers', rows are deleted that much later (they read as absent anyway).
+func (s *Store) purgeArgs(cutoff int64) []any {
+	switch s.dialect {
+	case Postgres:
+		return []any{cutoff - ms(s.retention), cutoff, cutoff}
+	case SQLite:
+		return []any{cutoff - ms(s.retention), cutoff}
+	default:
+		return []any{cutoff}
 	}
 }
 
@@ -312,24 +327,28 @@ func scanRow(sc interface{ Scan(...any) error }, lead ...any) (row, error) {
 	return r, nil
 }
 
-// lockRow reads the record of (namespace, key) in tx and locks it until tx
-// ends. found is false when there is no row. On SQLite, whose locks are
-// the database's, lock takes the write lock first; a transaction that
-// began with a write holds it already.
-func (s *Store) lockRow(ctx context.Context, tx *sql.Tx, namespace, key string, lock bool) (r row, found bool, err error) {
-	if lock && s.q.lock != "" {
-		if _, err := s.exec(ctx, tx, s.q.lock, namespace, key); err != nil {
-			return row{}, false, fmt.Errorf("lock: %w", err)
-		}
+// lockRow reads the record of (namespace, key) in tx, locks it until tx
+// ends and reads the database clock after the lock, in Unix milliseconds
+// (in the same statement on PostgreSQL and SQLite). found is false when
+// there is no row. On SQLite, whose locks are the database's, tx must
+// have begun with a write (it then holds the write lock).
+func (s *Store) lockRow(ctx context.Context, tx *sql.Tx, namespace, key string) (r row, now int64, found bool, err error) {
+	var lead []any
+	if s.q.selectNow {
+		lead = append(lead, &now)
 	}
-	r, err = scanRow(s.queryRow(ctx, tx, s.q.selectRow, namespace, key))
+	r, err = scanRow(s.queryRow(ctx, tx, s.q.selectRow, namespace, key), lead...)
 	if errors.Is(err, sql.ErrNoRows) {
-		return row{}, false, nil
+		return row{}, 0, false, nil
 	}
 	if err != nil {
-		return row{}, false, fmt.Errorf("select: %w", err)
+		return row{}, 0, false, fmt.Errorf("select: %w", err)
 	}
-	return r, true, nil
+	if !s.q.selectNow {
+		now, err = s.now(ctx, tx)
+		return r, now, err == nil, err
+	}
+	return r, now + s.skew.Load(), true, nil
 }
 
 // save writes every column of r.
@@ -375,8 +394,8 @@ func fromMs(v int64) time.Time {
 // Claim implements idempotency.Store. A key without a row is claimed with
 // one INSERT of the whole record, which reads the database clock itself;
 // a key with a row in one transaction that locks the row, reads the
-// database clock and applies the state machine (on SQLite both are one
-// transaction that begins with the INSERT).
+// database clock and applies the state machine (on SQLite it begins with
+// the INSERT again, which takes the write lock).
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return idempotency.ClaimResult{}, err
@@ -405,22 +424,18 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 // It returns the record as written.
 func (s *Store) claim(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest) (idempotency.ClaimResult, row, bool, error) {
 	token := newToken()
-	r, found, err := s.lockRow(ctx, tx, req.Namespace, req.Key, false)
+	r, now, found, err := s.lockRow(ctx, tx, req.Namespace, req.Key)
 	if err != nil || !found {
 		return idempotency.ClaimResult{}, row{}, false, err
 	}
-	res, err := s.decide(ctx, tx, req, token, &r)
+	res, err := s.decide(ctx, tx, req, token, &r, now)
 	return res, r, true, err
 }
 
 // decide is claim's state machine on the locked record r.
-func (s *Store) decide(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest, token string, rp *row) (idempotency.ClaimResult, error) {
+func (s *Store) decide(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest, token string, rp *row, now int64) (idempotency.ClaimResult, error) {
 	r := *rp
 	defer func() { *rp = r }()
-	now, err := s.now(ctx, tx)
-	if err != nil {
-		return idempotency.ClaimResult{}, err
-	}
 
 	prev := idempotency.Previous{}
 	if r.expiresAt <= now {
@@ -584,59 +599,44 @@ func owns(lease idempotency.Lease) bool {
 		idempotency.ValidateKey(lease.Key) == nil
 }
 
-// withLease locks the record of lease in a transaction and calls fn with it
-// and the database clock when lease is the record's current, open lease;
-// otherwise it returns ErrLeaseLost and changes nothing. fn's changes to
-// the record are saved and committed.
-func (s *Store) withLease(ctx context.Context, lease idempotency.Lease, fn func(r *row, now int64)) error {
+// Complete implements idempotency.Store with one statement, committed on
+// its own: an UPDATE fenced on the lease (this token, in progress, not
+// past its retention) that reads the database clock itself.
+//
+// A Complete after the lease expired still succeeds while nobody else has
+// claimed the key (the token is still current): the effect did commit.
+//
+// A Complete re-sent with the lease that completed the record (its commit
+// went through but the reply was lost) succeeds and changes nothing; telling
+// it apart from a lost lease costs one more statement, only then.
+func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if !owns(lease) {
 		return idempotency.ErrLeaseLost
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
-		r, now, err := s.lockOwned(ctx, tx, lease.Namespace, lease.Key, lease.Token)
-		if err != nil {
-			return err
-		}
-		fn(&r, now)
-		r.updatedAt = now
-		return s.save(ctx, tx, lease.Namespace, lease.Key, r)
-	})
-}
-
-// lockOwned locks the record of (namespace, key) in tx and returns it with
-// the database clock, or ErrLeaseLost unless token is its current, open
-// lease (in progress and not past its retention).
-func (s *Store) lockOwned(ctx context.Context, tx *sql.Tx, namespace, key, token string) (row, int64, error) {
-	r, found, err := s.lockRow(ctx, tx, namespace, key, true)
+	out, err := json.Marshal(outcome)
 	if err != nil {
-		return row{}, 0, err
+		return fmt.Errorf("sqlstore: encode outcome: %w", err)
 	}
-	if !found || r.state != string(idempotency.StateInProgress) || r.token != token {
-		return row{}, 0, idempotency.ErrLeaseLost
-	}
-	now, err := s.now(ctx, tx)
+	s.prepare(ctx, s.fq.complete.sql)
+	ok, err := s.completeIn(ctx, nil, lease, out)
 	if err != nil {
-		return row{}, 0, err
+		return fmt.Errorf("sqlstore: complete: %w", err)
 	}
-	if r.expiresAt <= now {
-		return row{}, 0, idempotency.ErrLeaseLost
+	if ok {
+		return nil
 	}
-	return r, now, nil
-}
-
-// done marks r DONE with outcome at now.
-func (s *Store) done(r *row, outcome []byte, now int64) {
-	r.state = string(idempotency.StateDone)
-	r.outcome = outcome
-	r.leaseUntil = 0
-	r.expiresAt = now + ms(s.retention)
-	if n := len(r.history); n > 0 {
-		r.history[n-1].Result = idempotency.ResultDone
-		r.history[n-1].Ended = now
+	// A DONE record never changes again: no race with this read.
+	rec, gerr := s.Get(ctx, lease.Namespace, lease.Key)
+	switch {
+	case gerr == nil && rec.State == idempotency.StateDone && rec.Token == lease.Token:
+		return nil
+	case gerr != nil && !errors.Is(gerr, idempotency.ErrNotFound):
+		return lostOr("complete", gerr)
 	}
+	return idempotency.ErrLeaseLost
 }
 
 // lostOr returns ErrLeaseLost as it is and wraps any other error.
@@ -647,64 +647,50 @@ func lostOr(op string, err error) error {
 	return fmt.Errorf("sqlstore: %s: %w", op, err)
 }
 
-// Complete implements idempotency.Store in one transaction.
-//
-// A Complete after the lease expired still succeeds while nobody else has
-// claimed the key (the token is still current): the effect did commit.
-//
-// A Complete re-sent with the lease that completed the record (its commit
-// went through but the reply was lost) succeeds and changes nothing; telling
-// it apart from a lost lease costs one more statement, only then.
-func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
-	out, err := json.Marshal(outcome)
-	if err != nil {
-		return fmt.Errorf("sqlstore: encode outcome: %w", err)
-	}
-	err = s.withLease(ctx, lease, func(r *row, now int64) { s.done(r, out, now) })
-	if errors.Is(err, idempotency.ErrLeaseLost) && owns(lease) {
-		// A DONE record never changes again: no race with this read.
-		rec, gerr := s.Get(ctx, lease.Namespace, lease.Key)
-		switch {
-		case gerr == nil && rec.State == idempotency.StateDone && rec.Token == lease.Token:
-			return nil
-		case gerr != nil && !errors.Is(gerr, idempotency.ErrNotFound):
-			return lostOr("complete", gerr)
-		}
-	}
-	return lostOr("complete", err)
-}
-
-// Release implements idempotency.Store in one transaction.
+// Release implements idempotency.Store with one fenced statement, as
+// Complete.
 func (s *Store) Release(ctx context.Context, lease idempotency.Lease, f idempotency.Failure) error {
-	return lostOr("release", s.withLease(ctx, lease, func(r *row, now int64) {
-		r.state = string(idempotency.StateFailed)
-		result := idempotency.ResultFailed
-		if f.Canceled {
-			// Interrupted by shutdown: not charged to the budget, Final ignored.
-			r.canceled++
-			result = idempotency.ResultCanceled
-		} else if f.Final {
-			r.state = string(idempotency.StateExhausted)
-		}
-		r.leaseUntil = 0
-		r.notBefore = 0
-		r.expiresAt = now + ms(s.retention)
-		if r.state == string(idempotency.StateFailed) && !f.Canceled && f.RetryAfter > 0 {
-			r.notBefore = now + ms(f.RetryAfter)
-			r.expiresAt = r.notBefore + ms(s.retention)
-		}
-		if n := len(r.history); n > 0 {
-			h := &r.history[n-1]
-			h.Result, h.Ended = result, now
-			h.Error = idempotency.Truncate(f.Error, idempotency.MaxErrorLen)
-			h.Type = f.ErrorType
-			h.Reason = f.Reason
-			h.Stack = idempotency.Truncate(f.Stack, idempotency.MaxStackLen)
-		}
-	}))
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !owns(lease) {
+		return idempotency.ErrLeaseLost
+	}
+	state, result, canceled, delay := idempotency.StateFailed, idempotency.ResultFailed, 0, int64(0)
+	switch {
+	case f.Canceled:
+		// Interrupted by shutdown: not charged to the budget, Final ignored.
+		canceled, result = 1, idempotency.ResultCanceled
+	case f.Final:
+		state = idempotency.StateExhausted
+	case f.RetryAfter > 0:
+		delay = ms(f.RetryAfter)
+	}
+	c0, c1, err := closePieces(closedAttempt{
+		Result: result,
+		Error:  idempotency.Truncate(f.Error, idempotency.MaxErrorLen),
+		Type:   f.ErrorType, Reason: f.Reason,
+		Stack: idempotency.Truncate(f.Stack, idempotency.MaxStackLen),
+	})
+	if err != nil {
+		return fmt.Errorf("sqlstore: release: %w", err)
+	}
+	s.prepare(ctx, s.fq.release.sql)
+	ok, err := s.fenced(ctx, nil, s.fq.release, map[string]any{
+		"state": string(state), "canceled": canceled, "delay": delay, "retention": ms(s.retention),
+		"c0": c0, "c1": c1, "ns": lease.Namespace, "key": lease.Key, "token": lease.Token,
+	})
+	if err != nil {
+		return fmt.Errorf("sqlstore: release: %w", err)
+	}
+	if !ok {
+		return idempotency.ErrLeaseLost
+	}
+	return nil
 }
 
-// Extend implements idempotency.Store in one transaction.
+// Extend implements idempotency.Store with one fenced statement, as
+// Complete (on MySQL, and a read of the new expiry).
 func (s *Store) Extend(ctx context.Context, lease idempotency.Lease, d time.Duration) (idempotency.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return lease, err
@@ -712,14 +698,16 @@ func (s *Store) Extend(ctx context.Context, lease idempotency.Lease, d time.Dura
 	if d <= 0 {
 		return lease, fmt.Errorf("%w: extension must be positive, got %v", idempotency.ErrInvalidRequest, d)
 	}
-	var until int64
-	err := s.withLease(ctx, lease, func(r *row, now int64) {
-		r.leaseUntil = now + ms(d)
-		r.expiresAt = r.leaseUntil + ms(s.retention)
-		until = r.leaseUntil
-	})
+	if !owns(lease) {
+		return lease, idempotency.ErrLeaseLost
+	}
+	s.prepare(ctx, s.fq.extend.sql, s.fq.extendCheck.sql)
+	until, ok, err := s.extendLease(ctx, lease, d)
 	if err != nil {
-		return lease, lostOr("extend", err)
+		return lease, fmt.Errorf("sqlstore: extend: %w", err)
+	}
+	if !ok {
+		return lease, idempotency.ErrLeaseLost
 	}
 	lease.Until = fromMs(until)
 	return lease, nil
@@ -735,6 +723,7 @@ func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Rec
 	if idempotency.ValidateNamespace(namespace) != nil || idempotency.ValidateKey(key) != nil {
 		return idempotency.Record{}, idempotency.ErrNotFound
 	}
+	s.prepare(ctx, s.q.getRow)
 	var now int64
 	r, err := scanRow(s.queryRow(ctx, nil, s.q.getRow, namespace, key), &now)
 	if errors.Is(err, sql.ErrNoRows) {

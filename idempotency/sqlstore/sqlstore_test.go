@@ -279,7 +279,7 @@ func TestSchemaFilesAreWhatMigrateRuns(t *testing.T) {
 		file, err := os.ReadFile(filepath.Join("schema", b.dialect.String()+".sql"))
 		require.NoError(t, err)
 		stmts := splitSchema(string(file))
-		require.Len(t, stmts, map[sqlstore.Dialect]int{sqlstore.Postgres: 5, sqlstore.MySQL: 4, sqlstore.SQLite: 5}[b.dialect], b.name)
+		require.Len(t, stmts, map[sqlstore.Dialect]int{sqlstore.Postgres: 7, sqlstore.MySQL: 5, sqlstore.SQLite: 7}[b.dialect], b.name)
 		require.Equal(t, stmts, sqlstore.DDL(b.dialect, sqlstore.DefaultTable), b.name)
 
 		custom := sqlstore.DDL(b.dialect, "my_inbox")
@@ -395,7 +395,7 @@ func TestPurgeBatches(t *testing.T) {
 	s := newStore(t, db, sqlstore.SQLite)
 	// 2500 expired rows, written directly.
 	_, err := db.ExecContext(t.Context(), `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 2500)
-		INSERT INTO `+quote(sqlstore.SQLite, s.Table())+` SELECT 'ns', 'k'||i, 'done', 'fp', 't', 1, 0, 0, 1, 1, '{}', '[]', '', 0, 0 FROM n`)
+		INSERT INTO `+quote(sqlstore.SQLite, s.Table())+` SELECT 'ns', 'k'||i, 'done', 'fp', 't', 1, 0, 0, 1, 1, '{}', '[]', '', 0, 0, 0 FROM n`)
 	require.NoError(t, err)
 	n, err := s.Purge(t.Context())
 	require.NoError(t, err)

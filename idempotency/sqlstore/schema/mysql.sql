@@ -36,3 +36,9 @@ ALTER TABLE `surely_inbox` ADD COLUMN budget_base INT NOT NULL DEFAULT 0;
 -- Retry-after delay (idempotency.Failure.RetryAfter): a FAILED record is
 -- not claimed again before this time; 0 means none.
 ALTER TABLE `surely_inbox` ADD COLUMN not_before_ms BIGINT NOT NULL DEFAULT 0;
+
+-- The time the row was inserted, which no update changes (PostgreSQL and
+-- SQLite index it for Purge in place of expires_at_ms; InnoDB keeps the
+-- index on expires_at_ms: InnoDB has no HOT, and MySQL no DROP INDEX IF
+-- EXISTS).
+ALTER TABLE `surely_inbox` ADD COLUMN created_at_ms BIGINT NOT NULL DEFAULT 0;
