@@ -66,6 +66,20 @@ run "inbox mode: all features together" ok "-DINBOX $all" "$safety" "-m1000000"
 run "lease mode: eventually acked, DONE or dead-lettered (weak fairness, 1 crash)" ok "$core -DMAX_CRASHES=1 -DMAX_SHUTDOWNS=0" "$live" "-m1000000 -a -f -N eventually"
 run "inbox mode: eventually acked, DONE or dead-lettered (weak fairness, 1 crash)" ok "-DINBOX $core -DMAX_CRASHES=1 -DMAX_SHUTDOWNS=0" "$live" "-m1000000 -a -f -N eventually"
 run "lease mode: eventually acked, all features (weak fairness)" ok "$all -DMAX_ATTEMPTS=1" "$live" "-m1000000 -a -f -N eventually"
+# The inbox with WithInTxClaims: a first delivery claims, runs the effect
+# and marks DONE in one transaction under the row lock; crashes inside it
+# roll it all back. POISON: a message that kills the process on every
+# attempt.
+intx="-DINTX -DMAX_SHUTDOWNS=0"
+poison="-DPOISON $core -DMAX_CRASHES=1"
+poison0="-DPOISON $core -DMAX_CRASHES=0"
+run "one-transaction inbox: safety (2 crashes inside or after the transaction, lost replies)" ok "$intx $core" "$safety" "-m1000000"
+run "one-transaction inbox: replay (a committed claim)" ok "$intx -DNO_CONFLICT -DNO_EXPIRY -DMAX_CRASHES=0" "$safety" "-m1000000"
+run "one-transaction inbox: conflicting payload" ok "$intx -DNO_REPLAY -DNO_EXPIRY -DMAX_CRASHES=0" "$safety" "-m1000000"
+run "inbox mode: a message that kills every attempt, dead-lettered within its budget" ok "-DINBOX $poison" "$safety" "-m1000000"
+run "one-transaction inbox: a message that kills every attempt, dead-lettered within its budget + 1" ok "-DINTX $poison" "$safety" "-m1000000"
+run "one-transaction inbox: the first delivery's death is not counted (the + 1)" violation "-DINTX $poison -DEXPECT_KILL_BUDGET" "$safety" "-m1000000"
+run "one-transaction inbox: a message that kills every attempt is eventually dead-lettered (weak fairness)" ok "-DINTX $poison0" "$live" "-m1000000 -a -f -N eventually"
 
 # Mutants: each breaks one step of the protocol; spin must find a
 # counterexample for every one (surely.pml's header names the assertion
@@ -89,4 +103,7 @@ mutant "shutdown's permanent error dead-lettered" "$core -DMUTANT_SHUTDOWN_DEADL
 mutant "handler's final error leaves the record FAILED" "$core -DMUTANT_FINAL_NOT_RECORDED"
 mutant "pre-fix release path dead-letters a stale verdict" "$core -DSTALE_VERDICT"
 mutant "lease mode allows a second effect (documented)" "$core -DEXPECT_DUP"
+mutant "one transaction: DONE committed after the effect's transaction" "$intx $core -DMUTANT_INTX_DONE_OUTSIDE"
+mutant "one transaction: the attempt count not persisted (every delivery in one transaction)" "-DINTX $poison -DMUTANT_INTX_UNCOUNTED"
+mutant "one transaction: acked before COMMIT" "$intx $core -DMUTANT_INTX_ACK_BEFORE_COMMIT"
 exit $status

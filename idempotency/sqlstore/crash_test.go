@@ -9,6 +9,12 @@ package sqlstore_test
 // the crash point, then redelivers it to a restarted child, which delivers
 // it until the chain acks (as a broker redelivers after a nack) and prints
 // the outcome.
+//
+// The crash tests run on both paths of the inbox (crashPaths): with
+// WithInTxClaims, and the default one (the dedup step's claim committed
+// first, then the effect's transaction); those of a counting broker's
+// first delivery (the one transaction) on the first only. The child checks
+// that the path it was asked for is the one that ran.
 
 import (
 	"bufio"
@@ -48,9 +54,29 @@ const (
 	crashAtEnv      = "SURELY_CRASH_AT"             // crashInTx | crashAfterCommit | "" (run to the ack)
 	// crashCountEnv is the broker's delivery count of the first delivery
 	// ("" or 0: a broker that counts none); each redelivery in the child
-	// adds one. With a count the child first processes another message,
-	// so that the inbox has accepted to claim in its transaction.
+	// adds one. The child first processes a message of its own, so that
+	// the inbox has accepted to claim in its transaction.
 	crashCountEnv = "SURELY_CRASH_COUNT"
+	// crashPathEnv is the inbox's path: crashPathDefault for the Inbox
+	// of a store without WithInTxClaims, anything else with it.
+	crashPathEnv = "SURELY_CRASH_PATH"
+)
+
+// crashPath is a path of the inbox that a crash test covers.
+type crashPath struct {
+	name string
+	// inTx: the store claims in the inbox's transaction (WithInTxClaims);
+	// else the dedup step commits the claim before the effect's
+	// transaction.
+	inTx bool
+}
+
+const crashPathDefault = "default"
+
+var (
+	pathInTx    = crashPath{"intx", true}
+	pathDefault = crashPath{crashPathDefault, false}
+	crashPaths  = []crashPath{pathInTx, pathDefault}
 )
 
 // Crash points, and what the child prints on stdout when it reaches one.
@@ -94,7 +120,12 @@ func crashChild() int {
 	}
 	defer func() { _ = db.Close() }()
 	table, at := os.Getenv(crashTableEnv), os.Getenv(crashAtEnv)
-	s, err := sqlstore.New(db, dialect, sqlstore.WithTable(table), sqlstore.WithInTxClaims())
+	inTx := os.Getenv(crashPathEnv) != crashPathDefault
+	opts := []sqlstore.Option{sqlstore.WithTable(table)}
+	if inTx {
+		opts = append(opts, sqlstore.WithInTxClaims())
+	}
+	s, err := sqlstore.New(db, dialect, opts...)
 	if err != nil {
 		return fail(err)
 	}
@@ -107,6 +138,14 @@ func crashChild() int {
 	key := os.Getenv(crashKeyEnv)
 	pay := func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error) {
 		op, _ := idempotency.OperationFrom(ctx)
+		if op.Key == key && (op.Deferred != nil) != inTx {
+			// The dedup step left the claim to the inbox (op.Deferred)
+			// exactly when the store claims in its transaction: the
+			// warm-up below made the inbox accept.
+			fmt.Fprintf(os.Stderr, "crash child: the inbox took the wrong path (claim in its transaction: %v, asked for %v)\n",
+				op.Deferred != nil, inTx)
+			os.Exit(4)
+		}
 		if _, err := tx.ExecContext(ctx, effect, op.Key, string(msg.Payload), op.Attempt); err != nil {
 			return nil, err
 		}
@@ -127,6 +166,10 @@ func crashChild() int {
 		handler.WithPolicy(policy),
 		handler.WithBreaker(nil),
 		handler.WithLease(crashLease),
+		// The longest store timeout the lease allows (the default is a
+		// third of it): a claim that times out on a loaded machine after
+		// it committed would count an attempt that no crash took.
+		handler.WithStoreTimeout(crashLease*9/10),
 		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
 			outcome = p.Outcome
 			return middleware.OutcomeResult{}
@@ -135,31 +178,36 @@ func crashChild() int {
 	if err != nil {
 		return fail(err)
 	}
+	deadline := time.Now().Add(20 * time.Second)
+	// ack delivers an operation until the chain acks it, as a broker
+	// redelivers after a nack: a fresh delivery each time, with a count
+	// that starts at first and grows by one (first 0: no count).
+	ack := func(key, payload string, first int) error {
+		for n := first; ; n++ {
+			msg := delivery(key, payload)
+			if first > 0 {
+				msg = counted(msg, n)
+			}
+			_, err := h(msg)
+			if err == nil {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s not acked after 20s: %w", key, err)
+			}
+			time.Sleep(20 * time.Millisecond) // a broker's redelivery delay
+		}
+	}
 	// A first message, so that the crash hits a chain whose inbox has
 	// accepted to claim in its transaction, as in a process that ran for
-	// a while.
+	// a while. Its key is this process's own: one that an earlier child
+	// processed would be a duplicate, which never reaches the inbox.
 	count, _ := strconv.Atoi(os.Getenv(crashCountEnv))
-	warm := delivery("warm-"+key, "warm up")
-	if count > 0 {
-		warm = counted(warm, 1)
-	}
-	if _, err := h(warm); err != nil {
+	if err := ack("warm-"+randomHex(4), "warm up", min(count, 1)); err != nil {
 		return fail(fmt.Errorf("warm-up: %w", err))
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for ; ; count++ {
-		msg := delivery(key, os.Getenv(crashPayloadEnv))
-		if count > 0 {
-			msg = counted(msg, count)
-		}
-		_, err := h(msg)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fail(fmt.Errorf("not acked after 20s: %w", err))
-		}
-		time.Sleep(20 * time.Millisecond) // a broker's redelivery delay
+	if err := ack(key, os.Getenv(crashPayloadEnv), count); err != nil {
+		return fail(err)
 	}
 	if at == crashAfterCommit {
 		block(crashAfterCommit)
@@ -168,7 +216,8 @@ func crashChild() int {
 	return 0
 }
 
-// crashEnv is one crash test's database.
+// crashEnv is one crash test's database and the inbox path its children
+// take.
 type crashEnv struct {
 	*inboxEnv
 	childEnv []string
@@ -225,22 +274,36 @@ func (c *crashEnv) runChildCounted(t *testing.T, key, payload, at string, count 
 // crashBackends are every backend.
 var crashBackends = backends
 
-func setupCrash(t *testing.T, b backend) *crashEnv {
+func setupCrash(t *testing.T, b backend, path crashPath) *crashEnv {
 	t.Helper()
-	c := &crashEnv{}
+	c := &crashEnv{childEnv: []string{crashPathEnv + "=" + path.name}}
 	switch b.dialect {
 	case sqlstore.SQLite:
 		dsn := sqliteDSN(filepath.Join(t.TempDir(), "crash.db"))
 		b.open = func(t testing.TB) *sql.DB { return openSQLiteDSN(t, dsn) }
-		c.childEnv = []string{crashDialectEnv + "=sqlite", crashDSNEnv + "=" + dsn}
+		c.childEnv = append(c.childEnv, crashDialectEnv+"=sqlite", crashDSNEnv+"="+dsn)
 	case sqlstore.Postgres:
-		c.childEnv = []string{crashDialectEnv + "=postgres"}
+		c.childEnv = append(c.childEnv, crashDialectEnv+"=postgres")
 	case sqlstore.MySQL:
-		c.childEnv = []string{crashDialectEnv + "=mysql"}
+		c.childEnv = append(c.childEnv, crashDialectEnv+"=mysql")
 	}
 	c.inboxEnv = setupInbox(t, b)
 	c.childEnv = append(c.childEnv, crashTableEnv+"="+c.store.Table())
 	return c
+}
+
+// forEachCrash runs fn in parallel subtests, "path/backend", on every
+// backend for each of paths.
+func forEachCrash(t *testing.T, paths []crashPath, fn func(t *testing.T, c *crashEnv)) {
+	t.Helper()
+	for _, p := range paths {
+		for _, b := range crashBackends {
+			t.Run(p.name+"/"+b.name, func(t *testing.T) {
+				t.Parallel()
+				fn(t, setupCrash(t, b, p))
+			})
+		}
+	}
 }
 
 func (c *crashEnv) record(t *testing.T, key string) idempotency.Record {
@@ -254,51 +317,45 @@ func (c *crashEnv) record(t *testing.T, key string) idempotency.Record {
 // and before COMMIT: the database drops the transaction, effect and DONE
 // mark alike. The redelivery waits for the dead owner's lease, takes the
 // operation over (attempt 2, previous outcome unknown) and commits the
-// effect: present exactly once, record DONE.
+// effect: present exactly once, record DONE. From a broker without a
+// delivery count both paths commit the claim before the effect's
+// transaction: WithInTxClaims in the inbox, by default in the dedup step.
 func TestCrashInsideTransaction(t *testing.T) {
-	for _, b := range crashBackends {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			c := setupCrash(t, b)
-			key := "order-" + randomHex(4)
-			c.runChild(t, key, "pay 10", crashInTx)
+	forEachCrash(t, crashPaths, func(t *testing.T, c *crashEnv) {
+		key := "order-" + randomHex(4)
+		c.runChild(t, key, "pay 10", crashInTx)
 
-			require.Zero(t, c.count(t, key), "the uncommitted effect died with the process")
-			rec := c.record(t, key)
-			require.Equal(t, idempotency.StateInProgress, rec.State, "the claim was committed before the handler ran")
-			require.Equal(t, 1, rec.Attempts, "the crashed attempt is counted")
+		require.Zero(t, c.count(t, key), "the uncommitted effect died with the process")
+		rec := c.record(t, key)
+		require.Equal(t, idempotency.StateInProgress, rec.State, "the claim was committed before the handler ran")
+		require.Equal(t, 1, rec.Attempts, "the crashed attempt is counted")
 
-			outcome := c.runChild(t, key, "pay 10", "")
-			require.Equal(t, string(middleware.OutcomeProcessed), outcome)
-			require.Equal(t, 1, c.count(t, key), "effect exactly once")
-			rec = c.record(t, key)
-			require.Equal(t, idempotency.StateDone, rec.State)
-			require.Equal(t, 2, rec.Attempts)
-			require.Equal(t, idempotency.ResultUnknown, rec.History[0].Result, "the crashed attempt")
-			require.Equal(t, idempotency.ResultDone, rec.History[1].Result)
-		})
-	}
+		outcome := c.runChild(t, key, "pay 10", "")
+		require.Equal(t, string(middleware.OutcomeProcessed), outcome)
+		require.Equal(t, 1, c.count(t, key), "effect exactly once")
+		rec = c.record(t, key)
+		require.Equal(t, idempotency.StateDone, rec.State)
+		require.Equal(t, 2, rec.Attempts)
+		require.Equal(t, idempotency.ResultUnknown, rec.History[0].Result, "the crashed attempt")
+		require.Equal(t, idempotency.ResultDone, rec.History[1].Result)
+	})
 }
 
 // (b) A crash after COMMIT, before the router would ack: the broker
 // redelivers, and the redelivery is a duplicate; the effect stays once.
 func TestCrashAfterCommit(t *testing.T) {
-	for _, b := range crashBackends {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			c := setupCrash(t, b)
-			key := "order-" + randomHex(4)
-			c.runChild(t, key, "pay 10", crashAfterCommit)
+	forEachCrash(t, crashPaths, func(t *testing.T, c *crashEnv) {
+		key := "order-" + randomHex(4)
+		c.runChild(t, key, "pay 10", crashAfterCommit)
 
-			require.Equal(t, 1, c.count(t, key), "the effect committed")
-			require.Equal(t, idempotency.StateDone, c.record(t, key).State, "with its DONE mark")
+		require.Equal(t, 1, c.count(t, key), "the effect committed")
+		require.Equal(t, idempotency.StateDone, c.record(t, key).State, "with its DONE mark")
 
-			outcome := c.runChild(t, key, "pay 10", "")
-			require.Equal(t, string(middleware.OutcomeDuplicate), outcome)
-			require.Equal(t, 1, c.count(t, key), "effect exactly once")
-			rec := c.record(t, key)
-			require.Equal(t, idempotency.StateDone, rec.State)
-			require.Equal(t, 1, rec.Attempts)
-		})
-	}
+		outcome := c.runChild(t, key, "pay 10", "")
+		require.Equal(t, string(middleware.OutcomeDuplicate), outcome)
+		require.Equal(t, 1, c.count(t, key), "effect exactly once")
+		rec := c.record(t, key)
+		require.Equal(t, idempotency.StateDone, rec.State)
+		require.Equal(t, 1, rec.Attempts)
+	})
 }

@@ -268,6 +268,20 @@
 // start of the transaction), and in the one-transaction case an attempt that fails is
 // recorded as the first attempt of a record the failure path creates.
 //
+// Both paths are checked. The spin model docs/model/surely.pml (-DINTX,
+// see its README) runs the one transaction step by step under the row
+// lock, with a crash possible after every step inside it (rolled back) and
+// after COMMIT before the ack, beside the committed claims of the other
+// deliveries: no effect is applied twice, an acked message's effect is
+// committed, and a message that kills the process on every attempt is
+// dead-lettered after at most one death more than its budget (exactly the
+// budget on the default path); its seeded mutants (DONE committed after
+// the effect's transaction, the attempt count not persisted, an ack before
+// COMMIT) are each caught. The crash tests of this package kill a child
+// process with SIGKILL inside the effect's transaction, after COMMIT
+// before the ack, and on every attempt, on PostgreSQL, MySQL and SQLite,
+// with WithInTxClaims and on the default path.
+//
 // Concurrent deliveries of one key serialize on the row lock. Claim locks
 // the same row, so no claim can take the operation over while an owner's
 // inbox transaction holds it, even if the owner's lease expires meanwhile:
