@@ -11,7 +11,7 @@ import (
 
 	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelyamqp "github.com/surely-dev/surely/adapters/amqp"
-	"github.com/surely-dev/surely/internal/testenv"
+	"github.com/surely-dev/surely/internal/testbroker"
 )
 
 // conformanceAckWait only sizes the suite's waits: RabbitMQ has no ack
@@ -42,7 +42,7 @@ type conformanceAdapter struct {
 }
 
 func newConformanceAdapter(t *testing.T) adaptertest.Adapter {
-	url := testenv.AMQP(t)
+	url := testbroker.AMQP(t)
 	admin, err := amqp.Dial(url)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = admin.Close() })
