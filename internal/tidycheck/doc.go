@@ -11,8 +11,9 @@
 // delivery, propagate) that imports a heavy helper puts that helper's
 // dependencies into every user's go.sum: internal/testenv once imported
 // nats-server this way, and handler's property test the SQLite driver.
-// Broker helpers live in internal/testbroker and the SQLite property test
-// in handler/internal/chainprop, which no core package's test imports.
+// The broker helpers live in internal/testbroker, the SQLite property test
+// in handler/internal/chainprop and the Prometheus exporter test in
+// dlq/memarchive: no core package's test imports them.
 //
 // testify stays in the user's go.sum whatever surely does: Watermill's and
 // OpenTelemetry's own tests import it, and tidy loads them too.

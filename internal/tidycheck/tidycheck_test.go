@@ -31,6 +31,9 @@ var forbidden = []string{
 	"github.com/aws/aws-sdk-go-v2",
 	"github.com/spf13/cobra",
 	"github.com/schollz/progressbar/v3",
+	"github.com/prometheus/client_golang",
+	"go.opentelemetry.io/otel/exporters/prometheus",
+	"google.golang.org/protobuf",
 }
 
 const userMain = `package main
