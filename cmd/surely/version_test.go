@@ -97,18 +97,18 @@ func TestVersionOfCheckoutBuild(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join("..", "..", ".git")); err != nil || !fi.IsDir() {
 		t.Skip("the module root has no .git directory (not a checkout, or a git worktree, which go build does not stamp)")
 	}
-	head, err := exec.Command(gitPath, "rev-parse", "HEAD").Output()
+	head, err := exec.CommandContext(t.Context(), gitPath, "rev-parse", "HEAD").Output()
 	if err != nil {
 		t.Skipf("not a git checkout: %v", err)
 	}
-	status, err := exec.Command(gitPath, "status", "--porcelain").Output()
+	status, err := exec.CommandContext(t.Context(), gitPath, "status", "--porcelain").Output()
 	require.NoError(t, err)
 	bin := filepath.Join(t.TempDir(), "surely")
-	build := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".")
+	build := exec.CommandContext(t.Context(), "go", "build", "-buildvcs=true", "-o", bin, ".")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 
-	out, err = exec.Command(bin, "--version").Output()
+	out, err = exec.CommandContext(t.Context(), bin, "--version").Output()
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
 	require.Len(t, lines, 3, "%s", out)
