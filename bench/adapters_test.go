@@ -22,6 +22,7 @@ import (
 	surelynats "github.com/surely-dev/surely/adapters/nats"
 	surelyredis "github.com/surely-dev/surely/adapters/redisstream"
 	"github.com/surely-dev/surely/idempotency/redisstore"
+	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/internal/testenv"
 )
 
@@ -265,7 +266,7 @@ func openGoChannel(*testing.B) func(b *testing.B) adapterRun {
 }
 
 func openNATS(b *testing.B) func(b *testing.B) adapterRun {
-	url := testenv.EmbeddedNATS(b)
+	url := testbroker.EmbeddedNATS(b)
 	nc, err := nats.Connect(url)
 	if err != nil {
 		b.Fatal(err)
@@ -333,7 +334,7 @@ func openRedisStream(b *testing.B) func(b *testing.B) adapterRun {
 }
 
 func openAMQP(b *testing.B) func(b *testing.B) adapterRun {
-	url := testenv.AMQP(b)
+	url := testbroker.AMQP(b)
 	admin, err := amqp.Dial(url)
 	if err != nil {
 		b.Fatal(err)

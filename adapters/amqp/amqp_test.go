@@ -23,7 +23,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/internal/faults"
-	"github.com/surely-dev/surely/internal/testenv"
+	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -66,7 +66,7 @@ func randomName(t testing.TB) string {
 // admin connection for the test's own checks.
 func setup(t *testing.T) *env {
 	t.Helper()
-	url := testenv.AMQP(t)
+	url := testbroker.AMQP(t)
 	e := &env{
 		url:   url,
 		topic: "surely_test_" + randomName(t) + ".orders",

@@ -17,6 +17,7 @@ import (
 	surelyamqp "github.com/surely-dev/surely/adapters/amqp"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
+	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/internal/testenv"
 )
 
@@ -107,7 +108,7 @@ type conformanceAdapter struct {
 }
 
 func newConformanceAdapter(t *testing.T) adaptertest.Adapter {
-	url := testenv.AMQP(t)
+	url := testbroker.AMQP(t)
 	admin, err := amqp.Dial(url)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = admin.Close() })

@@ -16,7 +16,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/testenv"
+	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/middleware"
 )
 
@@ -36,7 +36,7 @@ func (e *env) settled(t *testing.T) {
 // once and acked.
 func TestPanickingOnOutcomeSettlesOnNATS(t *testing.T) {
 	t.Parallel()
-	e := setup(t, testenv.NATS(t))
+	e := setup(t, testbroker.NATS(t))
 	var panics, runs atomic.Int64
 	h := e.chain(t, func(*message.Message) ([]*message.Message, error) { runs.Add(1); return nil, nil },
 		handler.WithOnOutcome(func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult {
@@ -62,7 +62,7 @@ func TestPanickingOnOutcomeSettlesOnNATS(t *testing.T) {
 // delivery.
 func TestKeylessMessagesBoundedByTheDeliveryCountOnNATS(t *testing.T) {
 	t.Parallel()
-	e := setup(t, testenv.NATS(t))
+	e := setup(t, testbroker.NATS(t))
 	ex, err := idempotency.NewExtractor(idempotency.WithSources(idempotency.FromMetadata(idempotency.DefaultMetadataKey)))
 	require.NoError(t, err)
 	var runs atomic.Int64

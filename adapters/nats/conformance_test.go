@@ -18,7 +18,7 @@ import (
 
 	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelynats "github.com/surely-dev/surely/adapters/nats"
-	"github.com/surely-dev/surely/internal/testenv"
+	"github.com/surely-dev/surely/internal/testbroker"
 )
 
 // conformanceAckWait is the subscribers' AckWait in the conformance suite.
@@ -54,12 +54,12 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	t.Run("embedded", func(t *testing.T) {
 		t.Parallel()
-		url := testenv.EmbeddedNATS(t)
+		url := testbroker.EmbeddedNATS(t)
 		adaptertest.Run(t, func(t *testing.T) adaptertest.Adapter { return newConformanceAdapter(t, url) }, conformanceFeatures)
 	})
 	t.Run("external", func(t *testing.T) {
 		t.Parallel()
-		url := testenv.NATS(t)
+		url := testbroker.NATS(t)
 		adaptertest.Run(t, func(t *testing.T) adaptertest.Adapter { return newConformanceAdapter(t, url) }, conformanceFeatures)
 	})
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/internal/faults"
-	"github.com/surely-dev/surely/internal/testenv"
+	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -43,11 +43,11 @@ func eachServer(t *testing.T, f func(t *testing.T, url string)) {
 	t.Helper()
 	t.Run("embedded", func(t *testing.T) {
 		t.Parallel()
-		f(t, testenv.EmbeddedNATS(t))
+		f(t, testbroker.EmbeddedNATS(t))
 	})
 	t.Run("external", func(t *testing.T) {
 		t.Parallel()
-		f(t, testenv.NATS(t))
+		f(t, testbroker.NATS(t))
 	})
 }
 

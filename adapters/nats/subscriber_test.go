@@ -20,7 +20,7 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
-	"github.com/surely-dev/surely/internal/testenv"
+	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -171,7 +171,7 @@ func TestExtendKeepsASlowHandlerDeliveredOnce(t *testing.T) {
 
 func TestUnackedMessageComesBackAfterServerRestart(t *testing.T) {
 	t.Parallel()
-	srv := testenv.StartNATS(t)
+	srv := testbroker.StartNATS(t)
 	e := setup(t, srv.URL)
 	first, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
@@ -259,7 +259,7 @@ func TestMalformedMessageIsDeadLetteredAndConsumingGoesOn(t *testing.T) {
 // not (0 of 25 runs).
 func TestNaksDoNotStallThePull(t *testing.T) {
 	t.Parallel()
-	url := testenv.EmbeddedNATS(t)
+	url := testbroker.EmbeddedNATS(t)
 	logs := &warnings{}
 	const subscribers, messages = 16, 100
 	for range subscribers {

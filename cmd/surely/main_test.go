@@ -20,7 +20,7 @@ import (
 
 	"github.com/surely-dev/surely/adapters/nats"
 	"github.com/surely-dev/surely/dlq/replay"
-	"github.com/surely-dev/surely/internal/testenv"
+	"github.com/surely-dev/surely/internal/testbroker"
 )
 
 // childArgs, when set in the environment, makes the test binary run the
@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 // replay with SIGINT, and resumes it: every entry is published once.
 func TestReplaySIGINT(t *testing.T) {
 	t.Parallel()
-	url := testenv.EmbeddedNATS(t)
+	url := testbroker.EmbeddedNATS(t)
 	nc, err := natsgo.Connect(url)
 	require.NoError(t, err)
 	defer nc.Close()

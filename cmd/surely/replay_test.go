@@ -28,6 +28,7 @@ import (
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/internal/testenv"
 )
 
@@ -292,7 +293,7 @@ func TestReplayUsage(t *testing.T) {
 // operation key.
 func TestReplayNATS(t *testing.T) {
 	t.Parallel()
-	url := testenv.EmbeddedNATS(t)
+	url := testbroker.EmbeddedNATS(t)
 	nc, err := natsgo.Connect(url)
 	require.NoError(t, err)
 	defer nc.Close()
@@ -387,7 +388,7 @@ func TestReplayRedisStreams(t *testing.T) {
 // TestReplayAMQP republishes to a queue of its own on the shared RabbitMQ.
 func TestReplayAMQP(t *testing.T) {
 	t.Parallel()
-	url := testenv.AMQP(t)
+	url := testbroker.AMQP(t)
 	queue := "surely-cli-test-" + uuid.NewString()[:8]
 	conn, err := amqp091.Dial(url)
 	require.NoError(t, err)

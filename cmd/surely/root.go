@@ -168,6 +168,7 @@ Every setting can come from a flag or from a SURELY_* environment variable;
 the flag wins. Read commands print JSON with --json.
 
 ` + exitCodesHelp,
+		Version:           buildVersion(),
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
@@ -181,6 +182,7 @@ the flag wins. Read commands print JSON with --json.
 	}
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
+	root.SetVersionTemplate("{{.Version}}")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &codeError{code: exitUsage, err: err}
 	})

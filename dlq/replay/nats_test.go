@@ -16,7 +16,7 @@ import (
 	"github.com/surely-dev/surely/dlq/memarchive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/testenv"
+	"github.com/surely-dev/surely/internal/testbroker"
 )
 
 // timedPublisher records when each publish started.
@@ -44,7 +44,7 @@ func TestReplayThroughNATS(t *testing.T) {
 		rate  = 500
 		topic = "orders"
 	)
-	url := testenv.EmbeddedNATS(t)
+	url := testbroker.EmbeddedNATS(t)
 	nc, err := nats.Connect(url)
 	require.NoError(t, err)
 	defer nc.Close()

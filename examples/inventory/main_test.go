@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/internal/testenv"
 	"github.com/surely-dev/surely/internal/testsql"
 )
@@ -30,7 +31,7 @@ func TestReserveInventorySurvivesKills(t *testing.T) {
 	t.Parallel()
 	_ = testsql.Postgres(t) // skips (or fails, services required) without it
 	pgURL := testenv.URL(t, postgresEnv)
-	natsURL := testenv.NATS(t)
+	natsURL := testbroker.NATS(t)
 
 	goTool, err := exec.LookPath("go") // go test puts its own GOROOT/bin first on PATH
 	require.NoError(t, err)

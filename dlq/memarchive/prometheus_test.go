@@ -1,4 +1,4 @@
-package dlq_test
+package memarchive_test
 
 import (
 	"context"
@@ -16,23 +16,26 @@ import (
 	"github.com/surely-dev/surely/dlq/memarchive"
 )
 
-// The alert rule in RegisterArchiveMetrics' doc and the README names the
-// metrics as the OpenTelemetry Prometheus exporter writes them: this
-// scrapes them through that exporter.
+// The alert rule in dlq.RegisterArchiveMetrics' doc and the README names
+// the metrics as the OpenTelemetry Prometheus exporter writes them: this
+// scrapes them through that exporter. It is here rather than in dlq's own
+// tests so that a module importing dlq (every user of handler) does not get
+// the Prometheus client in its go.sum from "go mod tidy".
 func TestArchiveMetricsPrometheusNames(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	mem, err := memarchive.New(memarchive.WithClock(clock.Now))
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return at }
+	mem, err := memarchive.New(memarchive.WithClock(now))
 	require.NoError(t, err)
 	require.NoError(t, mem.Publish("dead", dlq.Envelope(message.NewMessage("a", nil),
-		dlq.Failure{Reason: dlq.ReasonExhausted, Err: errors.New("x"), Topic: "orders", At: clock.Now().Add(-time.Hour)}, nil, "", "")))
+		dlq.Failure{Reason: dlq.ReasonExhausted, Err: errors.New("x"), Topic: "orders", At: now().Add(-time.Hour)}, nil, "", "")))
 
 	registry := prometheus.NewRegistry()
 	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
 	require.NoError(t, err)
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	_, err = dlq.RegisterArchiveMetrics(mp.Meter("surely"), mem, dlq.WithMetricsClock(clock.Now))
+	_, err = dlq.RegisterArchiveMetrics(mp.Meter("surely"), mem, dlq.WithMetricsClock(now))
 	require.NoError(t, err)
 
 	families, err := registry.Gather()

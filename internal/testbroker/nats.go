@@ -1,4 +1,4 @@
-package testenv
+package testbroker
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/surely-dev/surely/internal/testenv"
 )
 
 // NATS returns the URL of the NATS server of SURELY_NATS_URL (e.g.
@@ -18,10 +20,10 @@ import (
 // streams and consumers, delete them, and touch nothing else.
 func NATS(t testing.TB) string {
 	t.Helper()
-	url := URL(t, "SURELY_NATS_URL")
+	url := testenv.URL(t, "SURELY_NATS_URL")
 	nc, err := nats.Connect(url, nats.Timeout(3*time.Second), nats.MaxReconnects(0))
 	if err != nil {
-		Unavailable(t, fmt.Sprintf("NATS at %s does not answer: %v", url, err))
+		testenv.Unavailable(t, fmt.Sprintf("NATS at %s does not answer: %v", url, err))
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -31,7 +33,7 @@ func NATS(t testing.TB) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if _, err := js.AccountInfo(ctx); err != nil {
-		Unavailable(t, fmt.Sprintf("NATS at %s has no JetStream: %v", url, err))
+		testenv.Unavailable(t, fmt.Sprintf("NATS at %s has no JetStream: %v", url, err))
 	}
 	return url
 }

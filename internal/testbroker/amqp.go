@@ -1,4 +1,4 @@
-package testenv
+package testbroker
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/surely-dev/surely/internal/testenv"
 )
 
 // AMQP returns the URL of the RabbitMQ server of SURELY_AMQP_URL (e.g.
@@ -15,14 +17,14 @@ import (
 // queues and exchanges, delete them, and touch nothing else.
 func AMQP(t testing.TB) string {
 	t.Helper()
-	raw := URL(t, "SURELY_AMQP_URL")
+	raw := testenv.URL(t, "SURELY_AMQP_URL")
 	shown := raw
 	if u, err := url.Parse(raw); err == nil {
 		shown = u.Redacted()
 	}
 	c, err := amqp.DialConfig(raw, amqp.Config{Dial: amqp.DefaultDial(3 * time.Second)})
 	if err != nil {
-		Unavailable(t, fmt.Sprintf("RabbitMQ at %s does not answer: %v", shown, err))
+		testenv.Unavailable(t, fmt.Sprintf("RabbitMQ at %s does not answer: %v", shown, err))
 	}
 	_ = c.Close()
 	return raw

@@ -1,4 +1,4 @@
-package handler_test
+package chainprop_test
 
 import (
 	"context"
@@ -71,7 +71,7 @@ import (
 // the servers time is real: a step that lets a lease expire waits out the
 // 100ms lease. The broker supports native delays, so no other step sleeps.
 // Run longer with -rapid.checks=N (default 100 sequences per store), e.g.
-// go test ./handler -run TestPropertyChainMemstore -rapid.checks=100000.
+// go test ./handler/internal/chainprop -run TestPropertyChainMemstore -rapid.checks=100000.
 
 const (
 	propAttempts = 3
