@@ -46,9 +46,9 @@ type dedupConfig struct {
 // DedupOption configures Dedup.
 type DedupOption func(*dedupConfig) error
 
-// WithLease sets the lease of a claim (default 30s, at least MinLease). The lease is extended
-// while the handler runs (see WithExtension); it bounds how long a crashed
-// owner blocks the operation.
+// WithLease sets the lease of a claim (default 30s, at least MinLease). The
+// lease is extended while the handler runs (see WithExtension); it bounds
+// how long a crashed owner blocks the operation.
 func WithLease(d time.Duration) DedupOption {
 	return func(c *dedupConfig) error {
 		if d < MinLease {
@@ -60,8 +60,8 @@ func WithLease(d time.Duration) DedupOption {
 }
 
 // WithMaxAttempts sets the durable attempt budget (default
-// retry.DefaultMaxAttempts, 5), counted by the
-// store across deliveries and process crashes.
+// retry.DefaultMaxAttempts, 5), counted by the store across deliveries and
+// process crashes.
 func WithMaxAttempts(n int) DedupOption {
 	return func(c *dedupConfig) error {
 		if n < 1 {
