@@ -143,7 +143,7 @@ func validate(fn message.HandlerFunc, opts []Option) (config, error) {
 	if err := c.resolvePolicy(); err != nil {
 		return c, err
 	}
-	if c.storeTO >= c.lease {
+	if c.storeTO >= c.lease { // unset (0) is middleware's default, a third of the lease at most
 		return c, invalid("store timeout %v must be shorter than the lease %v", c.storeTO, c.lease)
 	}
 	return c, c.defaults()
@@ -179,7 +179,7 @@ func (c *config) resolvePolicy() error {
 	return nil
 }
 
-// defaults fills in the breaker, the extractor and the store timeout.
+// defaults fills in the breaker and the extractor.
 func (c *config) defaults() error {
 	var err error
 	if c.breaker == nil && !c.noBreaker {
@@ -191,9 +191,6 @@ func (c *config) defaults() error {
 		if c.extractor, err = idempotency.NewExtractor(); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
-	}
-	if c.storeTO == 0 {
-		c.storeTO = min(middleware.DefaultStoreTimeout, c.lease/3)
 	}
 	return nil
 }
@@ -260,7 +257,9 @@ func (c *config) dlqOptions() []dlq.Option {
 func (c *config) dedupOptions() []middleware.DedupOption {
 	opts := []middleware.DedupOption{
 		middleware.WithLease(c.lease), middleware.WithMaxAttempts(c.policy.MaxAttempts()),
-		middleware.WithStoreTimeout(c.storeTO),
+	}
+	if c.storeTO > 0 { // else middleware.DefaultStoreTimeout, or a third of a shorter lease
+		opts = append(opts, middleware.WithStoreTimeout(c.storeTO))
 	}
 	if c.logger != nil { // else Dedup's warnings go to slog.Default()
 		opts = append(opts, middleware.WithDedupLogger(c.logger))

@@ -153,11 +153,11 @@ func WithBackoff(initial, maxDelay time.Duration) Option {
 }
 
 // WithMaxInProcessTime bounds the time one delivery spends in in-process
-// retries (d > 0), see retry.WithMaxInProcessTime. It must be shorter than
-// the lease. Without it, it is derived from the lease:
-// min(retry.DefaultMaxInProcessTime, lease/3), which is the default 10s
-// for the default 30s lease. Without WithLease, the lease is derived from
-// it (see WithLease). With both, d must be shorter than the lease.
+// retries (d > 0), see retry.WithMaxInProcessTime. Without it, it is
+// derived from the lease: min(retry.DefaultMaxInProcessTime, lease/3),
+// which is the default 10s for the default 30s lease. Without WithLease,
+// the lease is derived from it (see WithLease). With both, d must be
+// shorter than the lease.
 func WithMaxInProcessTime(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -223,9 +223,9 @@ func WithIdentity(ex *idempotency.Extractor, missing MissingKeyPolicy) Option {
 // OnOutcome callback go to slog.Default(), and the per-delivery outcome
 // log is discarded. With it, the outcome of every delivery is logged too,
 // at debug level (retry at info; dead letters, pauses and lost leases at
-// warn). Every record is logged with the message context, which carries the current attempt's span
-// when tracing is on: a slog.Handler that reads the trace context from ctx
-// correlates logs and traces.
+// warn). Every record is logged with the message context, which carries
+// the current attempt's span when tracing is on: a slog.Handler that reads
+// the trace context from ctx correlates logs and traces.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
