@@ -27,6 +27,34 @@
 // deduplicated, and without a dead letter a final failure could only be
 // dropped or redelivered forever. New returns an error wrapping
 // ErrInvalidOption when either is missing.
+//
+// # Configuration
+//
+// New first validates the whole configuration, then assembles the chain.
+// Every configuration error, whichever option or combination it comes
+// from, wraps ErrInvalidOption; New checks up front what the middleware
+// constructors would reject, and wraps their errors too should one still
+// fail.
+//
+// The lease and the in-process retry time (the time one delivery may spend
+// retrying before it nacks) must satisfy in-process time < lease. Each is
+// derived from the other unless both are set: a lease alone sets the
+// in-process time to min(10s, lease/3); an in-process time alone (with
+// WithMaxInProcessTime, or the policy of WithPolicy) sets the lease to
+// max(30s, 3 × in-process time); with neither, they are 30s and 10s; with
+// both, an in-process time not shorter than the lease is an error.
+//
+// The retry policy is built from WithMaxAttempts, WithInProcessAttempts,
+// WithBackoff and WithMaxInProcessTime, or given whole with WithPolicy
+// (which excludes them). The defaults are the retry package's, defined
+// there once.
+//
+// What a user of New needs is named here, so that wiring a handler takes
+// no import of middleware: MissingKeyPolicy, OutcomeParams, OutcomeResult,
+// Outcome and their values are type aliases and constants of middleware's
+// (an alias, not a new type, so a value passes between the two packages
+// with no conversion and middleware's methods and docs apply unchanged);
+// Permanent and After call retry's.
 package handler
 
 import (
@@ -56,13 +84,15 @@ type config struct {
 	dlqPub     message.Publisher
 	dlqTopic   string
 	policy     *retry.Policy
+	retryOpts  []retry.Option
+	inProcess  time.Duration // 0: not set
 	breaker    *retry.Breaker
 	noBreaker  bool
-	lease      time.Duration
+	lease      time.Duration // 0: not set
 	extractor  *idempotency.Extractor
-	missingKey middleware.MissingKeyPolicy
+	missingKey MissingKeyPolicy
 	logger     *slog.Logger
-	onOutcome  func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult
+	onOutcome  func(context.Context, OutcomeParams) OutcomeResult
 	redact     dlq.Redactor
 	group      string
 	storeTO    time.Duration
@@ -72,289 +102,120 @@ type config struct {
 	system     string
 }
 
-// Option configures New.
-type Option func(*config) error
-
-// WithStore sets the dedup store and the namespace of this handler's records
-// (required). Use the handler name, with the consumer group when several
-// groups consume one topic. middleware.KeylessNamespace is reserved (the
-// attempt records of messages without a key). surely never closes the
-// store's client.
-func WithStore(store idempotency.Store, namespace string) Option {
-	return func(c *config) error {
-		if store == nil {
-			return fmt.Errorf("%w: nil store", ErrInvalidOption)
-		}
-		if err := idempotency.ValidateNamespace(namespace); err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
-		}
-		if namespace == middleware.KeylessNamespace {
-			return fmt.Errorf("%w: namespace %q is reserved", ErrInvalidOption, namespace)
-		}
-		c.store, c.namespace = store, namespace
-		return nil
-	}
-}
-
-// WithDeadLetter publishes final failures to topic through pub (required).
-// surely never closes pub.
-func WithDeadLetter(pub message.Publisher, topic string) Option {
-	return func(c *config) error {
-		if pub == nil || topic == "" {
-			return fmt.Errorf("%w: dead letter needs a publisher and a topic", ErrInvalidOption)
-		}
-		c.dlqPub, c.dlqTopic = pub, topic
-		return nil
-	}
-}
-
-// WithPolicy sets the retry policy (default retry.NewPolicy()). Its
-// MaxInProcessTime must fit inside the lease.
-func WithPolicy(p *retry.Policy) Option {
-	return func(c *config) error {
-		if p == nil {
-			return fmt.Errorf("%w: nil policy", ErrInvalidOption)
-		}
-		c.policy = p
-		return nil
-	}
-}
-
-// WithBreaker sets the outage breaker (default retry.NewBreaker()); nil
-// turns it off.
-func WithBreaker(b *retry.Breaker) Option {
-	return func(c *config) error {
-		c.breaker, c.noBreaker = b, b == nil
-		return nil
-	}
-}
-
-// WithLease sets the dedup lease (default middleware.DefaultLease). The
-// lease is extended while the handler runs, for at most 10 leases in all;
-// past that the handler's context is canceled (cause
-// middleware.ErrHandlerHung) and the attempt counts as failed, so a handler
-// that hangs on every delivery ends dead-lettered.
-func WithLease(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: lease must be positive", ErrInvalidOption)
-		}
-		c.lease = d
-		return nil
-	}
-}
-
-// WithIdentity sets the key extractor and the missing-key policy (default:
-// idempotency.NewExtractor(), middleware.RejectMissingKey). A key source
-// that panics dead-letters the message (reason panic); a message without a
-// key under middleware.ProcessWithoutDedup still has a bounded number of
-// attempts (see middleware.ProcessWithoutDedup).
-func WithIdentity(ex *idempotency.Extractor, missing middleware.MissingKeyPolicy) Option {
-	return func(c *config) error {
-		if ex == nil {
-			return fmt.Errorf("%w: nil extractor", ErrInvalidOption)
-		}
-		c.extractor, c.missingKey = ex, missing
-		return nil
-	}
-}
-
-// WithLogger sets the structured logger. Without it, warnings that a
-// guarantee is weaker than expected for a message (a handler canceled for
-// outliving the longest lease hold, a lease lost, a Complete retried, a
-// replay ID ignored; see middleware.WithDedupLogger) and a panicking
-// OnOutcome callback go to slog.Default(), and the per-delivery outcome
-// log is discarded. With it, the outcome of every delivery is logged too,
-// at debug level (retry at info; dead letters, pauses and lost leases at
-// warn). Every record is logged with the message context, which carries the current attempt's span
-// when tracing is on: a slog.Handler that reads the trace context from ctx
-// correlates logs and traces.
-func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
-		}
-		c.logger = l
-		return nil
-	}
-}
-
-// WithOnOutcome calls fn once per delivery with its outcome and operation
-// (middleware.OutcomeParams). A panic in fn is recovered and logged at error
-// level (to slog.Default() without WithLogger); the delivery is acked or
-// nacked as the chain decided.
-func WithOnOutcome(fn func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult) Option {
-	return func(c *config) error {
-		if fn == nil {
-			return fmt.Errorf("%w: nil callback", ErrInvalidOption)
-		}
-		c.onOutcome = fn
-		return nil
-	}
-}
-
-// WithRedactor passes every error text through r before it is stored in the
-// attempt history or written to a dead letter. A text on which r panics is
-// replaced by dlq.RedactorPanicked, never written unredacted.
-func WithRedactor(r dlq.Redactor) Option {
-	return func(c *config) error {
-		if r == nil {
-			return fmt.Errorf("%w: nil redactor", ErrInvalidOption)
-		}
-		c.redact = r
-		return nil
-	}
-}
-
-// WithStoreTimeout bounds every store call (default:
-// middleware.DefaultStoreTimeout, 5s, or a third of the lease when that is
-// shorter). It must be shorter than the lease.
-func WithStoreTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: store timeout must be positive", ErrInvalidOption)
-		}
-		c.storeTO = d
-		return nil
-	}
-}
-
-// WithConsumerGroup names the consumer group in dead letters and spans
-// (messaging.consumer.group.name).
-func WithConsumerGroup(group string) Option {
-	return func(c *config) error { c.group = group; return nil }
-}
-
-// WithTracerProvider traces every attempt through tp (see middleware.Trace):
-// one "process <topic>" span per attempt, linked to the message's creation
-// context and to the previous attempt, across processes. Without it
-// (default) nothing is traced and tracing costs nothing.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *config) error {
-		if tp == nil {
-			return fmt.Errorf("%w: nil tracer provider", ErrInvalidOption)
-		}
-		c.tracer = tp
-		return nil
-	}
-}
-
-// WithMeterProvider records surely's metrics through mp (see
-// middleware.WithMeterProvider). Without it (default) nothing is measured.
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) error {
-		if mp == nil {
-			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
-		}
-		c.meter = mp
-		return nil
-	}
-}
-
-// WithPropagator sets how the creation context is read from the message
-// metadata (default propagation.TraceContext{}); match the producer's
-// (package propagate). It needs WithTracerProvider.
-func WithPropagator(p propagation.TextMapPropagator) Option {
-	return func(c *config) error {
-		if p == nil {
-			return fmt.Errorf("%w: nil propagator", ErrInvalidOption)
-		}
-		c.prop = p
-		return nil
-	}
-}
-
-// WithMessagingSystem sets messaging.system on spans ("nats", "rabbitmq",
-// "kafka", ...; default "watermill"). It needs WithTracerProvider.
-func WithMessagingSystem(name string) Option {
-	return func(c *config) error {
-		if name == "" {
-			return fmt.Errorf("%w: empty messaging system", ErrInvalidOption)
-		}
-		c.system = name
-		return nil
-	}
-}
-
 // New returns fn wrapped in surely's chain (see the package doc), ready for
 // router.AddHandler / AddConsumerHandler.
 func New(fn message.HandlerFunc, opts ...Option) (message.HandlerFunc, error) {
-	if fn == nil {
-		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOption)
+	c, err := validate(fn, opts)
+	if err != nil {
+		return nil, err
 	}
-	c := config{lease: middleware.DefaultLease}
-	for _, o := range opts {
+	h, err := assemble(fn, c)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	return h, nil
+}
+
+// validate applies opts and checks the configuration as a whole, filling
+// in every default, so that assemble has nothing left to reject.
+func validate(fn message.HandlerFunc, opts []Option) (config, error) {
+	var c config
+	if fn == nil {
+		return c, invalid("nil handler")
+	}
+	for i, o := range opts {
+		if o == nil {
+			return c, invalid("option %d is nil", i)
+		}
 		if err := o(&c); err != nil {
-			return nil, err
+			return c, err
 		}
 	}
 	if c.store == nil {
-		return nil, fmt.Errorf("%w: WithStore is required", ErrInvalidOption)
+		return c, invalid("WithStore is required")
 	}
 	if c.dlqPub == nil {
-		return nil, fmt.Errorf("%w: WithDeadLetter is required", ErrInvalidOption)
+		return c, invalid("WithDeadLetter is required")
 	}
-	var err error
-	if c.policy == nil {
-		if c.policy, err = retry.NewPolicy(); err != nil {
-			return nil, err
+	if c.tracer == nil && (c.prop != nil || c.system != "") {
+		return c, invalid("WithPropagator and WithMessagingSystem need WithTracerProvider")
+	}
+	if err := c.resolvePolicy(); err != nil {
+		return c, err
+	}
+	if c.storeTO >= c.lease { // unset (0) is middleware's default, a third of the lease at most
+		return c, invalid("store timeout %v must be shorter than the lease %v", c.storeTO, c.lease)
+	}
+	return c, c.defaults()
+}
+
+// resolvePolicy derives the lease and the in-process time from each other
+// (see the package doc) and builds the policy unless WithPolicy gave one.
+func (c *config) resolvePolicy() error {
+	if c.policy != nil {
+		if len(c.retryOpts) > 0 || c.inProcess > 0 {
+			return invalid("WithPolicy excludes WithMaxAttempts, WithInProcessAttempts, WithBackoff and WithMaxInProcessTime")
 		}
+		c.inProcess = c.policy.MaxInProcessTime()
 	}
-	if c.policy.MaxInProcessTime() >= c.lease {
-		return nil, fmt.Errorf("%w: the retry policy's in-process time %v must be shorter than the lease %v",
-			ErrInvalidOption, c.policy.MaxInProcessTime(), c.lease)
+	switch {
+	case c.lease == 0 && c.inProcess == 0:
+		c.lease, c.inProcess = middleware.DefaultLease, retry.DefaultMaxInProcessTime
+	case c.inProcess == 0:
+		c.inProcess = min(retry.DefaultMaxInProcessTime, c.lease/3)
+	case c.lease == 0:
+		c.lease = max(middleware.DefaultLease, 3*c.inProcess)
+	case c.inProcess >= c.lease:
+		return invalid("the retry policy's in-process time %v must be shorter than the lease %v", c.inProcess, c.lease)
 	}
+	if c.policy != nil {
+		return nil
+	}
+	p, err := retry.NewPolicy(append(c.retryOpts, retry.WithMaxInProcessTime(c.inProcess))...)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	c.policy = p
+	return nil
+}
+
+// defaults fills in the breaker and the extractor.
+func (c *config) defaults() error {
+	var err error
 	if c.breaker == nil && !c.noBreaker {
 		if c.breaker, err = retry.NewBreaker(); err != nil {
-			return nil, err
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 	}
 	if c.extractor == nil {
 		if c.extractor, err = idempotency.NewExtractor(); err != nil {
-			return nil, err
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 	}
-	dopts := []dlq.Option{dlq.WithConsumerGroup(c.group)}
-	dedupOpts := []middleware.DedupOption{
-		middleware.WithLease(c.lease), middleware.WithMaxAttempts(c.policy.MaxAttempts()),
-	}
-	if c.logger != nil { // else Dedup's warnings go to slog.Default()
-		dedupOpts = append(dedupOpts, middleware.WithDedupLogger(c.logger))
-	}
-	if c.storeTO > 0 {
-		dedupOpts = append(dedupOpts, middleware.WithStoreTimeout(c.storeTO))
-	}
-	if c.redact != nil {
-		dopts = append(dopts, dlq.WithRedactor(c.redact))
-		dedupOpts = append(dedupOpts, middleware.WithHistoryRedactor(c.redact))
-	}
-	pub, err := dlq.NewPublisher(c.dlqPub, c.dlqTopic, dopts...)
-	if err != nil {
-		return nil, err
-	}
-	var obsOpts []middleware.ObserveOption
-	if c.logger != nil { // else a panicking OnOutcome is reported to slog.Default()
-		obsOpts = append(obsOpts, middleware.WithLogger(c.logger))
-	}
-	if c.onOutcome != nil {
-		obsOpts = append(obsOpts, middleware.WithOnOutcome(c.onOutcome))
-	}
-	if c.meter != nil {
-		obsOpts = append(obsOpts, middleware.WithMeterProvider(c.meter))
-	}
-	if c.tracer == nil && (c.prop != nil || c.system != "") {
-		return nil, fmt.Errorf("%w: WithPropagator and WithMessagingSystem need WithTracerProvider", ErrInvalidOption)
-	}
+	return nil
+}
 
-	observe, err := middleware.Observe(obsOpts...)
+// assemble builds the chain from a validated configuration.
+func assemble(fn message.HandlerFunc, c config) (message.HandlerFunc, error) {
+	steps, err := c.steps()
 	if err != nil {
 		return nil, err
 	}
-	deadLetter, err := middleware.DeadLetter(pub)
+	// Innermost first, so that observe (or trace) ends up outermost.
+	h := fn
+	for _, m := range steps {
+		h = m(h)
+	}
+	return h, nil
+}
+
+// steps returns the chain's middlewares, innermost first.
+func (c *config) steps() ([]message.HandlerMiddleware, error) {
+	pub, err := dlq.NewPublisher(c.dlqPub, c.dlqTopic, c.dlqOptions()...)
 	if err != nil {
 		return nil, err
 	}
-	retrier, err := middleware.Retry(c.policy, c.breaker)
+	dedup, err := middleware.Dedup(c.store, c.namespace, c.dedupOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -362,30 +223,76 @@ func New(fn message.HandlerFunc, opts ...Option) (message.HandlerFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	dedup, err := middleware.Dedup(c.store, c.namespace, dedupOpts...)
+	retrier, err := middleware.Retry(c.policy, c.breaker)
 	if err != nil {
 		return nil, err
 	}
-	// Innermost first, so that observe (or trace) ends up outermost.
-	h := fn
-	for _, m := range []message.HandlerMiddleware{dedup, identity, retrier, deadLetter, observe} {
-		h = m(h)
+	deadLetter, err := middleware.DeadLetter(pub)
+	if err != nil {
+		return nil, err
 	}
-	if c.tracer != nil {
-		topts := []middleware.TraceOption{middleware.WithConsumerGroup(c.group)}
-		if c.prop != nil {
-			topts = append(topts, middleware.WithPropagator(c.prop))
-		}
-		if c.system != "" {
-			topts = append(topts, middleware.WithMessagingSystem(c.system))
-		}
-		tr, err := middleware.Trace(c.tracer, topts...)
-		if err != nil {
-			return nil, err
-		}
-		h = tr(h)
+	observe, err := middleware.Observe(c.observeOptions()...)
+	if err != nil {
+		return nil, err
 	}
-	return h, nil
+	steps := []message.HandlerMiddleware{dedup, identity, retrier, deadLetter, observe}
+	if c.tracer == nil {
+		return steps, nil
+	}
+	tr, err := middleware.Trace(c.tracer, c.traceOptions()...)
+	if err != nil {
+		return nil, err
+	}
+	return append(steps, tr), nil
+}
+
+func (c *config) dlqOptions() []dlq.Option {
+	opts := []dlq.Option{dlq.WithConsumerGroup(c.group)}
+	if c.redact != nil {
+		opts = append(opts, dlq.WithRedactor(c.redact))
+	}
+	return opts
+}
+
+func (c *config) dedupOptions() []middleware.DedupOption {
+	opts := []middleware.DedupOption{
+		middleware.WithLease(c.lease), middleware.WithMaxAttempts(c.policy.MaxAttempts()),
+	}
+	if c.storeTO > 0 { // else middleware.DefaultStoreTimeout, or a third of a shorter lease
+		opts = append(opts, middleware.WithStoreTimeout(c.storeTO))
+	}
+	if c.logger != nil { // else Dedup's warnings go to slog.Default()
+		opts = append(opts, middleware.WithDedupLogger(c.logger))
+	}
+	if c.redact != nil {
+		opts = append(opts, middleware.WithHistoryRedactor(c.redact))
+	}
+	return opts
+}
+
+func (c *config) observeOptions() []middleware.ObserveOption {
+	var opts []middleware.ObserveOption
+	if c.logger != nil { // else a panicking OnOutcome is reported to slog.Default()
+		opts = append(opts, middleware.WithLogger(c.logger))
+	}
+	if c.onOutcome != nil {
+		opts = append(opts, middleware.WithOnOutcome(c.onOutcome))
+	}
+	if c.meter != nil {
+		opts = append(opts, middleware.WithMeterProvider(c.meter))
+	}
+	return opts
+}
+
+func (c *config) traceOptions() []middleware.TraceOption {
+	opts := []middleware.TraceOption{middleware.WithConsumerGroup(c.group)}
+	if c.prop != nil {
+		opts = append(opts, middleware.WithPropagator(c.prop))
+	}
+	if c.system != "" {
+		opts = append(opts, middleware.WithMessagingSystem(c.system))
+	}
+	return opts
 }
 
 // NoPublish adapts a chain built by New for router.AddConsumerHandler, for

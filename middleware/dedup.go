@@ -21,10 +21,12 @@ import (
 	"github.com/surely-dev/surely/retry"
 )
 
-// Dedup defaults.
+// Dedup defaults and bounds. The attempt budget's default is
+// retry.DefaultMaxAttempts, defined once there.
 const (
-	DefaultLease       = 30 * time.Second
-	DefaultMaxAttempts = 5
+	DefaultLease = 30 * time.Second
+	// MinLease is the shortest lease WithLease accepts.
+	MinLease = 10 * time.Millisecond
 	// DefaultStoreTimeout bounds every store call unless WithStoreTimeout
 	// says otherwise; a lease shorter than three times it lowers the bound
 	// to a third of the lease.
@@ -44,21 +46,22 @@ type dedupConfig struct {
 // DedupOption configures Dedup.
 type DedupOption func(*dedupConfig) error
 
-// WithLease sets the lease of a claim (default 30s). The lease is extended
-// while the handler runs (see WithExtension); it bounds how long a crashed
-// owner blocks the operation.
+// WithLease sets the lease of a claim (default 30s, at least MinLease). The
+// lease is extended while the handler runs (see WithExtension); it bounds
+// how long a crashed owner blocks the operation.
 func WithLease(d time.Duration) DedupOption {
 	return func(c *dedupConfig) error {
-		if d < 10*time.Millisecond {
-			return fmt.Errorf("%w: lease must be at least 10ms, got %v", ErrInvalidOption, d)
+		if d < MinLease {
+			return fmt.Errorf("%w: lease must be at least %v, got %v", ErrInvalidOption, MinLease, d)
 		}
 		c.lease = d
 		return nil
 	}
 }
 
-// WithMaxAttempts sets the durable attempt budget (default 5), counted by the
-// store across deliveries and process crashes.
+// WithMaxAttempts sets the durable attempt budget (default
+// retry.DefaultMaxAttempts, 5), counted by the store across deliveries and
+// process crashes.
 func WithMaxAttempts(n int) DedupOption {
 	return func(c *dedupConfig) error {
 		if n < 1 {
@@ -181,7 +184,7 @@ func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (mess
 		return nil, fmt.Errorf("%w: namespace %q is reserved for the attempt records of keyless messages", ErrInvalidOption, namespace)
 	}
 	c := dedupConfig{
-		lease: DefaultLease, maxAttempts: DefaultMaxAttempts,
+		lease: DefaultLease, maxAttempts: retry.DefaultMaxAttempts,
 	}
 	for _, o := range opts {
 		if err := o(&c); err != nil {

@@ -18,8 +18,6 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
-	"github.com/surely-dev/surely/middleware"
-	"github.com/surely-dev/surely/retry"
 )
 
 // app is the business side: a SQLite database with the payments charged
@@ -61,7 +59,7 @@ func (a *app) charge(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*
 	body := string(msg.Payload)
 	switch {
 	case strings.HasPrefix(body, "poison"):
-		return nil, retry.Permanent(errors.New("card number is not valid"))
+		return nil, handler.Permanent(errors.New("card number is not valid"))
 	case strings.HasPrefix(body, "flaky") && op.Attempt == 1:
 		return nil, errors.New("payment gateway timed out")
 	}
@@ -100,14 +98,6 @@ func startConsumer(ctx context.Context, natsURL string, a *app) (*consumer, erro
 	if err != nil {
 		return nil, err
 	}
-	// Every attempt counts, also one whose process was killed (that is how a
-	// message that crashes its consumer every time ends in the dead letter):
-	// a budget of 10 keeps the five kills of -crash from exhausting one.
-	policy, err := retry.NewPolicy(retry.WithMaxAttempts(10), retry.WithInProcessAttempts(2),
-		retry.WithBackoff(10*time.Millisecond, 100*time.Millisecond), retry.WithMaxInProcessTime(500*time.Millisecond))
-	if err != nil {
-		return nil, err
-	}
 	// Only the metadata key counts: a message without one is dead-lettered
 	// (reason no_key) instead of being deduplicated by its UUID.
 	extractor, err := idempotency.NewExtractor(idempotency.WithSources(idempotency.FromMetadata(idempotency.DefaultMetadataKey)))
@@ -117,14 +107,21 @@ func startConsumer(ctx context.Context, natsURL string, a *app) (*consumer, erro
 	h, err := handler.New(a.store.Inbox(a.charge),
 		handler.WithStore(a.store, "charge-payments"),
 		handler.WithDeadLetter(pub, deadTopic),
-		handler.WithPolicy(policy),
-		handler.WithIdentity(extractor, middleware.RejectMissingKey),
+		// Every attempt counts, also one whose process was killed (that is
+		// how a message that crashes its consumer every time ends in the
+		// dead letter): a budget of 10 keeps the five kills of -crash from
+		// exhausting one.
+		handler.WithMaxAttempts(10),
+		handler.WithInProcessAttempts(2),
+		handler.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
+		handler.WithMaxInProcessTime(500*time.Millisecond),
+		handler.WithIdentity(extractor, handler.RejectMissingKey),
 		handler.WithLease(2*time.Second),
 		handler.WithStoreTimeout(time.Second), // shorter than the lease
 		handler.WithLogger(slog.New(slog.DiscardHandler)),
-		handler.WithOnOutcome(func(ctx context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(ctx context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			_, _ = a.db.ExecContext(context.WithoutCancel(ctx), `INSERT INTO outcomes (outcome) VALUES (?)`, string(p.Outcome))
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	)
 	if err != nil {
