@@ -101,9 +101,10 @@
 // so its ns/op grows with b.N as the garbage collector marks a growing heap.
 //
 // The target for surely_memstore is at most 1 µs and 8 allocations per
-// message over bare, not met: it costs about 2.0 µs, 11 allocations and
-// 1,170 B (docs/BENCHMARKS.md); Watermill's chain costs about 2.3 µs and 17
-// allocations.
+// message over bare, not met: it costs 11 allocations and 1,170 B, and
+// 2.0 µs on a quiet machine (3.9 µs in the loaded retake of
+// docs/BENCHMARKS.md); Watermill's chain costs 17 allocations, about
+// 2.3 µs quiet (3.5 µs loaded).
 //
 // # BenchmarkTelemetry
 //
