@@ -2,7 +2,7 @@
 # Runs the benchmarks of package bench N times (default 5) and summarises
 # them with benchstat. Each invocation runs every sub-benchmark of a
 # benchmark in one process, one after the other, so the ratio metrics
-# (x_bare, x_naive, pct_of_bare) compare runs made seconds apart on the
+# (x_bare, x_naive, x_handwritten, pct_of_bare) compare runs made seconds apart on the
 # same load; benchstat reports the median of each metric over the N
 # invocations. Needs the server variables of the README (SURELY_REDIS_URL,
 # SURELY_AMQP_URL, SURELY_POSTGRES_URL, SURELY_MYSQL_URL; NATS is
