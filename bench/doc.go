@@ -4,14 +4,18 @@
 //
 // # Command
 //
-//	SURELY_REDIS_URL=redis://127.0.0.1:6379 SURELY_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/ bench/run.sh 6 bench.txt
+//	SURELY_REDIS_URL=redis://127.0.0.1:6379 SURELY_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/ \
+//	SURELY_POSTGRES_URL='postgres://postgres@127.0.0.1:5432/test?sslmode=disable' \
+//	SURELY_MYSQL_URL='root@tcp(127.0.0.1:3306)/test' bench/run.sh 3 bench.txt
 //
 // bench/run.sh builds the test binary once, runs BenchmarkRouter and
 // BenchmarkRedisStore (-benchtime 1s), BenchmarkRedisStoreInterleaved
-// (10 rounds) and BenchmarkAdapters and BenchmarkAdaptersSlow (2000
-// messages) N times, each time in one process, and summarises the N runs
-// with benchstat (medians).
-// docs/BENCHMARKS.md has the figures. A single benchmark:
+// (10 rounds), BenchmarkAdapters and BenchmarkAdaptersSlow (2000
+// messages), BenchmarkInbox and BenchmarkSQLLease (5000 messages) and
+// BenchmarkRedisServerTime (10000 messages) N times, each line in a
+// process of its own, writes the load average before each line to
+// <output>.load, and summarises the N runs with benchstat (medians).
+// docs/BENCHMARKS.md has the figures and the commands. A single benchmark:
 //
 //	SURELY_REDIS_URL=redis://127.0.0.1:6379 go test -run '^$' -bench Router -benchmem ./bench/
 //
@@ -28,8 +32,10 @@
 // x_naive (BenchmarkRedisStore: naive's ns/op over the variant's, so above
 // 1 is faster), pct_of_bare (BenchmarkAdapters: bare's ns/msg over the
 // variant's, times 100), each against its baseline's latest run in the
-// same process. BenchmarkRedisStoreInterleaved goes further and alternates
-// its variants every 256 messages.
+// same process; x_handwritten (BenchmarkInbox) and x_naive
+// (BenchmarkSQLLease, BenchmarkRedisServerTime) likewise.
+// BenchmarkRedisStoreInterleaved goes further and alternates its variants
+// every 256 messages.
 //
 // # Variants
 //
@@ -95,9 +101,10 @@
 // so its ns/op grows with b.N as the garbage collector marks a growing heap.
 //
 // The target for surely_memstore is at most 1 µs and 8 allocations per
-// message over bare, not met: it costs about 2.0 µs, 11 allocations and
-// 1,170 B (docs/BENCHMARKS.md); Watermill's chain costs about 2.3 µs and 17
-// allocations.
+// message over bare, not met: it costs 11 allocations and 1,170 B, and
+// 2.0 µs on a quiet machine (3.9 µs in the loaded retake of
+// docs/BENCHMARKS.md); Watermill's chain costs 17 allocations, about
+// 2.3 µs quiet (3.5 µs loaded).
 //
 // # BenchmarkTelemetry
 //
