@@ -64,6 +64,25 @@ func TestEnvelopeKeepsOriginalBytesAndAddsContext(t *testing.T) {
 	require.Len(t, msg.Metadata, 2)
 }
 
+func TestEnvelopeWritesOptionalKeysOnlyWhenSet(t *testing.T) {
+	t.Parallel()
+	msg := message.NewMessage("uuid-1", nil)
+	f := dlq.Failure{Reason: dlq.ReasonPermanent, Err: errors.New("boom")}
+
+	bare := dlq.Envelope(msg, f, nil, "", "")
+	for _, k := range []string{dlq.KeyNamespace, dlq.KeyRetention, dlq.KeyDeadLetterTraceparent} {
+		_, ok := bare.Metadata[k]
+		require.False(t, ok, "%s is absent when the failure has no value for it", k)
+	}
+
+	f.Namespace, f.Retention = "orders", 90*time.Minute
+	f.Traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	env := dlq.Envelope(msg, f, nil, "", "")
+	require.Equal(t, "orders", env.Metadata.Get(dlq.KeyNamespace))
+	require.Equal(t, "1h30m0s", env.Metadata.Get(dlq.KeyRetention))
+	require.Equal(t, f.Traceparent, env.Metadata.Get(dlq.KeyDeadLetterTraceparent))
+}
+
 func TestHistoryIsBounded(t *testing.T) {
 	t.Parallel()
 	var hist []idempotency.AttemptRecord

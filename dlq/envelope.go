@@ -145,25 +145,12 @@ type Redactor func(text string) string
 // DeadLetterID(msg); the original UUID is in KeyOriginalUUID. Error
 // texts pass through redact (nil: unchanged). host and group may be empty.
 func Envelope(msg *message.Message, f Failure, redact Redactor, host, group string) *message.Message {
-	if redact == nil {
-		redact = func(s string) string { return s }
-	} else {
-		redact = contained(redact)
-	}
+	redact = safeRedactor(redact)
 	out := message.NewMessage(DeadLetterID(msg), msg.Payload)
 	for k, v := range msg.Metadata {
 		out.Metadata[k] = v
 	}
-	ctx := msg.Context()
-	if f.Topic == "" {
-		f.Topic = message.SubscribeTopicFromCtx(ctx)
-	}
-	if f.Handler == "" {
-		f.Handler = message.HandlerNameFromCtx(ctx)
-	}
-	if f.At.IsZero() {
-		f.At = time.Now()
-	}
+	f = f.withDefaults(msg.Context())
 	errText := ""
 	if f.Err != nil {
 		errText = redact(f.Err.Error())
@@ -173,16 +160,73 @@ func Envelope(msg *message.Message, f Failure, redact Redactor, host, group stri
 	md[KeyOriginalUUID] = msg.UUID
 	md[KeyReason] = string(f.Reason)
 	md[KeyError] = idempotency.Truncate(errText, idempotency.MaxErrorLen)
-	if f.ErrorTypes != "" {
-		md[KeyErrorTypes] = f.ErrorTypes
-	} else {
+	md[KeyErrorTypes] = f.ErrorTypes
+	if f.ErrorTypes == "" {
 		md[KeyErrorTypes] = ErrorTypes(f.Err)
 	}
 	md[KeyAttempts] = strconv.Itoa(f.Attempts)
 	md[KeyDeadLetteredAt] = f.At.UTC().Format(time.RFC3339Nano)
-	first, last := f.At, f.At
+	first, last := failureWindow(f.History, f.At)
+	md[KeyFirstFailureAt] = first.UTC().Format(time.RFC3339Nano)
+	md[KeyLastFailureAt] = last.UTC().Format(time.RFC3339Nano)
+	md[KeyHistory] = historyJSON(f.History, redact)
+	md[KeyOriginalTopic] = f.Topic
+	md[KeyHandler] = f.Handler
+	md[KeyConsumerGroup] = group
+	md[KeyOperationKey] = f.OperationKey
+	md[KeyFingerprint] = f.Fingerprint
+	md[KeyTraceID] = f.TraceID
+	md[KeySpanID] = f.SpanID
+	md[KeyHost] = host
+	f.setOptionalKeys(md)
+	return out
+}
+
+// safeRedactor returns redact with its panics contained, or the identity
+// when redact is nil.
+func safeRedactor(redact Redactor) Redactor {
+	if redact == nil {
+		return func(s string) string { return s }
+	}
+	return contained(redact)
+}
+
+// withDefaults fills the topic and handler from the Watermill values in
+// ctx and the time with now, where f leaves them empty.
+func (f Failure) withDefaults(ctx context.Context) Failure {
+	if f.Topic == "" {
+		f.Topic = message.SubscribeTopicFromCtx(ctx)
+	}
+	if f.Handler == "" {
+		f.Handler = message.HandlerNameFromCtx(ctx)
+	}
+	if f.At.IsZero() {
+		f.At = time.Now()
+	}
+	return f
+}
+
+// setOptionalKeys writes the keys that are present only when f has a
+// value for them.
+func (f Failure) setOptionalKeys(md message.Metadata) {
+	if f.Namespace != "" {
+		md[KeyNamespace] = f.Namespace
+	}
+	if f.Retention > 0 {
+		md[KeyRetention] = f.Retention.String()
+	}
+	if f.Traceparent != "" {
+		md[KeyDeadLetterTraceparent] = f.Traceparent
+	}
+}
+
+// failureWindow returns the earliest and latest time of the failed or
+// unknown attempts in history (an attempt's end, or its start if it has
+// no end); both are at when there is none.
+func failureWindow(history []idempotency.AttemptRecord, at time.Time) (first, last time.Time) {
+	first, last = at, at
 	seen := false
-	for _, h := range f.History {
+	for _, h := range history {
 		if h.Result != idempotency.ResultFailed && h.Result != idempotency.ResultUnknown {
 			continue
 		}
@@ -198,27 +242,7 @@ func Envelope(msg *message.Message, f Failure, redact Redactor, host, group stri
 		}
 		seen = true
 	}
-	md[KeyFirstFailureAt] = first.UTC().Format(time.RFC3339Nano)
-	md[KeyLastFailureAt] = last.UTC().Format(time.RFC3339Nano)
-	md[KeyHistory] = historyJSON(f.History, redact)
-	md[KeyOriginalTopic] = f.Topic
-	md[KeyHandler] = f.Handler
-	md[KeyConsumerGroup] = group
-	md[KeyOperationKey] = f.OperationKey
-	md[KeyFingerprint] = f.Fingerprint
-	md[KeyTraceID] = f.TraceID
-	md[KeySpanID] = f.SpanID
-	md[KeyHost] = host
-	if f.Namespace != "" {
-		md[KeyNamespace] = f.Namespace
-	}
-	if f.Retention > 0 {
-		md[KeyRetention] = f.Retention.String()
-	}
-	if f.Traceparent != "" {
-		md[KeyDeadLetterTraceparent] = f.Traceparent
-	}
-	return out
+	return first, last
 }
 
 func historyJSON(h []idempotency.AttemptRecord, redact Redactor) string {

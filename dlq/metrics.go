@@ -231,12 +231,43 @@ func (g *archiveGauges) query(ctx context.Context) ([]gaugeSeries, error) {
 	if err != nil {
 		return nil, err
 	}
-	type pair struct {
-		topic, reason string
-		count         int
-		oldest        time.Time // zero: not known yet
+	pairs, err := g.pairs(ctx, all)
+	if err != nil {
+		return nil, err
 	}
-	var pairs []pair
+	sortGaugePairs(pairs)
+	if len(pairs) > g.maxSeries {
+		g.log.WarnContext(ctx, "dead-letter archive metrics: too many topic/reason pairs, reporting the largest",
+			"pairs", len(pairs), "reported", g.maxSeries)
+		pairs = pairs[:g.maxSeries]
+	}
+	out := make([]gaugeSeries, 0, len(pairs))
+	for _, p := range pairs {
+		oldest, err := g.oldest(ctx, all, p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, gaugeSeries{
+			attrs:  metric.WithAttributeSet(attribute.NewSet(AttrTopic.String(p.topic), AttrReason.String(p.reason))),
+			count:  int64(p.count),
+			oldest: oldest,
+		})
+	}
+	return out, nil
+}
+
+// gaugePair is the count of one (topic, reason) pair, and its oldest time
+// when the topic's Stats already gave it.
+type gaugePair struct {
+	topic, reason string
+	count         int
+	oldest        time.Time // zero: not known yet
+}
+
+// pairs splits all, the archive's Stats, into (topic, reason) pairs with
+// one Stats per topic.
+func (g *archiveGauges) pairs(ctx context.Context, all Stats) ([]gaugePair, error) {
+	var pairs []gaugePair
 	// A Filter cannot select an empty topic: the entries without one are
 	// what the topics leave of the total.
 	rest := maps.Clone(all.ByReason)
@@ -249,7 +280,7 @@ func (g *archiveGauges) query(ctx context.Context) ([]gaugeSeries, error) {
 			return nil, err
 		}
 		for reason, n := range st.ByReason {
-			p := pair{topic: topic, reason: reason, count: n}
+			p := gaugePair{topic: topic, reason: reason, count: n}
 			if len(st.ByReason) == 1 {
 				// The topic's one reason: its Stats is the pair's.
 				p.oldest = st.Oldest
@@ -260,9 +291,15 @@ func (g *archiveGauges) query(ctx context.Context) ([]gaugeSeries, error) {
 	}
 	for reason, n := range rest {
 		if n > 0 {
-			pairs = append(pairs, pair{topic: "", reason: reason, count: n})
+			pairs = append(pairs, gaugePair{topic: "", reason: reason, count: n})
 		}
 	}
+	return pairs, nil
+}
+
+// sortGaugePairs orders pairs largest count first, then by topic and
+// reason, so that a cut at maxSeries keeps the largest.
+func sortGaugePairs(pairs []gaugePair) {
 	sort.Slice(pairs, func(i, j int) bool {
 		if pairs[i].count != pairs[j].count {
 			return pairs[i].count > pairs[j].count
@@ -272,30 +309,20 @@ func (g *archiveGauges) query(ctx context.Context) ([]gaugeSeries, error) {
 		}
 		return pairs[i].reason < pairs[j].reason
 	})
-	if len(pairs) > g.maxSeries {
-		g.log.WarnContext(ctx, "dead-letter archive metrics: too many topic/reason pairs, reporting the largest",
-			"pairs", len(pairs), "reported", g.maxSeries)
-		pairs = pairs[:g.maxSeries]
+}
+
+// oldest returns the oldest time of p: known already, the archive's own
+// when it holds a single pair, or read with one more Stats.
+func (g *archiveGauges) oldest(ctx context.Context, all Stats, p gaugePair) (time.Time, error) {
+	switch {
+	case !p.oldest.IsZero():
+		return p.oldest, nil
+	case len(all.ByTopic) <= 1 && len(all.ByReason) <= 1:
+		return all.Oldest, nil
 	}
-	out := make([]gaugeSeries, 0, len(pairs))
-	for _, p := range pairs {
-		oldest := p.oldest
-		switch {
-		case !oldest.IsZero():
-		case len(all.ByTopic) <= 1 && len(all.ByReason) <= 1:
-			oldest = all.Oldest
-		default:
-			st, err := g.a.Stats(ctx, Filter{Topic: p.topic, Reason: Reason(p.reason)})
-			if err != nil {
-				return nil, err
-			}
-			oldest = st.Oldest
-		}
-		out = append(out, gaugeSeries{
-			attrs:  metric.WithAttributeSet(attribute.NewSet(AttrTopic.String(p.topic), AttrReason.String(p.reason))),
-			count:  int64(p.count),
-			oldest: oldest,
-		})
+	st, err := g.a.Stats(ctx, Filter{Topic: p.topic, Reason: Reason(p.reason)})
+	if err != nil {
+		return time.Time{}, err
 	}
-	return out, nil
+	return st.Oldest, nil
 }

@@ -201,3 +201,61 @@ func TestArchiveMetricsMaxSeriesKeepsTheLargest(t *testing.T) {
 	require.Equal(t, int64(3), got[[2]string{"c", "permanent"}].count)
 	require.Equal(t, int64(2), got[[2]string{"b", "permanent"}].count)
 }
+
+// filterFailingArchive fails the Stats calls whose filter fails selects.
+type filterFailingArchive struct {
+	dlq.Archive
+	fails func(dlq.Filter) bool
+}
+
+func (a filterFailingArchive) Stats(ctx context.Context, f dlq.Filter) (dlq.Stats, error) {
+	if a.fails(f) {
+		return dlq.Stats{}, errors.New("archive unreachable")
+	}
+	return a.Archive.Stats(ctx, f)
+}
+
+func TestArchiveMetricsSinglePairWithoutTopicNeedsOneQuery(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	mem, err := memarchive.New(memarchive.WithClock(clock.Now))
+	require.NoError(t, err)
+	archive := &countingArchive{Archive: mem}
+	for i, age := range []time.Duration{time.Minute, time.Hour} {
+		f := dlq.Failure{Reason: dlq.ReasonPermanent, At: clock.Now().Add(-age)}
+		m := dlq.Envelope(message.NewMessage(string(rune('a'+i)), nil), f, nil, "", "")
+		require.NoError(t, archive.Publish("dead", m))
+	}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	_, err = dlq.RegisterArchiveMetrics(mp.Meter("surely"), archive, dlq.WithMetricsClock(clock.Now))
+	require.NoError(t, err)
+
+	require.Equal(t, map[[2]string]point{{"", "permanent"}: {2, 3600}}, collect(t, reader))
+	require.Equal(t, 1, archive.calls(), "the archive's own Stats is the one pair's")
+}
+
+func TestArchiveMetricsFailingNarrowQueryReportsNothing(t *testing.T) {
+	t.Parallel()
+	mem, err := memarchive.New()
+	require.NoError(t, err)
+	for i, reason := range []dlq.Reason{dlq.ReasonPermanent, dlq.ReasonExhausted, dlq.ReasonPermanent} {
+		m := dlq.Envelope(message.NewMessage(string(rune('a'+i)), nil), dlq.Failure{Reason: reason, Topic: "orders"}, nil, "", "")
+		require.NoError(t, mem.Publish("dead", m))
+	}
+	for name, fails := range map[string]func(dlq.Filter) bool{
+		"per topic": func(f dlq.Filter) bool { return f.Topic != "" && f.Reason == "" },
+		"per pair":  func(f dlq.Filter) bool { return f.Reason != "" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			reader := sdkmetric.NewManualReader()
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+			t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+			_, err := dlq.RegisterArchiveMetrics(mp.Meter("surely"), filterFailingArchive{Archive: mem, fails: fails})
+			require.NoError(t, err)
+			require.Empty(t, collect(t, reader), "a failed query reports no series, not partial ones")
+		})
+	}
+}

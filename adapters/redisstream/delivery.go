@@ -97,64 +97,78 @@ func (h entryHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		switch c := cmd.(type) {
 		case *redis.XStreamSliceCmd:
-			if c.Name() != "xreadgroup" {
-				return next(ctx, cmd)
+			if c.Name() == "xreadgroup" {
+				return h.readGroup(ctx, c, next)
 			}
-			h.reading.Add(1)
-			defer h.reading.Add(-1)
-			select {
-			case <-h.closing:
-				c.SetErr(redis.Nil)
-				return redis.Nil
-			default:
-			}
-			if err := next(ctx, cmd); err != nil {
-				return err
-			}
-			for _, xs := range c.Val() {
-				for i := range xs.Messages {
-					tag(&xs.Messages[i], false)
-				}
-			}
-			return nil
 		case *redis.IntCmd:
-			if c.Name() != "xack" || ctx.Value(ownAck{}) != nil {
-				return next(ctx, cmd)
+			if c.Name() == "xack" && ctx.Value(ownAck{}) == nil {
+				return h.ack(ctx, c, next)
 			}
-			// watermill-redisstream's XACK: stream, group, one ID.
-			if args := c.Args(); len(args) == 4 {
-				stream, _ := args[1].(string)
-				id, _ := args[3].(string)
-				if _, ok := h.postponed.LoadAndDelete(postponedKey(stream, id)); ok {
-					c.SetVal(0)
-					return nil
-				}
-			}
-			return next(ctx, cmd)
 		case *redis.XMessageSliceCmd:
-			if c.Name() != "xclaim" {
-				return next(ctx, cmd)
+			if c.Name() == "xclaim" {
+				return h.claim(ctx, c, next)
 			}
-			select {
-			case <-h.closing:
-				// A closing subscriber takes no entry it will not hand
-				// out. Not redis.Nil: watermill-redisstream acks those.
-				c.SetErr(errClosing)
-				return errClosing
-			default:
-			}
-			if err := next(ctx, cmd); err != nil {
-				return err
-			}
-			msgs := c.Val()
-			for i := range msgs {
-				tag(&msgs[i], true)
-			}
-			return nil
-		default:
-			return next(ctx, cmd)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// readGroup runs an XREADGROUP, counted in reading, and tags the entries
+// it returns; a closing subscriber gets redis.Nil without a read.
+func (h entryHook) readGroup(ctx context.Context, c *redis.XStreamSliceCmd, next redis.ProcessHook) error {
+	h.reading.Add(1)
+	defer h.reading.Add(-1)
+	select {
+	case <-h.closing:
+		c.SetErr(redis.Nil)
+		return redis.Nil
+	default:
+	}
+	if err := next(ctx, c); err != nil {
+		return err
+	}
+	for _, xs := range c.Val() {
+		for i := range xs.Messages {
+			tag(&xs.Messages[i], false)
 		}
 	}
+	return nil
+}
+
+// ack runs watermill-redisstream's XACK unless its entry was postponed:
+// then it acknowledges nothing and the entry stays pending.
+func (h entryHook) ack(ctx context.Context, c *redis.IntCmd, next redis.ProcessHook) error {
+	// watermill-redisstream's XACK: stream, group, one ID.
+	if args := c.Args(); len(args) == 4 {
+		stream, _ := args[1].(string)
+		id, _ := args[3].(string)
+		if _, ok := h.postponed.LoadAndDelete(postponedKey(stream, id)); ok {
+			c.SetVal(0)
+			return nil
+		}
+	}
+	return next(ctx, c)
+}
+
+// claim runs an XCLAIM and tags the entries it returns as claimed; a
+// closing subscriber fails it without a claim.
+func (h entryHook) claim(ctx context.Context, c *redis.XMessageSliceCmd, next redis.ProcessHook) error {
+	select {
+	case <-h.closing:
+		// A closing subscriber takes no entry it will not hand
+		// out. Not redis.Nil: watermill-redisstream acks those.
+		c.SetErr(errClosing)
+		return errClosing
+	default:
+	}
+	if err := next(ctx, c); err != nil {
+		return err
+	}
+	msgs := c.Val()
+	for i := range msgs {
+		tag(&msgs[i], true)
+	}
+	return nil
 }
 
 var errClosing = errors.New("redisstream: subscriber closing")

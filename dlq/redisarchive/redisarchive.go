@@ -450,35 +450,15 @@ func (a *Archive) summaries(ctx context.Context, ids []string) ([]dlq.Entry, err
 // scanBatch, so a small page of a broad filter reads little.
 func (a *Archive) scan(ctx context.Context, f dlq.Filter, after int64, want int, fn func(dlq.Entry) bool) error {
 	if len(f.IDs) > 0 {
-		entries, err := a.summaries(ctx, slices.Compact(slices.Sorted(slices.Values(f.IDs))))
-		if err != nil {
-			return err
-		}
-		slices.SortFunc(entries, func(x, y dlq.Entry) int { return cmpInt(x.Seq, y.Seq) })
-		for _, e := range entries {
-			if e.Seq > after && f.Match(e) && !fn(e) {
-				return nil
-			}
-		}
-		return nil
+		return a.scanIDs(ctx, f, after, fn)
 	}
 	batch := min(max(want, 16), scanBatch)
 	for ; ; batch = min(2*batch, scanBatch) {
-		zs, err := a.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
-			Key: a.idxKey(), Start: "(" + strconv.FormatInt(after, 10), Stop: "+inf",
-			ByScore: true, Count: int64(batch),
-		}).Result()
-		if err != nil {
-			return fmt.Errorf("redisarchive: read index: %w", err)
+		ids, last, err := a.readIndex(ctx, after, batch)
+		if err != nil || len(ids) == 0 {
+			return err
 		}
-		if len(zs) == 0 {
-			return nil
-		}
-		ids := make([]string, len(zs))
-		for i, z := range zs {
-			ids[i] = z.Member.(string)
-		}
-		after = int64(zs[len(zs)-1].Score)
+		after = last
 		entries, err := a.summaries(ctx, ids)
 		if err != nil {
 			return err
@@ -488,10 +468,46 @@ func (a *Archive) scan(ctx context.Context, f dlq.Filter, after int64, want int,
 				return nil
 			}
 		}
-		if len(zs) < batch {
+		if len(ids) < batch {
 			return nil
 		}
 	}
+}
+
+// scanIDs is scan for a filter that names its entries: it reads only
+// those, not the index.
+func (a *Archive) scanIDs(ctx context.Context, f dlq.Filter, after int64, fn func(dlq.Entry) bool) error {
+	entries, err := a.summaries(ctx, slices.Compact(slices.Sorted(slices.Values(f.IDs))))
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(entries, func(x, y dlq.Entry) int { return cmpInt(x.Seq, y.Seq) })
+	for _, e := range entries {
+		if e.Seq > after && f.Match(e) && !fn(e) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// readIndex returns the IDs of at most count entries with Seq > after, in
+// Seq order, and the Seq of the last of them.
+func (a *Archive) readIndex(ctx context.Context, after int64, count int) (ids []string, last int64, err error) {
+	zs, err := a.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+		Key: a.idxKey(), Start: "(" + strconv.FormatInt(after, 10), Stop: "+inf",
+		ByScore: true, Count: int64(count),
+	}).Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("redisarchive: read index: %w", err)
+	}
+	if len(zs) == 0 {
+		return nil, after, nil
+	}
+	ids = make([]string, len(zs))
+	for i, z := range zs {
+		ids[i] = z.Member.(string)
+	}
+	return ids, int64(zs[len(zs)-1].Score), nil
 }
 
 func cmpInt(x, y int64) int {

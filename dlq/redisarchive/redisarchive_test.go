@@ -144,3 +144,39 @@ func TestCorruptEntryIsAClearError(t *testing.T) {
 	_, err = a.Stats(t.Context(), dlq.Filter{})
 	require.ErrorContains(t, err, "corrupt")
 }
+
+func TestListByIDsPagesInSeqOrder(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := setup(t)
+	a, err := redisarchive.New(rdb, redisarchive.WithPrefix(prefix))
+	require.NoError(t, err)
+	for _, id := range []string{"c", "a", "d", "b"} {
+		require.NoError(t, a.Publish("dead", message.NewMessage(id, nil)))
+	}
+	ids := func(es []dlq.Entry) []string {
+		out := make([]string, len(es))
+		for i, e := range es {
+			out[i] = e.ID
+		}
+		return out
+	}
+	f := dlq.Filter{IDs: []string{"b", "a", "d", "a", "c"}}
+	first, err := a.List(t.Context(), f, dlq.Page{Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []string{"c", "a"}, ids(first), "publish order, duplicates once, stops at the limit")
+	rest, err := a.List(t.Context(), f, dlq.Page{After: first[1].Seq, Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []string{"d", "b"}, ids(rest))
+}
+
+func TestListAndStatsOnServerDownAreErrors(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer func() { _ = rdb.Close() }()
+	a, err := redisarchive.New(rdb)
+	require.NoError(t, err)
+	_, err = a.List(t.Context(), dlq.Filter{}, dlq.Page{})
+	require.ErrorContains(t, err, "read index")
+	_, err = a.Stats(t.Context(), dlq.Filter{IDs: []string{"id-1"}})
+	require.Error(t, err)
+}
