@@ -309,16 +309,7 @@ func runInbox(b *testing.B, d inboxDB, v inboxVariant, handlers int) {
 		b.Fatal(first)
 	}
 	got := counts.Snapshot().Sub(before)
-	msgs := float64(b.N)
-	b.ReportMetric(msgs/b.Elapsed().Seconds(), "msgs/s")
-	b.ReportMetric(float64(got.Statements())/msgs, "stmts/msg")
-	b.ReportMetric(float64(got.Transactions())/msgs, "commits/msg")
-	if got.Prepares > 0 {
-		b.ReportMetric(float64(got.Prepares)/msgs, "prepares/msg")
-	}
-	if d.dialect != sqlstore.SQLite {
-		b.ReportMetric(float64(got.RoundTrips)/msgs, "roundtrips/msg")
-	}
+	msgs := reportSQLCounts(b, got, d.dialect)
 	if place.pg != nil {
 		b.ReportMetric(float64(place.pg.walDiff(b, walBefore))/msgs, "wal_bytes/msg")
 		// The server counts a backend's commits when it reports its
@@ -557,4 +548,21 @@ func openSQLitePlace(b *testing.B) *inboxPlace {
 		return db
 	}
 	return &inboxPlace{connect: connect}
+}
+
+// reportSQLCounts reports a timed run's rate and what the driver wrapper
+// counted per message (statements, commits, prepares and, off SQLite,
+// round trips), and returns the number of messages.
+func reportSQLCounts(b *testing.B, got sqlcount.Counts, dialect sqlstore.Dialect) float64 {
+	msgs := float64(b.N)
+	b.ReportMetric(msgs/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(float64(got.Statements())/msgs, "stmts/msg")
+	b.ReportMetric(float64(got.Transactions())/msgs, "commits/msg")
+	if got.Prepares > 0 {
+		b.ReportMetric(float64(got.Prepares)/msgs, "prepares/msg")
+	}
+	if dialect != sqlstore.SQLite {
+		b.ReportMetric(float64(got.RoundTrips)/msgs, "roundtrips/msg")
+	}
+	return msgs
 }

@@ -193,16 +193,7 @@ func runSQLLease(b *testing.B, d inboxDB, newOp func(*testing.B, inboxDB, *sql.D
 		b.Fatal(first)
 	}
 	got := counts.Snapshot().Sub(before)
-	msgs := float64(b.N)
-	b.ReportMetric(msgs/b.Elapsed().Seconds(), "msgs/s")
-	b.ReportMetric(float64(got.Statements())/msgs, "stmts/msg")
-	b.ReportMetric(float64(got.Transactions())/msgs, "commits/msg")
-	if got.Prepares > 0 {
-		b.ReportMetric(float64(got.Prepares)/msgs, "prepares/msg")
-	}
-	if d.dialect != sqlstore.SQLite {
-		b.ReportMetric(float64(got.RoundTrips)/msgs, "roundtrips/msg")
-	}
+	reportSQLCounts(b, got, d.dialect)
 	if place.pg != nil {
 		// The backends report their counts when they exit.
 		if err := db.Close(); err != nil {
