@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -114,28 +113,7 @@ func (s *Store) Inbox(fn TxHandler) message.HandlerFunc {
 			return nil, fmt.Errorf("sqlstore: inbox %q (attempt %d): the record in %s is no longer this attempt's: %w",
 				op.Key, op.Attempt, s.table, idempotency.ErrLeaseLost)
 		}
-
-		msgs, err := fn(ctx, tx, msg)
-		if err != nil {
-			return nil, err
-		}
-		if len(msgs) > 0 {
-			out, err := json.Marshal(idempotency.Outcome{Messages: storedMessages(msgs)})
-			if err != nil {
-				return nil, fmt.Errorf("sqlstore: inbox %q: encode outcome: %w", op.Key, err)
-			}
-			if err := s.setOutcome(ctx, tx, op.Namespace, op.Key, op.Token, out); err != nil {
-				return nil, fmt.Errorf("sqlstore: inbox %q: %w", op.Key, err)
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			// Unknown whether the commit happened (a lost reply): the dedup
-			// step's Release then finds the record DONE (ErrLeaseLost) and the
-			// redelivery a duplicate, or the record IN_PROGRESS and releases it.
-			return nil, fmt.Errorf("sqlstore: inbox %q: commit: %w", op.Key, err)
-		}
-		op.Committed = true
-		return msgs, nil
+		return s.effectThenCommit(ctx, tx, fn, msg, op)
 	}
 }
 

@@ -222,6 +222,14 @@ func (s *Store) inboxClaimed(ctx context.Context, fn TxHandler, msg *message.Mes
 		return nil, fmt.Errorf("sqlstore: inbox %q (attempt %d): the record in %s is no longer this attempt's: %w",
 			op.Key, op.Attempt, s.table, idempotency.ErrLeaseLost)
 	}
+	return s.effectThenCommit(ctx, tx, fn, msg, op)
+}
+
+// effectThenCommit runs fn in tx, whose record is already marked DONE for
+// op's attempt, stores the messages fn produced as the record's outcome,
+// and commits: the effect and its DONE record commit together or not at
+// all.
+func (s *Store) effectThenCommit(ctx context.Context, tx *sql.Tx, fn TxHandler, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
 	msgs, err := fn(ctx, tx, msg)
 	if err != nil {
 		return nil, err
