@@ -61,11 +61,6 @@ const (
 	KeyDeadLetterTraceparent = "surely_dlq_traceparent"
 )
 
-// KeyDecodeError marks a message that a broker adapter could not decode:
-// it holds the decoding error, the payload is the raw bytes. The Identity
-// step dead-letters such a message with ReasonDecode before anything else.
-const KeyDecodeError = "surely_decode_error"
-
 // uuidSpace is the UUIDv5 namespace of dead-letter UUIDs.
 var uuidSpace = uuid.MustParse("6f1b3c1e-52a4-4d52-9a63-1d9f2f0c8e77")
 

@@ -608,7 +608,7 @@ func TestUndecodableMessageIsDeadLetteredAsDecode(t *testing.T) {
 		var calls atomic.Int32
 		h := e.chain(t, func(msg *message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil })
 		bad := message.NewMessage("nats-ORDERS-7", []byte("raw \x00 bytes"))
-		bad.Metadata.Set(dlq.KeyDecodeError, "nats: header k has 2 values")
+		bad.Metadata.Set(surelydelivery.KeyDecodeError, "nats: header k has 2 values")
 		_, err := h(bad)
 		require.NoError(t, err, "acked after the dead letter")
 		require.Zero(t, calls.Load())

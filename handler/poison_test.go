@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/adapters/gochannel"
+	surelydelivery "github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
@@ -134,7 +135,7 @@ func poisonCases(t *testing.T) []poisonCase {
 			msg: func() *message.Message {
 				// As adapters/amqp marks a body its unmarshaler refused.
 				m := message.NewMessage("amqp-5f0c", raw)
-				m.Metadata.Set(dlq.KeyDecodeError, "unmarshaler panicked: proto: cannot parse invalid wire-format data")
+				m.Metadata.Set(surelydelivery.KeyDecodeError, "unmarshaler panicked: proto: cannot parse invalid wire-format data")
 				return m
 			},
 			reason: dlq.ReasonDecode, runs: 0, attempts: "0", errContains: "invalid wire-format",
@@ -144,7 +145,7 @@ func poisonCases(t *testing.T) []poisonCase {
 			msg: func() *message.Message {
 				// As adapters/nats marks a message with a repeated header.
 				m := message.NewMessage("nats-ORDERS-42", []byte(`{"order_id":"o-1"}`))
-				m.Metadata.Set(dlq.KeyDecodeError, `multiple values received in NATS header for "tenant": ([a b])`)
+				m.Metadata.Set(surelydelivery.KeyDecodeError, `multiple values received in NATS header for "tenant": ([a b])`)
 				m.Metadata.Set("surely_decode_headers", `{"tenant":["a","b"]}`)
 				return m
 			},
@@ -384,7 +385,7 @@ func runPoison(t *testing.T, tc poisonCase) {
 	require.Equal(t, string(tc.reason), md.Get(dlq.KeyReason), "reason; error: %s", md.Get(dlq.KeyError))
 	require.True(t, bytes.Equal(sent.Payload, d.Payload), "payload byte for byte")
 	for k, v := range sent.Metadata {
-		if !strings.HasPrefix(k, "surely_") || k == dlq.KeyDecodeError || k == "surely_decode_headers" {
+		if !strings.HasPrefix(k, "surely_") || k == surelydelivery.KeyDecodeError || k == "surely_decode_headers" {
 			require.Equal(t, v, md.Get(k), "metadata %q byte for byte", k)
 		}
 	}

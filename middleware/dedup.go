@@ -244,7 +244,7 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 		ctx := msg.Context()
 		op, ok := idempotency.OperationFrom(ctx)
 		if !ok {
-			if text, bad := msg.Metadata[dlq.KeyDecodeError]; bad {
+			if text, bad := msg.Metadata[delivery.KeyDecodeError]; bad {
 				return nil, dlq.Final(dlq.ReasonDecode, fmt.Errorf("%w: %s", ErrUndecodable, text))
 			}
 			// xerr, not err: the deferred annotate below must see the

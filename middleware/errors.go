@@ -20,7 +20,7 @@ var (
 	// ErrExhausted means the durable attempt budget is spent.
 	ErrExhausted = errors.New("surely: attempt budget exhausted")
 	// ErrUndecodable means a broker adapter could not decode the message
-	// (dlq.KeyDecodeError); it is dead-lettered with its raw bytes.
+	// (delivery.KeyDecodeError); it is dead-lettered with its raw bytes.
 	ErrUndecodable = errors.New("surely: message could not be decoded")
 	// ErrHandlerHung is the cause of the handler context's cancellation when
 	// an attempt outlived the longest lease hold (WithExtension), and wraps

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 )
@@ -37,7 +38,7 @@ const (
 // the message context as an *idempotency.Operation (see
 // idempotency.OperationFrom), where Dedup finds it. A message without a key
 // follows policy; an invalid key is a final failure with reason no_key. A
-// message an adapter marked undecodable (dlq.KeyDecodeError) is a final
+// message an adapter marked undecodable (delivery.KeyDecodeError) is a final
 // failure with reason decode, before any key is looked for. A key source
 // that panics is a final failure with reason panic (a *PanicError with the
 // stack): without an identity there is no durable budget to retry
@@ -51,7 +52,7 @@ func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.Handl
 	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
-			if text, bad := msg.Metadata[dlq.KeyDecodeError]; bad {
+			if text, bad := msg.Metadata[delivery.KeyDecodeError]; bad {
 				return nil, dlq.Final(dlq.ReasonDecode, fmt.Errorf("%w: %s", ErrUndecodable, text))
 			}
 			id, err := extract(ex, msg)

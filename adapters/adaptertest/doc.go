@@ -26,7 +26,7 @@
 // Features, RunChild, the stores below): an adapter written in another
 // module implements Adapter over its own client, puts delivery.Info and
 // delivery.Control in each message's context, marks a message it cannot
-// decode with dlq.KeyDecodeError, and calls Run (and RunChild). Nothing of
+// decode with delivery.KeyDecodeError, and calls Run (and RunChild). Nothing of
 // surely's internal packages is needed, nor a server for surely's side.
 // The module's examples/externaladapter is such an adapter, a module of
 // its own over an in-memory broker, importing only surely's public

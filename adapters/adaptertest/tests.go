@@ -355,13 +355,13 @@ func testMalformed(t *testing.T, newAdapter func(*testing.T) Adapter, f Features
 	d := dead[0]
 	require.Equal(t, string(dlq.ReasonDecode), d.Metadata.Get(dlq.KeyReason))
 	require.Equal(t, raw, []byte(d.Payload), "the dead letter carries the raw bytes")
-	require.NotEmpty(t, d.Metadata.Get(dlq.KeyDecodeError), "the decoding error travels in the dead letter")
+	require.NotEmpty(t, d.Metadata.Get(delivery.KeyDecodeError), "the decoding error travels in the dead letter")
 	require.Contains(t, d.Metadata.Get(dlq.KeyError), middleware.ErrUndecodable.Error())
 	var marked []seen
 	e.rec.waitFor(t, waitTimeout, "the malformed message acked", func(all []seen) bool {
 		marked = marked[:0]
 		for _, s := range all {
-			if _, ok := s.metadata[dlq.KeyDecodeError]; ok {
+			if _, ok := s.metadata[delivery.KeyDecodeError]; ok {
 				marked = append(marked, s)
 			}
 		}

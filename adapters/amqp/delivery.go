@@ -14,7 +14,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/dlq"
 )
 
 // DeliveryCountHeader is the header in which a quorum queue counts the
@@ -26,11 +25,11 @@ const DeliveryCountHeader = "x-delivery-count"
 
 // Metadata keys of a message that could not be decoded.
 const (
-	// DecodeErrorKey (dlq.KeyDecodeError) holds the decoding error. Its
+	// DecodeErrorKey (delivery.KeyDecodeError) holds the decoding error. Its
 	// presence marks the message as undecodable: its payload is the raw
 	// AMQP body and its metadata holds only these keys. surely's chain
 	// dead-letters it with reason "decode".
-	DecodeErrorKey = dlq.KeyDecodeError
+	DecodeErrorKey = delivery.KeyDecodeError
 	// DecodeHeadersKey holds the raw AMQP headers as JSON, when there were
 	// any (without x-delivery-count).
 	DecodeHeadersKey = "surely_decode_headers"

@@ -11,16 +11,16 @@ import (
 	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/delivery"
 )
 
 // Metadata keys of a record that could not be decoded.
 const (
-	// DecodeErrorKey (dlq.KeyDecodeError) holds the decoding error. Its
+	// DecodeErrorKey (delivery.KeyDecodeError) holds the decoding error. Its
 	// presence marks the message as undecodable: its payload is the raw
 	// record value and its metadata holds only these keys. surely's chain
 	// dead-letters it with reason "decode".
-	DecodeErrorKey = dlq.KeyDecodeError
+	DecodeErrorKey = delivery.KeyDecodeError
 	// DecodeHeadersKey holds the record's headers as JSON, a list of
 	// [key, value] pairs in record order, when there were any. Bytes that
 	// are not UTF-8 are replaced by U+FFFD in this copy.

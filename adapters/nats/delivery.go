@@ -14,16 +14,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/dlq"
 )
 
 // Metadata keys of a message that could not be decoded.
 const (
-	// DecodeErrorKey (dlq.KeyDecodeError) holds the decoding error. Its
+	// DecodeErrorKey (delivery.KeyDecodeError) holds the decoding error. Its
 	// presence marks the message as undecodable: its payload is the raw
 	// NATS payload and its metadata holds only these keys. surely's chain
 	// dead-letters it with reason "decode".
-	DecodeErrorKey = dlq.KeyDecodeError
+	DecodeErrorKey = delivery.KeyDecodeError
 	// DecodeHeadersKey holds the raw NATS headers as JSON
 	// (map[string][]string), when there were any.
 	DecodeHeadersKey = "surely_decode_headers"

@@ -19,17 +19,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/dlq"
 )
 
 // Metadata keys of a message that could not be decoded.
 const (
-	// DecodeErrorKey (dlq.KeyDecodeError) holds the decoding error. Its
+	// DecodeErrorKey (delivery.KeyDecodeError) holds the decoding error. Its
 	// presence marks the message as undecodable: its payload is the raw
 	// "payload" field of the entry (empty if it has none) and its metadata
 	// holds only these keys. surely's chain dead-letters it with reason
 	// "decode".
-	DecodeErrorKey = dlq.KeyDecodeError
+	DecodeErrorKey = delivery.KeyDecodeError
 	// DecodeFieldsKey holds the entry's other fields as a JSON object:
 	// field name to its value, a JSON string when the value is valid
 	// UTF-8, else {"base64": "<standard base64>"}.

@@ -11,16 +11,16 @@ import (
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/delivery"
 )
 
 // Metadata keys of a row that could not be decoded.
 const (
-	// DecodeErrorKey (dlq.KeyDecodeError) holds the decoding error. Its
+	// DecodeErrorKey (delivery.KeyDecodeError) holds the decoding error. Its
 	// presence marks the message as undecodable: its payload is the row's
 	// raw payload and its metadata holds only these keys. surely's chain
 	// dead-letters it with reason "decode".
-	DecodeErrorKey = dlq.KeyDecodeError
+	DecodeErrorKey = delivery.KeyDecodeError
 	// DecodeMetadataKey holds the row's metadata column as it was.
 	DecodeMetadataKey = "surely_decode_metadata"
 )

@@ -17,16 +17,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/dlq"
 )
 
 // Metadata keys of a message that could not be decoded.
 const (
-	// DecodeErrorKey (dlq.KeyDecodeError) holds the decoding error. Its
+	// DecodeErrorKey (delivery.KeyDecodeError) holds the decoding error. Its
 	// presence marks the message as undecodable: its payload is the raw
 	// SQS body and its metadata holds only these keys. surely's chain
 	// dead-letters it with reason "decode".
-	DecodeErrorKey = dlq.KeyDecodeError
+	DecodeErrorKey = delivery.KeyDecodeError
 	// DecodeAttributesKey holds the raw message attributes as JSON (the
 	// AWS SDK's MessageAttributeValue, binary values in base64), when
 	// there were any.

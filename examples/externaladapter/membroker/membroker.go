@@ -26,7 +26,7 @@
 //
 // Messages travel encoded (JSON of UUID, metadata and payload), so one can
 // arrive undecodable (PublishRaw): the subscriber hands it out marked with
-// dlq.KeyDecodeError and its raw bytes as the payload, for surely's chain
+// delivery.KeyDecodeError and its raw bytes as the payload, for surely's chain
 // to dead-letter.
 package membroker
 
@@ -42,7 +42,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/dlq"
 )
 
 // CloseTimeout bounds how long Subscriber.Close waits for the messages in
@@ -322,7 +321,7 @@ func (s *Subscriber) deliver(ctx context.Context, topicName string, e *entry, ge
 }
 
 // decode turns raw into a message, or into one marked with
-// dlq.KeyDecodeError, the raw bytes as its payload.
+// delivery.KeyDecodeError, the raw bytes as its payload.
 func decode(raw []byte) *message.Message {
 	var w wire
 	if err := json.Unmarshal(raw, &w); err != nil || w.UUID == "" {
@@ -330,7 +329,7 @@ func decode(raw []byte) *message.Message {
 			err = errors.New("no UUID")
 		}
 		msg := message.NewMessage(watermill.NewUUID(), raw)
-		msg.Metadata.Set(dlq.KeyDecodeError, "membroker: decode: "+err.Error())
+		msg.Metadata.Set(delivery.KeyDecodeError, "membroker: decode: "+err.Error())
 		return msg
 	}
 	msg := message.NewMessage(w.UUID, w.Payload)

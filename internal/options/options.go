@@ -1,0 +1,91 @@
+// Package options holds the settings behind surely's option families.
+//
+// The module has one configuration rule (docs/API.md): a constructor takes
+// its required inputs as arguments and everything optional as functional
+// options, and packages that configure the same kind of thing share one
+// Option type, defined in the family's public package as
+//
+//	type Option func(*options.Set) error
+//
+// (delivery.Option for the adapters, for example). An option records its
+// value in the Set under its own name ("WithLogger"); one name means one
+// thing across the family, so the common options are defined once. A
+// constructor reads the values it uses with Get and rejects, with Check,
+// any option it does not use: an option that does not apply is a
+// configuration error, never silently ignored.
+package options
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Names of the options that mean the same in every family.
+const (
+	Logger         = "WithLogger"         // *slog.Logger
+	Clock          = "WithClock"          // func() time.Time
+	CloseTimeout   = "WithCloseTimeout"   // time.Duration
+	MeterProvider  = "WithMeterProvider"  // metric.MeterProvider
+	TracerProvider = "WithTracerProvider" // trace.TracerProvider
+)
+
+// Set is the settings a list of options recorded: values by option name,
+// and the names in the order they were applied.
+type Set struct {
+	names  []string
+	values map[string]any
+}
+
+// Put records option name with value v; a later Put of the same name wins.
+func (s *Set) Put(name string, v any) {
+	if s.values == nil {
+		s.values = make(map[string]any)
+	}
+	if _, ok := s.values[name]; !ok {
+		s.names = append(s.names, name)
+	}
+	s.values[name] = v
+}
+
+// Has reports whether option name was applied.
+func (s *Set) Has(name string) bool {
+	_, ok := s.values[name]
+	return ok
+}
+
+// Get returns the value option name recorded, or def when it was not
+// applied.
+func Get[T any](s *Set, name string, def T) T {
+	v, ok := s.values[name]
+	if !ok {
+		return def
+	}
+	return v.(T)
+}
+
+// Check returns an error wrapping invalid when an option not among used
+// was applied; who names the constructor in the message.
+func (s *Set) Check(invalid error, who string, used ...string) error {
+	for _, n := range s.names {
+		if !slices.Contains(used, n) {
+			return fmt.Errorf("%w: %s does not take option %s", invalid, who, n)
+		}
+	}
+	return nil
+}
+
+// Apply applies opts, in order, to a new Set; a nil option is skipped.
+// The first error is returned as it is: the option wraps its family's
+// ErrInvalidOption itself.
+func Apply[O ~func(*Set) error](opts []O) (*Set, error) {
+	s := &Set{}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
