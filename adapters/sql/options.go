@@ -3,35 +3,30 @@ package sql
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"time"
-)
 
-// ErrInvalidOption wraps every configuration error of the constructors.
-var ErrInvalidOption = errors.New("sql: invalid option")
+	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/options"
+)
 
 // ErrInvalidTopic is returned for a topic that cannot name a table (see
 // ValidTopic).
 var ErrInvalidTopic = errors.New("sql: invalid topic")
 
-// ErrClosed is returned by Subscribe after Close.
-var ErrClosed = errors.New("sql: subscriber closed")
-
 // ErrDeliveryExpired is returned by the delivery.Control's Extend when the
-// delivery's AckDeadline has already passed (or it was settled): the
-// message has gone back to the consumer group.
+// delivery's ack wait has already passed (or it was settled): the message
+// has gone back to the consumer group.
 var ErrDeliveryExpired = errors.New("sql: delivery expired")
 
-// Defaults of Config.
-const (
-	DefaultAckDeadline    = 30 * time.Second
-	DefaultPollInterval   = time.Second
-	DefaultResendInterval = 100 * time.Millisecond
-	DefaultBatchSize      = 1
-	DefaultCloseTimeout   = 30 * time.Second
-	// MinAckDeadline is the shortest AckDeadline accepted.
-	MinAckDeadline = 100 * time.Millisecond
-)
+// batchSize is how many rows a consuming transaction reads unless
+// WithBatchSize says otherwise (and what the Publisher's schema is built
+// with; it reads no rows).
+const batchSize = 1
+
+// minAckWait is the shortest WithAckWait accepted.
+const minAckWait = 100 * time.Millisecond
 
 // retryInterval is how long a subscription waits after a failed query (the
 // database is down) before it queries again; watermill-sql logs each
@@ -39,70 +34,109 @@ const (
 // retried at once.
 const retryInterval = time.Second
 
-// Config configures a Subscriber.
-type Config struct {
-	// ConsumerGroup names the consumer group (required): its row in the
-	// topic's offsets table holds how far the group got. Every subscriber
-	// with the same group shares the topic's messages, one at a time (see
-	// the package doc).
-	ConsumerGroup string
-	// AckDeadline is how long a message handed out may stay unacked
-	// before its delivery is given up: the consuming transaction is rolled
-	// back, the handler's context cancelled, and the message goes back to
-	// the group (default 30s). surely's dedup step pushes it back while
-	// the handler runs (delivery.Control.Extend), so it need not exceed
-	// the longest handler, only the gap between two extensions.
-	AckDeadline time.Duration
-	// PollInterval is how long an idle subscription waits before it looks
-	// for new rows again (default 1s): the latency of a message published
-	// to an idle topic.
-	PollInterval time.Duration
-	// ResendInterval is how long watermill-sql waits before it hands a
-	// nacked message out again (default 100ms). surely's chain already
-	// waited (its backoff) before it nacked.
-	ResendInterval time.Duration
-	// BatchSize is how many rows one consuming transaction reads (default
-	// 1). Above 1, the acks of a batch commit together at its end: a crash,
-	// or a deadline that passes, delivers the batch's acked messages again,
-	// and the transaction stays open for the whole batch.
-	BatchSize int
-	// CloseTimeout bounds how long Close (or the end of Subscribe's
-	// context) waits for the message in flight to be acked or nacked
-	// (default 30s).
-	CloseTimeout time.Duration
+// Names under which this package's options record their values.
+const (
+	optAckWait        = "WithAckWait"
+	optPollInterval   = "WithPollInterval"
+	optResendInterval = "WithResendInterval"
+	optBatchSize      = "WithBatchSize"
+)
+
+// WithAckWait sets how long a message handed out may stay unacked before
+// its delivery is given up: the consuming transaction is rolled back, the
+// handler's context cancelled, and the message goes back to the group
+// (default 30s, at least 100ms). surely's dedup step pushes it back while
+// the handler runs (delivery.Control.Extend), so it need not exceed the
+// longest handler, only the gap between two extensions.
+func WithAckWait(d time.Duration) delivery.Option {
+	return func(s *options.Set) error {
+		if d < minAckWait {
+			return fmt.Errorf("%w: sql.WithAckWait: %v is shorter than %v", delivery.ErrInvalidOption, d, minAckWait)
+		}
+		s.Put(optAckWait, d)
+		return nil
+	}
 }
 
-func (c *Config) withDefaults() (Config, error) {
-	out := *c
-	if out.ConsumerGroup == "" || len(out.ConsumerGroup) > 255 {
-		return out, fmt.Errorf("%w: ConsumerGroup must have 1 to 255 bytes", ErrInvalidOption)
-	}
-	type dur struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-		min  time.Duration
-	}
-	for _, d := range []dur{
-		{"AckDeadline", &out.AckDeadline, DefaultAckDeadline, MinAckDeadline},
-		{"PollInterval", &out.PollInterval, DefaultPollInterval, time.Millisecond},
-		{"ResendInterval", &out.ResendInterval, DefaultResendInterval, time.Millisecond},
-		{"CloseTimeout", &out.CloseTimeout, DefaultCloseTimeout, 0},
-	} {
-		switch {
-		case *d.v == 0:
-			*d.v = d.def
-		case *d.v < d.min || *d.v < 0:
-			return out, fmt.Errorf("%w: %s %v is shorter than %v", ErrInvalidOption, d.name, *d.v, d.min)
+// WithPollInterval sets how long an idle subscription waits before it
+// looks for new rows again (default 1s, at least 1ms): the latency of a
+// message published to an idle topic.
+func WithPollInterval(d time.Duration) delivery.Option {
+	return func(s *options.Set) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: sql.WithPollInterval: %v is shorter than 1ms", delivery.ErrInvalidOption, d)
 		}
+		s.Put(optPollInterval, d)
+		return nil
 	}
-	switch {
-	case out.BatchSize == 0:
-		out.BatchSize = DefaultBatchSize
-	case out.BatchSize < 0:
-		return out, fmt.Errorf("%w: BatchSize %d is negative", ErrInvalidOption, out.BatchSize)
+}
+
+// WithResendInterval sets how long watermill-sql waits before it hands a
+// nacked message out again (default 100ms, at least 1ms). surely's chain
+// already waited (its backoff) before it nacked.
+func WithResendInterval(d time.Duration) delivery.Option {
+	return func(s *options.Set) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: sql.WithResendInterval: %v is shorter than 1ms", delivery.ErrInvalidOption, d)
+		}
+		s.Put(optResendInterval, d)
+		return nil
 	}
-	return out, nil
+}
+
+// WithBatchSize sets how many rows one consuming transaction reads
+// (default 1). Above 1, the acks of a batch commit together at its end: a
+// crash, or an ack wait that passes, delivers the batch's acked messages
+// again, and the transaction stays open for the whole batch.
+func WithBatchSize(n int) delivery.Option {
+	return func(s *options.Set) error {
+		if n < 1 {
+			return fmt.Errorf("%w: sql.WithBatchSize: %d is not positive", delivery.ErrInvalidOption, n)
+		}
+		s.Put(optBatchSize, n)
+		return nil
+	}
+}
+
+// subscriberConfig is what NewSubscriber's options set.
+type subscriberConfig struct {
+	group          string
+	ackWait        time.Duration
+	pollInterval   time.Duration
+	resendInterval time.Duration
+	batchSize      int
+	closeTimeout   time.Duration
+	logger         *slog.Logger
+}
+
+func newSubscriberConfig(group string, opts []delivery.Option) (subscriberConfig, error) {
+	const who = "sql.NewSubscriber"
+	c := subscriberConfig{group: group}
+	if group == "" || len(group) > 255 {
+		return c, fmt.Errorf("%w: %s: consumer group %q: a group has 1 to 255 bytes", delivery.ErrInvalidOption, who, group)
+	}
+	s, err := options.Apply(opts)
+	if err != nil {
+		return c, err
+	}
+	if err := s.Check(delivery.ErrInvalidOption, who, optAckWait, optPollInterval,
+		optResendInterval, optBatchSize, options.CloseTimeout, options.Logger); err != nil {
+		return c, err
+	}
+	if c.ackWait, err = options.GetAs(s, delivery.ErrInvalidOption, who, optAckWait, 30*time.Second); err != nil {
+		return c, err
+	}
+	// An option whose name other adapters share was checked by this
+	// package's option only if it came from it.
+	if err := WithAckWait(c.ackWait)(&options.Set{}); err != nil {
+		return c, err
+	}
+	c.pollInterval = options.Get(s, optPollInterval, time.Second)
+	c.resendInterval = options.Get(s, optResendInterval, 100*time.Millisecond)
+	c.batchSize = options.Get(s, optBatchSize, batchSize)
+	c.closeTimeout = options.Get(s, options.CloseTimeout, delivery.DefaultCloseTimeout)
+	c.logger = options.Get(s, options.Logger, slog.New(slog.DiscardHandler))
+	return c, nil
 }
 
 // maxTopicLen keeps "watermill_offsets_" + topic within PostgreSQL's 63
