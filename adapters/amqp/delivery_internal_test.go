@@ -58,7 +58,7 @@ func TestReceiveDecodesAndDropsTheCount(t *testing.T) {
 	require.Equal(t, "uuid-1", msg.UUID)
 	require.Equal(t, "payload", string(msg.Payload))
 	require.Equal(t, message.Metadata{"k": "v", "n": "5", "u": "7", "f": "1.5", "b": "false"}, msg.Metadata)
-	_, marked := DecodeError(msg)
+	_, marked := delivery.DecodeError(msg)
 	require.False(t, marked)
 	require.Nil(t, seen.Acknowledger, "the marshaler cannot ack")
 	require.Contains(t, headers, DeliveryCountHeader, "the delivery's own table is left alone")
@@ -80,7 +80,7 @@ func TestReceiveNeverFails(t *testing.T) {
 			"t": amqp.Table{"a": int32(1)}, DeliveryCountHeader: int64(3),
 		}}
 		msg, info := receive(u, d)
-		text, marked := DecodeError(msg)
+		text, marked := delivery.DecodeError(msg)
 		require.True(t, marked, name)
 		require.NotEmpty(t, text, name)
 		require.Equal(t, "payload", string(msg.Payload), name)
@@ -95,17 +95,17 @@ func TestReceiveNeverFails(t *testing.T) {
 	require.Equal(t, "m-1", msg.UUID, "the message-id property names an undecodable message")
 	msg, _ = receive(DefaultMarshaler(), amqp.Delivery{Headers: amqp.Table{"_watermill_message_uuid": "u-1", "x": time.Unix(0, 0)}})
 	require.Equal(t, "u-1", msg.UUID)
-	_, marked := DecodeError(msg)
+	_, marked := delivery.DecodeError(msg)
 	require.True(t, marked, "a timestamp header has no faithful text form")
 	msg, _ = receive(DefaultMarshaler(), amqp.Delivery{Headers: amqp.Table{"_watermill_message_uuid": int32(1)}})
-	_, marked = DecodeError(msg)
+	_, marked = delivery.DecodeError(msg)
 	require.True(t, marked, "a UUID that is not a string")
 }
 
 func TestNoHeadersAtAll(t *testing.T) {
 	t.Parallel()
 	msg, info := receive(DefaultMarshaler(), amqp.Delivery{Body: []byte("x")})
-	_, marked := DecodeError(msg)
+	_, marked := delivery.DecodeError(msg)
 	require.False(t, marked)
 	require.Empty(t, msg.UUID, "a message from another client may have no Watermill UUID")
 	require.Equal(t, delivery.Info{Count: 1}, info)
