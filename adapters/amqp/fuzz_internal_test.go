@@ -134,9 +134,9 @@ func FuzzReceive(f *testing.F) {
 				t.Fatalf("marked message carries %q", k)
 			}
 		}
-		if h, ok := msg.Metadata[DecodeHeadersKey]; ok {
+		if h, ok := msg.Metadata[delivery.KeyDecodeHeaders]; ok {
 			if !json.Valid([]byte(h)) {
-				t.Fatalf("%s is not JSON: %q", DecodeHeadersKey, h)
+				t.Fatalf("%s is not JSON: %q", delivery.KeyDecodeHeaders, h)
 			}
 			var m map[string]any
 			if json.Unmarshal([]byte(h), &m) == nil {
@@ -166,8 +166,8 @@ func TestUndecodableHeadersAreAlwaysJSON(t *testing.T) {
 		if _, marked := delivery.DecodeError(msg); !marked {
 			t.Fatalf("%s: not marked undecodable", name)
 		}
-		if raw := msg.Metadata.Get(DecodeHeadersKey); !json.Valid([]byte(raw)) {
-			t.Fatalf("%s: %s is not JSON: %q", name, DecodeHeadersKey, raw)
+		if raw := msg.Metadata.Get(delivery.KeyDecodeHeaders); !json.Valid([]byte(raw)) {
+			t.Fatalf("%s: %s is not JSON: %q", name, delivery.KeyDecodeHeaders, raw)
 		}
 	}
 }

@@ -14,11 +14,14 @@ import (
 )
 
 // Names of this package's options (see internal/options). WithConcurrency
-// means what it means in every adapter that has it.
+// means what it means in every adapter that has it, and records under the
+// same name. WithMarshaler's value has a type of this package's broker, so
+// it records under a qualified name: another adapter's WithMarshaler given
+// here is refused as an option this constructor does not take.
 const (
 	optConcurrency = "WithConcurrency"
 	optChannels    = "WithChannels"
-	optMarshaler   = "WithMarshaler"
+	optMarshaler   = "amqp.WithMarshaler"
 	optAMQPConfig  = "WithAMQPConfig"
 )
 
@@ -112,13 +115,18 @@ func newSubscriberConfig(opts []delivery.Option) (subscriberConfig, error) {
 		options.Logger, options.CloseTimeout, optConcurrency, optMarshaler, optAMQPConfig); err != nil {
 		return subscriberConfig{}, err
 	}
-	return subscriberConfig{
+	c := subscriberConfig{
 		concurrency:  options.Get(s, optConcurrency, 1),
 		marshaler:    options.Get[wmamqp.Marshaler](s, optMarshaler, DefaultMarshaler()),
 		amqpConfig:   options.Get[*amqp.Config](s, optAMQPConfig, nil),
 		logger:       options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
 		closeTimeout: options.Get(s, options.CloseTimeout, delivery.DefaultCloseTimeout),
-	}, nil
+	}
+	if c.concurrency > maxConcurrency {
+		// Another adapter's WithConcurrency, whose range is wider.
+		return c, fmt.Errorf("%w: concurrency %d is not in 1..%d", delivery.ErrInvalidOption, c.concurrency, maxConcurrency)
+	}
+	return c, nil
 }
 
 // publisherConfig is what a Publisher's options set.

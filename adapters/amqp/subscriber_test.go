@@ -200,7 +200,7 @@ func TestMalformedMessageIsDeadLetteredAndConsumingGoesOn(t *testing.T) {
 	require.Equal(t, "uuid-bad", dead.Metadata.Get(dlq.KeyOriginalUUID))
 	require.Contains(t, dead.Metadata.Get(delivery.KeyDecodeError), "nested is not a string")
 	require.JSONEq(t, `{"_watermill_message_uuid":"uuid-bad","idempotency_key":"order-bad","nested":{"a":1}}`,
-		dead.Metadata.Get(surelyamqp.DecodeHeadersKey))
+		dead.Metadata.Get(delivery.KeyDecodeHeaders))
 	require.True(t, strings.Contains(dead.Metadata.Get(dlq.KeyError), middleware.ErrUndecodable.Error()))
 
 	stop()

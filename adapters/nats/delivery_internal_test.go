@@ -60,7 +60,7 @@ func TestReceiveNeverFails(t *testing.T) {
 		require.NotEmpty(t, text, name)
 		require.Equal(t, "payload", string(msg.Payload), name)
 		require.Equal(t, "nats-ORDERS-42", msg.UUID, "%s: stable across redeliveries", name)
-		require.JSONEq(t, `{"k":["a","b"]}`, msg.Metadata.Get(DecodeHeadersKey), name)
+		require.JSONEq(t, `{"k":["a","b"]}`, msg.Metadata.Get(delivery.KeyDecodeHeaders), name)
 		require.True(t, r.hasInfo, name)
 	}
 }

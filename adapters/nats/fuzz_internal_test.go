@@ -81,8 +81,8 @@ func FuzzReceive(f *testing.F) {
 				t.Fatalf("marked message carries %q", k)
 			}
 		}
-		if h, ok := msg.Metadata[DecodeHeadersKey]; ok && !json.Valid([]byte(h)) {
-			t.Fatalf("%s is not JSON: %q", DecodeHeadersKey, h)
+		if h, ok := msg.Metadata[delivery.KeyDecodeHeaders]; ok && !json.Valid([]byte(h)) {
+			t.Fatalf("%s is not JSON: %q", delivery.KeyDecodeHeaders, h)
 		}
 		if !noMeta && msg.UUID == "" {
 			t.Fatal("a marked JetStream message without a UUID")

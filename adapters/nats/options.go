@@ -14,11 +14,15 @@ import (
 )
 
 // Names of this package's options (see internal/options). WithConcurrency
-// and WithAckWait mean what they mean in every adapter that has them.
+// and WithAckWait mean what they mean in every adapter that has them, and
+// record under the same names. WithMarshaler's value has a type of this
+// package's broker, so it records under a qualified name: another
+// adapter's WithMarshaler given here is refused as an option this
+// constructor does not take.
 const (
 	optConcurrency = "WithConcurrency"
 	optAckWait     = "WithAckWait"
-	optMarshaler   = "WithMarshaler"
+	optMarshaler   = "nats.WithMarshaler"
 	optNATSOptions = "WithNATSOptions"
 )
 

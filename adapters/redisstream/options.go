@@ -13,16 +13,19 @@ import (
 	"github.com/surely-dev/surely/internal/options"
 )
 
-// Names of this package's options (see internal/options). WithAckWait,
-// WithResendInterval, WithMarshaler and WithUnmarshaler mean what they
-// mean in every adapter that has them.
+// Names of this package's options (see internal/options). WithAckWait
+// and WithResendInterval mean what they mean in every adapter that has
+// them, and record under the same names. WithMarshaler's and
+// WithUnmarshaler's values have types of this package's broker, so they
+// record under qualified names: another adapter's WithMarshaler given here
+// is refused as an option this constructor does not take.
 const (
 	optConsumer       = "WithConsumer"
 	optAckWait        = "WithAckWait"
 	optClaimInterval  = "WithClaimInterval"
 	optResendInterval = "WithResendInterval"
-	optUnmarshaler    = "WithUnmarshaler"
-	optMarshaler      = "WithMarshaler"
+	optUnmarshaler    = "redisstream.WithUnmarshaler"
+	optMarshaler      = "redisstream.WithMarshaler"
 )
 
 // minAckWait is the shortest ack wait accepted.

@@ -49,7 +49,7 @@ func TestOptionsAreValidated(t *testing.T) {
 		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
 	}
 	_, err := surelyredis.NewSubscriber(opts, "g", surelyredis.WithMarshaler(wmredis.DefaultMarshallerUnmarshaller{}))
-	require.ErrorContains(t, err, "redisstream.NewSubscriber does not take option WithMarshaler")
+	require.ErrorContains(t, err, "redisstream.NewSubscriber does not take option redisstream.WithMarshaler")
 	_, err = surelyredis.NewSubscriber(nil, "g")
 	require.ErrorIs(t, err, delivery.ErrInvalidOption)
 	_, err = surelyredis.NewPublisher(nil)
