@@ -333,7 +333,8 @@ func (p *Publisher) forget(topic string) {
 }
 
 // Close closes the connection (and with it every channel). A Publish still
-// waiting for a confirmation then fails; later ones return errPublisherClosed.
+// waiting for a confirmation then fails; later ones return an error wrapping
+// delivery.ErrClosed.
 func (p *Publisher) Close() error {
 	p.closeOnce.Do(func() {
 		p.mu.Lock()
