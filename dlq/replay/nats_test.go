@@ -62,7 +62,7 @@ func TestReplayThroughNATS(t *testing.T) {
 	}
 
 	t.Logf("setup: %v", time.Since(began))
-	np, err := surelynats.NewPublisher(url, surelynats.PublisherConfig{}, nil)
+	np, err := surelynats.NewPublisher(url)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, np.Close()) }()
 	pub := &timedPublisher{Publisher: np}

@@ -220,8 +220,7 @@ func runConsume(ctx context.Context, path, redisURL string, n int) error {
 	if err != nil {
 		return err
 	}
-	sub, err := redisstream.NewSubscriber(&redis.UniversalOptions{Addrs: []string{opts.Addr}, DB: opts.DB},
-		redisstream.Config{Group: "billing"}, nil)
+	sub, err := redisstream.NewSubscriber(&redis.UniversalOptions{Addrs: []string{opts.Addr}, DB: opts.DB}, "billing")
 	if err != nil {
 		return err
 	}
