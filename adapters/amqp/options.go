@@ -107,7 +107,7 @@ type subscriberConfig struct {
 }
 
 func newSubscriberConfig(opts []delivery.Option) (subscriberConfig, error) {
-	s, err := options.Apply(opts)
+	s, err := options.Apply(delivery.ErrInvalidOption, opts)
 	if err != nil {
 		return subscriberConfig{}, err
 	}
@@ -138,7 +138,7 @@ type publisherConfig struct {
 }
 
 func newPublisherConfig(opts []delivery.Option) (publisherConfig, error) {
-	s, err := options.Apply(opts)
+	s, err := options.Apply(delivery.ErrInvalidOption, opts)
 	if err != nil {
 		return publisherConfig{}, err
 	}

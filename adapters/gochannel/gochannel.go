@@ -29,7 +29,7 @@ func config() gochannel.Config {
 // It is for tests and examples: everything in it is lost when the process
 // ends (see the package doc).
 func New(opts ...delivery.Option) (*gochannel.GoChannel, error) {
-	s, err := options.Apply(opts)
+	s, err := options.Apply(delivery.ErrInvalidOption, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -106,7 +106,7 @@ func newSubscriberConfig(consumer string, opts []delivery.Option) (subscriberCon
 		return subscriberConfig{}, fmt.Errorf("%w: consumer %q must be non-empty, at most %d characters, of letters, digits, '-' and '_'",
 			delivery.ErrInvalidOption, consumer, maxConsumerLen)
 	}
-	s, err := options.Apply(opts)
+	s, err := options.Apply(delivery.ErrInvalidOption, opts)
 	if err != nil {
 		return subscriberConfig{}, err
 	}
@@ -133,7 +133,7 @@ type publisherConfig struct {
 }
 
 func newPublisherConfig(opts []delivery.Option) (publisherConfig, error) {
-	s, err := options.Apply(opts)
+	s, err := options.Apply(delivery.ErrInvalidOption, opts)
 	if err != nil {
 		return publisherConfig{}, err
 	}

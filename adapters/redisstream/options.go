@@ -133,7 +133,7 @@ func newSubscriberConfig(group string, opts []delivery.Option) (subscriberConfig
 	if group == "" {
 		return subscriberConfig{}, fmt.Errorf("%w: empty group", delivery.ErrInvalidOption)
 	}
-	s, err := options.Apply(opts)
+	s, err := options.Apply(delivery.ErrInvalidOption, opts)
 	if err != nil {
 		return subscriberConfig{}, err
 	}
@@ -172,7 +172,7 @@ type publisherConfig struct {
 }
 
 func newPublisherConfig(opts []delivery.Option) (publisherConfig, error) {
-	s, err := options.Apply(opts)
+	s, err := options.Apply(delivery.ErrInvalidOption, opts)
 	if err != nil {
 		return publisherConfig{}, err
 	}
