@@ -160,6 +160,7 @@ func TestPublisherOptions(t *testing.T) {
 	require.Equal(t, "h1", out[0].Metadata.Get(dlq.KeyHost))
 
 	for name, o := range map[string]dlq.Option{
+		"nil option":     nil,
 		"nil redactor":   dlq.WithRedactor(nil),
 		"nil logger":     dlq.WithLogger(nil),
 		"nil clock":      dlq.WithClock(nil),

@@ -342,7 +342,7 @@ func NewPublisher(pub message.Publisher, topic string, opts ...Option) (*Publish
 	if topic == "" {
 		return nil, fmt.Errorf("%w: empty dead-letter topic", ErrInvalidOption)
 	}
-	s, err := options.Apply(opts)
+	s, err := options.Apply(ErrInvalidOption, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -92,13 +92,15 @@ excludes() {
 # goflags DIR: GOFLAGS for the package's test runs (coverage and mutants).
 # -count=1: gremlins times each mutant against the coverage run, and a
 # cached coverage run (a second or two) would turn every mutant into a
-# timeout.
+# timeout. -failfast: a mutant is killed by its first failing test, so the
+# rest of the package's tests need not run (a lived mutant still runs all
+# of them); the server-backed suites take minutes per mutant without it.
 goflags() {
 	case $1 in
-	idempotency/redisstore) echo '-count=1 -skip=^(TestSentinel|TestCluster)$' ;;
-	idempotency/sqlstore) echo '-count=1 -skip=^TestCrash' ;;
-	dlq/replay) echo '-count=1 -skip=^TestReplayThroughNATS$' ;;
-	*) echo '-count=1' ;;
+	idempotency/redisstore) echo '-count=1 -failfast -skip=^(TestSentinel|TestCluster)$' ;;
+	idempotency/sqlstore) echo '-count=1 -failfast -skip=^TestCrash' ;;
+	dlq/replay) echo '-count=1 -failfast -skip=^TestReplayThroughNATS$' ;;
+	*) echo '-count=1 -failfast' ;;
 	esac
 }
 

@@ -21,7 +21,7 @@ var _ message.Publisher = (*Publisher)(nil)
 
 // NewPublisher returns a publisher on db. logger may be nil (discard). To
 // publish inside your own transaction, use watermill-sql's publisher on it
-// (or surely's sqlstore/outbox).
+// (or surely's outbox package).
 func NewPublisher(db *stdsql.DB, logger *slog.Logger) (*Publisher, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil db", ErrInvalidOption)

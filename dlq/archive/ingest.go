@@ -66,7 +66,7 @@ func Ingest(ctx context.Context, sub message.Subscriber, topic string, a Archive
 	if sub == nil || a == nil || topic == "" {
 		return fmt.Errorf("%w: ingest needs a subscriber, a topic and an archive", dlq.ErrInvalidOption)
 	}
-	s, err := options.Apply(opts)
+	s, err := options.Apply(dlq.ErrInvalidOption, opts)
 	if err != nil {
 		return err
 	}

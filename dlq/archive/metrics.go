@@ -165,7 +165,7 @@ func RegisterMetrics(meter metric.Meter, a Archive, opts ...dlq.Option) (metric.
 	if meter == nil || a == nil {
 		return nil, fmt.Errorf("%w: archive metrics need a meter and an archive", dlq.ErrInvalidOption)
 	}
-	s, err := options.Apply(opts)
+	s, err := options.Apply(dlq.ErrInvalidOption, opts)
 	if err != nil {
 		return nil, err
 	}

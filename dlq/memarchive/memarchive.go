@@ -46,7 +46,7 @@ var _ archive.Archive = (*Archive)(nil)
 // reports; default: discard) and dlq.WithRetention (default: keep
 // everything, Prune deletes nothing).
 func New(opts ...dlq.Option) (*Archive, error) {
-	s, err := options.Apply(opts)
+	s, err := options.Apply(dlq.ErrInvalidOption, opts)
 	if err != nil {
 		return nil, err
 	}

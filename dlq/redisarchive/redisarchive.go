@@ -106,7 +106,7 @@ func New(rdb redis.UniversalClient, opts ...dlq.Option) (*Archive, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: nil redis client", dlq.ErrInvalidOption)
 	}
-	s, err := options.Apply(opts)
+	s, err := options.Apply(dlq.ErrInvalidOption, opts)
 	if err != nil {
 		return nil, err
 	}

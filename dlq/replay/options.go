@@ -46,7 +46,7 @@ var (
 // newConfig applies opts, refuses those not among used (who names the
 // function), and reads the configuration.
 func newConfig(who string, opts []dlq.Option, used []string) (config, error) {
-	s, err := options.Apply(opts)
+	s, err := options.Apply(dlq.ErrInvalidOption, opts)
 	if err != nil {
 		return config{}, err
 	}

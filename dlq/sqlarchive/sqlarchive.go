@@ -75,7 +75,7 @@ func New(db *sql.DB, dialect Dialect, opts ...dlq.Option) (*Archive, error) {
 	if !dialect.valid() {
 		return nil, fmt.Errorf("%w: sqlarchive: unknown dialect %v", dlq.ErrInvalidOption, dialect)
 	}
-	s, err := options.Apply(opts)
+	s, err := options.Apply(dlq.ErrInvalidOption, opts)
 	if err != nil {
 		return nil, err
 	}

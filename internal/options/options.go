@@ -74,14 +74,14 @@ func (s *Set) Check(invalid error, who string, used ...string) error {
 	return nil
 }
 
-// Apply applies opts, in order, to a new Set; a nil option is skipped.
-// The first error is returned as it is: the option wraps its family's
-// ErrInvalidOption itself.
-func Apply[O ~func(*Set) error](opts []O) (*Set, error) {
+// Apply applies opts, in order, to a new Set. A nil option is an error
+// wrapping invalid (the family's ErrInvalidOption); an option's own error
+// is returned as it is (the option wraps invalid itself).
+func Apply[O ~func(*Set) error](invalid error, opts []O) (*Set, error) {
 	s := &Set{}
 	for _, o := range opts {
 		if o == nil {
-			continue
+			return nil, fmt.Errorf("%w: nil option", invalid)
 		}
 		if err := o(s); err != nil {
 			return nil, err

@@ -15,7 +15,7 @@ func with(name string, v any) option {
 }
 
 func TestApplyGetCheck(t *testing.T) {
-	s, err := Apply([]option{with("WithA", 1), nil, with("WithB", "b"), with("WithA", 2)})
+	s, err := Apply(errInvalid, []option{with("WithA", 1), with("WithB", "b"), with("WithA", 2)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,11 +40,18 @@ func TestApplyGetCheck(t *testing.T) {
 func TestApplyStopsAtFirstError(t *testing.T) {
 	bad := errors.New("bad")
 	ran := false
-	_, err := Apply([]option{
+	_, err := Apply(errInvalid, []option{
 		func(*Set) error { return bad },
 		func(*Set) error { ran = true; return nil },
 	})
 	if !errors.Is(err, bad) || ran {
 		t.Errorf("Apply = %v, later option ran %v; want the first error and no later option", err, ran)
+	}
+}
+
+func TestApplyRefusesNil(t *testing.T) {
+	_, err := Apply(errInvalid, []option{with("WithA", 1), nil})
+	if !errors.Is(err, errInvalid) {
+		t.Errorf("Apply with a nil option = %v, want an error wrapping the family's invalid-option error", err)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/internal/options"
 )
 
 // Defaults of the forwarder options (watermill-sql's).
@@ -24,26 +26,22 @@ const (
 // ErrForwarderClosed is returned by Run on a Forwarder that was closed.
 var ErrForwarderClosed = errors.New("outbox: forwarder closed")
 
-type forwarderConfig struct {
-	logger  *slog.Logger
-	poll    time.Duration
-	retry   time.Duration
-	timeout time.Duration
-}
-
-// ForwarderOption configures a Forwarder. Every option validates its
-// argument; an invalid one makes Outbox.Forwarder fail with an error
-// wrapping ErrInvalidOption.
-type ForwarderOption func(*forwarderConfig) error
+// Names of the forwarder's options.
+const (
+	optPoll    = "WithPollInterval"
+	optRetry   = "WithRetryInterval"
+	optTimeout = "WithPublishTimeout"
+)
 
 // WithLogger sets the logger of the forwarder, its router and its
-// subscriber (default: discard). Failed publishes are logged at error level.
-func WithLogger(l *slog.Logger) ForwarderOption {
-	return func(c *forwarderConfig) error {
+// subscriber (default: discard). Failed publishes are logged at error
+// level. A Forwarder option.
+func WithLogger(l *slog.Logger) Option {
+	return func(s *options.Set) error {
 		if l == nil {
 			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 		}
-		c.logger = l
+		s.Put(options.Logger, l)
 		return nil
 	}
 }
@@ -51,12 +49,12 @@ func WithLogger(l *slog.Logger) ForwarderOption {
 // WithPollInterval sets how long an idle forwarder waits before it looks
 // for new rows again (default 1s): the latency of an event published while
 // the outbox is empty. Each look is one short transaction.
-func WithPollInterval(d time.Duration) ForwarderOption {
-	return func(c *forwarderConfig) error {
+func WithPollInterval(d time.Duration) Option {
+	return func(s *options.Set) error {
 		if d < time.Millisecond {
 			return fmt.Errorf("%w: poll interval must be at least 1ms, got %v", ErrInvalidOption, d)
 		}
-		c.poll = d
+		s.Put(optPoll, d)
 		return nil
 	}
 }
@@ -64,12 +62,12 @@ func WithPollInterval(d time.Duration) ForwarderOption {
 // WithRetryInterval sets how long the forwarder waits before it publishes
 // an event again after its publisher failed, and before it queries again
 // after a database error (default 1s). It retries for as long as it runs.
-func WithRetryInterval(d time.Duration) ForwarderOption {
-	return func(c *forwarderConfig) error {
+func WithRetryInterval(d time.Duration) Option {
+	return func(s *options.Set) error {
 		if d < time.Millisecond {
 			return fmt.Errorf("%w: retry interval must be at least 1ms, got %v", ErrInvalidOption, d)
 		}
-		c.retry = d
+		s.Put(optRetry, d)
 		return nil
 	}
 }
@@ -83,12 +81,12 @@ func WithRetryInterval(d time.Duration) ForwarderOption {
 // destination imposes on every other reader of the server (see the package
 // doc); it must stay above the longest successful publish, or the event is
 // sent again: a duplicate, never a loss.
-func WithPublishTimeout(d time.Duration) ForwarderOption {
-	return func(c *forwarderConfig) error {
+func WithPublishTimeout(d time.Duration) Option {
+	return func(s *options.Set) error {
 		if d < time.Millisecond {
 			return fmt.Errorf("%w: publish timeout must be at least 1ms, got %v", ErrInvalidOption, d)
 		}
-		c.timeout = d
+		s.Put(optTimeout, d)
 		return nil
 	}
 }
@@ -110,23 +108,25 @@ type Forwarder struct {
 // Forwarder returns a forwarder of this outbox's events to pub, which must
 // not be nil. Run starts it. The forwarder never closes pub: close it after
 // the forwarder.
-func (o *Outbox) Forwarder(pub message.Publisher, opts ...ForwarderOption) (*Forwarder, error) {
+func (o *Outbox) Forwarder(pub message.Publisher, opts ...Option) (*Forwarder, error) {
 	if pub == nil {
 		return nil, fmt.Errorf("%w: nil destination publisher", ErrInvalidOption)
 	}
-	c := forwarderConfig{
-		logger:  slog.New(slog.DiscardHandler),
-		poll:    DefaultPollInterval,
-		retry:   DefaultRetryInterval,
-		timeout: DefaultPublishTimeout,
+	set, err := options.Apply(ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
 	}
-	for _, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("%w: nil ForwarderOption", ErrInvalidOption)
-		}
-		if err := opt(&c); err != nil {
-			return nil, err
-		}
+	if err := set.Check(ErrInvalidOption, "Outbox.Forwarder", options.Logger, optPoll, optRetry, optTimeout); err != nil {
+		return nil, err
+	}
+	c := struct {
+		logger               *slog.Logger
+		poll, retry, timeout time.Duration
+	}{
+		logger:  options.Get(set, options.Logger, slog.New(slog.DiscardHandler)),
+		poll:    options.Get(set, optPoll, DefaultPollInterval),
+		retry:   options.Get(set, optRetry, DefaultRetryInterval),
+		timeout: options.Get(set, optTimeout, DefaultPublishTimeout),
 	}
 	logger := watermill.NewSlogLogger(c.logger.With("outbox", o.table))
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(o.db), wsql.SubscriberConfig{

@@ -15,7 +15,7 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
-	"github.com/surely-dev/surely/idempotency/sqlstore/outbox"
+	"github.com/surely-dev/surely/outbox"
 )
 
 // The payment, its DONE mark and its "orders.paid" event commit in one

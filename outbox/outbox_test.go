@@ -20,10 +20,10 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
-	"github.com/surely-dev/surely/idempotency/sqlstore/outbox"
 	"github.com/surely-dev/surely/internal/faults"
 	"github.com/surely-dev/surely/internal/testsql"
 	"github.com/surely-dev/surely/middleware"
+	"github.com/surely-dev/surely/outbox"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -184,9 +184,9 @@ func pending(t *testing.T, ob *outbox.Outbox) int64 {
 
 // forward runs a forwarder of ob to pub until the test ends (or stop is
 // called), with short intervals.
-func forward(t *testing.T, ob *outbox.Outbox, pub message.Publisher, opts ...outbox.ForwarderOption) (stop func()) {
+func forward(t *testing.T, ob *outbox.Outbox, pub message.Publisher, opts ...outbox.Option) (stop func()) {
 	t.Helper()
-	f, err := ob.Forwarder(pub, append([]outbox.ForwarderOption{
+	f, err := ob.Forwarder(pub, append([]outbox.Option{
 		outbox.WithPollInterval(20 * time.Millisecond), outbox.WithRetryInterval(20 * time.Millisecond),
 	}, opts...)...)
 	require.NoError(t, err)
@@ -665,11 +665,20 @@ func TestOptions(t *testing.T) {
 
 	_, err = ob.Forwarder(nil)
 	require.ErrorIs(t, err, outbox.ErrInvalidOption)
-	for _, opt := range []outbox.ForwarderOption{
+	for _, opt := range []outbox.Option{
 		outbox.WithLogger(nil), outbox.WithPollInterval(0), outbox.WithRetryInterval(-time.Second),
 		outbox.WithPublishTimeout(0), nil,
 	} {
 		_, err = ob.Forwarder(faults.NewPublisher(0), opt)
 		require.ErrorIs(t, err, outbox.ErrInvalidOption)
 	}
+
+	// One option type configures both constructors; each refuses the
+	// other's options instead of ignoring them.
+	_, err = outbox.New(db, outbox.WithPollInterval(time.Second))
+	require.ErrorIs(t, err, outbox.ErrInvalidOption)
+	require.ErrorContains(t, err, "outbox.New does not take option WithPollInterval")
+	_, err = ob.Forwarder(faults.NewPublisher(0), outbox.WithTable("other"))
+	require.ErrorIs(t, err, outbox.ErrInvalidOption)
+	require.ErrorContains(t, err, "Outbox.Forwarder does not take option WithTable")
 }

@@ -10,6 +10,8 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/internal/options"
 )
 
 // DefaultTable is the outbox table unless WithTable names another; the
@@ -39,9 +41,13 @@ type Outbox struct {
 	offsets wsql.DefaultPostgreSQLOffsetsAdapter
 }
 
-// Option configures New. Every option validates its argument; an invalid one
-// makes New fail with an error wrapping ErrInvalidOption.
-type Option func(*Outbox) error
+// Option configures New (WithTable) or Outbox.Forwarder (the other
+// options). Every option validates its argument; an invalid one, or one
+// the constructor does not take, makes it fail with an error wrapping
+// ErrInvalidOption.
+type Option func(*options.Set) error
+
+const optTable = "WithTable"
 
 var tableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
 
@@ -52,11 +58,11 @@ var tableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
 // schema, set the connection's search_path. It is also the forwarder's
 // watermill topic. Each outbox (table) has its own forwarders.
 func WithTable(name string) Option {
-	return func(o *Outbox) error {
+	return func(s *options.Set) error {
 		if !tableRE.MatchString(name) {
 			return fmt.Errorf("%w: table name %q must match [a-z_][a-z0-9_]{0,47}", ErrInvalidOption, name)
 		}
-		o.table = name
+		s.Put(optTable, name)
 		return nil
 	}
 }
@@ -72,15 +78,14 @@ func New(db *sql.DB, opts ...Option) (*Outbox, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil *sql.DB", ErrInvalidOption)
 	}
-	o := &Outbox{db: db, table: DefaultTable}
-	for _, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
-		}
-		if err := opt(o); err != nil {
-			return nil, err
-		}
+	set, err := options.Apply(ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
 	}
+	if err := set.Check(ErrInvalidOption, "outbox.New", optTable); err != nil {
+		return nil, err
+	}
+	o := &Outbox{db: db, table: options.Get(set, optTable, DefaultTable)}
 	messages, offsets := quoteIdent(o.table), quoteIdent(o.OffsetsTable())
 	o.schema = wsql.DefaultPostgreSQLSchema{
 		GenerateMessagesTableName: func(string) string { return messages },
