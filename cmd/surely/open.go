@@ -20,6 +20,7 @@ import (
 	"github.com/surely-dev/surely/adapters/redisstream"
 	"github.com/surely-dev/surely/cmd/surely/internal/endpoint"
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
@@ -30,7 +31,7 @@ const connectTimeout = 10 * time.Second
 
 // archiveConn is an open archive and what closes its connection.
 type archiveConn struct {
-	dlq.Archive
+	archive.Archive
 	closers []func() error
 }
 
