@@ -21,3 +21,11 @@ func TxIsolation(s *Store) sql.IsolationLevel {
 	}
 	return sql.LevelDefault
 }
+
+// PreparedStatements returns how many statements the store holds prepared.
+func PreparedStatements(s *Store) int {
+	if m := s.prep.stmts.Load(); m != nil {
+		return len(*m)
+	}
+	return 0
+}

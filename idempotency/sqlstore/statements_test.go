@@ -131,3 +131,38 @@ func TestReleaseKeepsAnyErrorText(t *testing.T) {
 		require.Equal(t, msg, rec.History[0].Error)
 	})
 }
+
+// The store prepares each statement once and reuses it: after a round of
+// every operation (a new key's claim, Complete, a key with a row claimed
+// again, Release, Extend), the same round prepares nothing more. On one
+// connection, so that database/sql has no second connection to prepare
+// them on.
+func TestStatementsArePreparedOnce(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		var c sqlcount.Counter
+		db := countedDB(t, b, &c)
+		db.SetMaxOpenConns(1)
+		s := newStore(t, db, b.dialect)
+		ctx := t.Context()
+		round := func(key string) {
+			req := idempotency.ClaimRequest{Namespace: "ns", Key: key, Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 5}
+			res, err := s.Claim(ctx, req)
+			require.NoError(t, err)
+			require.NoError(t, s.Release(ctx, res.Lease, idempotency.Failure{Error: "x"}))
+			res, err = s.Claim(ctx, req)
+			require.NoError(t, err)
+			require.Equal(t, idempotency.Acquired, res.Status)
+			_, err = s.Extend(ctx, res.Lease, time.Minute)
+			require.NoError(t, err)
+			require.NoError(t, s.Complete(ctx, res.Lease, idempotency.Outcome{}))
+		}
+		round("warm-up")
+		prepared := sqlstore.PreparedStatements(s)
+		require.NotZero(t, prepared, "the operations' statements are prepared")
+		before := c.Snapshot()
+		round("again")
+		got := c.Snapshot().Sub(before)
+		require.Zero(t, got.Prepares, "the second round reuses the prepared statements: %+v", got)
+		require.Equal(t, prepared, sqlstore.PreparedStatements(s))
+	})
+}
