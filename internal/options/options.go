@@ -27,7 +27,6 @@ const (
 	CloseTimeout   = "WithCloseTimeout"   // time.Duration
 	MeterProvider  = "WithMeterProvider"  // metric.MeterProvider
 	TracerProvider = "WithTracerProvider" // trace.TracerProvider
-	Retention      = "WithRetention"      // time.Duration
 )
 
 // Set is the settings a list of options recorded: values by option name,
