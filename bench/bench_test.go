@@ -144,12 +144,12 @@ func surelyRedisBatched(b *testing.B, ps *gochannel.GoChannel, fn message.Handle
 	return surelyRedisWith(b, ps, fn, redisstore.WithBatching(storeBatch))
 }
 
-func surelyRedisWith(b *testing.B, ps *gochannel.GoChannel, fn message.HandlerFunc, opts ...redisstore.Option) message.HandlerFunc {
+func surelyRedisWith(b *testing.B, ps *gochannel.GoChannel, fn message.HandlerFunc, opts ...idempotency.Option) message.HandlerFunc {
 	client := testenv.Redis(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	prefix := "surely-bench:" + watermill.NewShortUUID() + ":"
-	store, err := redisstore.New(ctx, client, append([]redisstore.Option{redisstore.WithPrefix(prefix)}, opts...)...)
+	store, err := redisstore.New(ctx, client, append([]idempotency.Option{redisstore.WithPrefix(prefix)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -62,11 +62,11 @@ func naiveOp(_ *testing.B, client *redis.Client, prefix string) messageOp {
 
 // surelyStoreOp is redisstore's Claim and Complete, as the dedup step calls
 // them for a fresh message (no outcome messages).
-func surelyStoreOp(opts ...redisstore.Option) func(b *testing.B, client *redis.Client, prefix string) messageOp {
+func surelyStoreOp(opts ...idempotency.Option) func(b *testing.B, client *redis.Client, prefix string) messageOp {
 	return func(b *testing.B, client *redis.Client, prefix string) messageOp {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		store, err := redisstore.New(ctx, client, append([]redisstore.Option{redisstore.WithPrefix(prefix)}, opts...)...)
+		store, err := redisstore.New(ctx, client, append([]idempotency.Option{redisstore.WithPrefix(prefix)}, opts...)...)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -433,7 +433,7 @@ func TestStaleOwnersPermanentErrorIsNotDeadLettered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		skew := time.Duration(0) // the store's clock runs ahead of the bubble's by skew
-		mem, err := memstore.New(memstore.WithClock(func() time.Time {
+		mem, err := memstore.New(idempotency.WithClock(func() time.Time {
 			mu.Lock()
 			defer mu.Unlock()
 			return time.Now().Add(skew)

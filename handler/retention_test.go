@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/handler"
+	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/internal/faults"
 	"github.com/surely-dev/surely/middleware"
@@ -21,7 +22,7 @@ import (
 func TestDuplicateAfterRetentionRunsAgain(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		mem, err := memstore.New(memstore.WithRetention(time.Hour))
+		mem, err := memstore.New(idempotency.WithRetention(time.Hour))
 		require.NoError(t, err)
 		e := &env{store: faults.NewStore(mem), mem: mem, dead: faults.NewPublisher(0)}
 		var calls atomic.Int32

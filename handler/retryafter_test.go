@@ -15,6 +15,7 @@ import (
 	surelydelivery "github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
+	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/internal/faults"
 	"github.com/surely-dev/surely/middleware"
@@ -111,7 +112,7 @@ func TestRetryAfterIsNotBeforeOnEveryBroker(t *testing.T) {
 func TestInProgressWaitIgnoresClientClockSkew(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		mem, err := memstore.New(memstore.WithClock(func() time.Time { return time.Now().Add(-time.Hour) }))
+		mem, err := memstore.New(idempotency.WithClock(func() time.Time { return time.Now().Add(-time.Hour) }))
 		require.NoError(t, err)
 		e := &env{store: faults.NewStore(mem), mem: mem, dead: faults.NewPublisher(0)}
 		release := make(chan struct{})

@@ -93,4 +93,15 @@
 // (PostgreSQL, MySQL/MariaDB, SQLite; lease mode and the transactional
 // inbox), idempotency/memstore (tests and examples only). Every store runs
 // the conformance suite in idempotency/idempotencytest.
+//
+// # Configuration
+//
+// [NewExtractor] and the stores' constructors take one [Option] type. The
+// options that mean the same for several of them are defined here:
+// [WithRetention] (every store), [WithLogger] (redisstore, sqlstore) and
+// [WithClock] (memstore; the other stores use their server's clock); each
+// store's own options are in its package (redisstore.WithPrefix,
+// sqlstore.WithTable, ...), the Extractor's here ([WithSources],
+// [WithFingerprintMetadata]). A constructor given an invalid option, a nil
+// one, or one it does not use returns an error wrapping [ErrInvalidOption].
 package idempotency

@@ -6,11 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/internal/options"
 )
 
 // DefaultMetadataKey is the metadata key the default Extractor reads the
@@ -26,8 +27,6 @@ var (
 	// ErrInvalidKey means a key was found but is unusable (too long, control
 	// characters, not UTF-8). It is rejected, never stored.
 	ErrInvalidKey = errors.New("idempotency: invalid operation key")
-	// ErrInvalidOption wraps every option error of this package.
-	ErrInvalidOption = errors.New("idempotency: invalid option")
 )
 
 // ValidateKey checks an operation key: non-empty, at most MaxKeyLen bytes,
@@ -128,45 +127,21 @@ type Extractor struct {
 	fpMeta  []string
 }
 
-// ExtractorOption configures an Extractor.
-type ExtractorOption func(*Extractor) error
-
-// WithSources sets the key sources, tried in order. The default is
-// FromMetadata(DefaultMetadataKey), then FromUUID().
-func WithSources(sources ...KeySource) ExtractorOption {
-	return func(e *Extractor) error {
-		if len(sources) == 0 {
-			return fmt.Errorf("%w: WithSources needs at least one source", ErrInvalidOption)
-		}
-		for _, src := range sources {
-			if src == nil {
-				return fmt.Errorf("%w: WithSources got a nil source", ErrInvalidOption)
-			}
-		}
-		e.sources = sources
-		return nil
+// NewExtractor builds an Extractor. It takes WithSources and
+// WithFingerprintMetadata; any other Option is an error wrapping
+// ErrInvalidOption.
+func NewExtractor(opts ...Option) (*Extractor, error) {
+	set, err := options.Apply(ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
 	}
-}
-
-// WithFingerprintMetadata adds metadata entries to the fingerprint, so that
-// the same key arriving with, say, another "amount" header is a conflict.
-func WithFingerprintMetadata(keys ...string) ExtractorOption {
-	return func(e *Extractor) error {
-		e.fpMeta = slices.Sorted(slices.Values(keys))
-		e.fpMeta = slices.Compact(e.fpMeta)
-		return nil
+	if err := set.Check(ErrInvalidOption, "idempotency.NewExtractor", optSources, optFingerprint); err != nil {
+		return nil, err
 	}
-}
-
-// NewExtractor builds an Extractor.
-func NewExtractor(opts ...ExtractorOption) (*Extractor, error) {
-	e := &Extractor{sources: []KeySource{FromMetadata(DefaultMetadataKey), FromUUID()}}
-	for _, o := range opts {
-		if err := o(e); err != nil {
-			return nil, err
-		}
-	}
-	return e, nil
+	return &Extractor{
+		sources: options.Get(set, optSources, []KeySource{FromMetadata(DefaultMetadataKey), FromUUID()}),
+		fpMeta:  options.Get[[]string](set, optFingerprint, nil),
+	}, nil
 }
 
 // Extract returns the identity of msg. Errors wrap ErrNoKey or ErrInvalidKey.

@@ -24,7 +24,7 @@ type noRetention struct{ idempotency.Store }
 // and the namespace also when the store reports no retention.
 func TestDedupWithoutIdentityFinalNamesOperation(t *testing.T) {
 	t.Parallel()
-	mem, err := memstore.New(memstore.WithRetention(time.Hour))
+	mem, err := memstore.New(idempotency.WithRetention(time.Hour))
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name      string

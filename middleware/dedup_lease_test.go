@@ -158,7 +158,7 @@ func TestDedupFencedAttemptReportsLeaseLost(t *testing.T) {
 	for _, handlerErr := range []error{nil, errors.New("failed late")} {
 		synctest.Test(t, func(t *testing.T) {
 			clock := &skewedClock{}
-			store, err := memstore.New(memstore.WithClock(clock.now))
+			store, err := memstore.New(idempotency.WithClock(clock.now))
 			require.NoError(t, err)
 			var owner idempotency.Lease
 			h := leaseDedup(t, store, func(*message.Message) ([]*message.Message, error) {

@@ -156,7 +156,7 @@
 //     quorum queues' delivery-limit, SQS maxReceiveCount, JetStream
 //     MaxDeliver), message TTL or stream retention can drop it first;
 //   - the redelivery comes within the DONE record's retention
-//     (sqlstore.WithRetention): an outage of the publish side keeps the
+//     (idempotency.WithRetention): an outage of the publish side keeps the
 //     consumed message unacked, and past the retention its redelivery runs
 //     the handler again instead of re-emitting;
 //   - the events need no order beyond what the router's publish gives

@@ -202,7 +202,7 @@ func runConsumer(ctx context.Context, cfg childConfig) error {
 				DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
 		}
 		defer func() { _ = client.Close() }()
-		var opts []redisstore.Option
+		var opts []idempotency.Option
 		if cfg.WaitReplicas > 0 {
 			opts = append(opts, redisstore.WithWaitReplicas(cfg.WaitReplicas, waitReplicasTimeout))
 		}
@@ -265,9 +265,9 @@ func runConsumer(ctx context.Context, cfg childConfig) error {
 }
 
 // newRedisStore retries while the private Redis restarts.
-func newRedisStore(ctx context.Context, client *redis.Client, n names, opts ...redisstore.Option) (*redisstore.Store, error) {
+func newRedisStore(ctx context.Context, client *redis.Client, n names, opts ...idempotency.Option) (*redisstore.Store, error) {
 	deadline := time.Now().Add(serverReady)
-	opts = append([]redisstore.Option{redisstore.WithPrefix(n.redisPrefix)}, opts...)
+	opts = append([]idempotency.Option{redisstore.WithPrefix(n.redisPrefix)}, opts...)
 	for {
 		s, err := redisstore.New(ctx, client, opts...)
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {

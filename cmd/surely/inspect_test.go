@@ -194,7 +194,7 @@ func TestInspectRedisTwoConsumers(t *testing.T) {
 func TestInspectGolden(t *testing.T) {
 	t.Parallel()
 	clock := fixedNow.Add(-10 * time.Minute)
-	store, err := memstore.New(memstore.WithClock(func() time.Time { return clock }))
+	store, err := memstore.New(idempotency.WithClock(func() time.Time { return clock }))
 	require.NoError(t, err)
 	ctx := context.Background()
 	claim := func(i int) idempotency.Lease {

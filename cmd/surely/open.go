@@ -153,7 +153,7 @@ func (a *app) dialStore(ctx context.Context, ep endpoint.Endpoint) (*storeConn, 
 		if err != nil {
 			return nil, err
 		}
-		var opts []redisstore.Option
+		var opts []idempotency.Option
 		if ep.Prefix != "" {
 			opts = append(opts, redisstore.WithPrefix(ep.Prefix))
 		}
@@ -174,7 +174,7 @@ func (a *app) dialStore(ctx context.Context, ep endpoint.Endpoint) (*storeConn, 
 		dialect := map[endpoint.Kind]sqlstore.Dialect{
 			endpoint.Postgres: sqlstore.Postgres, endpoint.SQLite: sqlstore.SQLite, endpoint.MySQL: sqlstore.MySQL,
 		}[ep.Kind]
-		var opts []sqlstore.Option
+		var opts []idempotency.Option
 		if ep.Table != "" {
 			opts = append(opts, sqlstore.WithTable(ep.Table))
 		}

@@ -32,7 +32,7 @@ func newRetentionSetup(t *testing.T, reason dlq.Reason, storeRetention time.Dura
 	t.Helper()
 	ctx := context.Background()
 	c := newFakeClock() // T = t0
-	st, err := memstore.New(memstore.WithClock(c.Now), memstore.WithRetention(storeRetention))
+	st, err := memstore.New(idempotency.WithClock(c.Now), idempotency.WithRetention(storeRetention))
 	require.NoError(t, err)
 	c.Advance(-time.Hour)
 	res, err := st.Claim(ctx, idempotency.ClaimRequest{Namespace: "reserve", Key: "order-1", Fingerprint: "fp-a", Lease: time.Minute, MaxAttempts: 3})

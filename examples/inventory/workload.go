@@ -15,6 +15,7 @@ import (
 
 	surelynats "github.com/surely-dev/surely/adapters/nats"
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
 )
 
@@ -130,7 +131,7 @@ func redact(raw string) string {
 }
 
 func newStore(db *sql.DB, n names) (*sqlstore.Store, error) {
-	return sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable(n.inbox), sqlstore.WithRetention(time.Hour))
+	return sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable(n.inbox), idempotency.WithRetention(time.Hour))
 }
 
 // createTables creates the run's tables and the inbox, and stocks every SKU.

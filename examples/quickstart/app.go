@@ -33,7 +33,7 @@ func openApp(ctx context.Context, path string) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := sqlstore.New(db, sqlstore.SQLite, sqlstore.WithRetention(time.Hour))
+	store, err := sqlstore.New(db, sqlstore.SQLite, idempotency.WithRetention(time.Hour))
 	if err == nil {
 		err = store.Migrate(ctx)
 	}

@@ -46,7 +46,7 @@ func openStore(ctx context.Context, path string) (*sql.DB, *sqlstore.Store, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := sqlstore.New(db, sqlstore.SQLite, sqlstore.WithRetention(time.Hour))
+	store, err := sqlstore.New(db, sqlstore.SQLite, idempotency.WithRetention(time.Hour))
 	if err == nil {
 		err = store.Migrate(ctx)
 	}

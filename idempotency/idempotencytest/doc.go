@@ -10,7 +10,7 @@
 //	func TestConformance(t *testing.T) {
 //		idempotencytest.Run(t, func(t *testing.T) idempotencytest.Harness {
 //			clock := newFakeClock()
-//			s, err := memstore.New(memstore.WithClock(clock.Now), memstore.WithRetention(time.Hour))
+//			s, err := memstore.New(idempotency.WithClock(clock.Now), idempotency.WithRetention(time.Hour))
 //			require.NoError(t, err)
 //			return idempotencytest.Harness{
 //				Store:     s,

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/options"
 )
 
-// DefaultRetention is how long records are kept unless WithRetention is given.
+// DefaultRetention is how long records are kept unless
+// idempotency.WithRetention is given.
 const DefaultRetention = 24 * time.Hour
 
 // Store is an in-memory idempotency.Store. The zero value is not usable; call New.
@@ -30,40 +32,22 @@ type Store struct {
 
 type recordKey struct{ ns, key string }
 
-// Option configures a Store.
-type Option func(*Store) error
-
-// WithClock replaces the store's clock (for deterministic tests).
-func WithClock(now func() time.Time) Option {
-	return func(s *Store) error {
-		if now == nil {
-			return fmt.Errorf("%w: nil clock", idempotency.ErrInvalidOption)
-		}
-		s.now = now
-		return nil
+// New returns an empty store. It takes idempotency.WithRetention (default
+// DefaultRetention) and idempotency.WithClock (default time.Now); any other
+// option is an error wrapping idempotency.ErrInvalidOption.
+func New(opts ...idempotency.Option) (*Store, error) {
+	set, err := options.Apply(idempotency.ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
 	}
-}
-
-// WithRetention sets how long DONE, FAILED and EXHAUSTED records are kept.
-func WithRetention(d time.Duration) Option {
-	return func(s *Store) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: retention must be positive, got %v", idempotency.ErrInvalidOption, d)
-		}
-		s.retention = d
-		return nil
+	if err := set.Check(idempotency.ErrInvalidOption, "memstore.New", options.Retention, options.Clock); err != nil {
+		return nil, err
 	}
-}
-
-// New returns an empty store.
-func New(opts ...Option) (*Store, error) {
-	s := &Store{now: time.Now, retention: DefaultRetention, records: map[recordKey]*idempotency.Record{}}
-	for _, o := range opts {
-		if err := o(s); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
+	return &Store{
+		now:       options.Get(set, options.Clock, time.Now),
+		retention: options.Get(set, options.Retention, DefaultRetention),
+		records:   map[recordKey]*idempotency.Record{},
+	}, nil
 }
 
 var _ idempotency.Store = (*Store)(nil)

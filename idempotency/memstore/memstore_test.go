@@ -44,7 +44,7 @@ func TestConformance(t *testing.T) {
 	idempotencytest.Run(t, func(t *testing.T) idempotencytest.Harness {
 		const retention = time.Hour
 		clock := newFakeClock()
-		s, err := memstore.New(memstore.WithClock(clock.Now), memstore.WithRetention(retention))
+		s, err := memstore.New(idempotency.WithClock(clock.Now), idempotency.WithRetention(retention))
 		require.NoError(t, err)
 		return idempotencytest.Harness{
 			Store:     s,
@@ -57,8 +57,8 @@ func TestConformance(t *testing.T) {
 
 func TestNewRejectsBadOptions(t *testing.T) {
 	t.Parallel()
-	_, err := memstore.New(memstore.WithClock(nil))
+	_, err := memstore.New(idempotency.WithClock(nil))
 	require.ErrorIs(t, err, idempotency.ErrInvalidOption)
-	_, err = memstore.New(memstore.WithRetention(0))
+	_, err = memstore.New(idempotency.WithRetention(0))
 	require.ErrorIs(t, err, idempotency.ErrInvalidOption)
 }

@@ -18,7 +18,7 @@ func TestReopenBudgetAfterCanceledAttempts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := newFakeClock()
-	s, err := memstore.New(memstore.WithClock(clock.Now))
+	s, err := memstore.New(idempotency.WithClock(clock.Now))
 	require.NoError(t, err)
 	req := idempotency.ClaimRequest{Namespace: "budget", Key: "k", Fingerprint: "f", Lease: 10 * time.Second, MaxAttempts: 2}
 

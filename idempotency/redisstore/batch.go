@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/options"
 )
 
 // MaxBatch is the largest batch WithBatching accepts.
@@ -48,13 +49,13 @@ const MaxBatch = 4096
 // (a router with many messages in flight); with one handler at a time it
 // changes nothing. maxBatch must be between 2 and MaxBatch; 64 is a good
 // start.
-func WithBatching(maxBatch int) Option {
-	return func(s *Store) error {
+func WithBatching(maxBatch int) idempotency.Option {
+	return func(s *options.Set) error {
 		if maxBatch < 2 || maxBatch > MaxBatch {
 			return fmt.Errorf("%w: redisstore: batch size must be between 2 and %d, got %d",
 				idempotency.ErrInvalidOption, MaxBatch, maxBatch)
 		}
-		s.batch = &batcher{s: s, max: maxBatch}
+		s.Put(optBatching, maxBatch)
 		return nil
 	}
 }

@@ -25,7 +25,7 @@ func TestBatchingConformance(t *testing.T) {
 		lease     = 400 * time.Millisecond // see TestConformance
 		retention = time.Second            // see TestConformance
 	)
-	s := newStore(t, client, redisstore.WithPrefix(prefix), redisstore.WithRetention(retention),
+	s := newStore(t, client, redisstore.WithPrefix(prefix), idempotency.WithRetention(retention),
 		redisstore.WithBatching(16))
 	idempotencytest.Run(t, func(t *testing.T) idempotencytest.Harness {
 		return idempotencytest.Harness{
@@ -348,7 +348,7 @@ func TestBatchingNoScript(t *testing.T) {
 	t.Parallel()
 	_, c := privateRedis(t)
 	logs := &captured{}
-	s := newStore(t, c, redisstore.WithLogger(slog.New(logs)), redisstore.WithBatching(64))
+	s := newStore(t, c, idempotency.WithLogger(slog.New(logs)), redisstore.WithBatching(64))
 	ctx := t.Context()
 
 	other := redis.NewClient(c.Options())

@@ -61,7 +61,7 @@ func TestCluster(t *testing.T) {
 		// two calls, and a record must not expire in between.
 		retention = time.Second
 	)
-	s := newStore(t, c, redisstore.WithRetention(retention))
+	s := newStore(t, c, idempotency.WithRetention(retention))
 	require.Equal(t, "no persistence (no AOF, no RDB): a restart loses all DONE records; duplicates become possible",
 		s.Durability().Warning, "the weakest primary decides")
 
@@ -78,7 +78,7 @@ func TestCluster(t *testing.T) {
 
 	// Batched: go-redis splits each pipeline by node.
 	t.Run("ConformanceBatched", func(t *testing.T) {
-		bs := newStore(t, c, redisstore.WithRetention(retention), redisstore.WithBatching(16))
+		bs := newStore(t, c, idempotency.WithRetention(retention), redisstore.WithBatching(16))
 		idempotencytest.Run(t, func(t *testing.T) idempotencytest.Harness {
 			return idempotencytest.Harness{
 				Store:     bs,

@@ -4,7 +4,7 @@
 //
 //	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 //	defer client.Close() // yours: the store never closes it
-//	store, err := redisstore.New(ctx, client, redisstore.WithRetention(72*time.Hour))
+//	store, err := redisstore.New(ctx, client, idempotency.WithRetention(72*time.Hour))
 //
 // It implements the state machine of package idempotency exactly as the
 // reference memstore does, and runs the conformance suite
@@ -99,7 +99,7 @@
 // runs, restart without it. Records written meanwhile stay hashes and are
 // read as such.
 //
-// DONE, FAILED and EXHAUSTED records expire a retention (WithRetention)
+// DONE, FAILED and EXHAUSTED records expire a retention (idempotency.WithRetention)
 // after their last change; an IN_PROGRESS record a retention after its
 // lease expiry (PEXPIRE lease+retention at each claim and extension), so it
 // is never forgotten while leased, and an owner that died leaves a failure
@@ -178,7 +178,7 @@
 // restart of the server can forget acknowledged records: every setting
 // below except AOF with appendfsync always (and an AOF whose fsync policy
 // CONFIG GET does not reveal). The warning goes to slog.Default() unless
-// WithLogger is given. By configuration, from weakest to strongest:
+// idempotency.WithLogger is given. By configuration, from weakest to strongest:
 //
 //   - No persistence (no AOF, no RDB save points): any restart of the Redis
 //     process forgets every record. Tests and caches only.

@@ -18,10 +18,10 @@ func TestRetentionMinimumIsOneMillisecond(t *testing.T) {
 	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { _ = c.Close() })
-	_, err := redisstore.New(t.Context(), c, redisstore.WithRetention(time.Millisecond))
+	_, err := redisstore.New(t.Context(), c, idempotency.WithRetention(time.Millisecond))
 	require.Error(t, err)
 	require.NotErrorIs(t, err, idempotency.ErrInvalidOption)
-	_, err = redisstore.New(t.Context(), c, redisstore.WithRetention(time.Millisecond-1))
+	_, err = redisstore.New(t.Context(), c, idempotency.WithRetention(time.Millisecond-1))
 	require.ErrorIs(t, err, idempotency.ErrInvalidOption)
 }
 

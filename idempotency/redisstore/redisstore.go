@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/options"
 )
 
 // Defaults of the options.
@@ -55,49 +56,32 @@ type Store struct {
 	hashRecords bool     // WithHashRecords
 }
 
-// Option configures a Store. Every option validates its argument; an invalid
-// one makes New fail with an error wrapping idempotency.ErrInvalidOption.
-type Option func(*Store) error
+// Names of the store's own options.
+const (
+	optPrefix       = "WithPrefix"
+	optWaitReplicas = "WithWaitReplicas"
+	optHashRecords  = "WithHashRecords"
+	optBatching     = "WithBatching"
+)
 
 // WithPrefix sets the prefix of every key the store writes (default
 // "surely:"). A record's key is prefix + namespace + ":" + operation key.
 // Do not put a hash tag ({...}) in the prefix on Redis Cluster: it would put
 // every record in one slot.
-func WithPrefix(prefix string) Option {
-	return func(s *Store) error {
+func WithPrefix(prefix string) idempotency.Option {
+	return func(s *options.Set) error {
 		if prefix == "" {
 			return fmt.Errorf("%w: redisstore: empty key prefix", idempotency.ErrInvalidOption)
 		}
-		s.prefix = prefix
+		s.Put(optPrefix, prefix)
 		return nil
 	}
 }
 
-// WithRetention sets how long DONE, FAILED and EXHAUSTED records are kept
-// after their last change, and an IN_PROGRESS one after its lease expiry
-// (default 24h); Redis expires them (PEXPIRE). A record is deduplicated only
-// within this window: keep it longer than the longest redelivery or replay
-// delay.
-func WithRetention(d time.Duration) Option {
-	return func(s *Store) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: redisstore: retention must be at least 1ms, got %v", idempotency.ErrInvalidOption, d)
-		}
-		s.retention = d
-		return nil
-	}
-}
-
-// WithLogger sets the logger (default: slog.Default()). The store logs
-// only warnings: the persistence warning of New and script reloads.
-func WithLogger(l *slog.Logger) Option {
-	return func(s *Store) error {
-		if l == nil {
-			return fmt.Errorf("%w: redisstore: nil logger", idempotency.ErrInvalidOption)
-		}
-		s.logger = l
-		return nil
-	}
+// waitReplicas is the value of WithWaitReplicas.
+type waitReplicas struct {
+	n       int
+	timeout time.Duration
 }
 
 // WithWaitReplicas makes Claim and Complete wait until n replicas
@@ -110,8 +94,8 @@ func WithLogger(l *slog.Logger) Option {
 // connection that wrote the record, as Redis requires; this needs a
 // *redis.Client (single node, Sentinel) or a *redis.ClusterClient. Claims
 // and Completes under this option are never batched.
-func WithWaitReplicas(n int, timeout time.Duration) Option {
-	return func(s *Store) error {
+func WithWaitReplicas(n int, timeout time.Duration) idempotency.Option {
+	return func(s *options.Set) error {
 		if n < 1 {
 			return fmt.Errorf("%w: redisstore: WAIT needs at least 1 replica, got %d", idempotency.ErrInvalidOption, n)
 		}
@@ -119,7 +103,7 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 			// WAIT 0 blocks forever: never let a Complete hang.
 			return fmt.Errorf("%w: redisstore: WAIT timeout must be at least 1ms, got %v", idempotency.ErrInvalidOption, timeout)
 		}
-		s.waitN, s.waitTimeout = n, timeout
+		s.Put(optWaitReplicas, waitReplicas{n, timeout})
 		return nil
 	}
 }
@@ -130,9 +114,9 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 // Give it to every process of a rolling upgrade from such a release, and
 // drop it once none of them runs. The store reads and completes records of
 // both forms either way.
-func WithHashRecords() Option {
-	return func(s *Store) error {
-		s.hashRecords = true
+func WithHashRecords() idempotency.Option {
+	return func(s *options.Set) error {
+		s.Put(optHashRecords, true)
 		return nil
 	}
 }
@@ -141,26 +125,48 @@ func WithHashRecords() Option {
 // LOAD), so that every later call is a single EVALSHA, and reads the
 // server's persistence settings (see Durability), logging a warning when a
 // crash or restart of the server can forget acknowledged DONE records (to
-// slog.Default() unless WithLogger is given). It fails when the server cannot be
-// reached or refuses the scripts.
+// slog.Default() unless idempotency.WithLogger is given). It fails when the
+// server cannot be reached or refuses the scripts.
+//
+// Options: WithPrefix, WithBatching, WithWaitReplicas, WithHashRecords, and
+// of the common ones idempotency.WithRetention (default DefaultRetention,
+// at least 1ms; Redis expires the records with PEXPIRE) and
+// idempotency.WithLogger (default slog.Default(); the store logs only
+// warnings: the persistence warning of New and script reloads). Any other
+// option (idempotency.WithClock: the store's times come from the server's
+// clock) is an error wrapping idempotency.ErrInvalidOption. Options are
+// checked before the server is asked.
 //
 // The store never closes client: the caller owns it and closes it after the
 // last call to the store. Do not share it with a Watermill redisstream
 // subscriber, whose Close closes the client it was given.
-func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Store, error) {
+func New(ctx context.Context, client redis.UniversalClient, opts ...idempotency.Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redisstore: nil client", idempotency.ErrInvalidOption)
 	}
-	s := &Store{
-		client:    client,
-		prefix:    DefaultPrefix,
-		retention: DefaultRetention,
-		logger:    slog.Default(),
+	set, err := options.Apply(idempotency.ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
 	}
-	for _, o := range opts {
-		if err := o(s); err != nil {
-			return nil, err
-		}
+	if err := set.Check(idempotency.ErrInvalidOption, "redisstore.New",
+		optPrefix, options.Retention, options.Logger, optWaitReplicas, optHashRecords, optBatching); err != nil {
+		return nil, err
+	}
+	wait := options.Get(set, optWaitReplicas, waitReplicas{})
+	s := &Store{
+		client:      client,
+		prefix:      options.Get(set, optPrefix, DefaultPrefix),
+		retention:   options.Get(set, options.Retention, DefaultRetention),
+		logger:      options.Get(set, options.Logger, slog.Default()),
+		waitN:       wait.n,
+		waitTimeout: wait.timeout,
+		hashRecords: options.Get(set, optHashRecords, false),
+	}
+	if s.retention < time.Millisecond {
+		return nil, fmt.Errorf("%w: redisstore: retention must be at least 1ms, got %v", idempotency.ErrInvalidOption, s.retention)
+	}
+	if n := options.Get(set, optBatching, 0); n > 0 {
+		s.batch = &batcher{s: s, max: n}
 	}
 	if s.waitN > 0 {
 		switch client.(type) {

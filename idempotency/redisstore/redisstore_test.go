@@ -77,7 +77,7 @@ func privateRedis(t *testing.T, extra ...string) (*testenv.RedisServer, *redis.C
 	return srv, c
 }
 
-func newStore(t *testing.T, c redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
+func newStore(t *testing.T, c redis.UniversalClient, opts ...idempotency.Option) *redisstore.Store {
 	t.Helper()
 	s, err := redisstore.New(t.Context(), c, opts...)
 	require.NoError(t, err)
@@ -111,7 +111,7 @@ func TestConformance(t *testing.T) {
 		// two calls, and a record must not expire in between.
 		retention = time.Second
 	)
-	s := newStore(t, client, redisstore.WithPrefix(prefix), redisstore.WithRetention(retention))
+	s := newStore(t, client, redisstore.WithPrefix(prefix), idempotency.WithRetention(retention))
 	idempotencytest.Run(t, func(t *testing.T) idempotencytest.Harness {
 		return idempotencytest.Harness{
 			Store:     s,
@@ -247,7 +247,7 @@ const fastClaimTrip = "pipeline(set,pexpiretime)"
 func TestKeyLayout(t *testing.T) {
 	client, prefix := setup(t)
 	const retention = 10 * time.Second
-	s := newStore(t, client, redisstore.WithPrefix(prefix), redisstore.WithRetention(retention))
+	s := newStore(t, client, redisstore.WithPrefix(prefix), idempotency.WithRetention(retention))
 	ctx := t.Context()
 	pttl := func(key string, from, to time.Duration) {
 		t.Helper()
@@ -326,12 +326,12 @@ func TestOptionsAreValidated(t *testing.T) {
 	// Options are checked before the server is asked: no server needed.
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { _ = c.Close() })
-	for name, opt := range map[string]redisstore.Option{
+	for name, opt := range map[string]idempotency.Option{
 		"empty prefix":       redisstore.WithPrefix(""),
-		"zero retention":     redisstore.WithRetention(0),
-		"sub-ms retention":   redisstore.WithRetention(time.Microsecond),
-		"negative retention": redisstore.WithRetention(-time.Hour),
-		"nil logger":         redisstore.WithLogger(nil),
+		"zero retention":     idempotency.WithRetention(0),
+		"sub-ms retention":   idempotency.WithRetention(time.Microsecond),
+		"negative retention": idempotency.WithRetention(-time.Hour),
+		"nil logger":         idempotency.WithLogger(nil),
 		"zero replicas":      redisstore.WithWaitReplicas(0, time.Second),
 		"zero WAIT timeout":  redisstore.WithWaitReplicas(1, 0),
 		"batch of 1":         redisstore.WithBatching(1),
@@ -350,7 +350,7 @@ func TestOptionsAreValidated(t *testing.T) {
 	require.ErrorIs(t, err, idempotency.ErrInvalidOption, "WAIT needs a client that can pin a connection")
 
 	// Valid options against an unreachable server: New fails (it loads the scripts).
-	_, err = redisstore.New(t.Context(), c, redisstore.WithRetention(time.Hour))
+	_, err = redisstore.New(t.Context(), c, idempotency.WithRetention(time.Hour))
 	require.Error(t, err)
 	require.NotErrorIs(t, err, idempotency.ErrInvalidOption)
 }
@@ -395,7 +395,7 @@ func (c *captured) warnings() []string {
 func TestDurabilityWarnsWithoutPersistence(t *testing.T) {
 	client, prefix := setup(t)
 	logs := &captured{}
-	s := newStore(t, client, redisstore.WithPrefix(prefix), redisstore.WithLogger(slog.New(logs)))
+	s := newStore(t, client, redisstore.WithPrefix(prefix), idempotency.WithLogger(slog.New(logs)))
 	d := s.Durability()
 	require.False(t, d.AOF, "the shared test server runs without AOF")
 	require.False(t, d.RDB, "the shared test server runs with --save \"\"")
@@ -444,7 +444,7 @@ func TestDurabilityLevels(t *testing.T) {
 			t.Parallel()
 			_, c := privateRedis(t, tc.args...)
 			logs := &captured{}
-			s := newStore(t, c, redisstore.WithLogger(slog.New(logs)))
+			s := newStore(t, c, idempotency.WithLogger(slog.New(logs)))
 			require.Equal(t, tc.want, s.Durability())
 			if tc.want.Warning == "" {
 				require.Empty(t, logs.warnings())
@@ -461,7 +461,7 @@ func TestNoScriptRecovery(t *testing.T) {
 	t.Parallel()
 	srv, c := privateRedis(t)
 	logs := &captured{}
-	s := newStore(t, c, redisstore.WithLogger(slog.New(logs)))
+	s := newStore(t, c, idempotency.WithLogger(slog.New(logs)))
 	ctx := t.Context()
 	rt := &roundTrips{}
 	c.AddHook(rt)

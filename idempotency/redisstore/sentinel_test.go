@@ -77,9 +77,9 @@ func TestSentinel(t *testing.T) {
 		lease     = 400 * time.Millisecond // see TestConformance
 		retention = time.Second            // see TestConformance
 	)
-	for name, opts := range map[string][]redisstore.Option{
-		"Conformance":        {redisstore.WithRetention(retention)},
-		"ConformanceBatched": {redisstore.WithRetention(retention), redisstore.WithBatching(16)},
+	for name, opts := range map[string][]idempotency.Option{
+		"Conformance":        {idempotency.WithRetention(retention)},
+		"ConformanceBatched": {idempotency.WithRetention(retention), redisstore.WithBatching(16)},
 	} {
 		s := newStore(t, c, opts...)
 		t.Run(name, func(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/surely-dev/surely/idempotency/redisstore"
+	"github.com/surely-dev/surely/idempotency"
 )
 
 // Every persistence level that can lose an acknowledged DONE record warns,
@@ -57,7 +57,7 @@ func TestDurabilityWarnsEveryLossyLevel(t *testing.T) {
 			t.Parallel()
 			_, c := privateRedis(t, tc.args...)
 			logs := &captured{}
-			s := newStore(t, c, redisstore.WithLogger(slog.New(logs)))
+			s := newStore(t, c, idempotency.WithLogger(slog.New(logs)))
 			require.Equal(t, tc.warn, s.Durability().Warning)
 			if tc.warn == "" {
 				require.Empty(t, logs.warnings())

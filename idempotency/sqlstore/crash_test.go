@@ -121,7 +121,7 @@ func crashChild() int {
 	defer func() { _ = db.Close() }()
 	table, at := os.Getenv(crashTableEnv), os.Getenv(crashAtEnv)
 	inTx := os.Getenv(crashPathEnv) != crashPathDefault
-	opts := []sqlstore.Option{sqlstore.WithTable(table)}
+	opts := []idempotency.Option{sqlstore.WithTable(table)}
 	if inTx {
 		opts = append(opts, sqlstore.WithInTxClaims())
 	}

@@ -7,7 +7,7 @@
 //
 //	db, err := sql.Open("pgx", "postgres://app@db:5432/app") // github.com/jackc/pgx/v5/stdlib
 //	defer db.Close() // yours: the store never closes it
-//	store, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithRetention(72*time.Hour))
+//	store, err := sqlstore.New(db, sqlstore.Postgres, idempotency.WithRetention(72*time.Hour))
 //	err = store.Migrate(ctx) // or apply schema/postgres.sql in your migrations
 //
 // It implements the state machine of package idempotency exactly as the
@@ -48,7 +48,7 @@
 // runs exactly the embedded files (the table name substituted), so the two
 // cannot drift.
 //
-// Retention (WithRetention, default 24h) counts from a record's last
+// Retention (idempotency.WithRetention, default 24h) counts from a record's last
 // change, as in every store: an expired record reads as absent at once (a
 // claim overwrites it in place), and Purge deletes expired rows in batches;
 // call it periodically from one process.

@@ -101,7 +101,7 @@ func TestMigrateReplacesExpiresIndex(t *testing.T) {
 			require.NoError(t, err)
 		}
 
-		s, err := sqlstore.New(db, b.dialect, sqlstore.WithTable(table), sqlstore.WithRetention(time.Minute))
+		s, err := sqlstore.New(db, b.dialect, sqlstore.WithTable(table), idempotency.WithRetention(time.Minute))
 		require.NoError(t, err)
 		require.NoError(t, s.Migrate(t.Context()))
 		require.NoError(t, s.Migrate(t.Context()), "Migrate again changes nothing")

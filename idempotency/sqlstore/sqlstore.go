@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/options"
 )
 
 // Defaults of the options.
@@ -54,9 +55,11 @@ type Store struct {
 	skew atomic.Int64
 }
 
-// Option configures a Store. Every option validates its argument; an invalid
-// one makes New fail with an error wrapping idempotency.ErrInvalidOption.
-type Option func(*Store) error
+// Names of the store's own options.
+const (
+	optTable      = "WithTable"
+	optInTxClaims = "WithInTxClaims"
+)
 
 var tableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
 
@@ -71,39 +74,12 @@ var addColumnRE = regexp.MustCompile("^ALTER TABLE ([\"`][a-z0-9_]+[\"`]) ADD CO
 // identifier limit. It is
 // quoted in every statement. To use another PostgreSQL schema, set the
 // connection's search_path.
-func WithTable(name string) Option {
-	return func(s *Store) error {
+func WithTable(name string) idempotency.Option {
+	return func(s *options.Set) error {
 		if !tableRE.MatchString(name) {
 			return fmt.Errorf("%w: sqlstore: table name %q must match [a-z_][a-z0-9_]{0,47}", idempotency.ErrInvalidOption, name)
 		}
-		s.table = name
-		return nil
-	}
-}
-
-// WithRetention sets how long DONE, FAILED and EXHAUSTED records are kept
-// after their last change, and an IN_PROGRESS one after its lease expiry
-// (default 24h). An expired record reads as absent at once; Purge deletes
-// expired rows. A record is deduplicated only within this window: keep it
-// longer than the longest redelivery or replay delay.
-func WithRetention(d time.Duration) Option {
-	return func(s *Store) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: sqlstore: retention must be at least 1ms, got %v", idempotency.ErrInvalidOption, d)
-		}
-		s.retention = d
-		return nil
-	}
-}
-
-// WithLogger sets the logger (default: discard). The store logs Migrate's
-// warnings about the SQLite configuration and what Purge deleted.
-func WithLogger(l *slog.Logger) Option {
-	return func(s *Store) error {
-		if l == nil {
-			return fmt.Errorf("%w: sqlstore: nil logger", idempotency.ErrInvalidOption)
-		}
-		s.logger = l
+		s.Put(optTable, name)
 		return nil
 	}
 }
@@ -122,9 +98,9 @@ func WithLogger(l *slog.Logger) Option {
 // inbox's transaction would run for a duplicate too. Without it (the
 // default) the dedup step claims first, in a commit of its own, and the
 // inbox marks DONE in the effect's transaction.
-func WithInTxClaims() Option {
-	return func(s *Store) error {
-		s.inTxClaims = true
+func WithInTxClaims() idempotency.Option {
+	return func(s *options.Set) error {
+		s.Put(optInTxClaims, true)
 		return nil
 	}
 }
@@ -133,26 +109,41 @@ func WithInTxClaims() Option {
 // connects nor touches the schema: call Migrate (or apply the schema files)
 // before the first claim.
 //
+// Options: WithTable, WithInTxClaims, and of the common ones
+// idempotency.WithRetention (default DefaultRetention, at least 1ms; an
+// expired record reads as absent at once, Purge deletes expired rows) and
+// idempotency.WithLogger (default: discard; the store logs Migrate's
+// warnings about the SQLite configuration and what Purge deleted). Any
+// other option (idempotency.WithClock: the store's times come from the
+// database's clock) is an error wrapping idempotency.ErrInvalidOption.
+//
 // The store never closes db: the caller owns it and closes it after the last
 // call to the store.
-func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
+func New(db *sql.DB, dialect Dialect, opts ...idempotency.Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlstore: nil *sql.DB", idempotency.ErrInvalidOption)
 	}
 	if dialect.schemaFile() == "" {
 		return nil, fmt.Errorf("%w: sqlstore: unknown dialect %v", idempotency.ErrInvalidOption, dialect)
 	}
-	s := &Store{
-		db:        db,
-		dialect:   dialect,
-		table:     DefaultTable,
-		retention: DefaultRetention,
-		logger:    slog.New(slog.DiscardHandler),
+	set, err := options.Apply(idempotency.ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
 	}
-	for _, o := range opts {
-		if err := o(s); err != nil {
-			return nil, err
-		}
+	if err := set.Check(idempotency.ErrInvalidOption, "sqlstore.New",
+		optTable, options.Retention, options.Logger, optInTxClaims); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		db:         db,
+		dialect:    dialect,
+		table:      options.Get(set, optTable, DefaultTable),
+		retention:  options.Get(set, options.Retention, DefaultRetention),
+		logger:     options.Get(set, options.Logger, slog.New(slog.DiscardHandler)),
+		inTxClaims: options.Get(set, optInTxClaims, false),
+	}
+	if s.retention < time.Millisecond {
+		return nil, fmt.Errorf("%w: sqlstore: retention must be at least 1ms, got %v", idempotency.ErrInvalidOption, s.retention)
 	}
 	s.q = newQueries(dialect, s.table)
 	s.fq = newFastQueries(dialect, quoteTable(dialect, s.table))

@@ -134,10 +134,10 @@ func newTable(t testing.TB, db *sql.DB, d sqlstore.Dialect) string {
 }
 
 // newStore returns a store on a fresh table of its own.
-func newStore(t testing.TB, db *sql.DB, d sqlstore.Dialect, opts ...sqlstore.Option) *sqlstore.Store {
+func newStore(t testing.TB, db *sql.DB, d sqlstore.Dialect, opts ...idempotency.Option) *sqlstore.Store {
 	t.Helper()
 	table := newTable(t, db, d)
-	s, err := sqlstore.New(db, d, append([]sqlstore.Option{sqlstore.WithTable(table)}, opts...)...)
+	s, err := sqlstore.New(db, d, append([]idempotency.Option{sqlstore.WithTable(table)}, opts...)...)
 	require.NoError(t, err)
 	return s
 }
@@ -160,7 +160,7 @@ func TestConformance(t *testing.T) {
 			idempotencytest.Run(t, func(t *testing.T) idempotencytest.Harness {
 				// A store per subtest on the shared table: each moves its own
 				// view of the database clock, in its own namespace.
-				s, err := sqlstore.New(db, b.dialect, sqlstore.WithTable(table), sqlstore.WithRetention(retention))
+				s, err := sqlstore.New(db, b.dialect, sqlstore.WithTable(table), idempotency.WithRetention(retention))
 				require.NoError(t, err)
 				return idempotencytest.Harness{
 					Store:     s,
@@ -203,28 +203,28 @@ func TestNewValidatesOptions(t *testing.T) {
 	for name, tc := range map[string]struct {
 		db      *sql.DB
 		dialect sqlstore.Dialect
-		opts    []sqlstore.Option
+		opts    []idempotency.Option
 	}{
 		"nil db":              {nil, sqlstore.SQLite, nil},
 		"zero dialect":        {db, 0, nil},
 		"unknown dialect":     {db, 42, nil},
-		"empty table":         {db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("")}},
-		"quote in table":      {db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable(`t"; DROP TABLE x; --`)}},
-		"upper case table":    {db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("Inbox")}},
-		"dotted table":        {db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("public.inbox")}},
-		"leading digit":       {db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("1inbox")}},
-		"table too long":      {db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable(strings.Repeat("t", 49))}},
-		"zero retention":      {db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithRetention(0)}},
-		"sub-ms retention":    {db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithRetention(time.Microsecond)}},
-		"negative retention":  {db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithRetention(-time.Hour)}},
-		"nil logger":          {db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithLogger(nil)}},
-		"second option fails": {db, sqlstore.SQLite, []sqlstore.Option{sqlstore.WithTable("ok"), sqlstore.WithTable("NOT OK")}},
+		"empty table":         {db, sqlstore.SQLite, []idempotency.Option{sqlstore.WithTable("")}},
+		"quote in table":      {db, sqlstore.SQLite, []idempotency.Option{sqlstore.WithTable(`t"; DROP TABLE x; --`)}},
+		"upper case table":    {db, sqlstore.SQLite, []idempotency.Option{sqlstore.WithTable("Inbox")}},
+		"dotted table":        {db, sqlstore.SQLite, []idempotency.Option{sqlstore.WithTable("public.inbox")}},
+		"leading digit":       {db, sqlstore.SQLite, []idempotency.Option{sqlstore.WithTable("1inbox")}},
+		"table too long":      {db, sqlstore.SQLite, []idempotency.Option{sqlstore.WithTable(strings.Repeat("t", 49))}},
+		"zero retention":      {db, sqlstore.SQLite, []idempotency.Option{idempotency.WithRetention(0)}},
+		"sub-ms retention":    {db, sqlstore.SQLite, []idempotency.Option{idempotency.WithRetention(time.Microsecond)}},
+		"negative retention":  {db, sqlstore.SQLite, []idempotency.Option{idempotency.WithRetention(-time.Hour)}},
+		"nil logger":          {db, sqlstore.SQLite, []idempotency.Option{idempotency.WithLogger(nil)}},
+		"second option fails": {db, sqlstore.SQLite, []idempotency.Option{sqlstore.WithTable("ok"), sqlstore.WithTable("NOT OK")}},
 	} {
 		_, err := sqlstore.New(tc.db, tc.dialect, tc.opts...)
 		require.ErrorIs(t, err, idempotency.ErrInvalidOption, name)
 	}
 	s, err := sqlstore.New(db, sqlstore.SQLite, sqlstore.WithTable(strings.Repeat("t", 48)),
-		sqlstore.WithRetention(time.Millisecond), sqlstore.WithLogger(slog.Default()))
+		idempotency.WithRetention(time.Millisecond), idempotency.WithLogger(slog.Default()))
 	require.NoError(t, err)
 	require.Equal(t, strings.Repeat("t", 48), s.Table())
 	s, err = sqlstore.New(db, sqlstore.SQLite)
@@ -355,7 +355,7 @@ func TestFingerprintLimit(t *testing.T) {
 func TestPurge(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
 		db := b.open(t)
-		s := newStore(t, db, b.dialect, sqlstore.WithRetention(time.Hour))
+		s := newStore(t, db, b.dialect, idempotency.WithRetention(time.Hour))
 		ctx := t.Context()
 		claim := func(key string, lease time.Duration) idempotency.Lease {
 			res, err := s.Claim(ctx, idempotency.ClaimRequest{Namespace: "ns", Key: key, Fingerprint: "fp", Lease: lease, MaxAttempts: 5})

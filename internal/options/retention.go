@@ -2,5 +2,5 @@ package options
 
 // Retention is the name of WithRetention (time.Duration): how long what a
 // constructor stores is kept before it may be deleted (the dead-letter
-// archives' Prune).
+// archives' Prune, the idempotency stores' records).
 const Retention = "WithRetention"

@@ -65,7 +65,7 @@ import (
 //     effect per operation key.
 //
 // It runs on memstore (lease mode), whose clock is injected
-// (memstore.WithClock), starts skewed from the process clock by up to an
+// (idempotency.WithClock), starts skewed from the process clock by up to an
 // hour either way and moves only when a step says so (lease expiry,
 // retention expiry); on Redis (lease mode); and on SQLite (the inbox). On
 // the servers time is real: a step that lets a lease expire waits out the
@@ -101,7 +101,7 @@ type propBackend struct {
 func memBackend(t *rapid.T) propBackend {
 	skew := time.Duration(rapid.Int64Range(-int64(time.Hour), int64(time.Hour)).Draw(t, "skew"))
 	clk := &propClock{now: time.Now().Add(skew)}
-	st, err := memstore.New(memstore.WithClock(clk.Now))
+	st, err := memstore.New(idempotency.WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
