@@ -2,7 +2,6 @@ package delivery
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -31,23 +30,13 @@ type Option func(*options.Set) error
 // WithLogger sets the adapter's logger (default: none, the adapter logs
 // nothing).
 func WithLogger(l *slog.Logger) Option {
-	return func(s *options.Set) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
-		}
-		s.Put(options.Logger, l)
-		return nil
-	}
+	return func(s *options.Set) error { return s.PutLogger(ErrInvalidOption, l) }
 }
 
 // WithCloseTimeout sets how long Close waits for messages in flight
 // (default DefaultCloseTimeout).
 func WithCloseTimeout(d time.Duration) Option {
 	return func(s *options.Set) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: close timeout %v is not positive", ErrInvalidOption, d)
-		}
-		s.Put(options.CloseTimeout, d)
-		return nil
+		return s.PutPositive(ErrInvalidOption, options.CloseTimeout, "close timeout", d)
 	}
 }

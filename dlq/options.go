@@ -2,7 +2,6 @@ package dlq
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -37,13 +36,7 @@ const (
 // and the default when the option is not given, is in each constructor's
 // doc.
 func WithLogger(l *slog.Logger) Option {
-	return func(s *options.Set) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
-		}
-		s.Put(options.Logger, l)
-		return nil
-	}
+	return func(s *options.Set) error { return s.PutLogger(ErrInvalidOption, l) }
 }
 
 // WithClock replaces the time source (default time.Now), for
@@ -52,13 +45,7 @@ func WithLogger(l *slog.Logger) Option {
 // replay run its retention guard, its rate limiter's schedule and its
 // saved times.
 func WithClock(now func() time.Time) Option {
-	return func(s *options.Set) error {
-		if now == nil {
-			return fmt.Errorf("%w: nil clock", ErrInvalidOption)
-		}
-		s.Put(options.Clock, now)
-		return nil
-	}
+	return func(s *options.Set) error { return s.PutClock(ErrInvalidOption, now) }
 }
 
 // WithRetention makes an archive's Prune (memarchive, redisarchive,
@@ -66,10 +53,6 @@ func WithClock(now func() time.Time) Option {
 // it the archive keeps everything and Prune deletes nothing.
 func WithRetention(d time.Duration) Option {
 	return func(s *options.Set) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: retention must be positive, got %v", ErrInvalidOption, d)
-		}
-		s.Put(options.Retention, d)
-		return nil
+		return s.PutPositive(ErrInvalidOption, options.Retention, "retention", d)
 	}
 }

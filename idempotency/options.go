@@ -39,11 +39,7 @@ const (
 // NewExtractor's).
 func WithRetention(d time.Duration) Option {
 	return func(s *options.Set) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: retention must be positive, got %v", ErrInvalidOption, d)
-		}
-		s.Put(options.Retention, d)
-		return nil
+		return s.PutPositive(ErrInvalidOption, options.Retention, "retention", d)
 	}
 }
 
@@ -52,26 +48,14 @@ func WithRetention(d time.Duration) Option {
 // store's New says what it logs. memstore, which logs nothing, and
 // NewExtractor refuse it.
 func WithLogger(l *slog.Logger) Option {
-	return func(s *options.Set) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
-		}
-		s.Put(options.Logger, l)
-		return nil
-	}
+	return func(s *options.Set) error { return s.PutLogger(ErrInvalidOption, l) }
 }
 
 // WithClock replaces the clock of memstore (for deterministic tests). The
 // stores whose times come from their server's clock (redisstore,
 // sqlstore) refuse it, as does NewExtractor.
 func WithClock(now func() time.Time) Option {
-	return func(s *options.Set) error {
-		if now == nil {
-			return fmt.Errorf("%w: nil clock", ErrInvalidOption)
-		}
-		s.Put(options.Clock, now)
-		return nil
-	}
+	return func(s *options.Set) error { return s.PutClock(ErrInvalidOption, now) }
 }
 
 // WithSources sets the Extractor's key sources, tried in order. The default

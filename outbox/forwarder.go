@@ -37,13 +37,7 @@ const (
 // subscriber (default: discard). Failed publishes are logged at error
 // level. A Forwarder option.
 func WithLogger(l *slog.Logger) Option {
-	return func(s *options.Set) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
-		}
-		s.Put(options.Logger, l)
-		return nil
-	}
+	return func(s *options.Set) error { return s.PutLogger(ErrInvalidOption, l) }
 }
 
 // WithPollInterval sets how long an idle forwarder waits before it looks
@@ -51,11 +45,7 @@ func WithLogger(l *slog.Logger) Option {
 // the outbox is empty. Each look is one short transaction.
 func WithPollInterval(d time.Duration) Option {
 	return func(s *options.Set) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: poll interval must be at least 1ms, got %v", ErrInvalidOption, d)
-		}
-		s.Put(optPoll, d)
-		return nil
+		return s.PutAtLeast(ErrInvalidOption, optPoll, "poll interval", d, time.Millisecond)
 	}
 }
 
@@ -64,11 +54,7 @@ func WithPollInterval(d time.Duration) Option {
 // after a database error (default 1s). It retries for as long as it runs.
 func WithRetryInterval(d time.Duration) Option {
 	return func(s *options.Set) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: retry interval must be at least 1ms, got %v", ErrInvalidOption, d)
-		}
-		s.Put(optRetry, d)
-		return nil
+		return s.PutAtLeast(ErrInvalidOption, optRetry, "retry interval", d, time.Millisecond)
 	}
 }
 
@@ -83,11 +69,7 @@ func WithRetryInterval(d time.Duration) Option {
 // sent again: a duplicate, never a loss.
 func WithPublishTimeout(d time.Duration) Option {
 	return func(s *options.Set) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: publish timeout must be at least 1ms, got %v", ErrInvalidOption, d)
-		}
-		s.Put(optTimeout, d)
-		return nil
+		return s.PutAtLeast(ErrInvalidOption, optTimeout, "publish timeout", d, time.Millisecond)
 	}
 }
 
