@@ -259,7 +259,10 @@ func publish(b *testing.B, r adapterRun, run string) {
 
 func openGoChannel(*testing.B) func(b *testing.B) adapterRun {
 	return func(b *testing.B) adapterRun {
-		ps := surelygochannel.New(nil) // persistent: keeps what is published before the subscription
+		ps, err := surelygochannel.New() // persistent: keeps what is published before the subscription
+		if err != nil {
+			b.Fatal(err)
+		}
 		b.Cleanup(func() { _ = ps.Close() })
 		return adapterRun{topic: "bench_" + watermill.NewShortUUID(), pub: ps, sub: ps}
 	}
@@ -291,12 +294,12 @@ func openNATS(b *testing.B) func(b *testing.B) adapterRun {
 				b.Errorf("delete stream %s: %v", topic, err)
 			}
 		})
-		pub, err := surelynats.NewPublisher(url, surelynats.PublisherConfig{}, nil)
+		pub, err := surelynats.NewPublisher(url)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = pub.Close() })
-		sub, err := surelynats.NewSubscriber(url, surelynats.Config{Consumer: "bench", Concurrency: adapterConcurrency}, nil)
+		sub, err := surelynats.NewSubscriber(url, "bench", surelynats.WithConcurrency(adapterConcurrency))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -319,12 +322,12 @@ func openRedisStream(b *testing.B) func(b *testing.B) adapterRun {
 			}
 		})
 		// Each owns (and closes) its own client.
-		pub, err := surelyredis.NewPublisher(opts, surelyredis.PublisherConfig{}, nil)
+		pub, err := surelyredis.NewPublisher(opts)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = pub.Close() })
-		sub, err := surelyredis.NewSubscriber(opts, surelyredis.Config{Group: "bench"}, nil)
+		sub, err := surelyredis.NewSubscriber(opts, "bench")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -356,12 +359,12 @@ func openAMQP(b *testing.B) func(b *testing.B) adapterRun {
 				b.Errorf("delete queue %s: %v", topic, err)
 			}
 		})
-		pub, err := surelyamqp.NewPublisher(url, surelyamqp.PublisherConfig{}, nil)
+		pub, err := surelyamqp.NewPublisher(url)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = pub.Close() })
-		sub, err := surelyamqp.NewSubscriber(url, surelyamqp.Config{Concurrency: adapterConcurrency}, nil)
+		sub, err := surelyamqp.NewSubscriber(url, surelyamqp.WithConcurrency(adapterConcurrency))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -106,3 +106,24 @@ func errorTypes(err error, budget *int) string {
 	}
 	return strings.Join(parts, " > ")
 }
+
+// RootErrorType returns the innermost type of an error type chain as
+// written to KeyErrorTypes ("*fmt.wrapError > *net.OpError" gives
+// "*net.OpError"): the root cause. A chain that ends in a join keeps the
+// join with its bracketed branches. Empty in, empty out.
+func RootErrorType(types string) string {
+	depth, last := 0, 0
+	for i := 0; i < len(types); i++ {
+		switch types[i] {
+		case '[':
+			depth++
+		case ']':
+			depth--
+		case '>':
+			if depth == 0 && i > 0 && types[i-1] == ' ' && i+1 < len(types) && types[i+1] == ' ' {
+				last = i + 2
+			}
+		}
+	}
+	return strings.TrimSpace(types[last:])
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -130,4 +131,48 @@ func TestRedactorAndPublisher(t *testing.T) {
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
 	_, err = dlq.NewPublisher(pub, "")
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
+}
+
+func TestRootErrorType(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"":                    "",
+		"*errors.errorString": "*errors.errorString",
+		"*dlq.FinalError > *fmt.wrapError > *net.OpError":       "*net.OpError",
+		"*fmt.wrapError > *errors.joinError[*a.B > *a.C, *d.E]": "*errors.joinError[*a.B > *a.C, *d.E]",
+	} {
+		require.Equal(t, want, dlq.RootErrorType(in), in)
+	}
+	chain := dlq.ErrorTypes(fmt.Errorf("x: %w", errors.Join(errors.New("a"), errors.New("b"))))
+	require.Equal(t, "*errors.joinError[*errors.errorString, *errors.errorString]", dlq.RootErrorType(chain))
+}
+
+func TestPublisherOptions(t *testing.T) {
+	t.Parallel()
+	pub := faults.NewPublisher(0)
+	p, err := dlq.NewPublisher(pub, "dead", dlq.WithConsumerGroup("g1"), dlq.WithHost("h1"))
+	require.NoError(t, err)
+	require.Equal(t, "dead", p.Topic())
+	require.NoError(t, p.Publish(context.Background(), message.NewMessage("u", nil), dlq.Failure{Reason: dlq.ReasonPermanent}))
+	out := pub.Published("dead")
+	require.Len(t, out, 1)
+	require.Equal(t, "g1", out[0].Metadata.Get(dlq.KeyConsumerGroup))
+	require.Equal(t, "h1", out[0].Metadata.Get(dlq.KeyHost))
+
+	for name, o := range map[string]dlq.Option{
+		"nil option":     nil,
+		"nil redactor":   dlq.WithRedactor(nil),
+		"nil logger":     dlq.WithLogger(nil),
+		"nil clock":      dlq.WithClock(nil),
+		"zero retention": dlq.WithRetention(0),
+		// Options of other constructors of the family are refused, not ignored.
+		"logger":    dlq.WithLogger(slog.New(slog.DiscardHandler)),
+		"clock":     dlq.WithClock(time.Now),
+		"retention": dlq.WithRetention(time.Hour),
+	} {
+		_, err := dlq.NewPublisher(pub, "dead", o)
+		require.ErrorIs(t, err, dlq.ErrInvalidOption, name)
+	}
+	_, err = dlq.NewPublisher(pub, "dead", dlq.WithRetention(time.Hour))
+	require.ErrorContains(t, err, "dlq.NewPublisher does not take option WithRetention")
 }

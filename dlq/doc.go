@@ -33,21 +33,21 @@
 // a replay run is a new source: its dead letter's ID also derives from the
 // run (see DeadLetterID).
 //
+// # Configuration
+//
+// Every constructor of the dead-letter family (NewPublisher, and those of
+// dlq/archive, dlq/memarchive, dlq/redisarchive, dlq/sqlarchive and
+// dlq/replay) takes its required inputs as arguments and the rest as
+// options of one type, Option. The options common to several of them are
+// defined here (WithLogger, WithClock, WithRetention); those of one
+// package in that package (redisarchive.WithKeyPrefix, replay.WithRate).
+// A constructor given an option it does not use returns an error wrapping
+// ErrInvalidOption.
+//
 // # Archive
 //
-// An Archive keeps dead letters where an operator can list, query, replay
-// and purge them (the surely CLI works on one). It is a Watermill
-// publisher: pass it to handler.WithDeadLetter and dead letters land in it
-// directly, or run Ingest to move a broker's dead-letter topic into it
-// (acking each message only after the archive stored it). Three
-// implementations run the conformance suite dlq/archivetest:
-// dlq/redisarchive (Redis, Sentinel, Cluster), dlq/sqlarchive (PostgreSQL,
-// MySQL/MariaDB, SQLite) and dlq/memarchive (tests and examples only).
-// Filter.Match is the reference of what a Filter selects. Nothing is
-// evicted unless a retention is configured explicitly (WithRetention of
-// each implementation, applied by its Prune, which logs what it deleted).
-//
-// RegisterArchiveMetrics exports the backlog as two OTel gauges per
-// original topic and reason, MetricArchived and MetricOldestAge, read from
-// Stats at most once per interval; its doc has Prometheus alert rules.
+// Package dlq/archive keeps dead letters where an operator can list,
+// query, replay and purge them: the archive.Archive contract, archive.Ingest
+// (a broker's dead-letter topic into an archive) and archive.RegisterMetrics
+// (the backlog as OTel gauges). dlq/replay republishes archived entries.
 package dlq

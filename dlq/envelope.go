@@ -3,7 +3,6 @@ package dlq
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/options"
 )
 
 // Metadata keys surely adds to a dead-lettered message. The original
@@ -299,9 +299,6 @@ func ParseHistory(md message.Metadata) ([]idempotency.AttemptRecord, error) {
 	return h, nil
 }
 
-// ErrInvalidOption wraps every option error of this package.
-var ErrInvalidOption = errors.New("dlq: invalid option")
-
 // Publisher publishes dead letters to one topic through any Watermill
 // publisher. It never closes the publisher it was given.
 type Publisher struct {
@@ -312,31 +309,32 @@ type Publisher struct {
 	group  string
 }
 
-// Option configures a Publisher.
-type Option func(*Publisher) error
-
-// WithRedactor sets the hook every error text passes through before it is written.
+// WithRedactor sets the hook every error text passes through before
+// NewPublisher's publisher writes it (default: none, texts unchanged).
 func WithRedactor(r Redactor) Option {
-	return func(p *Publisher) error {
+	return func(s *options.Set) error {
 		if r == nil {
 			return fmt.Errorf("%w: nil redactor", ErrInvalidOption)
 		}
-		p.redact = r
+		s.Put(nameRedactor, r)
 		return nil
 	}
 }
 
-// WithConsumerGroup names the consumer group written to KeyConsumerGroup.
+// WithConsumerGroup names the consumer group NewPublisher's publisher
+// writes to KeyConsumerGroup (default: empty).
 func WithConsumerGroup(group string) Option {
-	return func(p *Publisher) error { p.group = group; return nil }
+	return func(s *options.Set) error { s.Put(nameConsumerGroup, group); return nil }
 }
 
-// WithHost overrides the host name written to KeyHost (default os.Hostname).
+// WithHost overrides the host name NewPublisher's publisher writes to
+// KeyHost (default os.Hostname).
 func WithHost(host string) Option {
-	return func(p *Publisher) error { p.host = host; return nil }
+	return func(s *options.Set) error { s.Put(nameHost, host); return nil }
 }
 
-// NewPublisher returns a dead-letter publisher to topic.
+// NewPublisher returns a dead-letter publisher to topic. It takes
+// WithRedactor, WithConsumerGroup and WithHost.
 func NewPublisher(pub message.Publisher, topic string, opts ...Option) (*Publisher, error) {
 	if pub == nil {
 		return nil, fmt.Errorf("%w: nil publisher", ErrInvalidOption)
@@ -344,27 +342,24 @@ func NewPublisher(pub message.Publisher, topic string, opts ...Option) (*Publish
 	if topic == "" {
 		return nil, fmt.Errorf("%w: empty dead-letter topic", ErrInvalidOption)
 	}
-	host, _ := os.Hostname()
-	p := &Publisher{pub: pub, topic: topic, host: host}
-	for _, o := range opts {
-		if err := o(p); err != nil {
-			return nil, err
-		}
+	s, err := options.Apply(ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
 	}
-	return p, nil
+	if err := s.Check(ErrInvalidOption, "dlq.NewPublisher", nameRedactor, nameConsumerGroup, nameHost); err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	return &Publisher{
+		pub: pub, topic: topic,
+		redact: options.Get[Redactor](s, nameRedactor, nil),
+		host:   options.Get(s, nameHost, host),
+		group:  options.Get(s, nameConsumerGroup, ""),
+	}, nil
 }
 
 // Topic is the dead-letter topic.
 func (p *Publisher) Topic() string { return p.topic }
-
-// Redact applies the publisher's redaction hook (identity when none is set).
-// A hook that panics yields RedactorPanicked instead of the text.
-func (p *Publisher) Redact(s string) string {
-	if p.redact == nil {
-		return s
-	}
-	return contained(p.redact)(s)
-}
 
 // RedactorPanicked replaces a text that a Redactor panicked on: a text
 // that could not be redacted is never written.

@@ -273,7 +273,8 @@ func TestPoisonMessages(t *testing.T) {
 }
 
 func runPoison(t *testing.T, tc poisonCase) {
-	pubSub := gochannel.New(nil)
+	pubSub, err := gochannel.New()
+	require.NoError(t, err)
 	mem, err := memstore.New()
 	require.NoError(t, err)
 	r := &poisonRun{

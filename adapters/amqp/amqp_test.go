@@ -78,7 +78,7 @@ func setup(t *testing.T) *env {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.admin.Close() })
 	e.deleteAtEnd(t, e.topic)
-	e.pub, err = surelyamqp.NewPublisher(url, surelyamqp.PublisherConfig{}, nil)
+	e.pub, err = surelyamqp.NewPublisher(url)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, e.pub.Close()) })
 	e.store, err = memstore.New()
@@ -166,9 +166,9 @@ func (e *env) chain(t *testing.T, fn message.HandlerFunc, opts ...handler.Option
 // The recorder sees every delivery before surely's chain. The returned
 // stop closes the subscriber, then the router; it also runs when the test
 // ends (again harmlessly).
-func (e *env) consume(t *testing.T, cfg surelyamqp.Config, h message.NoPublishHandlerFunc) (*surelyamqp.Subscriber, func()) {
+func (e *env) consume(t *testing.T, opts []delivery.Option, h message.NoPublishHandlerFunc) (*surelyamqp.Subscriber, func()) {
 	t.Helper()
-	sub, err := surelyamqp.NewSubscriber(e.url, cfg, nil)
+	sub, err := surelyamqp.NewSubscriber(e.url, opts...)
 	require.NoError(t, err)
 	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
 	require.NoError(t, err)
@@ -232,7 +232,7 @@ func (r *recorder) middleware(h message.HandlerFunc) message.HandlerFunc {
 			handler: message.HandlerNameFromCtx(ctx), topic: message.SubscribeTopicFromCtx(ctx)}
 		s.info, s.hasInfo = delivery.InfoFrom(ctx)
 		_, s.hasControl = delivery.ControlFrom(ctx)
-		_, s.decodeMarked = surelyamqp.DecodeError(msg)
+		_, s.decodeMarked = delivery.DecodeError(msg)
 		msgs, err := h(msg)
 		s.chainErr = err
 		r.mu.Lock()

@@ -1,7 +1,6 @@
 package amqp
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -11,27 +10,6 @@ import (
 
 	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	amqp "github.com/rabbitmq/amqp091-go"
-)
-
-// ErrInvalidOption wraps every configuration error of the constructors.
-var ErrInvalidOption = errors.New("amqp: invalid option")
-
-// ErrClosed is returned by Subscribe and SubscribeInitialize after the
-// Subscriber's Close, and by Publish after the Publisher's.
-var ErrClosed = errors.New("amqp: subscriber or publisher closed")
-
-// Defaults.
-const (
-	// DefaultConcurrency is Config.Concurrency's default.
-	DefaultConcurrency = 1
-	// DefaultChannels is PublisherConfig.Channels' default.
-	DefaultChannels = 8
-	// MaxConcurrency is the largest Config.Concurrency: AMQP's prefetch
-	// count is a 16-bit number.
-	MaxConcurrency = math.MaxUint16
-	// MaxChannels is the largest PublisherConfig.Channels (RabbitMQ's
-	// default channel_max is 2047 per connection).
-	MaxChannels = 1024
 )
 
 // DeliveryLimit is the x-delivery-limit of the queues surely declares:
@@ -58,80 +36,6 @@ func QueueArguments() amqp.Table {
 		"x-queue-type":     amqp.QueueTypeQuorum,
 		"x-delivery-limit": int64(DeliveryLimit),
 	}
-}
-
-// Config configures a Subscriber. The zero value is ready to use.
-type Config struct {
-	// Concurrency is how many messages of one topic are in flight at once
-	// (default 1). It is also the consumer's prefetch (basic.qos), so the
-	// broker never hands this process more messages than it works on: the
-	// others stay in the queue for other consumers.
-	Concurrency int
-	// Marshaler converts AMQP deliveries to Watermill messages (default:
-	// DefaultMarshaler()). Use one compatible with the publisher's. It gets
-	// a copy of the delivery without the x-delivery-count header (that is
-	// in delivery.Info) and without an Acknowledger: surely acks.
-	Marshaler wmamqp.Marshaler
-	// AMQPConfig is passed to amqp.DialConfig (TLS, heartbeat, vhost,
-	// connection name). Default: a 10s heartbeat and the connection name
-	// "surely subscriber".
-	AMQPConfig *amqp.Config
-}
-
-func (c *Config) withDefaults() (Config, error) {
-	out := *c
-	switch {
-	case out.Concurrency == 0:
-		out.Concurrency = DefaultConcurrency
-	case out.Concurrency < 0 || out.Concurrency > MaxConcurrency:
-		return out, fmt.Errorf("%w: Concurrency %d is not in 1..%d", ErrInvalidOption, out.Concurrency, MaxConcurrency)
-	}
-	if out.Marshaler == nil {
-		out.Marshaler = DefaultMarshaler()
-	}
-	return out, nil
-}
-
-// PublisherConfig configures a Publisher. The zero value is ready to use.
-type PublisherConfig struct {
-	// Channels is the size of the publisher's channel pool (default 8):
-	// how many Publish calls run at once; more wait for a free channel.
-	// Every channel is in confirm mode, and a Publish holds its channel
-	// until the broker confirmed, so with one channel publishing is
-	// sequential (about 1k messages/s measured with confirms).
-	Channels int
-	// Marshaler converts Watermill messages to AMQP publishings (default:
-	// DefaultMarshaler(): metadata as string headers, the UUID in the
-	// _watermill_message_uuid header, persistent delivery mode). A
-	// watermill-amqp DefaultMarshaler with NotPersistentDeliveryMode is
-	// refused: a transient message is lost when the broker restarts.
-	Marshaler wmamqp.Marshaler
-	// AMQPConfig is passed to amqp.DialConfig. Default: a 10s heartbeat
-	// and the connection name "surely publisher".
-	AMQPConfig *amqp.Config
-}
-
-func (c *PublisherConfig) withDefaults() (PublisherConfig, error) {
-	out := *c
-	switch {
-	case out.Channels == 0:
-		out.Channels = DefaultChannels
-	case out.Channels < 0 || out.Channels > MaxChannels:
-		return out, fmt.Errorf("%w: Channels %d is not in 1..%d", ErrInvalidOption, out.Channels, MaxChannels)
-	}
-	switch m := out.Marshaler.(type) {
-	case nil:
-		out.Marshaler = DefaultMarshaler()
-	case wmamqp.DefaultMarshaler:
-		if m.NotPersistentDeliveryMode {
-			return out, fmt.Errorf("%w: a marshaler with NotPersistentDeliveryMode publishes messages a broker restart loses", ErrInvalidOption)
-		}
-	case *wmamqp.DefaultMarshaler:
-		if m == nil || m.NotPersistentDeliveryMode {
-			return out, fmt.Errorf("%w: a nil marshaler, or one with NotPersistentDeliveryMode, cannot publish durably", ErrInvalidOption)
-		}
-	}
-	return out, nil
 }
 
 // dialConfig returns the amqp.Config to dial with: a copy of the caller's

@@ -99,7 +99,7 @@ func deleteKeys(t testing.TB, rdb *redis.Client, prefix string) {
 // process. A queue has one group of competing consumers: group is not
 // needed (every test of the suite has its own topic).
 func newChildSubscriber(string) (message.Subscriber, error) {
-	return surelyamqp.NewSubscriber(os.Getenv("SURELY_AMQP_URL"), surelyamqp.Config{}, nil)
+	return surelyamqp.NewSubscriber(os.Getenv("SURELY_AMQP_URL"))
 }
 
 type conformanceAdapter struct {
@@ -138,7 +138,7 @@ func (a *conformanceAdapter) NewTopic(t *testing.T) string {
 }
 
 func (a *conformanceAdapter) NewPublisher(t *testing.T) message.Publisher {
-	p, err := surelyamqp.NewPublisher(a.url, surelyamqp.PublisherConfig{}, nil)
+	p, err := surelyamqp.NewPublisher(a.url)
 	require.NoError(t, err)
 	return p
 }
@@ -146,7 +146,7 @@ func (a *conformanceAdapter) NewPublisher(t *testing.T) message.Publisher {
 // NewSubscriber returns a competing consumer of the topic's queue; see
 // newChildSubscriber for the group.
 func (a *conformanceAdapter) NewSubscriber(t *testing.T, _ string) message.Subscriber {
-	s, err := surelyamqp.NewSubscriber(a.url, surelyamqp.Config{}, nil)
+	s, err := surelyamqp.NewSubscriber(a.url)
 	require.NoError(t, err)
 	return s
 }

@@ -43,7 +43,7 @@ func childMain() int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), childMaxLife)
 	defer cancel()
-	sub, err := surelyamqp.NewSubscriber(os.Getenv("SURELY_AMQP_URL"), surelyamqp.Config{}, nil)
+	sub, err := surelyamqp.NewSubscriber(os.Getenv("SURELY_AMQP_URL"))
 	if err != nil {
 		return fail(err)
 	}
@@ -79,7 +79,7 @@ func TestKilledConsumersMessageGoesToAnother(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	// The queue exists before either consumer starts.
-	sub, err := surelyamqp.NewSubscriber(e.url, surelyamqp.Config{}, nil)
+	sub, err := surelyamqp.NewSubscriber(e.url)
 	require.NoError(t, err)
 	require.NoError(t, sub.SubscribeInitialize(e.topic))
 	require.NoError(t, sub.Close())
@@ -111,7 +111,7 @@ func TestKilledConsumersMessageGoesToAnother(t *testing.T) {
 
 	// A second consumer: the message is the first one's until it dies.
 	infos := make(chan delivery.Info, 4)
-	_, stop := e.consume(t, surelyamqp.Config{}, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
+	_, stop := e.consume(t, nil, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
 		info, _ := delivery.InfoFrom(msg.Context())
 		infos <- info
 		return nil, nil

@@ -23,25 +23,6 @@ import (
 // publisher's x-delivery-count on the first delivery: measured).
 const DeliveryCountHeader = "x-delivery-count"
 
-// Metadata keys of a message that could not be decoded.
-const (
-	// DecodeErrorKey (delivery.KeyDecodeError) holds the decoding error. Its
-	// presence marks the message as undecodable: its payload is the raw
-	// AMQP body and its metadata holds only these keys. surely's chain
-	// dead-letters it with reason "decode".
-	DecodeErrorKey = delivery.KeyDecodeError
-	// DecodeHeadersKey holds the raw AMQP headers as JSON, when there were
-	// any (without x-delivery-count).
-	DecodeHeadersKey = "surely_decode_headers"
-)
-
-// DecodeError reports whether msg was marked undecodable by the Subscriber,
-// and the decoding error's text.
-func DecodeError(msg *message.Message) (string, bool) {
-	v, ok := msg.Metadata[DecodeErrorKey]
-	return v, ok
-}
-
 // control is the delivery.Control of every AMQP delivery: core AMQP can do
 // neither of its two things.
 type control struct{}
@@ -139,9 +120,9 @@ func undecodable(d amqp.Delivery, err error) *message.Message {
 		id = "amqp-" + hex.EncodeToString(h.Sum(nil)[:16])
 	}
 	msg := message.NewMessage(id, append([]byte(nil), d.Body...))
-	msg.Metadata.Set(DecodeErrorKey, err.Error())
+	msg.Metadata.Set(delivery.KeyDecodeError, err.Error())
 	if headers != nil {
-		msg.Metadata.Set(DecodeHeadersKey, string(headers))
+		msg.Metadata.Set(delivery.KeyDecodeHeaders, string(headers))
 	}
 	return msg
 }

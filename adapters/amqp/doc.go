@@ -16,8 +16,8 @@
 // soon as it is closed, while their handlers still run; and it replaces the
 // message context after unmarshaling, so nothing can ride along in it.
 //
-//	pub, err := amqp.NewPublisher(url, amqp.PublisherConfig{}, logger)
-//	sub, err := amqp.NewSubscriber(url, amqp.Config{Concurrency: 4}, logger)
+//	pub, err := amqp.NewPublisher(url, delivery.WithLogger(logger))
+//	sub, err := amqp.NewSubscriber(url, amqp.WithConcurrency(4), delivery.WithLogger(logger))
 //	h, err := handler.New(charge, handler.WithStore(store, "billing"), handler.WithDeadLetter(pub, "billing.dead"), ...)
 //	router.AddConsumerHandler("billing", "orders", sub, handler.NoPublish(h))
 //
@@ -52,12 +52,12 @@
 //     letter decide.
 //   - Manual acks, sent only when the router acked the message, i.e. after
 //     surely's chain returned nil; a nack requeues the message.
-//   - Prefetch (basic.qos) = Config.Concurrency (default 1), on a channel
+//   - Prefetch (basic.qos) = WithConcurrency (default 1), on a channel
 //     of its own per topic: the broker hands this process no more messages
 //     than it works on, so the others stay available to other consumers,
 //     and up to Concurrency messages are handled at once.
 //   - Publisher confirms on every publishing channel, and a pool of
-//     PublisherConfig.Channels channels (default 8), each opened on first
+//     WithChannels channels (default 8), each opened on first
 //     use and again after it was lost: Publish returns only
 //     after the broker confirmed, and a broker nack (a full queue that
 //     rejects publishes, for instance) is an error.
@@ -131,27 +131,27 @@
 //
 // # Headers and malformed messages
 //
-// Watermill metadata is strings only. DefaultMarshaler converts header
-// values that other clients set as numbers or booleans to their text
-// ("5", "true") in its PreprocessDelivery (TextHeaders). A message whose
-// headers still cannot be decoded (a table, an array, a timestamp, a
-// decimal, a byte array; a UUID header that is not a string), or that
-// makes the Marshaler fail, panic or return nothing, never stops the
-// subscription nor loops: it is handed out as a message whose metadata has
-// only DecodeErrorKey (the error) and DecodeHeadersKey (the raw headers as
-// JSON), whose payload is the raw body, and whose UUID is the Watermill
-// UUID header, else the AMQP message-id, else a hash of headers and body.
-// surely's chain dead-letters it with reason "decode" before looking for an
-// operation key, and acks it after the dead letter was published.
+// Watermill metadata is strings only. DefaultMarshaler converts header values
+// that other clients set as numbers or booleans to their text ("5", "true") in
+// its PreprocessDelivery (TextHeaders). A message whose headers still cannot be
+// decoded (a table, an array, a timestamp, a decimal, a byte array; a UUID
+// header that is not a string), or that makes the Marshaler fail, panic or
+// return nothing, never stops the subscription nor loops: it is handed out as a
+// message whose metadata has only delivery.KeyDecodeError (the error) and
+// delivery.KeyDecodeHeaders (the raw headers as JSON, without
+// x-delivery-count), whose payload is the raw body, and whose UUID is the
+// Watermill UUID header, else the AMQP message-id, else a hash of headers and
+// body. surely's chain dead-letters it with reason "decode" before looking for
+// an operation key, and acks it after the dead letter was published.
 //
 // # Connections
 //
-// NewSubscriber and NewPublisher dial the URL themselves (with the
-// AMQPConfig of their config) and own that connection: they reconnect when
-// it is lost (the Publisher at its next Publish), and Close closes it. Neither takes a caller's connection:
-// one connection to consume and another to publish is also RabbitMQ's
-// advice, since a publisher blocked by a resource alarm must not hold up
-// the acks of consumers on the same connection.
+// NewSubscriber and NewPublisher dial the URL themselves (with WithAMQPConfig's
+// configuration) and own that connection: they reconnect when it is lost (the
+// Publisher at its next Publish), and Close closes it. Neither takes a caller's
+// connection: one connection to consume and another to publish is also
+// RabbitMQ's advice, since a publisher blocked by a resource alarm must not
+// hold up the acks of consumers on the same connection.
 //
 // # Failures and shutdown
 //
@@ -162,10 +162,10 @@
 // confirmed by the broker: one lost with its connection means one more
 // delivery, which surely's dedup turns into a no-op.
 //
-// Subscriber.Close stops handing out messages (those the broker prefetched
-// but were not handed out are requeued at once), waits up to CloseTimeout
-// for those in flight to be acked or nacked, then closes the channels and
-// the connection; anything still unacked goes back to the queue. Closing
-// the subscriber before the router lets in-flight handlers finish and
-// ack; the router closes it again, harmlessly.
+// Subscriber.Close stops handing out messages (those the broker prefetched but
+// were not handed out are requeued at once), waits up to the close timeout
+// (delivery.WithCloseTimeout, default 30s) for those in flight to be acked or
+// nacked, then closes the channels and the connection; anything still unacked
+// goes back to the queue. Closing the subscriber before the router lets
+// in-flight handlers finish and ack; the router closes it again, harmlessly.
 package amqp

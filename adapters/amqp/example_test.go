@@ -18,11 +18,11 @@ import (
 // message's context (delivery count, nack with delay, lease extension).
 func Example() {
 	ctx := context.Background()
-	sub, err := surelyamqp.NewSubscriber("amqp://guest:guest@127.0.0.1:5672/", surelyamqp.Config{Concurrency: 4}, nil)
+	sub, err := surelyamqp.NewSubscriber("amqp://guest:guest@127.0.0.1:5672/", surelyamqp.WithConcurrency(4))
 	if err != nil {
 		log.Fatal(err)
 	}
-	pub, err := surelyamqp.NewPublisher("amqp://guest:guest@127.0.0.1:5672/", surelyamqp.PublisherConfig{}, nil)
+	pub, err := surelyamqp.NewPublisher("amqp://guest:guest@127.0.0.1:5672/")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	surelyamqp "github.com/surely-dev/surely/adapters/amqp"
+	"github.com/surely-dev/surely/delivery"
 )
 
 // A queue that existed before the Publisher (made by an operator, or by
@@ -48,7 +49,7 @@ func TestSubscribeStillRefusesAQueueWithOtherArguments(t *testing.T) {
 	_, err := e.channel(t).QueueDeclare(e.topic, true, false, false, false, nil)
 	require.NoError(t, err)
 	require.NoError(t, e.pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
-	sub, err := surelyamqp.NewSubscriber(e.url, surelyamqp.Config{}, nil)
+	sub, err := surelyamqp.NewSubscriber(e.url)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, sub.Close()) })
 	_, err = sub.Subscribe(t.Context(), e.topic)
@@ -62,7 +63,7 @@ func TestSubscribeStillRefusesAQueueWithOtherArguments(t *testing.T) {
 func TestPublishOnALostChannelIsNotUnroutable(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	pub, err := surelyamqp.NewPublisher(e.url, surelyamqp.PublisherConfig{Channels: 1}, nil)
+	pub, err := surelyamqp.NewPublisher(e.url, surelyamqp.WithChannels(1))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, pub.Close()) })
 	lose := true
@@ -85,10 +86,10 @@ func TestPublishOnALostChannelIsNotUnroutable(t *testing.T) {
 func TestErrClosedFitsThePublisher(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	pub, err := surelyamqp.NewPublisher(e.url, surelyamqp.PublisherConfig{}, nil)
+	pub, err := surelyamqp.NewPublisher(e.url)
 	require.NoError(t, err)
 	require.NoError(t, pub.Close())
 	err = pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte("x")))
-	require.ErrorIs(t, err, surelyamqp.ErrClosed)
+	require.ErrorIs(t, err, delivery.ErrClosed)
 	require.Contains(t, err.Error(), "publisher")
 }

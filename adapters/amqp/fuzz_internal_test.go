@@ -9,6 +9,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/surely-dev/surely/delivery"
 )
 
 // fuzzTable builds an AMQP header table from fuzz bytes: each entry is a
@@ -120,7 +122,7 @@ func FuzzReceive(f *testing.F) {
 		if info.Redelivered != redelivered {
 			t.Fatal("redelivered flag lost")
 		}
-		text, marked := DecodeError(msg)
+		text, marked := delivery.DecodeError(msg)
 		if !marked {
 			return
 		}
@@ -128,13 +130,13 @@ func FuzzReceive(f *testing.F) {
 			t.Fatalf("marked message without an error text (%q) or UUID (%q)", text, msg.UUID)
 		}
 		for k := range msg.Metadata {
-			if k != DecodeErrorKey && k != DecodeHeadersKey {
+			if k != delivery.KeyDecodeError && k != delivery.KeyDecodeHeaders {
 				t.Fatalf("marked message carries %q", k)
 			}
 		}
-		if h, ok := msg.Metadata[DecodeHeadersKey]; ok {
+		if h, ok := msg.Metadata[delivery.KeyDecodeHeaders]; ok {
 			if !json.Valid([]byte(h)) {
-				t.Fatalf("%s is not JSON: %q", DecodeHeadersKey, h)
+				t.Fatalf("%s is not JSON: %q", delivery.KeyDecodeHeaders, h)
 			}
 			var m map[string]any
 			if json.Unmarshal([]byte(h), &m) == nil {
@@ -161,11 +163,11 @@ func TestUndecodableHeadersAreAlwaysJSON(t *testing.T) {
 		"NaN in a table": {"k\x00": amqp.Table{"f": math.NaN()}, "v": "\xc3\x28"},
 	} {
 		msg, _ := receive(DefaultMarshaler(), amqp.Delivery{Body: []byte("b"), Headers: h})
-		if _, marked := DecodeError(msg); !marked {
+		if _, marked := delivery.DecodeError(msg); !marked {
 			t.Fatalf("%s: not marked undecodable", name)
 		}
-		if raw := msg.Metadata.Get(DecodeHeadersKey); !json.Valid([]byte(raw)) {
-			t.Fatalf("%s: %s is not JSON: %q", name, DecodeHeadersKey, raw)
+		if raw := msg.Metadata.Get(delivery.KeyDecodeHeaders); !json.Valid([]byte(raw)) {
+			t.Fatalf("%s: %s is not JSON: %q", name, delivery.KeyDecodeHeaders, raw)
 		}
 	}
 }

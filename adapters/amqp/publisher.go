@@ -8,6 +8,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/surely-dev/surely/delivery"
 )
 
 // ErrUnroutable is returned by Publish for a message that no queue took:
@@ -40,7 +42,7 @@ const returnBuffer = 4
 // connection. Its marshaler is watermill-amqp's Marshaler.
 type Publisher struct {
 	url     string
-	cfg     PublisherConfig
+	cfg     publisherConfig
 	logger  *slog.Logger
 	slots   chan *pubChannel // the channel pool: a Publish takes one and puts it back
 	closing chan struct{}
@@ -67,10 +69,14 @@ type pubChannel struct {
 	returns chan amqp.Return
 }
 
+// errPublisherClosed is returned by Publish after Close.
+var errPublisherClosed = fmt.Errorf("amqp: publisher: %w", delivery.ErrClosed)
+
 // NewPublisher connects to the RabbitMQ server at url and returns a
 // publisher that owns the connection: it connects again when the
-// connection is lost (on the next Publish), and Close closes it. logger may
-// be nil (discard).
+// connection is lost (on the next Publish), and Close closes it. It takes
+// WithChannels, WithMarshaler, WithAMQPConfig and delivery.WithLogger; any
+// other option is an error wrapping delivery.ErrInvalidOption.
 //
 // Messages go to the default exchange with the topic as routing key, so a
 // topic is a queue. Before its first message to a topic, the publisher
@@ -81,24 +87,21 @@ type pubChannel struct {
 // responsibility (see the package doc). Every message is published
 // mandatory on a channel in confirm mode, and persistent (delivery mode
 // 2), so a queue deleted later fails Publish with ErrUnroutable.
-func NewPublisher(url string, cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) {
+func NewPublisher(url string, opts ...delivery.Option) (*Publisher, error) {
 	if url == "" {
-		return nil, fmt.Errorf("%w: empty url", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: empty url", delivery.ErrInvalidOption)
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := newPublisherConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	p := &Publisher{
-		url: url, cfg: cfg, logger: logger,
-		slots:   make(chan *pubChannel, cfg.Channels),
+		url: url, cfg: cfg, logger: cfg.logger,
+		slots:   make(chan *pubChannel, cfg.channels),
 		closing: make(chan struct{}),
 		ready:   map[string]bool{},
 	}
-	for range cfg.Channels {
+	for range cfg.channels {
 		p.slots <- &pubChannel{}
 	}
 	if _, err := p.connection(); err != nil {
@@ -116,12 +119,12 @@ func (p *Publisher) connection() (*amqp.Connection, error) {
 	c, closed := p.conn, p.closed
 	p.mu.Unlock()
 	if closed {
-		return nil, ErrClosed
+		return nil, errPublisherClosed
 	}
 	if c != nil && !c.IsClosed() {
 		return c, nil
 	}
-	c, err := amqp.DialConfig(p.url, dialConfig(p.cfg.AMQPConfig, "surely publisher"))
+	c, err := amqp.DialConfig(p.url, dialConfig(p.cfg.amqpConfig, "surely publisher"))
 	if err != nil {
 		return nil, fmt.Errorf("amqp: connect: %w", err)
 	}
@@ -129,7 +132,7 @@ func (p *Publisher) connection() (*amqp.Connection, error) {
 	defer p.mu.Unlock()
 	if p.closed {
 		_ = c.Close()
-		return nil, ErrClosed
+		return nil, errPublisherClosed
 	}
 	p.conn = c
 	return c, nil
@@ -159,14 +162,14 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	}
 	select {
 	case <-p.closing:
-		return ErrClosed
+		return errPublisherClosed
 	default:
 	}
 	var pc *pubChannel
 	select {
 	case pc = <-p.slots:
 	case <-p.closing:
-		return ErrClosed
+		return errPublisherClosed
 	case <-msgs[0].Context().Done():
 		return fmt.Errorf("amqp: publish to %q: waiting for a channel: %w", topic, msgs[0].Context().Err())
 	}
@@ -184,7 +187,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 
 // publish publishes msg mandatory on pc and waits for its confirmation.
 func (p *Publisher) publish(pc *pubChannel, topic string, msg *message.Message) error {
-	out, err := p.cfg.Marshaler.Marshal(msg)
+	out, err := p.cfg.marshaler.Marshal(msg)
 	if err != nil {
 		return fmt.Errorf("marshal message %s: %w", msg.UUID, err)
 	}
@@ -330,7 +333,8 @@ func (p *Publisher) forget(topic string) {
 }
 
 // Close closes the connection (and with it every channel). A Publish still
-// waiting for a confirmation then fails; later ones return ErrClosed.
+// waiting for a confirmation then fails; later ones return an error wrapping
+// delivery.ErrClosed.
 func (p *Publisher) Close() error {
 	p.closeOnce.Do(func() {
 		p.mu.Lock()

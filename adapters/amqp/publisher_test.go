@@ -53,8 +53,8 @@ func TestOneAMQPConfigForBothSides(t *testing.T) {
 	var pub *surelyamqp.Publisher
 	var sub *surelyamqp.Subscriber
 	var perr, serr error
-	wg.Go(func() { pub, perr = surelyamqp.NewPublisher(e.url, surelyamqp.PublisherConfig{AMQPConfig: cfg}, nil) })
-	wg.Go(func() { sub, serr = surelyamqp.NewSubscriber(e.url, surelyamqp.Config{AMQPConfig: cfg}, nil) })
+	wg.Go(func() { pub, perr = surelyamqp.NewPublisher(e.url, surelyamqp.WithAMQPConfig(cfg)) })
+	wg.Go(func() { sub, serr = surelyamqp.NewSubscriber(e.url, surelyamqp.WithAMQPConfig(cfg)) })
 	wg.Wait()
 	require.NoError(t, perr)
 	require.NoError(t, serr)

@@ -17,10 +17,6 @@ import (
 	"github.com/surely-dev/surely/internal/drain"
 )
 
-// CloseTimeout bounds how long Close waits for the messages in flight to be
-// acked or nacked.
-const CloseTimeout = 30 * time.Second
-
 // Reconnection backoff of a subscription whose channel or connection died.
 const (
 	minReconnectWait = 100 * time.Millisecond
@@ -31,7 +27,7 @@ const (
 // at-least-once delivery (see the package doc). It owns its connection.
 type Subscriber struct {
 	url    string
-	cfg    Config
+	cfg    subscriberConfig
 	logger *slog.Logger
 
 	closing   chan struct{} // stop handing out messages
@@ -52,23 +48,26 @@ var (
 	_ message.SubscribeInitializer = (*Subscriber)(nil)
 )
 
-// NewSubscriber connects to the RabbitMQ server at url (amqp.DialConfig
-// with cfg.AMQPConfig) and returns a subscriber that owns the connection:
-// it reconnects when the connection is lost, and Close closes it. logger may
-// be nil (discard).
-func NewSubscriber(url string, cfg Config, logger *slog.Logger) (*Subscriber, error) {
+// errSubscriberClosed is returned by Subscribe and SubscribeInitialize
+// after Close.
+var errSubscriberClosed = fmt.Errorf("amqp: subscriber: %w", delivery.ErrClosed)
+
+// NewSubscriber connects to the RabbitMQ server at url (amqp.DialConfig,
+// with WithAMQPConfig's configuration) and returns a subscriber that owns
+// the connection: it reconnects when the connection is lost, and Close
+// closes it. It takes WithConcurrency, WithMarshaler, WithAMQPConfig,
+// delivery.WithLogger and delivery.WithCloseTimeout; any other option is
+// an error wrapping delivery.ErrInvalidOption.
+func NewSubscriber(url string, opts ...delivery.Option) (*Subscriber, error) {
 	if url == "" {
-		return nil, fmt.Errorf("%w: empty url", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: empty url", delivery.ErrInvalidOption)
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := newSubscriberConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	s := &Subscriber{
-		url: url, cfg: cfg, logger: logger,
+		url: url, cfg: cfg, logger: cfg.logger,
 		closing: make(chan struct{}), abandon: make(chan struct{}),
 	}
 	if _, err := s.connection(); err != nil {
@@ -86,12 +85,12 @@ func (s *Subscriber) connection() (*amqp.Connection, error) {
 	c, closed := s.conn, s.closed
 	s.mu.Unlock()
 	if closed {
-		return nil, ErrClosed
+		return nil, errSubscriberClosed
 	}
 	if c != nil && !c.IsClosed() {
 		return c, nil
 	}
-	c, err := amqp.DialConfig(s.url, dialConfig(s.cfg.AMQPConfig, "surely subscriber"))
+	c, err := amqp.DialConfig(s.url, dialConfig(s.cfg.amqpConfig, "surely subscriber"))
 	if err != nil {
 		return nil, fmt.Errorf("amqp: connect: %w", err)
 	}
@@ -99,7 +98,7 @@ func (s *Subscriber) connection() (*amqp.Connection, error) {
 	defer s.mu.Unlock()
 	if s.closed {
 		_ = c.Close()
-		return nil, ErrClosed
+		return nil, errSubscriberClosed
 	}
 	s.conn = c
 	return c, nil
@@ -162,7 +161,7 @@ func (s *Subscriber) open(topic string) (*session, error) {
 		_ = ch.Close()
 		return nil, err
 	}
-	if err := ch.Qos(s.cfg.Concurrency, 0, false); err != nil {
+	if err := ch.Qos(s.cfg.concurrency, 0, false); err != nil {
 		_ = ch.Close()
 		return nil, fmt.Errorf("amqp: set prefetch: %w", err)
 	}
@@ -181,8 +180,8 @@ func consumerTag() string {
 }
 
 // Subscribe declares the queue named topic (durable, QueueArguments) and
-// starts consuming it with manual acks and a prefetch of
-// Config.Concurrency. Each message carries a delivery.Info and a
+// starts consuming it with manual acks and a prefetch of WithConcurrency's
+// n. Each message carries a delivery.Info and a
 // delivery.Control in its context, which derives from ctx. When the
 // channel or connection is lost the subscription opens a new one (with
 // backoff); the broker requeues what was unacked. The channel is closed
@@ -200,7 +199,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	defer s.mu.Unlock()
 	if s.closed {
 		_ = sess.ch.Close()
-		return nil, ErrClosed
+		return nil, errSubscriberClosed
 	}
 	s.wg.Add(1)
 	go s.consume(ctx, topic, sess, out)
@@ -252,7 +251,7 @@ func (s *Subscriber) reopen(ctx context.Context, topic string) *session {
 			s.logger.InfoContext(ctx, "surely/amqp: consuming again", "topic", topic)
 			return sess
 		}
-		if errors.Is(err, ErrClosed) {
+		if errors.Is(err, delivery.ErrClosed) {
 			return nil
 		}
 		s.logger.WarnContext(ctx, "surely/amqp: reopening failed", "topic", topic, "error", err)
@@ -278,7 +277,7 @@ func (s *Subscriber) read(ctx context.Context, sess *session, out chan<- *messag
 		case <-ctx.Done():
 			return true
 		}
-		msg, info := receive(s.cfg.Marshaler, d)
+		msg, info := receive(s.cfg.marshaler, d)
 		mctx, cancel := context.WithCancel(ctx)
 		msg.SetContext(delivery.WithControl(delivery.WithInfo(mctx, info), control{}))
 		select {
@@ -338,9 +337,9 @@ func (s *Subscriber) retire(sess *session) {
 	_ = sess.ch.Close()
 }
 
-// Close stops handing out messages, waits (up to CloseTimeout) for those in
-// flight to be acked or nacked, then closes the channels and the
-// connection. The broker requeues whatever is still unacked then; the
+// Close stops handing out messages, waits (up to the close timeout,
+// delivery.WithCloseTimeout) for those in flight to be acked or nacked,
+// then closes the channels and the connection. The broker requeues whatever is still unacked then; the
 // contexts of those messages' handlers are cancelled. Close is safe to call
 // more than once (the router calls it too).
 func (s *Subscriber) Close() error {
@@ -349,7 +348,7 @@ func (s *Subscriber) Close() error {
 		s.closed = true
 		s.mu.Unlock()
 		close(s.closing)
-		if drain.Wait(&s.wg, CloseTimeout, s.abandon) {
+		if drain.Wait(&s.wg, s.cfg.closeTimeout, s.abandon) {
 			s.logger.Warn("surely/amqp: messages still in flight at close; the broker will redeliver them")
 		}
 		s.dialMu.Lock() // a dial in progress finishes, sees closed and closes its connection

@@ -27,7 +27,7 @@ func TestAckOnlyAfterSuccess(t *testing.T) {
 	var once sync.Once
 	releaseOnce := func() { once.Do(func() { close(release) }) }
 	var calls atomic.Int32
-	_, stop := e.consume(t, surelyamqp.Config{}, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
+	_, stop := e.consume(t, nil, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
 		if calls.Add(1) == 1 {
 			close(started)
 		}
@@ -65,7 +65,7 @@ func TestNackRedeliversWithCount(t *testing.T) {
 	e := setup(t)
 	var calls atomic.Int32
 	infos := make(chan delivery.Info, 4)
-	_, stop := e.consume(t, surelyamqp.Config{}, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
+	_, stop := e.consume(t, nil, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
 		info, _ := delivery.InfoFrom(msg.Context())
 		infos <- info
 		if calls.Add(1) <= 2 {
@@ -99,7 +99,7 @@ func TestConnectionLostMidHandlerRedelivers(t *testing.T) {
 	releaseOnce := func() { once.Do(func() { close(release) }) }
 	infos := make(chan delivery.Info, 4)
 	var calls atomic.Int32
-	sub, stop := e.consume(t, surelyamqp.Config{}, func(msg *message.Message) error {
+	sub, stop := e.consume(t, nil, func(msg *message.Message) error {
 		info, _ := delivery.InfoFrom(msg.Context())
 		infos <- info
 		if calls.Add(1) == 1 {
@@ -128,7 +128,7 @@ func TestConcurrencyIsThePrefetch(t *testing.T) {
 	e := setup(t)
 	release := make(chan struct{})
 	var running, most atomic.Int32
-	_, stop := e.consume(t, surelyamqp.Config{Concurrency: 3}, func(msg *message.Message) error {
+	_, stop := e.consume(t, []delivery.Option{surelyamqp.WithConcurrency(3)}, func(msg *message.Message) error {
 		n := running.Add(1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
@@ -155,7 +155,7 @@ func TestMalformedMessageIsDeadLetteredAndConsumingGoesOn(t *testing.T) {
 	e := setup(t)
 	var processed atomic.Int32
 	intHeader := make(chan message.Metadata, 1)
-	_, stop := e.consume(t, surelyamqp.Config{}, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
+	_, stop := e.consume(t, nil, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
 		if msg.Metadata.Get(idempotency.DefaultMetadataKey) == "order-int" {
 			intHeader <- maps.Clone(msg.Metadata)
 		}
@@ -163,7 +163,7 @@ func TestMalformedMessageIsDeadLetteredAndConsumingGoesOn(t *testing.T) {
 		return nil, nil
 	}))
 	// Declare the queue before publishing to it directly.
-	sub, err := surelyamqp.NewSubscriber(e.url, surelyamqp.Config{}, nil)
+	sub, err := surelyamqp.NewSubscriber(e.url)
 	require.NoError(t, err)
 	require.NoError(t, sub.SubscribeInitialize(e.topic))
 	require.NoError(t, sub.Close())
@@ -198,9 +198,9 @@ func TestMalformedMessageIsDeadLetteredAndConsumingGoesOn(t *testing.T) {
 	require.Equal(t, "raw \x00 bytes", string(dead.Payload), "raw bytes travel to the dead letter")
 	require.Equal(t, string(dlq.ReasonDecode), dead.Metadata.Get(dlq.KeyReason))
 	require.Equal(t, "uuid-bad", dead.Metadata.Get(dlq.KeyOriginalUUID))
-	require.Contains(t, dead.Metadata.Get(surelyamqp.DecodeErrorKey), "nested is not a string")
+	require.Contains(t, dead.Metadata.Get(delivery.KeyDecodeError), "nested is not a string")
 	require.JSONEq(t, `{"_watermill_message_uuid":"uuid-bad","idempotency_key":"order-bad","nested":{"a":1}}`,
-		dead.Metadata.Get(surelyamqp.DecodeHeadersKey))
+		dead.Metadata.Get(delivery.KeyDecodeHeaders))
 	require.True(t, strings.Contains(dead.Metadata.Get(dlq.KeyError), middleware.ErrUndecodable.Error()))
 
 	stop()
@@ -221,7 +221,7 @@ func TestSubscribeRefusesAClassicQueue(t *testing.T) {
 	e := setup(t)
 	_, err := e.channel(t).QueueDeclare(e.topic, true, false, false, false, nil)
 	require.NoError(t, err)
-	sub, err := surelyamqp.NewSubscriber(e.url, surelyamqp.Config{}, nil)
+	sub, err := surelyamqp.NewSubscriber(e.url)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sub.Close()) }()
 	_, err = sub.Subscribe(t.Context(), e.topic)

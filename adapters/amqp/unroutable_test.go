@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	surelyamqp "github.com/surely-dev/surely/adapters/amqp"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/retry"
 )
@@ -75,7 +76,7 @@ func TestSubscribeRefusesAQueueThatCanDropMessages(t *testing.T) {
 			e := setup(t)
 			_, err := e.channel(t).QueueDeclare(e.topic, q.durable, false, false, false, q.args)
 			require.NoError(t, err)
-			sub, err := surelyamqp.NewSubscriber(e.url, surelyamqp.Config{}, nil)
+			sub, err := surelyamqp.NewSubscriber(e.url)
 			require.NoError(t, err)
 			t.Cleanup(func() { require.NoError(t, sub.Close()) })
 			err = sub.SubscribeInitialize(e.topic)
@@ -94,10 +95,10 @@ func TestDeadLetterToADeletedQueueLosesNothing(t *testing.T) {
 	e := setup(t)
 	dead := e.topic + ".dead"
 	e.deleteAtEnd(t, dead)
-	deadPub, err := surelyamqp.NewPublisher(e.url, surelyamqp.PublisherConfig{}, nil)
+	deadPub, err := surelyamqp.NewPublisher(e.url)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, deadPub.Close()) })
-	_, stop := e.consume(t, surelyamqp.Config{}, e.chain(t, func(*message.Message) ([]*message.Message, error) {
+	_, stop := e.consume(t, nil, e.chain(t, func(*message.Message) ([]*message.Message, error) {
 		return nil, retry.Permanent(errors.New("poison"))
 	}, handler.WithDeadLetter(deadPub, dead)))
 
@@ -130,7 +131,7 @@ func TestDeadLetterToADeletedQueueLosesNothing(t *testing.T) {
 func TestPublisherReconnectsAndCloses(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	pub, err := surelyamqp.NewPublisher(e.url, surelyamqp.PublisherConfig{Channels: 1}, nil)
+	pub, err := surelyamqp.NewPublisher(e.url, surelyamqp.WithChannels(1))
 	require.NoError(t, err)
 	require.NoError(t, pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte("1"))))
 	surelyamqp.DropPublisherConnection(pub)
@@ -139,5 +140,5 @@ func TestPublisherReconnectsAndCloses(t *testing.T) {
 	require.Equal(t, 2, e.count(t, e.topic))
 	require.NoError(t, pub.Close())
 	require.NoError(t, pub.Close(), "Close twice")
-	require.ErrorIs(t, pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte("3"))), surelyamqp.ErrClosed)
+	require.ErrorIs(t, pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte("3"))), delivery.ErrClosed)
 }

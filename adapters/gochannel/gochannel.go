@@ -5,11 +5,14 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/options"
 )
 
-// Config returns the GoChannel configuration New uses (see the package doc
-// for why), for callers that build their own.
-func Config() gochannel.Config {
+// config is the GoChannel configuration New uses (see the package doc for
+// why).
+func config() gochannel.Config {
 	return gochannel.Config{
 		Persistent:                     true,
 		BlockPublishUntilSubscriberAck: false,
@@ -17,16 +20,25 @@ func Config() gochannel.Config {
 	}
 }
 
-// New returns an in-process Pub/Sub with Config(). It is both the
-// publisher and the subscriber: use the same instance for both. Close
-// closes both and every subscription. logger may be nil (discard).
+// New returns an in-process Pub/Sub with the defaults of the package doc.
+// It is both the publisher and the subscriber: use the same instance for
+// both. Close closes both and every subscription. It takes
+// delivery.WithLogger (default: no logs); any other option is an error
+// wrapping delivery.ErrInvalidOption.
 //
 // It is for tests and examples: everything in it is lost when the process
 // ends (see the package doc).
-func New(logger *slog.Logger) *gochannel.GoChannel {
-	var wl watermill.LoggerAdapter = watermill.NopLogger{}
-	if logger != nil {
-		wl = watermill.NewSlogLogger(logger)
+func New(opts ...delivery.Option) (*gochannel.GoChannel, error) {
+	s, err := options.Apply(delivery.ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
 	}
-	return gochannel.NewGoChannel(Config(), wl)
+	if err := s.Check(delivery.ErrInvalidOption, "gochannel.New", options.Logger); err != nil {
+		return nil, err
+	}
+	var wl watermill.LoggerAdapter = watermill.NopLogger{}
+	if l := options.Get[*slog.Logger](s, options.Logger, nil); l != nil {
+		wl = watermill.NewSlogLogger(l)
+	}
+	return gochannel.NewGoChannel(config(), wl), nil
 }

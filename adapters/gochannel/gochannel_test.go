@@ -3,7 +3,9 @@ package gochannel_test
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelygochannel "github.com/surely-dev/surely/adapters/gochannel"
+	"github.com/surely-dev/surely/delivery"
 )
 
 func TestMain(m *testing.M) {
@@ -24,7 +27,8 @@ func TestMain(m *testing.M) {
 type adapter struct{ ps *gochannel.GoChannel }
 
 func newAdapter(t *testing.T) adaptertest.Adapter {
-	ps := surelygochannel.New(nil)
+	ps, err := surelygochannel.New()
+	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, ps.Close()) })
 	return adapter{ps: ps}
 }
@@ -59,4 +63,28 @@ func TestConformance(t *testing.T) {
 			RequireSingleInstance: true,
 		},
 	})
+}
+
+func TestOptions(t *testing.T) {
+	t.Parallel()
+	_, err := surelygochannel.New(delivery.WithCloseTimeout(time.Second))
+	require.ErrorIs(t, err, delivery.ErrInvalidOption, "GoChannel's Close waits for nothing it could bound")
+	require.ErrorContains(t, err, "gochannel.New does not take option WithCloseTimeout")
+	_, err = surelygochannel.New(delivery.WithLogger(nil))
+	require.ErrorIs(t, err, delivery.ErrInvalidOption)
+
+	ps, err := surelygochannel.New(delivery.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, ps.Close()) }()
+	// Persistent: a message published before anything subscribed is kept.
+	require.NoError(t, ps.Publish("early", message.NewMessage("m-1", []byte("x"))))
+	ch, err := ps.Subscribe(t.Context(), "early")
+	require.NoError(t, err)
+	select {
+	case m := <-ch:
+		require.Equal(t, "m-1", m.UUID)
+		m.Ack()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message published before the subscription was dropped")
+	}
 }

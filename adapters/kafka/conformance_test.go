@@ -27,7 +27,7 @@ var conformanceFeatures = adaptertest.Features{
 		Persistent:     true,
 	},
 	PubSubSkip: map[string]string{
-		"TestMessageCtx": "Subscriber.Close drains: it waits up to CloseTimeout for the messages in flight " +
+		"TestMessageCtx": "Subscriber.Close drains: it waits up to its close timeout for the messages in flight " +
 			"to be acked or nacked before it cancels their contexts; Watermill expects them cancelled at once",
 	},
 }
@@ -51,14 +51,14 @@ type conformanceAdapter struct {
 func (a *conformanceAdapter) NewTopic(t *testing.T) string { return newTopic(t, a.brokers) }
 
 func (a *conformanceAdapter) NewPublisher(t *testing.T) message.Publisher {
-	pub, err := surelykafka.NewPublisher(a.brokers, surelykafka.PublisherConfig{}, nil)
+	pub, err := surelykafka.NewPublisher(a.brokers)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	return topicCreatingPublisher{Publisher: pub, topics: a.topics}
 }
 
 func (a *conformanceAdapter) NewSubscriber(t *testing.T, group string) message.Subscriber {
-	sub, err := surelykafka.NewSubscriber(a.brokers, surelykafka.Config{ConsumerGroup: group, Sarama: fastGroupConfig()}, nil)
+	sub, err := surelykafka.NewSubscriber(a.brokers, group, surelykafka.WithSaramaConfig(fastGroupConfig()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	return topicCreatingSubscriber{Subscriber: sub, topics: a.topics}

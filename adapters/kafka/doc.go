@@ -5,15 +5,18 @@
 //	admin, err := sarama.NewClusterAdmin(brokers, sarama.NewConfig())
 //	err = kafka.EnsureTopic(admin, "orders", sarama.TopicDetail{NumPartitions: 12, ReplicationFactor: 3,
 //		ConfigEntries: map[string]*string{"min.insync.replicas": &two}})
-//	pub, err := kafka.NewPublisher(brokers, kafka.PublisherConfig{}, logger)
-//	sub, err := kafka.NewSubscriber(brokers, kafka.Config{ConsumerGroup: "billing"}, logger)
+//	pub, err := kafka.NewPublisher(brokers, delivery.WithLogger(logger))
+//	sub, err := kafka.NewSubscriber(brokers, "billing", delivery.WithLogger(logger))
 //	h, err := handler.New(charge, handler.WithStore(store, "billing"), handler.WithDeadLetter(pub, "billing.dead"), ...)
 //	router.AddConsumerHandler("billing", "orders", sub, handler.NoPublish(h))
 //
 // Both sides are watermill-kafka's, configured here, and use its wire
 // format (Marshaler: the UUID and every metadata entry as record headers,
-// the payload as the record value). The Subscriber wraps watermill-kafka's
-// to change two things: a record its Unmarshaler cannot decode no longer
+// the payload as the record value). Both constructors take their optional
+// settings as delivery.Option values, this package's (WithMarshaler,
+// WithSaramaConfig) and delivery's (WithLogger, WithCloseTimeout), and
+// refuse one they do not use. The Subscriber wraps
+// watermill-kafka's to change two things: a record its Unmarshaler cannot decode no longer
 // stops the partition (watermill-kafka returns the error from the group
 // handler, Sarama ends the session, and the next session reads the same
 // record again: the partition is stuck for good), and Close no longer
@@ -29,7 +32,7 @@
 //
 // # Subscriber defaults, and why
 //
-//   - A consumer group (Config.ConsumerGroup, required). Without one,
+//   - A consumer group (an argument of NewSubscriber, required). Without one,
 //     watermill-kafka reads every partition from the initial offset and
 //     commits nothing: every restart replays or skips.
 //   - Offsets.Initial oldest: a group that has no committed offset yet (a
@@ -46,7 +49,7 @@
 //     consumer leaves the group (Close, a rebalance). A crash therefore
 //     delivers again at most the last second of acked messages; surely's
 //     dedup acks them without running them. For a commit after every ack
-//     instead, set Consumer.Offsets.AutoCommit.Enable false in Config.Sarama
+//     instead, set Consumer.Offsets.AutoCommit.Enable false in WithSaramaConfig
 //     (watermill-kafka then commits synchronously, one round trip per
 //     message).
 //   - Sarama's group timings are Kafka's (session 10s, heartbeat 3s,
@@ -82,7 +85,8 @@
 //
 // A record that the Unmarshaler cannot decode (an error, a panic, no
 // message) is handed out as a message whose metadata has only
-// DecodeErrorKey (the error) and DecodeHeadersKey (the headers as JSON),
+// delivery.KeyDecodeError (the error) and delivery.KeyDecodeHeaders (the
+// headers as JSON, a list of [key, value] pairs in record order),
 // whose payload is the raw record value, and whose UUID is the record's
 // Watermill UUID header, else RecordID ("kafka-<topic>-<partition>-<offset>").
 // surely's chain dead-letters it with reason "decode" before looking for
@@ -108,9 +112,9 @@
 // none from the caller, and EnsureTopic never closes the ClusterAdmin it is
 // given.
 //
-// Subscriber.Close stops handing out messages, waits up to
-// Config.CloseTimeout (30s) for those in flight to be acked or nacked, then
-// leaves the group, committing the offsets of every acked message, and
+// Subscriber.Close stops handing out messages, waits up to the close
+// timeout (delivery.WithCloseTimeout, default 30s) for those in flight to
+// be acked or nacked, then leaves the group, committing the offsets of every acked message, and
 // closes its clients; a message still unacked then is delivered again to
 // the group (its handler's context is cancelled). Closing the subscriber
 // before the router lets in-flight handlers finish and ack; the router

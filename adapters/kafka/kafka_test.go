@@ -35,7 +35,7 @@ const brokersEnv = "SURELY_ADAPTERTEST_KAFKA_BROKERS"
 // kfake cluster.
 func newChildSubscriber(group string) (message.Subscriber, error) {
 	return surelykafka.NewSubscriber(strings.Split(os.Getenv(brokersEnv), ","),
-		surelykafka.Config{ConsumerGroup: group, Sarama: fastGroupConfig()}, nil)
+		group, surelykafka.WithSaramaConfig(fastGroupConfig()))
 }
 
 // startKafka starts an in-process Kafka (franz-go's kfake) on loopback

@@ -14,26 +14,6 @@ import (
 	"github.com/surely-dev/surely/delivery"
 )
 
-// Metadata keys of a record that could not be decoded.
-const (
-	// DecodeErrorKey (delivery.KeyDecodeError) holds the decoding error. Its
-	// presence marks the message as undecodable: its payload is the raw
-	// record value and its metadata holds only these keys. surely's chain
-	// dead-letters it with reason "decode".
-	DecodeErrorKey = delivery.KeyDecodeError
-	// DecodeHeadersKey holds the record's headers as JSON, a list of
-	// [key, value] pairs in record order, when there were any. Bytes that
-	// are not UTF-8 are replaced by U+FFFD in this copy.
-	DecodeHeadersKey = "surely_decode_headers"
-)
-
-// DecodeError reports whether msg was marked undecodable by the Subscriber,
-// and the decoding error's text.
-func DecodeError(msg *message.Message) (string, bool) {
-	v, ok := msg.Metadata[DecodeErrorKey]
-	return v, ok
-}
-
 // Marshaler is the default Marshaler and Unmarshaler of the Publisher and
 // the Subscriber: watermill-kafka's DefaultMarshaler wire format (the
 // message UUID in the _watermill_message_uuid header, every metadata entry
@@ -109,7 +89,10 @@ func decode(u wmkafka.Unmarshaler, rec *sarama.ConsumerMessage) (msg *message.Me
 }
 
 // undecodable builds the marked message of a record that could not be
-// decoded: the raw value as payload, the error, the headers as JSON. Its
+// decoded: the raw value as payload, the error (delivery.KeyDecodeError),
+// the headers (delivery.KeyDecodeHeaders) as JSON, a list of [key, value]
+// pairs in record order, when there were any; bytes that are not UTF-8 are
+// replaced by U+FFFD in this copy. Its
 // UUID is the Watermill UUID header when there is exactly one, else
 // RecordID.
 func undecodable(rec *sarama.ConsumerMessage, err error) *message.Message {
@@ -130,10 +113,10 @@ func undecodable(rec *sarama.ConsumerMessage, err error) *message.Message {
 		id = RecordID(rec)
 	}
 	msg := message.NewMessage(id, append([]byte(nil), rec.Value...))
-	msg.Metadata.Set(DecodeErrorKey, err.Error())
+	msg.Metadata.Set(delivery.KeyDecodeError, err.Error())
 	if len(pairs) > 0 {
 		if b, jerr := json.Marshal(pairs); jerr == nil {
-			msg.Metadata.Set(DecodeHeadersKey, string(b))
+			msg.Metadata.Set(delivery.KeyDecodeHeaders, string(b))
 		}
 	}
 	return msg

@@ -9,6 +9,8 @@ import (
 	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
+
+	"github.com/surely-dev/surely/delivery"
 )
 
 func record(headers ...[2]string) *sarama.ConsumerMessage {
@@ -40,7 +42,7 @@ func TestMarshalerRoundTrip(t *testing.T) {
 	require.Equal(t, "uuid-1", got.UUID)
 	require.Equal(t, msg.Metadata, got.Metadata)
 	require.Equal(t, "payload", string(got.Payload))
-	_, bad := DecodeError(got)
+	_, bad := delivery.DecodeError(got)
 	require.False(t, bad)
 }
 
@@ -94,14 +96,14 @@ func TestUndecodableRecordsAreMarkedNotFailed(t *testing.T) {
 			got, err := safeUnmarshaler{u: tc.u}.Unmarshal(tc.rec)
 			require.NoError(t, err, "never fails: a failure would stop the partition's consumer")
 			require.NotNil(t, got)
-			text, bad := DecodeError(got)
+			text, bad := delivery.DecodeError(got)
 			require.True(t, bad)
 			require.Contains(t, text, tc.errText)
 			require.Equal(t, tc.uuid, got.UUID)
 			require.Equal(t, tc.rec.Value, []byte(got.Payload), "the raw value")
 			if len(tc.rec.Headers) > 0 {
 				var pairs [][2]string
-				require.NoError(t, json.Unmarshal([]byte(got.Metadata.Get(DecodeHeadersKey)), &pairs))
+				require.NoError(t, json.Unmarshal([]byte(got.Metadata.Get(delivery.KeyDecodeHeaders)), &pairs))
 				require.Len(t, pairs, len(tc.rec.Headers))
 				require.Len(t, got.Metadata, 2)
 			} else {

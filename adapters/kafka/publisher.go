@@ -2,11 +2,12 @@ package kafka
 
 import (
 	"fmt"
-	"log/slog"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/delivery"
 )
 
 // Publisher is a Watermill publisher on Kafka: watermill-kafka's, with a
@@ -19,24 +20,22 @@ type Publisher struct {
 var _ message.Publisher = (*Publisher)(nil)
 
 // NewPublisher connects to the Kafka cluster of brokers and returns a
-// publisher that owns its Sarama producer: Close closes it. logger may be
-// nil (discard).
-func NewPublisher(brokers []string, cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) {
+// publisher that owns its Sarama producer: Close closes it. It takes
+// WithMarshaler, WithSaramaConfig and delivery.WithLogger; any other option
+// is refused with an error wrapping delivery.ErrInvalidOption.
+func NewPublisher(brokers []string, opts ...delivery.Option) (*Publisher, error) {
 	if len(brokers) == 0 {
-		return nil, fmt.Errorf("%w: no brokers", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: kafka.NewPublisher: no brokers", delivery.ErrInvalidOption)
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := newPublisherConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	inner, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{
 		Brokers:               brokers,
-		Marshaler:             cfg.Marshaler,
-		OverwriteSaramaConfig: cfg.Sarama,
-	}, watermill.NewSlogLogger(logger))
+		Marshaler:             cfg.marshaler,
+		OverwriteSaramaConfig: cfg.sarama,
+	}, watermill.NewSlogLogger(cfg.logger))
 	if err != nil {
 		return nil, fmt.Errorf("kafka: publisher: %w", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/internal/drain"
 )
 
@@ -21,9 +21,8 @@ import (
 // watermill-kafka's subscriber, which creates (and closes) a Sarama client
 // per subscription.
 type Subscriber struct {
-	cfg     Config
+	cfg     subscriberConfig
 	brokers []string
-	logger  *slog.Logger
 	inner   *wmkafka.Subscriber
 
 	closing   chan struct{} // stop handing out messages
@@ -37,32 +36,33 @@ type Subscriber struct {
 
 var _ message.Subscriber = (*Subscriber)(nil)
 
-// NewSubscriber returns a subscriber in consumer group cfg.ConsumerGroup on
-// the Kafka cluster of brokers (host:port of one or more brokers). It
-// connects only when Subscribe is called. logger may be nil (discard).
-func NewSubscriber(brokers []string, cfg Config, logger *slog.Logger) (*Subscriber, error) {
+// NewSubscriber returns a subscriber in consumer group group on the Kafka
+// cluster of brokers (host:port of one or more brokers). Every process with
+// the same group shares the partitions of a topic; the group's committed
+// offsets are where a restarted consumer resumes. It connects only when
+// Subscribe is called. It takes WithMarshaler, WithSaramaConfig,
+// delivery.WithCloseTimeout and delivery.WithLogger; any other option is
+// refused with an error wrapping delivery.ErrInvalidOption.
+func NewSubscriber(brokers []string, group string, opts ...delivery.Option) (*Subscriber, error) {
 	if len(brokers) == 0 {
-		return nil, fmt.Errorf("%w: no brokers", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: kafka.NewSubscriber: no brokers", delivery.ErrInvalidOption)
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := newSubscriberConfig(group, opts)
 	if err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	inner, err := wmkafka.NewSubscriber(wmkafka.SubscriberConfig{
 		Brokers:               brokers,
-		Unmarshaler:           safeUnmarshaler{u: cfg.Unmarshaler},
-		OverwriteSaramaConfig: cfg.Sarama,
-		ConsumerGroup:         cfg.ConsumerGroup,
+		Unmarshaler:           safeUnmarshaler{u: cfg.unmarshaler},
+		OverwriteSaramaConfig: cfg.sarama,
+		ConsumerGroup:         cfg.group,
 		NackResendSleep:       nackResendSleep,
-	}, watermill.NewSlogLogger(logger))
+	}, watermill.NewSlogLogger(cfg.logger))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		return nil, fmt.Errorf("%w: kafka.NewSubscriber: %w", delivery.ErrInvalidOption, err)
 	}
 	return &Subscriber{
-		cfg: cfg, brokers: append([]string(nil), brokers...), logger: logger, inner: inner,
+		cfg: cfg, brokers: append([]string(nil), brokers...), inner: inner,
 		closing: make(chan struct{}),
 	}, nil
 }
@@ -79,7 +79,7 @@ func NewSubscriber(brokers []string, cfg Config, logger *slog.Logger) (*Subscrib
 // (wmkafka.MessagePartitionFromCtx and the like).
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if s.isClosed() {
-		return nil, ErrClosed
+		return nil, delivery.ErrClosed
 	}
 	if err := s.checkTopic(topic); err != nil {
 		return nil, err
@@ -96,7 +96,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if s.closed {
 		icancel()
 		go drain.Chan(in)
-		return nil, ErrClosed
+		return nil, delivery.ErrClosed
 	}
 	s.wg.Add(1)
 	go s.forward(ctx, topic, in, out, icancel)
@@ -106,7 +106,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 // checkTopic fails with ErrNoTopic when topic does not exist. Without it,
 // watermill-kafka retries the missing topic every second, forever.
 func (s *Subscriber) checkTopic(topic string) error {
-	client, err := sarama.NewClient(s.brokers, s.cfg.Sarama)
+	client, err := sarama.NewClient(s.brokers, s.cfg.sarama)
 	if err != nil {
 		return fmt.Errorf("kafka: connect: %w", err)
 	}
@@ -182,13 +182,13 @@ func (s *Subscriber) forward(ctx context.Context, topic string, in <-chan *messa
 	}
 }
 
-// settle waits up to Config.CloseTimeout for the messages handed out to be acked
+// settle waits up to the close timeout for the messages handed out to be acked
 // or nacked. watermill-kafka marks an acked message's offset right after
 // the ack; a message still unsettled then is left unmarked (delivered
 // again after a restart) and its handler's context is cancelled.
 func (s *Subscriber) settle(ctx context.Context, topic string, inflight *sync.WaitGroup, abandon chan struct{}) {
-	if drain.Wait(inflight, s.cfg.CloseTimeout, abandon) {
-		s.logger.WarnContext(ctx, "surely/kafka: messages still in flight at close; they will be delivered again", "topic", topic)
+	if drain.Wait(inflight, s.cfg.closeTimeout, abandon) {
+		s.cfg.logger.WarnContext(ctx, "surely/kafka: messages still in flight at close; they will be delivered again", "topic", topic)
 	}
 }
 
@@ -196,8 +196,9 @@ func (s *Subscriber) settle(ctx context.Context, topic string, inflight *sync.Wa
 // message was settled, before it stops watermill-kafka's consumer.
 const markGrace = 100 * time.Millisecond
 
-// Close stops handing out messages, waits (up to Config.CloseTimeout) for those in
-// flight to be acked or nacked, then leaves the consumer group, committing
+// Close stops handing out messages, waits (up to the close timeout,
+// delivery.WithCloseTimeout, default delivery.DefaultCloseTimeout) for those
+// in flight to be acked or nacked, then leaves the consumer group, committing
 // the offsets of the acked messages, and closes the Sarama clients.
 // Messages not acked by then are delivered again to the group. Close is
 // safe to call more than once (the router calls it too).

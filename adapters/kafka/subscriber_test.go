@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	surelykafka "github.com/surely-dev/surely/adapters/kafka"
+	"github.com/surely-dev/surely/delivery"
 )
 
 // receive waits for the next message of ch.
@@ -43,16 +44,15 @@ func TestOffsetsFollowAcks(t *testing.T) {
 	brokers := startKafka(t)
 	const topic = "offsets"
 	onePartitionTopic(t, brokers, topic)
-	pub, err := surelykafka.NewPublisher(brokers, surelykafka.PublisherConfig{}, nil)
+	pub, err := surelykafka.NewPublisher(brokers)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, pub.Close()) }()
 	for _, id := range []string{"m1", "m2", "m3", "m4"} {
 		require.NoError(t, pub.Publish(topic, message.NewMessage(id, []byte(id))))
 	}
 	newSub := func() (*surelykafka.Subscriber, <-chan *message.Message) {
-		sub, err := surelykafka.NewSubscriber(brokers, surelykafka.Config{
-			ConsumerGroup: "billing", Sarama: fastGroupConfig(), CloseTimeout: 500 * time.Millisecond,
-		}, nil)
+		sub, err := surelykafka.NewSubscriber(brokers, "billing",
+			surelykafka.WithSaramaConfig(fastGroupConfig()), delivery.WithCloseTimeout(500*time.Millisecond))
 		require.NoError(t, err)
 		ch, err := sub.Subscribe(context.Background(), topic)
 		require.NoError(t, err)
@@ -89,7 +89,7 @@ func TestOffsetsFollowAcks(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	select {
 	case <-m2.Context().Done():
-		t.Fatal("Close cancelled a message in flight before CloseTimeout")
+		t.Fatal("Close cancelled a message in flight before its close timeout")
 	default:
 	}
 	m2.Ack()

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/IBM/sarama"
+
+	"github.com/surely-dev/surely/delivery"
 )
 
 // EnsureTopic creates topic with detail unless it exists; an existing topic
@@ -16,7 +18,7 @@ import (
 // ConfigEntries: the Publisher's WaitForAll then means two copies at least.
 func EnsureTopic(admin sarama.ClusterAdmin, topic string, detail sarama.TopicDetail) error {
 	if topic == "" {
-		return fmt.Errorf("%w: empty topic", ErrInvalidOption)
+		return fmt.Errorf("%w: kafka.EnsureTopic: empty topic", delivery.ErrInvalidOption)
 	}
 	if detail.NumPartitions == 0 {
 		detail.NumPartitions = -1

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	surelynats "github.com/surely-dev/surely/adapters/nats"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
@@ -43,7 +44,7 @@ func TestPanickingOnOutcomeSettlesOnNATS(t *testing.T) {
 			panics.Add(1)
 			panic("dashboard client is nil")
 		}))
-	e.consume(t, surelynats.Config{AckWait: 5 * time.Second}, h)
+	e.consume(t, []delivery.Option{surelynats.WithAckWait(5 * time.Second)}, h)
 	const n = 40
 	for i := range n {
 		e.publish(t, fmt.Sprintf("order-%d", i), "pay 10")
@@ -70,7 +71,7 @@ func TestKeylessMessagesBoundedByTheDeliveryCountOnNATS(t *testing.T) {
 		runs.Add(1)
 		return nil, errors.New("inventory 503")
 	}, handler.WithIdentity(ex, middleware.ProcessWithoutDedup))
-	e.consume(t, surelynats.Config{AckWait: 5 * time.Second}, h)
+	e.consume(t, []delivery.Option{surelynats.WithAckWait(5 * time.Second)}, h)
 	const n = 10
 	for range n {
 		require.NoError(t, e.pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte("pay 10"))))

@@ -1,39 +1,96 @@
 package nats_test
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	surelynats "github.com/surely-dev/surely/adapters/nats"
+	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/testbroker"
 )
 
-func TestConfigIsValidatedBeforeConnecting(t *testing.T) {
+func TestOptionsAreValidatedBeforeConnecting(t *testing.T) {
 	t.Parallel()
-	// No server listens there: a valid config would fail to connect instead.
+	// No server listens there: valid options would fail to connect instead.
 	const url = "nats://127.0.0.1:1"
-	for name, cfg := range map[string]surelynats.Config{
-		"no consumer":       {},
-		"dot in consumer":   {Consumer: "a.b"},
-		"long consumer":     {Consumer: strings.Repeat("x", 65)},
-		"short ack wait":    {Consumer: "c", AckWait: time.Millisecond},
-		"negative parallel": {Consumer: "c", Concurrency: -1},
+	for name, consumer := range map[string]string{
+		"no consumer":     "",
+		"dot in consumer": "a.b",
+		"long consumer":   strings.Repeat("x", 65),
 	} {
-		_, err := surelynats.NewSubscriber(url, cfg, nil)
-		require.ErrorIs(t, err, surelynats.ErrInvalidOption, name)
+		_, err := surelynats.NewSubscriber(url, consumer)
+		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
 	}
-	_, err := surelynats.NewSubscriber("", surelynats.Config{Consumer: "c"}, nil)
-	require.ErrorIs(t, err, surelynats.ErrInvalidOption)
-	_, err = surelynats.NewPublisher("", surelynats.PublisherConfig{}, nil)
-	require.ErrorIs(t, err, surelynats.ErrInvalidOption)
-	_, err = surelynats.NewSubscriber(url, surelynats.Config{Consumer: "c"}, nil)
+	for name, opt := range map[string]delivery.Option{
+		"short ack wait":       surelynats.WithAckWait(time.Millisecond),
+		"zero concurrency":     surelynats.WithConcurrency(0),
+		"negative concurrency": surelynats.WithConcurrency(-1),
+		"nil marshaler":        surelynats.WithMarshaler(nil),
+		"nil NATS option":      surelynats.WithNATSOptions(nats.Name("x"), nil),
+		"nil logger":           delivery.WithLogger(nil),
+		"zero close timeout":   delivery.WithCloseTimeout(0),
+	} {
+		_, err := surelynats.NewSubscriber(url, "c", opt)
+		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
+	}
+	for name, opt := range map[string]delivery.Option{
+		"subscriber's concurrency": surelynats.WithConcurrency(2),
+		"subscriber's ack wait":    surelynats.WithAckWait(time.Second),
+		"nothing to wait for":      delivery.WithCloseTimeout(time.Second),
+		"nil marshaler":            surelynats.WithMarshaler(nil),
+	} {
+		_, err := surelynats.NewPublisher(url, opt)
+		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
+	}
+	_, err := surelynats.NewPublisher(url, surelynats.WithAckWait(time.Second))
+	require.ErrorContains(t, err, "nats.NewPublisher does not take option WithAckWait")
+	_, err = surelynats.NewSubscriber("", "c")
+	require.ErrorIs(t, err, delivery.ErrInvalidOption)
+	_, err = surelynats.NewPublisher("")
+	require.ErrorIs(t, err, delivery.ErrInvalidOption)
+
+	connect := surelynats.WithNATSOptions(nats.Timeout(time.Second), nats.MaxReconnects(0))
+	_, err = surelynats.NewSubscriber(url, "c", surelynats.WithAckWait(100*time.Millisecond),
+		surelynats.WithConcurrency(1), surelynats.WithMarshaler(&wmnats.NATSMarshaler{}), connect,
+		delivery.WithLogger(slog.New(slog.DiscardHandler)), delivery.WithCloseTimeout(time.Second))
 	require.Error(t, err)
-	require.NotErrorIs(t, err, surelynats.ErrInvalidOption)
+	require.NotErrorIs(t, err, delivery.ErrInvalidOption)
+	_, err = surelynats.NewPublisher(url, surelynats.WithMarshaler(&wmnats.NATSMarshaler{}), connect,
+		delivery.WithLogger(slog.New(slog.DiscardHandler)))
+	require.Error(t, err)
+	require.NotErrorIs(t, err, delivery.ErrInvalidOption)
+}
+
+// Close gives up on a message nobody settles after WithCloseTimeout, not
+// after the default 30s, and cancels its context.
+func TestCloseTimeoutIsHonoured(t *testing.T) {
+	t.Parallel()
+	url := testbroker.EmbeddedNATS(t)
+	e := setup(t, url)
+	sub, err := surelynats.NewSubscriber(url, e.consumer, delivery.WithCloseTimeout(time.Second))
+	require.NoError(t, err)
+	require.NoError(t, e.pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
+	msgs, err := sub.Subscribe(t.Context(), e.topic)
+	require.NoError(t, err)
+	msg := receive(t, msgs)
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(delivery.DefaultCloseTimeout / 3):
+		t.Fatal("Close still waits for the unsettled message")
+	}
+	require.Error(t, msg.Context().Err(), "the abandoned handler's context is cancelled")
 }
 
 func TestConsumerName(t *testing.T) {
@@ -60,7 +117,7 @@ func TestEnsureStream(t *testing.T) {
 		s, err := e.js.Stream(ctx, e.stream)
 		require.NoError(t, err)
 		require.Equal(t, []string{e.topic}, s.CachedInfo().Config.Subjects)
-		require.ErrorIs(t, surelynats.EnsureStream(ctx, e.admin, jetstream.StreamConfig{Name: e.stream}), surelynats.ErrInvalidOption)
+		require.ErrorIs(t, surelynats.EnsureStream(ctx, e.admin, jetstream.StreamConfig{Name: e.stream}), delivery.ErrInvalidOption)
 	})
 }
 
@@ -85,7 +142,7 @@ func TestSubscribeWithoutStreamFails(t *testing.T) {
 	t.Parallel()
 	eachServer(t, func(t *testing.T, url string) {
 		e := setup(t, url)
-		sub, err := surelynats.NewSubscriber(url, surelynats.Config{Consumer: e.consumer}, nil)
+		sub, err := surelynats.NewSubscriber(url, e.consumer)
 		require.NoError(t, err)
 		defer func() { require.NoError(t, sub.Close()) }()
 		_, err = sub.Subscribe(t.Context(), "surely.test.nostream."+e.consumer)

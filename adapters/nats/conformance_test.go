@@ -29,7 +29,7 @@ const childURLEnv = "SURELY_ADAPTERTEST_NATS_URL"
 
 // newChildSubscriber builds a crash-test child's subscriber (see TestMain).
 func newChildSubscriber(group string) (message.Subscriber, error) {
-	return surelynats.NewSubscriber(os.Getenv(childURLEnv), surelynats.Config{Consumer: group, AckWait: conformanceAckWait}, nil)
+	return surelynats.NewSubscriber(os.Getenv(childURLEnv), group, surelynats.WithAckWait(conformanceAckWait))
 }
 
 var conformanceFeatures = adaptertest.Features{
@@ -45,7 +45,7 @@ var conformanceFeatures = adaptertest.Features{
 		ForceShort: true,
 	},
 	PubSubSkip: map[string]string{
-		"TestMessageCtx": "Subscriber.Close drains: it waits up to CloseTimeout for the messages in flight " +
+		"TestMessageCtx": "Subscriber.Close drains: it waits up to the close timeout for the messages in flight " +
 			"to be acked or nacked before it cancels their contexts; Watermill expects them cancelled at once",
 	},
 }
@@ -120,14 +120,14 @@ func (a *conformanceAdapter) NewTopic(t *testing.T) string {
 }
 
 func (a *conformanceAdapter) NewPublisher(t *testing.T) message.Publisher {
-	pub, err := surelynats.NewPublisher(a.url, surelynats.PublisherConfig{}, nil)
+	pub, err := surelynats.NewPublisher(a.url)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	return ensuringPublisher{Publisher: pub, a: a}
 }
 
 func (a *conformanceAdapter) NewSubscriber(t *testing.T, group string) message.Subscriber {
-	sub, err := surelynats.NewSubscriber(a.url, surelynats.Config{Consumer: group, AckWait: conformanceAckWait}, nil)
+	sub, err := surelynats.NewSubscriber(a.url, group, surelynats.WithAckWait(conformanceAckWait))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	return ensuringSubscriber{Subscriber: sub, a: a}

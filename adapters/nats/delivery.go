@@ -16,25 +16,6 @@ import (
 	"github.com/surely-dev/surely/delivery"
 )
 
-// Metadata keys of a message that could not be decoded.
-const (
-	// DecodeErrorKey (delivery.KeyDecodeError) holds the decoding error. Its
-	// presence marks the message as undecodable: its payload is the raw
-	// NATS payload and its metadata holds only these keys. surely's chain
-	// dead-letters it with reason "decode".
-	DecodeErrorKey = delivery.KeyDecodeError
-	// DecodeHeadersKey holds the raw NATS headers as JSON
-	// (map[string][]string), when there were any.
-	DecodeHeadersKey = "surely_decode_headers"
-)
-
-// DecodeError reports whether msg was marked undecodable by the Subscriber,
-// and the decoding error's text.
-func DecodeError(msg *message.Message) (string, bool) {
-	v, ok := msg.Metadata[DecodeErrorKey]
-	return v, ok
-}
-
 // received is one delivery as the broker handed it out, and what surely's
 // middleware asked for it. It is the delivery.Control of the message.
 type received struct {
@@ -125,10 +106,10 @@ func undecodable(raw *nats.Msg, meta *jetstream.MsgMetadata, err error) *message
 		id = fmt.Sprintf("nats-%s-%d", meta.Stream, meta.Sequence.Stream)
 	}
 	msg := message.NewMessage(id, append([]byte(nil), raw.Data...))
-	msg.Metadata.Set(DecodeErrorKey, err.Error())
+	msg.Metadata.Set(delivery.KeyDecodeError, err.Error())
 	if len(raw.Header) > 0 {
 		if b, jerr := json.Marshal(raw.Header); jerr == nil {
-			msg.Metadata.Set(DecodeHeadersKey, string(b))
+			msg.Metadata.Set(delivery.KeyDecodeHeaders, string(b))
 		}
 	}
 	return msg

@@ -40,7 +40,7 @@ func TestReceiveDecodesAndKeepsTheDelivery(t *testing.T) {
 	require.Equal(t, "uuid-1", msg.UUID)
 	require.Equal(t, "v", msg.Metadata.Get("k"))
 	require.Equal(t, "payload", string(msg.Payload))
-	_, marked := DecodeError(msg)
+	_, marked := delivery.DecodeError(msg)
 	require.False(t, marked)
 	require.True(t, r.hasInfo)
 	require.Equal(t, delivery.Info{Count: 3, Redelivered: true}, r.info)
@@ -55,12 +55,12 @@ func TestReceiveNeverFails(t *testing.T) {
 		"multi-value hdr": &wmnats.NATSMarshaler{},
 	} {
 		msg, r := receive(u, fakeMsg{header: nats.Header{"k": {"a", "b"}}})
-		text, marked := DecodeError(msg)
+		text, marked := delivery.DecodeError(msg)
 		require.True(t, marked, name)
 		require.NotEmpty(t, text, name)
 		require.Equal(t, "payload", string(msg.Payload), name)
 		require.Equal(t, "nats-ORDERS-42", msg.UUID, "%s: stable across redeliveries", name)
-		require.JSONEq(t, `{"k":["a","b"]}`, msg.Metadata.Get(DecodeHeadersKey), name)
+		require.JSONEq(t, `{"k":["a","b"]}`, msg.Metadata.Get(delivery.KeyDecodeHeaders), name)
 		require.True(t, r.hasInfo, name)
 	}
 }

@@ -15,8 +15,8 @@
 // 500 messages, and dereferences a nil message when its Unmarshaler fails.
 //
 //	if err := nats.EnsureStream(ctx, nc, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders"}}); err != nil { ... }
-//	pub, err := nats.NewPublisher(url, nats.PublisherConfig{}, logger)
-//	sub, err := nats.NewSubscriber(url, nats.Config{Consumer: "billing"}, logger)
+//	pub, err := nats.NewPublisher(url, delivery.WithLogger(logger))
+//	sub, err := nats.NewSubscriber(url, "billing", delivery.WithLogger(logger))
 //	h, err := handler.New(charge, handler.WithStore(store, "billing"), ...)
 //	router.AddConsumerHandler("billing", "orders", sub, handler.NoPublish(h))
 //
@@ -32,7 +32,7 @@
 // # Subscriber defaults, and why
 //
 // For each topic, Subscribe creates (or updates) one durable pull consumer,
-// named ConsumerName(Config.Consumer, topic), before it consumes:
+// named ConsumerName(consumer, topic), before it consumes:
 //
 //   - Durable, created explicitly: an ephemeral or grouped consumer (what
 //     watermill-nats creates) disappears with its subscription or after
@@ -44,19 +44,19 @@
 //     the message redelivered.
 //   - MaxDeliver -1: the broker never drops a message after N deliveries;
 //     surely's durable attempt budget and dead letter decide instead.
-//   - AckWait from Config (default 30s); surely's dedup step keeps it from
-//     expiring while the handler runs (InProgress), so it need not exceed
+//   - AckWait from WithAckWait (default 30s); surely's dedup step keeps it
+//     from expiring while the handler runs (InProgress), so it need not exceed
 //     the longest handler.
-//   - MaxAckPending = Concurrency (default 1), and pulls of at most
-//     Concurrency messages: no message waits in the client while its ack
+//   - MaxAckPending = WithConcurrency (default 1), and pulls of at most
+//     that many messages: no message waits in the client while its ack
 //     timer runs (a 500-message prefetch turns a slow handler into
 //     duplicates). The price: a message nacked with a delay counts as
-//     pending until it is redelivered, so with Concurrency 1 it holds the
+//     pending until it is redelivered, so with a concurrency of 1 it holds the
 //     topic back for that delay (measured: a 2s NackAfter delayed the next
-//     message by 2s). Raise Concurrency when one slow or backing-off
+//     message by 2s). Raise the concurrency when one slow or backing-off
 //     message must not hold the others.
-//   - Every process with the same Config.Consumer pulls from the same
-//     consumer: they share the messages.
+//   - Every process with the same consumer (NewSubscriber's argument)
+//     pulls from the same JetStream consumer: they share the messages.
 //
 // # Delivery facts in the message context
 //
@@ -75,29 +75,29 @@
 //
 // # Malformed messages
 //
-// A message the Marshaler cannot decode (an error, a panic, no message)
-// never stops the subscription nor loops: it is handed out as a message
-// whose metadata has only DecodeErrorKey (the error) and DecodeHeadersKey
-// (the raw headers as JSON), whose payload is the raw NATS payload, and
-// whose UUID is the Watermill UUID header or else "nats-<stream>-<seq>".
-// surely's chain dead-letters it with reason "decode" before looking for an
-// operation key, and acks it after the dead letter was published.
+// A message the Marshaler cannot decode (an error, a panic, no message) never
+// stops the subscription nor loops: it is handed out as a message whose
+// metadata has only delivery.KeyDecodeError (the error) and
+// delivery.KeyDecodeHeaders (the raw headers as JSON, map[string][]string),
+// whose payload is the raw NATS payload, and whose UUID is the Watermill UUID
+// header or else "nats-<stream>-<seq>". surely's chain dead-letters it with
+// reason "decode" before looking for an operation key, and acks it after the
+// dead letter was published.
 //
 // # Connections
 //
-// NewSubscriber and NewPublisher connect to the URL themselves
-// (nats.Connect with the NatsOptions of their config) and own that
-// connection: Close closes it (the subscriber drains it first). They do not
-// take a caller's connection because watermill-nats' publisher closes the
-// connection it is given. EnsureStream uses the caller's *nats.Conn and
-// never closes it.
+// NewSubscriber and NewPublisher connect to the URL themselves (nats.Connect
+// with WithNATSOptions' options) and own that connection: Close closes it
+// (the subscriber drains it first). They do not take a caller's connection
+// because watermill-nats' publisher closes the connection it is given.
+// EnsureStream uses the caller's *nats.Conn and never closes it.
 //
 // # Shutdown
 //
-// Subscriber.Close stops pulling and handing out messages (one pulled but
-// not handed out yet is nacked at once), waits up to CloseTimeout for those
-// in flight to be acked or nacked, then drains and closes the connection;
-// anything still unacked is redelivered after AckWait. Closing the
-// subscriber before the router lets in-flight handlers finish and ack; the
-// router closes it again, harmlessly.
+// Subscriber.Close stops pulling and handing out messages (one pulled but not
+// handed out yet is nacked at once), waits up to the close timeout
+// (delivery.WithCloseTimeout, default 30s) for those in flight to be acked or
+// nacked, then drains and closes the connection; anything still unacked is
+// redelivered after AckWait. Closing the subscriber before the router lets
+// in-flight handlers finish and ack; the router closes it again, harmlessly.
 package nats

@@ -19,11 +19,11 @@ import (
 func Example() {
 	ctx := context.Background()
 	// A stream capturing "payments" must exist: see EnsureStream.
-	sub, err := surelynats.NewSubscriber("nats://127.0.0.1:4222", surelynats.Config{Consumer: "billing", AckWait: 30 * time.Second, Concurrency: 4}, nil)
+	sub, err := surelynats.NewSubscriber("nats://127.0.0.1:4222", "billing", surelynats.WithConcurrency(4))
 	if err != nil {
 		log.Fatal(err)
 	}
-	pub, err := surelynats.NewPublisher("nats://127.0.0.1:4222", surelynats.PublisherConfig{}, nil)
+	pub, err := surelynats.NewPublisher("nats://127.0.0.1:4222")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/surely-dev/surely/delivery"
 )
 
 // wireMsg is a delivered JetStream message built from fuzz input.
@@ -62,7 +64,7 @@ func FuzzReceive(f *testing.F) {
 		if r.hasInfo && (r.info.Count != int(delivered) || r.info.Redelivered != (delivered > 1)) {
 			t.Fatalf("delivered %d became %+v", delivered, r.info)
 		}
-		text, marked := DecodeError(msg)
+		text, marked := delivery.DecodeError(msg)
 		if !marked {
 			for k, v := range hdr {
 				if len(v) == 1 && k != wmnats.WatermillUUIDHdr && k != nats.MsgIdHdr && !isExpectHeader(k) && msg.Metadata.Get(k) != v[0] {
@@ -75,12 +77,12 @@ func FuzzReceive(f *testing.F) {
 			t.Fatal("marked without an error text")
 		}
 		for k := range msg.Metadata {
-			if k != DecodeErrorKey && k != DecodeHeadersKey {
+			if k != delivery.KeyDecodeError && k != delivery.KeyDecodeHeaders {
 				t.Fatalf("marked message carries %q", k)
 			}
 		}
-		if h, ok := msg.Metadata[DecodeHeadersKey]; ok && !json.Valid([]byte(h)) {
-			t.Fatalf("%s is not JSON: %q", DecodeHeadersKey, h)
+		if h, ok := msg.Metadata[delivery.KeyDecodeHeaders]; ok && !json.Valid([]byte(h)) {
+			t.Fatalf("%s is not JSON: %q", delivery.KeyDecodeHeaders, h)
 		}
 		if !noMeta && msg.UUID == "" {
 			t.Fatal("a marked JetStream message without a UUID")

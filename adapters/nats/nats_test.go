@@ -99,7 +99,7 @@ func setup(t *testing.T, url string) *env {
 		}
 		e.admin.Close()
 	})
-	e.pub, err = surelynats.NewPublisher(url, surelynats.PublisherConfig{}, nil)
+	e.pub, err = surelynats.NewPublisher(url)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, e.pub.Close()) })
 	e.store, err = memstore.New()
@@ -158,12 +158,9 @@ func (e *env) chain(t *testing.T, fn message.HandlerFunc, opts ...handler.Option
 // consume runs a router with one consumer handler on a new Subscriber.
 // The recorder sees every delivery before surely's chain. At the end of
 // the test the subscriber is closed first, then the router.
-func (e *env) consume(t *testing.T, cfg surelynats.Config, h message.NoPublishHandlerFunc) *surelynats.Subscriber {
+func (e *env) consume(t *testing.T, opts []delivery.Option, h message.NoPublishHandlerFunc) *surelynats.Subscriber {
 	t.Helper()
-	if cfg.Consumer == "" {
-		cfg.Consumer = e.consumer
-	}
-	sub, err := surelynats.NewSubscriber(e.url, cfg, nil)
+	sub, err := surelynats.NewSubscriber(e.url, e.consumer, opts...)
 	require.NoError(t, err)
 	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
 	require.NoError(t, err)
@@ -224,7 +221,7 @@ func (r *recorder) middleware(h message.HandlerFunc) message.HandlerFunc {
 			handler: message.HandlerNameFromCtx(ctx), topic: message.SubscribeTopicFromCtx(ctx)}
 		s.info, s.hasInfo = delivery.InfoFrom(ctx)
 		_, s.hasControl = delivery.ControlFrom(ctx)
-		_, s.decodeMarked = surelynats.DecodeError(msg)
+		_, s.decodeMarked = delivery.DecodeError(msg)
 		msgs, err := h(msg)
 		s.chainTook, s.chainErr = time.Since(s.at), err
 		r.mu.Lock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -12,16 +11,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// PublisherConfig configures a Publisher. The zero value is ready to use.
-type PublisherConfig struct {
-	// Marshaler converts Watermill messages to NATS messages (default:
-	// watermill-nats' NATSMarshaler). Use the same one as the subscribers.
-	Marshaler wmnats.MarshalerUnmarshaler
-	// NatsOptions are passed to nats.Connect.
-	NatsOptions []nats.Option
-}
+	"github.com/surely-dev/surely/delivery"
+)
 
 // Publisher is a Watermill publisher on NATS JetStream. Publish returns only
 // after JetStream acknowledged every message (PubAck: stored, and
@@ -32,8 +24,11 @@ type Publisher struct {
 
 var _ message.Publisher = (*Publisher)(nil)
 
-// NewPublisher connects to the NATS server at url and returns a publisher
-// that owns the connection: Close closes it. logger may be nil (discard).
+// NewPublisher connects to the NATS server at url (nats.Connect, with
+// WithNATSOptions' options) and returns a publisher that owns the
+// connection: Close closes it. It takes WithMarshaler, WithNATSOptions and
+// delivery.WithLogger; any other option is an error wrapping
+// delivery.ErrInvalidOption.
 //
 // Each message is published with its UUID as the Nats-Msg-Id header, so
 // that JetStream drops a second publish of the same message within the
@@ -42,25 +37,23 @@ var _ message.Publisher = (*Publisher)(nil)
 // The publisher never creates streams (create them with EnsureStream): a
 // topic without a stream fails to publish instead of being created with
 // unknown retention.
-func NewPublisher(url string, cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) {
+func NewPublisher(url string, opts ...delivery.Option) (*Publisher, error) {
 	if url == "" {
-		return nil, fmt.Errorf("%w: empty url", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: empty url", delivery.ErrInvalidOption)
 	}
-	if cfg.Marshaler == nil {
-		cfg.Marshaler = &wmnats.NATSMarshaler{}
+	cfg, err := newPublisherConfig(opts)
+	if err != nil {
+		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	nc, err := nats.Connect(url, cfg.NatsOptions...)
+	nc, err := nats.Connect(url, cfg.natsOptions...)
 	if err != nil {
 		return nil, fmt.Errorf("nats: connect: %w", err)
 	}
 	inner, err := wmnats.NewPublisherWithNatsConn(nc, wmnats.PublisherPublishConfig{
-		Marshaler:         cfg.Marshaler,
+		Marshaler:         cfg.marshaler,
 		SubjectCalculator: wmnats.DefaultSubjectCalculator,
 		JetStream:         wmnats.JetStreamConfig{TrackMsgID: true},
-	}, watermill.NewSlogLogger(logger))
+	}, watermill.NewSlogLogger(cfg.logger))
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("nats: publisher: %w", err)
@@ -90,10 +83,10 @@ func (p *Publisher) Close() error { return p.inner.Close() }
 // a 2-minute duplicate window for the publisher's Nats-Msg-Id.
 func EnsureStream(ctx context.Context, nc *nats.Conn, cfg jetstream.StreamConfig) error {
 	if nc == nil {
-		return fmt.Errorf("%w: nil connection", ErrInvalidOption)
+		return fmt.Errorf("%w: nil connection", delivery.ErrInvalidOption)
 	}
 	if cfg.Name == "" || len(cfg.Subjects) == 0 {
-		return fmt.Errorf("%w: a stream needs a name and subjects", ErrInvalidOption)
+		return fmt.Errorf("%w: a stream needs a name and subjects", delivery.ErrInvalidOption)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

@@ -16,14 +16,10 @@ import (
 	"github.com/surely-dev/surely/internal/drain"
 )
 
-// CloseTimeout bounds how long Close waits for the messages in flight to be
-// acked or nacked, and then for the connection to drain.
-const CloseTimeout = 30 * time.Second
-
 // Subscriber is a Watermill subscriber on NATS JetStream with safe defaults
 // for at-least-once delivery (see the package doc). It owns its connection.
 type Subscriber struct {
-	cfg    Config
+	cfg    subscriberConfig
 	logger *slog.Logger
 	conn   *nats.Conn
 	js     jetstream.JetStream
@@ -45,21 +41,31 @@ var (
 	_ message.SubscribeInitializer = (*Subscriber)(nil)
 )
 
-// NewSubscriber connects to the NATS server at url (nats.Connect with
-// cfg.NatsOptions) and returns a subscriber that owns the connection:
-// Close drains and closes it. logger may be nil (discard).
-func NewSubscriber(url string, cfg Config, logger *slog.Logger) (*Subscriber, error) {
+// errSubscriberClosed is returned by Subscribe after Close.
+var errSubscriberClosed = fmt.Errorf("nats: subscriber: %w", delivery.ErrClosed)
+
+// NewSubscriber connects to the NATS server at url (nats.Connect, with
+// WithNATSOptions' options) and returns a subscriber for consumer that
+// owns the connection: Close drains and closes it.
+//
+// consumer is letters, digits, '-' and '_' (at most 64). Each topic gets
+// its own durable JetStream consumer, named ConsumerName(consumer, topic);
+// every process using the same consumer shares its messages (competing
+// consumers).
+//
+// It takes WithConcurrency, WithAckWait, WithMarshaler, WithNATSOptions,
+// delivery.WithLogger and delivery.WithCloseTimeout; any other option is
+// an error wrapping delivery.ErrInvalidOption.
+func NewSubscriber(url, consumer string, opts ...delivery.Option) (*Subscriber, error) {
 	if url == "" {
-		return nil, fmt.Errorf("%w: empty url", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: empty url", delivery.ErrInvalidOption)
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := newSubscriberConfig(consumer, opts)
 	if err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	nc, err := nats.Connect(url, cfg.NatsOptions...)
+	logger := cfg.logger
+	nc, err := nats.Connect(url, cfg.natsOptions...)
 	if err != nil {
 		return nil, fmt.Errorf("nats: connect: %w", err)
 	}
@@ -98,16 +104,16 @@ func (s *Subscriber) ensureConsumer(ctx context.Context, topic string) (jetstrea
 	if err != nil {
 		return nil, fmt.Errorf("nats: find the stream of %q: %w", topic, err)
 	}
-	name := ConsumerName(s.cfg.Consumer, topic)
+	name := ConsumerName(s.cfg.consumer, topic)
 	c, err := s.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable:       name,
-		Description:   "surely consumer " + s.cfg.Consumer + " of " + topic,
+		Description:   "surely consumer " + s.cfg.consumer + " of " + topic,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		FilterSubject: topic,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       s.cfg.AckWait,
+		AckWait:       s.cfg.ackWait,
 		MaxDeliver:    -1,
-		MaxAckPending: s.cfg.Concurrency,
+		MaxAckPending: s.cfg.concurrency,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("nats: create consumer %q on stream %q: %w", name, stream, err)
@@ -133,7 +139,7 @@ const (
 // done, on Close, or when the consumer is deleted on the server.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if s.isClosed() {
-		return nil, ErrClosed
+		return nil, errSubscriberClosed
 	}
 	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	c, err := s.ensureConsumer(ictx, topic)
@@ -143,7 +149,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	// Fetch no more than can be in flight: a buffered message's ack timer
 	// runs while it waits.
-	it, err := c.Messages(jetstream.PullMaxMessages(s.cfg.Concurrency), jetstream.PullExpiry(pullExpiry))
+	it, err := c.Messages(jetstream.PullMaxMessages(s.cfg.concurrency), jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return nil, fmt.Errorf("nats: consume %q: %w", topic, err)
 	}
@@ -152,7 +158,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	defer s.mu.Unlock()
 	if s.closed {
 		it.Stop()
-		return nil, ErrClosed
+		return nil, errSubscriberClosed
 	}
 	s.iters = append(s.iters, it)
 	s.wg.Add(1)
@@ -189,7 +195,7 @@ func (s *Subscriber) read(ctx context.Context, topic string, it jetstream.Messag
 			}
 			continue
 		}
-		msg, r := receive(s.cfg.Marshaler, jm)
+		msg, r := receive(s.cfg.marshaler, jm)
 		mctx, cancel := context.WithCancel(ctx)
 		if r.hasInfo {
 			mctx = delivery.WithInfo(mctx, r.info)
@@ -258,8 +264,10 @@ func (s *Subscriber) settle(msg *message.Message, r *received, cancel context.Ca
 	}
 }
 
-// Close stops handing out messages, waits (up to CloseTimeout) for those in
-// flight to be acked or nacked, then drains and closes the connection.
+// Close stops handing out messages, waits (up to the close timeout,
+// delivery.WithCloseTimeout) for those in flight to be acked or nacked,
+// then drains and closes the connection (waiting up to the close timeout
+// again).
 // Messages still unacked then are redelivered by the server after AckWait;
 // the contexts of their handlers are cancelled. Close is safe to call more
 // than once (the router calls it too).
@@ -273,7 +281,7 @@ func (s *Subscriber) Close() error {
 		for _, it := range iters {
 			it.Stop()
 		}
-		if drain.Wait(&s.wg, CloseTimeout, s.abandon) {
+		if drain.Wait(&s.wg, s.cfg.closeTimeout, s.abandon) {
 			s.logger.Warn("surely/nats: messages still in flight at close; they will be redelivered")
 		}
 		if err := s.conn.Drain(); err != nil {
@@ -281,7 +289,7 @@ func (s *Subscriber) Close() error {
 		}
 		select {
 		case <-s.connClosed:
-		case <-time.After(CloseTimeout):
+		case <-time.After(s.cfg.closeTimeout):
 			s.conn.Close()
 			s.closeErr = errors.New("nats: connection did not drain in time")
 		}

@@ -33,7 +33,7 @@ func TestAckOnlyAfterSuccess(t *testing.T) {
 		var once sync.Once
 		releaseOnce := func() { once.Do(func() { close(release) }) }
 		var calls atomic.Int32
-		e.consume(t, surelynats.Config{AckWait: time.Second}, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
+		e.consume(t, []delivery.Option{surelynats.WithAckWait(time.Second)}, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
 			if calls.Add(1) == 1 {
 				close(started)
 			}
@@ -72,7 +72,7 @@ func TestNackRedeliversWithCount(t *testing.T) {
 		e := setup(t, url)
 		var calls atomic.Int32
 		infos := make(chan delivery.Info, 4)
-		e.consume(t, surelynats.Config{}, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
+		e.consume(t, nil, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
 			info, _ := delivery.InfoFrom(msg.Context())
 			infos <- info
 			if calls.Add(1) == 1 {
@@ -107,7 +107,7 @@ func TestNackAfterIsTheBrokersDelay(t *testing.T) {
 		policy, err := retry.NewPolicy(retry.WithInProcessAttempts(1), retry.WithMaxInProcessTime(time.Second))
 		require.NoError(t, err)
 		var calls atomic.Int32
-		e.consume(t, surelynats.Config{}, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
+		e.consume(t, nil, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
 			if calls.Add(1) == 1 {
 				return nil, retry.After(500*time.Millisecond, errors.New("rate limited"))
 			}
@@ -139,7 +139,7 @@ func TestExtendKeepsASlowHandlerDeliveredOnce(t *testing.T) {
 			policy, err := retry.NewPolicy(retry.WithInProcessAttempts(1), retry.WithMaxInProcessTime(500*time.Millisecond))
 			require.NoError(t, err)
 			var calls atomic.Int32
-			e.consume(t, surelynats.Config{AckWait: ackWait}, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
+			e.consume(t, []delivery.Option{surelynats.WithAckWait(ackWait)}, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
 				calls.Add(1)
 				time.Sleep(3 * ackWait)
 				return nil, nil
@@ -156,7 +156,7 @@ func TestExtendKeepsASlowHandlerDeliveredOnce(t *testing.T) {
 			t.Parallel()
 			e := setup(t, url)
 			var calls atomic.Int32
-			e.consume(t, surelynats.Config{AckWait: ackWait, Concurrency: 2}, func(msg *message.Message) error {
+			e.consume(t, []delivery.Option{surelynats.WithAckWait(ackWait), surelynats.WithConcurrency(2)}, func(msg *message.Message) error {
 				if calls.Add(1) == 1 {
 					time.Sleep(3 * ackWait)
 				}
@@ -176,9 +176,9 @@ func TestUnackedMessageComesBackAfterServerRestart(t *testing.T) {
 	first, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
 	infos := make(chan delivery.Info, 4)
-	e.consume(t, surelynats.Config{AckWait: time.Second, Concurrency: 2, NatsOptions: []nats.Option{
-		nats.ReconnectWait(50 * time.Millisecond), nats.MaxReconnects(-1),
-	}}, func(msg *message.Message) error {
+	e.consume(t, []delivery.Option{surelynats.WithAckWait(time.Second), surelynats.WithConcurrency(2), surelynats.WithNATSOptions(
+		nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1),
+	)}, func(msg *message.Message) error {
 		info, _ := delivery.InfoFrom(msg.Context())
 		infos <- info
 		if calls.Add(1) == 1 {
@@ -210,7 +210,7 @@ func TestMalformedMessageIsDeadLetteredAndConsumingGoesOn(t *testing.T) {
 	eachServer(t, func(t *testing.T, url string) {
 		e := setup(t, url)
 		var processed atomic.Int32
-		e.consume(t, surelynats.Config{}, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
+		e.consume(t, nil, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
 			processed.Add(1)
 			return nil, nil
 		}))
@@ -229,8 +229,8 @@ func TestMalformedMessageIsDeadLetteredAndConsumingGoesOn(t *testing.T) {
 		}, 15*time.Second, 20*time.Millisecond, "the malformed message must not stop the subscription")
 		dead := e.dead.Published(deadTopic)[0]
 		require.Equal(t, "raw \x00 bytes", string(dead.Payload), "raw bytes travel to the dead letter")
-		require.Contains(t, dead.Metadata.Get(surelynats.DecodeErrorKey), "multiple values")
-		require.JSONEq(t, `{"k":["a","b"]}`, dead.Metadata.Get(surelynats.DecodeHeadersKey))
+		require.Contains(t, dead.Metadata.Get(delivery.KeyDecodeError), "multiple values")
+		require.JSONEq(t, `{"k":["a","b"]}`, dead.Metadata.Get(delivery.KeyDecodeHeaders))
 		require.Equal(t, string(dlq.ReasonDecode), dead.Metadata.Get(dlq.KeyReason))
 		require.True(t, strings.Contains(dead.Metadata.Get(dlq.KeyError), middleware.ErrUndecodable.Error()))
 		require.Eventually(t, func() bool {
@@ -267,7 +267,7 @@ func TestNaksDoNotStallThePull(t *testing.T) {
 		for j := range messages {
 			require.NoError(t, e.pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprint(j)))))
 		}
-		sub, err := surelynats.NewSubscriber(url, surelynats.Config{Consumer: e.consumer, AckWait: time.Second}, slog.New(logs))
+		sub, err := surelynats.NewSubscriber(url, e.consumer, surelynats.WithAckWait(time.Second), delivery.WithLogger(slog.New(logs)))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = sub.Close() }) // if the test fails before the Close below
 		ch, err := sub.Subscribe(t.Context(), e.topic)

@@ -21,7 +21,7 @@ import (
 // A NackAfter longer than HoldLimit does not hold the subscription: the
 // entry stays pending, unacked, the next entry is handed out at once, and
 // the claim loop hands the deferred entry out again once it was idle for
-// MaxIdleTime, counted as a new delivery.
+// ack wait, counted as a new delivery.
 func TestNackAfterBeyondHoldLimitLeavesTheEntryPending(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -29,8 +29,8 @@ func TestNackAfterBeyondHoldLimitLeavesTheEntryPending(t *testing.T) {
 	b := message.NewMessage(watermill.NewUUID(), []byte("B"))
 	require.NoError(t, f.pub.Publish(f.stream, a, b))
 	const idle = 500 * time.Millisecond
-	_, ch := f.subscribe(t, surelyredis.Config{Group: "billing", Consumer: "c1",
-		MaxIdleTime: idle, ClaimInterval: 100 * time.Millisecond, NackResendSleep: time.Millisecond})
+	_, ch := f.subscribe(t, "billing", surelyredis.WithConsumer("c1"), surelyredis.WithAckWait(idle),
+		surelyredis.WithClaimInterval(100*time.Millisecond), surelyredis.WithResendInterval(time.Millisecond))
 
 	m := next(t, ch)
 	require.Equal(t, a.UUID, m.UUID)
@@ -48,7 +48,7 @@ func TestNackAfterBeyondHoldLimitLeavesTheEntryPending(t *testing.T) {
 	require.Eventually(t, func() bool { return len(f.pending(t, "billing")) == 1 }, 5*time.Second, 10*time.Millisecond)
 
 	m = next(t, ch)
-	require.Equal(t, a.UUID, m.UUID, "claimed again after MaxIdleTime")
+	require.Equal(t, a.UUID, m.UUID, "claimed again after the ack wait")
 	require.GreaterOrEqual(t, time.Since(deferredAt), idle)
 	require.Equal(t, delivery.Info{Count: 2, Redelivered: true}, info(t, m))
 	m.Ack()
@@ -67,8 +67,8 @@ func TestRetryAfterDoesNotHoldTheSubscription(t *testing.T) {
 	b := message.NewMessage(watermill.NewUUID(), []byte("B"))
 	b.Metadata.Set("idempotency_key", "B-"+watermill.NewUUID())
 	require.NoError(t, f.pub.Publish(f.stream, a, b))
-	_, ch := f.subscribe(t, surelyredis.Config{Group: "g", Consumer: "c1",
-		MaxIdleTime: 500 * time.Millisecond, ClaimInterval: 100 * time.Millisecond})
+	_, ch := f.subscribe(t, "g", surelyredis.WithConsumer("c1"), surelyredis.WithAckWait(500*time.Millisecond),
+		surelyredis.WithClaimInterval(100*time.Millisecond))
 	mem, err := memstore.New()
 	require.NoError(t, err)
 	dead := gochannel.NewGoChannel(gochannel.Config{}, nil)

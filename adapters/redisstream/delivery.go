@@ -21,14 +21,12 @@ import (
 	"github.com/surely-dev/surely/delivery"
 )
 
-// Metadata keys of a message that could not be decoded.
+// Metadata keys of a message that could not be decoded, besides
+// delivery.KeyDecodeError (the decoding error). Its payload is the raw
+// "payload" field of the entry (empty if it has none), and its metadata
+// holds only these keys. surely's chain dead-letters it with reason
+// "decode".
 const (
-	// DecodeErrorKey (delivery.KeyDecodeError) holds the decoding error. Its
-	// presence marks the message as undecodable: its payload is the raw
-	// "payload" field of the entry (empty if it has none) and its metadata
-	// holds only these keys. surely's chain dead-letters it with reason
-	// "decode".
-	DecodeErrorKey = delivery.KeyDecodeError
 	// DecodeFieldsKey holds the entry's other fields as a JSON object:
 	// field name to its value, a JSON string when the value is valid
 	// UTF-8, else {"base64": "<standard base64>"}.
@@ -36,13 +34,6 @@ const (
 	// DecodeEntryIDKey holds the stream entry ID of the undecodable entry.
 	DecodeEntryIDKey = "surely_decode_entry_id"
 )
-
-// DecodeError reports whether msg was marked undecodable by the Subscriber,
-// and the decoding error's text.
-func DecodeError(msg *message.Message) (string, bool) {
-	v, ok := msg.Metadata[DecodeErrorKey]
-	return v, ok
-}
 
 // Fields the hook adds to an entry read from the stream, so that the
 // Unmarshaler learns what watermill-redisstream does not pass it. The NUL
@@ -246,7 +237,7 @@ func undecodable(id string, values map[string]any, err error) *message.Message {
 		payload = []byte(p)
 	}
 	msg := message.NewMessage(uuid, payload)
-	msg.Metadata.Set(DecodeErrorKey, err.Error())
+	msg.Metadata.Set(delivery.KeyDecodeError, err.Error())
 	msg.Metadata.Set(DecodeEntryIDKey, id)
 	fields := map[string]any{}
 	for _, k := range slices.Sorted(maps.Keys(values)) {
@@ -293,7 +284,7 @@ func (s *Subscriber) touch(ctx context.Context, stream, id string, count bool) (
 	if count {
 		arg = "1"
 	}
-	n, err := touchScript.Run(ctx, s.client, []string{stream}, s.cfg.Group, s.cfg.Consumer, id, arg).Int()
+	n, err := touchScript.Run(ctx, s.client, []string{stream}, s.cfg.group, s.cfg.consumer, id, arg).Int()
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("redisstream: touch entry %s of %s: %w", id, stream, err)
@@ -311,7 +302,7 @@ func (s *Subscriber) pendingCount(ctx context.Context, stream, id string) int {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	p, err := s.client.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: stream, Group: s.cfg.Group, Start: id, End: id, Count: 1,
+		Stream: stream, Group: s.cfg.group, Start: id, End: id, Count: 1,
 	}).Result()
 	if err != nil || len(p) == 0 {
 		return 0
@@ -338,19 +329,19 @@ func newReceived(s *Subscriber, stream, id string) *received {
 
 // NackAfter makes the nack that follows redeliver the message no sooner
 // than d, and always reports true. Up to HoldLimit, the subscriber holds
-// the message for d (instead of Config.NackResendSleep), keeping the entry
+// the message for d (instead of the resend interval), keeping the entry
 // claimed, and then hands it out again; the subscription hands out nothing
 // else meanwhile (watermill-redisstream serves one entry at a time). A
 // longer d is not held: the entry stays pending, unacked, and the
-// subscription goes on with the next entry after NackResendSleep; a
-// consumer of the group claims the entry once it was idle for MaxIdleTime.
-// That is d at the earliest when d <= MaxIdleTime; for a longer d, the
-// claim comes early: for a retry.After(d), surely's dedup store (the
+// subscription goes on with the next entry after the resend interval; a
+// consumer of the group claims the entry once it was idle for the ack
+// wait. That is d at the earliest when d <= the ack wait; for a longer d,
+// the claim comes early: for a retry.After(d), surely's dedup store (the
 // failure's not-before time) answers it with an uncharged InProgress,
 // postponed in turn, until d has passed, so the message comes back
-// between d and about d + MaxIdleTime + ClaimInterval after the nack; a
-// longer backoff delay (MaxInProcessTime above MaxIdleTime), which is no
-// promise, is cut to MaxIdleTime.
+// between d and about d + ack wait + claim interval after the nack; a
+// longer backoff delay (MaxInProcessTime above the ack wait), which is no
+// promise, is cut to the ack wait.
 func (r *received) NackAfter(d time.Duration) bool {
 	r.delay.Store(int64(max(d, 0)))
 	return true
@@ -361,7 +352,7 @@ func (r *received) resendDelay() time.Duration {
 	if d := r.delay.Load(); d >= 0 {
 		return time.Duration(d)
 	}
-	return r.s.cfg.NackResendSleep
+	return r.s.cfg.nackResendSleep
 }
 
 // Extend resets the entry's idle time, so that no other consumer claims

@@ -4,8 +4,8 @@
 // surely's middleware uses.
 //
 //	opts := &redis.UniversalOptions{Addrs: []string{"localhost:6379"}}
-//	pub, err := redisstream.NewPublisher(opts, redisstream.PublisherConfig{}, logger)
-//	sub, err := redisstream.NewSubscriber(opts, redisstream.Config{Group: "billing"}, logger)
+//	pub, err := redisstream.NewPublisher(opts, delivery.WithLogger(logger))
+//	sub, err := redisstream.NewSubscriber(opts, "billing", delivery.WithLogger(logger))
 //	store, err := redisstore.New(ctx, redis.NewUniversalClient(opts)) // a client of its own
 //	h, err := handler.New(charge, handler.WithStore(store, "billing"), ...)
 //	router.AddConsumerHandler("billing", "orders", sub, handler.NoPublish(h))
@@ -20,18 +20,21 @@
 //
 // # Subscriber defaults, and why
 //
-//   - Consumer group (Config.Group, required), created at the start of
-//     the stream ("0") when missing: a group created after messages were
-//     published still gets them. Every Subscriber of the group shares the
-//     entries; each is one consumer (Config.Consumer, default host name
-//     and a random suffix).
-//   - MaxIdleTime 30s: an entry delivered to a consumer that neither acks
-//     nor extends it for that long (a crashed or hung consumer) is claimed
-//     by another consumer of the group. surely's dedup step extends it
-//     while the handler runs (every lease/3: 10s by default), so it bounds
-//     crash recovery, not the handler. ClaimInterval (default
-//     MaxIdleTime/4) is how often consumers look for such entries.
-//   - NackResendSleep 100ms: watermill-redisstream resends a nacked
+//   - Consumer group (NewSubscriber's group argument), created at the
+//     start of the stream ("0") when missing: a group created after
+//     messages were published still gets them. Every Subscriber of the
+//     group shares the entries; each is one consumer (WithConsumer,
+//     default host name and a random suffix).
+//   - Ack wait (WithAckWait, watermill-redisstream's MaxIdleTime) 30s: an
+//     entry delivered to a consumer that neither acks nor extends it for
+//     that long (a crashed or hung consumer) is claimed by another
+//     consumer of the group. surely's dedup step extends it while the
+//     handler runs (every lease/3: 10s by default), so it bounds crash
+//     recovery, not the handler. The claim interval (WithClaimInterval,
+//     default a quarter of the ack wait) is how often consumers look for
+//     such entries.
+//   - Resend interval (WithResendInterval, watermill-redisstream's
+//     NackResendSleep) 100ms: watermill-redisstream resends a nacked
 //     message in process, in a tight loop unless told to wait.
 //   - The initial XREADGROUP blocks for 100ms, not forever, so Close does
 //     not leave a reader behind.
@@ -57,30 +60,29 @@
 //
 // # Postponed messages
 //
-// watermill-redisstream resends a nacked message in process, and hands
-// out nothing else of the subscription until it is acked. So a NackAfter
-// delay up to HoldLimit (1s) is held: the subscriber waits d (instead of
-// NackResendSleep), keeping the entry claimed, then resends it, and the
-// subscription waits with it, as with any wait in a handler. A longer
-// delay (a retry.After(d) that does not fit in the policy's
-// MaxInProcessTime, a breaker's pause, the wait for a lease held
-// elsewhere) is not held, since it would stop every other entry of the
-// subscription for d, on each attempt: the entry is postponed. It stays in
-// the group's pending entries list, unacked, its idle time restarted; the
-// subscription goes on with the next entry after NackResendSleep; and a
-// consumer of the group (this one included) claims the entry once it was
-// idle for MaxIdleTime, a new delivery (Count + 1). A claim before a
-// retry.After's d (d > MaxIdleTime) is answered by surely's dedup store,
-// which keeps the failure's not-before time, with an InProgress that
-// spends no attempt and is postponed in turn (a plain backoff delay is no
-// promise, and is cut to MaxIdleTime). So a postponed message comes back between d and
-// about d + MaxIdleTime + ClaimInterval after its nack, and "not before d"
-// rests on the dedup store for a d beyond MaxIdleTime. The subscriber
-// drops watermill-redisstream's own XACK of a postponed entry (in its
-// go-redis hook), which is how the entry stays pending while
-// watermill-redisstream moves on. NackResendSleep paces postponements: an
-// open breaker pauses every message, and would otherwise sweep the whole
-// stream into the pending list at full speed.
+// watermill-redisstream resends a nacked message in process, and hands out
+// nothing else of the subscription until it is acked. So a NackAfter delay up
+// to HoldLimit (1s) is held: the subscriber waits d (instead of the resend
+// interval), keeping the entry claimed, then resends it, and the subscription
+// waits with it, as with any wait in a handler. A longer delay (a
+// retry.After(d) that does not fit in the policy's MaxInProcessTime, a
+// breaker's pause, the wait for a lease held elsewhere) is not held, since it
+// would stop every other entry of the subscription for d, on each attempt:
+// the entry is postponed. It stays in the group's pending entries list,
+// unacked, its idle time restarted; the subscription goes on with the next
+// entry after the resend interval; and a consumer of the group (this one
+// included) claims the entry once it was idle for the ack wait, a new
+// delivery (Count + 1). A claim before a retry.After's d (d > the ack wait)
+// is answered by surely's dedup store, which keeps the failure's not-before
+// time, with an InProgress that spends no attempt and is postponed in turn (a
+// plain backoff delay is no promise, and is cut to the ack wait). So a
+// postponed message comes back between d and about d + ack wait + claim
+// interval after its nack, and "not before d" rests on the dedup store for a
+// d beyond the ack wait. The subscriber drops watermill-redisstream's own
+// XACK of a postponed entry (in its go-redis hook), which is how the entry
+// stays pending while watermill-redisstream moves on. The resend interval
+// paces postponements: an open breaker pauses every message, and would
+// otherwise sweep the whole stream into the pending list at full speed.
 //
 // watermill-redisstream gives its Unmarshaler only the entry's fields, and
 // drops the message context when it resends a nacked message. The adapter
@@ -99,14 +101,14 @@
 //
 // # Malformed entries
 //
-// watermill-redisstream ends the subscription, silently, when its
-// Unmarshaler fails. Here an Unmarshaler error, panic or missing message
-// never does: the entry is handed out as a message whose metadata has only
-// DecodeErrorKey (the error), DecodeEntryIDKey and DecodeFieldsKey (the
-// other fields, as JSON), whose payload is the raw "payload" field, and
-// whose UUID is the entry's Watermill UUID field or else
-// "redis-<entry ID>". surely's chain dead-letters it with reason "decode"
-// and acks it after the dead letter was published.
+// watermill-redisstream ends the subscription, silently, when its Unmarshaler
+// fails. Here an Unmarshaler error, panic or missing message never does: the
+// entry is handed out as a message whose metadata has only
+// delivery.KeyDecodeError (the error), DecodeEntryIDKey and DecodeFieldsKey
+// (the other fields, as JSON), whose payload is the raw "payload" field, and
+// whose UUID is the entry's Watermill UUID field or else "redis-<entry ID>".
+// surely's chain dead-letters it with reason "decode" and acks it after the
+// dead letter was published.
 //
 // # Publisher
 //
@@ -116,10 +118,10 @@
 //
 // # Shutdown
 //
-// Subscriber.Close stops handing out messages, waits up to CloseTimeout
-// for those in flight to be acked or nacked (a graceful drain: their
-// contexts stay live meanwhile), then stops watermill-redisstream and
-// closes the client. Entries still unacked stay pending and are claimed by
-// another consumer after MaxIdleTime. Closing the subscriber before the
-// router lets in-flight handlers finish and ack.
+// Subscriber.Close stops handing out messages, waits up to the close timeout
+// (delivery.WithCloseTimeout, default 30s) for those in flight to be acked or
+// nacked (a graceful drain: their contexts stay live meanwhile), then stops
+// watermill-redisstream and closes the client. Entries still unacked stay
+// pending and are claimed by another consumer after the ack wait. Closing the
+// subscriber before the router lets in-flight handlers finish and ack.
 package redisstream

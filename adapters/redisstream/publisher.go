@@ -2,22 +2,14 @@ package redisstream
 
 import (
 	"fmt"
-	"log/slog"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmredis "github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
-)
 
-// PublisherConfig configures a Publisher. The zero value is ready to use.
-type PublisherConfig struct {
-	// Marshaler converts Watermill messages to stream entries (default:
-	// watermill-redisstream's DefaultMarshallerUnmarshaller: UUID, payload
-	// and msgpack metadata fields). Use the counterpart of the
-	// subscribers' Unmarshaler.
-	Marshaler wmredis.Marshaller
-}
+	"github.com/surely-dev/surely/delivery"
+)
 
 // Publisher is watermill-redisstream's publisher with a Redis client of its
 // own. Publish returns after Redis accepted every entry (XADD). It never
@@ -32,19 +24,19 @@ type Publisher struct {
 var _ message.Publisher = (*Publisher)(nil)
 
 // NewPublisher returns a publisher with a Redis client of its own, made
-// from opts; Close closes it. logger may be nil (discard).
-func NewPublisher(opts *redis.UniversalOptions, cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) {
-	if opts == nil {
-		return nil, fmt.Errorf("%w: nil Redis options", ErrInvalidOption)
+// from redisOpts; Close closes it. It takes WithMarshaler and
+// delivery.WithLogger; any other option is an error wrapping
+// delivery.ErrInvalidOption.
+func NewPublisher(redisOpts *redis.UniversalOptions, opts ...delivery.Option) (*Publisher, error) {
+	if redisOpts == nil {
+		return nil, fmt.Errorf("%w: nil Redis options", delivery.ErrInvalidOption)
 	}
-	if cfg.Marshaler == nil {
-		cfg.Marshaler = wmredis.DefaultMarshallerUnmarshaller{}
+	cfg, err := newPublisherConfig(opts)
+	if err != nil {
+		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	client := redis.NewUniversalClient(opts)
-	inner, err := wmredis.NewPublisher(wmredis.PublisherConfig{Client: client, Marshaller: cfg.Marshaler}, watermill.NewSlogLogger(logger))
+	client := redis.NewUniversalClient(redisOpts)
+	inner, err := wmredis.NewPublisher(wmredis.PublisherConfig{Client: client, Marshaller: cfg.marshaler}, watermill.NewSlogLogger(cfg.logger))
 	if err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("redisstream: publisher: %w", err)

@@ -23,7 +23,7 @@ import (
 // childURLEnv carries the broker's URL to the crash test's child processes.
 const childURLEnv = "SURELY_ADAPTERTEST_REDISSTREAM_URL"
 
-// conformanceIdle is the subscribers' MaxIdleTime in the conformance suite.
+// conformanceIdle is the subscribers' ack wait in the conformance suite.
 const conformanceIdle = time.Second
 
 func TestMain(m *testing.M) {
@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			return nil, err
 		}
-		return surelyredis.NewSubscriber(opts, surelyredis.Config{Group: group, MaxIdleTime: conformanceIdle}, nil)
+		return surelyredis.NewSubscriber(opts, group, surelyredis.WithAckWait(conformanceIdle))
 	})
 	goleak.VerifyTestMain(m)
 }
@@ -109,14 +109,14 @@ type conformanceAdapter struct{ srv server }
 func (a conformanceAdapter) NewTopic(t *testing.T) string { return a.srv.newStream(t) }
 
 func (a conformanceAdapter) NewPublisher(t *testing.T) message.Publisher {
-	pub, err := surelyredis.NewPublisher(a.srv.opts, surelyredis.PublisherConfig{}, nil)
+	pub, err := surelyredis.NewPublisher(a.srv.opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	return pub
 }
 
 func (a conformanceAdapter) NewSubscriber(t *testing.T, group string) message.Subscriber {
-	sub, err := surelyredis.NewSubscriber(a.srv.opts, surelyredis.Config{Group: group, MaxIdleTime: conformanceIdle}, nil)
+	sub, err := surelyredis.NewSubscriber(a.srv.opts, group, surelyredis.WithAckWait(conformanceIdle))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	return sub
@@ -150,7 +150,7 @@ func TestConformance(t *testing.T) {
 				ForceShort: true,
 			},
 			PubSubSkip: map[string]string{
-				"TestMessageCtx": "Subscriber.Close drains: it waits up to CloseTimeout for the messages in flight " +
+				"TestMessageCtx": "Subscriber.Close drains: it waits up to the close timeout for the messages in flight " +
 					"to be acked or nacked before it cancels their contexts; Watermill expects them cancelled at once",
 			},
 		})

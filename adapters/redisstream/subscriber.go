@@ -17,10 +17,6 @@ import (
 	"github.com/surely-dev/surely/internal/drain"
 )
 
-// CloseTimeout bounds how long Close waits for the messages in flight to
-// be acked or nacked.
-const CloseTimeout = 30 * time.Second
-
 // callTimeout bounds each Redis call the subscriber makes itself (ack,
 // delivery count, idle refresh).
 const callTimeout = 5 * time.Second
@@ -29,7 +25,7 @@ const callTimeout = 5 * time.Second
 // built on watermill-redisstream's, with safe defaults and the delivery
 // facts surely uses (see the package doc). It owns its Redis client.
 type Subscriber struct {
-	cfg    Config
+	cfg    subscriberConfig
 	logger *slog.Logger
 	client redis.UniversalClient
 	inner  *wmredis.Subscriber
@@ -48,23 +44,34 @@ type Subscriber struct {
 
 var _ message.Subscriber = (*Subscriber)(nil)
 
-// NewSubscriber returns a subscriber with a Redis client of its own, made
-// from opts (redis.NewUniversalClient: a single node, Sentinel or Cluster).
-// Close closes that client. It never takes a caller's client, because
-// watermill-redisstream closes the client it is given: one shared with an
-// idempotency store would close under it. logger may be nil (discard).
-func NewSubscriber(opts *redis.UniversalOptions, cfg Config, logger *slog.Logger) (*Subscriber, error) {
-	if opts == nil {
-		return nil, fmt.Errorf("%w: nil Redis options", ErrInvalidOption)
+// errSubscriberClosed is returned by Subscribe after Close.
+var errSubscriberClosed = fmt.Errorf("redisstream: subscriber: %w", delivery.ErrClosed)
+
+// NewSubscriber returns a subscriber in the consumer group group, with a
+// Redis client of its own made from redisOpts (redis.NewUniversalClient: a
+// single node, Sentinel or Cluster). Close closes that client. It never
+// takes a caller's client, because watermill-redisstream closes the client
+// it is given: one shared with an idempotency store would close under it.
+//
+// Every Subscriber with the same group shares the stream's entries
+// (competing consumers); the group is created at the start of the stream
+// ("0") when missing, so a group created after messages were published
+// still gets them.
+//
+// It takes WithConsumer, WithAckWait, WithClaimInterval,
+// WithResendInterval, WithUnmarshaler, delivery.WithLogger and
+// delivery.WithCloseTimeout; any other option is an error wrapping
+// delivery.ErrInvalidOption.
+func NewSubscriber(redisOpts *redis.UniversalOptions, group string, opts ...delivery.Option) (*Subscriber, error) {
+	if redisOpts == nil {
+		return nil, fmt.Errorf("%w: nil Redis options", delivery.ErrInvalidOption)
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := newSubscriberConfig(group, opts)
 	if err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	client := redis.NewUniversalClient(opts)
+	logger := cfg.logger
+	client := redis.NewUniversalClient(redisOpts)
 	s := &Subscriber{
 		cfg: cfg, logger: logger, client: client,
 		closing: make(chan struct{}), abandon: make(chan struct{}),
@@ -73,12 +80,12 @@ func NewSubscriber(opts *redis.UniversalOptions, cfg Config, logger *slog.Logger
 	client.AddHook(s.hook)
 	s.inner, err = wmredis.NewSubscriber(wmredis.SubscriberConfig{
 		Client:                        sharedClient{client},
-		Unmarshaller:                  unmarshaler{inner: cfg.Unmarshaler, reads: &s.reads},
-		Consumer:                      cfg.Consumer,
-		ConsumerGroup:                 cfg.Group,
+		Unmarshaller:                  unmarshaler{inner: cfg.unmarshaler, reads: &s.reads},
+		Consumer:                      cfg.consumer,
+		ConsumerGroup:                 cfg.group,
 		NackResendSleep:               wmredis.NoSleep, // settle waits, per message
-		ClaimInterval:                 cfg.ClaimInterval,
-		MaxIdleTime:                   cfg.MaxIdleTime,
+		ClaimInterval:                 cfg.claimInterval,
+		MaxIdleTime:                   cfg.maxIdleTime,
 		OldestId:                      "0",
 		DisableIndefiniteInitialBlock: true,
 	}, watermill.NewSlogLogger(logger))
@@ -98,7 +105,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, errSubscriberClosed
 	}
 	in, err := s.inner.Subscribe(ctx, topic)
 	if err != nil {
@@ -159,7 +166,7 @@ func (s *Subscriber) relay(ctx context.Context, topic string, in <-chan *message
 		case out <- om:
 		case <-s.closing:
 			cancel()
-			return // left pending: another consumer claims it after MaxIdleTime
+			return // left pending: another consumer claims it after the ack wait
 		case <-ctx.Done():
 			cancel()
 			return
@@ -174,15 +181,15 @@ func (s *Subscriber) relay(ctx context.Context, topic string, in <-chan *message
 
 // settle waits until om is acked or nacked and settles im the same way:
 // an ack is XACKed (and confirmed) here; a nack counts one more delivery
-// in the pending entries list, waits (NackAfter's delay, else
-// NackResendSleep), and lets watermill-redisstream resend the message. It returns false when Close
-// gave up waiting.
+// in the pending entries list, waits (NackAfter's delay, else the resend
+// interval), and lets watermill-redisstream resend the message. It returns
+// false when Close gave up waiting.
 func (s *Subscriber) settle(topic string, im, om *message.Message, r *received, count *int) bool {
 	select {
 	case <-om.Acked():
 		if r.id != "" {
 			if err := s.ack(topic, r.id); err != nil {
-				s.logger.WarnContext(om.Context(), "surely/redisstream: ack failed; the entry stays pending and is claimed again after MaxIdleTime",
+				s.logger.WarnContext(om.Context(), "surely/redisstream: ack failed; the entry stays pending and is claimed again after the ack wait",
 					"stream", topic, "entry_id", r.id, "message_uuid", om.UUID, "error", err)
 			}
 		}
@@ -207,14 +214,14 @@ func (s *Subscriber) settle(topic string, im, om *message.Message, r *received, 
 		im.Nack()
 		return true
 	case <-s.abandon:
-		return false // left pending: claimed again after MaxIdleTime
+		return false // left pending: claimed again after the ack wait
 	}
 }
 
 // postpone leaves the entry of a message nacked with a delay beyond
 // HoldLimit pending, unacked, and lets watermill-redisstream go on to the
 // next entry: the entry's idle time restarts now, and a consumer of the
-// group (this one included) claims it once it was idle for MaxIdleTime.
+// group (this one included) claims it once it was idle for the ack wait.
 // watermill-redisstream XACKs a message it sees acked; the hook drops that
 // XACK for a postponed entry. It returns false when the subscriber closes.
 func (s *Subscriber) postpone(topic string, im, om *message.Message, r *received) bool {
@@ -231,7 +238,7 @@ func (s *Subscriber) postpone(topic string, im, om *message.Message, r *received
 	im.Ack()
 	// Paced as a resend would be: an open breaker nacks every message
 	// with a long delay, and would otherwise sweep the stream.
-	if p := s.cfg.NackResendSleep; p > 0 {
+	if p := s.cfg.nackResendSleep; p > 0 {
 		t := time.NewTimer(p)
 		defer t.Stop()
 		select {
@@ -251,7 +258,7 @@ func (s *Subscriber) ack(topic, id string) error {
 			time.Sleep(100 * time.Millisecond)
 		}
 		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), ownAck{}, true), callTimeout)
-		err = s.client.XAck(ctx, topic, s.cfg.Group, id).Err()
+		err = s.client.XAck(ctx, topic, s.cfg.group, id).Err()
 		cancel()
 		if err == nil {
 			return nil
@@ -261,12 +268,12 @@ func (s *Subscriber) ack(topic, id string) error {
 }
 
 // hold waits d before a nacked message is handed out again, keeping its
-// entry claimed (idle time reset every MaxIdleTime/3) so that no other
+// entry claimed (idle time reset every third of the ack wait) so that no other
 // consumer takes it meanwhile. It returns false when the subscriber closes.
 func (s *Subscriber) hold(topic, id string, d time.Duration) bool {
 	done := time.NewTimer(d)
 	defer done.Stop()
-	tick := time.NewTicker(s.cfg.MaxIdleTime / 3)
+	tick := time.NewTicker(s.cfg.maxIdleTime / 3)
 	defer tick.Stop()
 	for {
 		select {
@@ -284,10 +291,11 @@ func (s *Subscriber) hold(topic, id string, d time.Duration) bool {
 	}
 }
 
-// Close stops handing out messages, waits (up to CloseTimeout) for those
-// in flight to be acked or nacked, then closes watermill-redisstream's
-// subscriber and the Redis client. Entries still unacked then stay pending
-// and are claimed by another consumer after MaxIdleTime. Close is safe to
+// Close stops handing out messages, waits (up to the close timeout,
+// delivery.WithCloseTimeout) for those in flight to be acked or nacked,
+// then closes watermill-redisstream's subscriber and the Redis client.
+// Entries still unacked then stay pending and are claimed by another
+// consumer after the ack wait. Close is safe to
 // call more than once (the router calls it too).
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() {
@@ -295,7 +303,7 @@ func (s *Subscriber) Close() error {
 		s.closed = true
 		s.mu.Unlock()
 		close(s.closing)
-		if drain.Wait(&s.wg, CloseTimeout, s.abandon) {
+		if drain.Wait(&s.wg, s.cfg.closeTimeout, s.abandon) {
 			s.logger.Warn("surely/redisstream: messages still in flight at close; they stay pending")
 		}
 		s.closeErr = s.inner.Close()

@@ -2,6 +2,7 @@ package redisstream_test
 
 import (
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -15,29 +16,81 @@ import (
 	"github.com/surely-dev/surely/delivery"
 )
 
-func TestConfigIsValidated(t *testing.T) {
+func TestOptionsAreValidated(t *testing.T) {
 	t.Parallel()
 	opts := &redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}} // never dialled
-	for name, cfg := range map[string]surelyredis.Config{
-		"no group":             {},
-		"idle too short":       {Group: "g", MaxIdleTime: time.Millisecond},
-		"claim beyond idle":    {Group: "g", MaxIdleTime: time.Second, ClaimInterval: 2 * time.Second},
-		"negative resend wait": {Group: "g", NackResendSleep: -time.Second},
+	for name, c := range map[string]struct {
+		group string
+		opts  []delivery.Option
+	}{
+		"no group":             {"", nil},
+		"empty consumer":       {"g", []delivery.Option{surelyredis.WithConsumer("")}},
+		"ack wait too short":   {"g", []delivery.Option{surelyredis.WithAckWait(time.Millisecond)}},
+		"zero claim interval":  {"g", []delivery.Option{surelyredis.WithClaimInterval(0)}},
+		"claim beyond ack":     {"g", []delivery.Option{surelyredis.WithAckWait(time.Second), surelyredis.WithClaimInterval(2 * time.Second)}},
+		"claim beyond default": {"g", []delivery.Option{surelyredis.WithClaimInterval(time.Minute)}},
+		"zero resend interval": {"g", []delivery.Option{surelyredis.WithResendInterval(0)}},
+		"negative resend":      {"g", []delivery.Option{surelyredis.WithResendInterval(-time.Second)}},
+		"nil unmarshaler":      {"g", []delivery.Option{surelyredis.WithUnmarshaler(nil)}},
+		"nil logger":           {"g", []delivery.Option{delivery.WithLogger(nil)}},
+		"zero close timeout":   {"g", []delivery.Option{delivery.WithCloseTimeout(0)}},
+		"publisher's option":   {"g", []delivery.Option{surelyredis.WithMarshaler(wmredis.DefaultMarshallerUnmarshaller{})}},
 	} {
-		_, err := surelyredis.NewSubscriber(opts, cfg, nil)
-		require.ErrorIs(t, err, surelyredis.ErrInvalidOption, name)
+		_, err := surelyredis.NewSubscriber(opts, c.group, c.opts...)
+		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
 	}
-	_, err := surelyredis.NewSubscriber(nil, surelyredis.Config{Group: "g"}, nil)
-	require.ErrorIs(t, err, surelyredis.ErrInvalidOption)
-	_, err = surelyredis.NewPublisher(nil, surelyredis.PublisherConfig{}, nil)
-	require.ErrorIs(t, err, surelyredis.ErrInvalidOption)
+	for name, opt := range map[string]delivery.Option{
+		"nil marshaler":         surelyredis.WithMarshaler(nil),
+		"subscriber's ack wait": surelyredis.WithAckWait(time.Second),
+		"subscriber's decoder":  surelyredis.WithUnmarshaler(wmredis.DefaultMarshallerUnmarshaller{}),
+		"nothing to wait for":   delivery.WithCloseTimeout(time.Second),
+	} {
+		_, err := surelyredis.NewPublisher(opts, opt)
+		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
+	}
+	_, err := surelyredis.NewSubscriber(opts, "g", surelyredis.WithMarshaler(wmredis.DefaultMarshallerUnmarshaller{}))
+	require.ErrorContains(t, err, "redisstream.NewSubscriber does not take option redisstream.WithMarshaler")
+	_, err = surelyredis.NewSubscriber(nil, "g")
+	require.ErrorIs(t, err, delivery.ErrInvalidOption)
+	_, err = surelyredis.NewPublisher(nil)
+	require.ErrorIs(t, err, delivery.ErrInvalidOption)
 
-	sub, err := surelyredis.NewSubscriber(opts, surelyredis.Config{Group: "g"}, nil)
+	pub, err := surelyredis.NewPublisher(opts, surelyredis.WithMarshaler(wmredis.DefaultMarshallerUnmarshaller{}),
+		delivery.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	require.NoError(t, pub.Close())
+	sub, err := surelyredis.NewSubscriber(opts, "g", surelyredis.WithConsumer("c"), surelyredis.WithAckWait(time.Second),
+		surelyredis.WithClaimInterval(time.Second), surelyredis.WithResendInterval(time.Millisecond),
+		surelyredis.WithUnmarshaler(wmredis.DefaultMarshallerUnmarshaller{}),
+		delivery.WithLogger(slog.New(slog.DiscardHandler)), delivery.WithCloseTimeout(time.Second))
 	require.NoError(t, err)
 	require.NoError(t, sub.Close())
 	require.NoError(t, sub.Close(), "Close twice")
 	_, err = sub.Subscribe(t.Context(), "orders")
-	require.ErrorIs(t, err, surelyredis.ErrClosed)
+	require.ErrorIs(t, err, delivery.ErrClosed)
+}
+
+// Close gives up on a message nobody settles after WithCloseTimeout, not
+// after the default 30s, and leaves its entry pending.
+func TestCloseTimeoutIsHonoured(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	sub, err := surelyredis.NewSubscriber(f.srv.opts, "billing", delivery.WithCloseTimeout(100*time.Millisecond))
+	require.NoError(t, err)
+	ch, err := sub.Subscribe(t.Context(), f.stream)
+	require.NoError(t, err)
+	require.NoError(t, f.pub.Publish(f.stream, message.NewMessage(watermill.NewUUID(), []byte("x"))))
+	msg := next(t, ch)
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(delivery.DefaultCloseTimeout / 3):
+		t.Fatal("Close still waits for the unsettled message")
+	}
+	require.Error(t, msg.Context().Err(), "the abandoned handler's context is cancelled")
+	require.Len(t, f.pending(t, "billing"), 1, "the entry stays pending")
 }
 
 // fixture is one stream on the shared Redis with a publisher.
@@ -52,15 +105,15 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{srv: redisServer(t)}
 	f.stream = f.srv.newStream(t)
 	var err error
-	f.pub, err = surelyredis.NewPublisher(f.srv.opts, surelyredis.PublisherConfig{}, nil)
+	f.pub, err = surelyredis.NewPublisher(f.srv.opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, f.pub.Close()) })
 	return f
 }
 
-func (f *fixture) subscribe(t *testing.T, cfg surelyredis.Config) (*surelyredis.Subscriber, <-chan *message.Message) {
+func (f *fixture) subscribe(t *testing.T, group string, opts ...delivery.Option) (*surelyredis.Subscriber, <-chan *message.Message) {
 	t.Helper()
-	sub, err := surelyredis.NewSubscriber(f.srv.opts, cfg, nil)
+	sub, err := surelyredis.NewSubscriber(f.srv.opts, group, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, sub.Close()) })
 	ch, err := sub.Subscribe(t.Context(), f.stream)
@@ -105,7 +158,7 @@ func TestNackCountsDeliveriesInThePendingList(t *testing.T) {
 	src := message.NewMessage(watermill.NewUUID(), []byte("pay 10"))
 	src.Metadata.Set("tenant", "acme")
 	require.NoError(t, f.pub.Publish(f.stream, src))
-	_, ch := f.subscribe(t, surelyredis.Config{Group: "billing", Consumer: "c1"})
+	_, ch := f.subscribe(t, "billing", surelyredis.WithConsumer("c1"))
 
 	for want := 1; want <= 3; want++ {
 		m := next(t, ch)
@@ -127,7 +180,7 @@ func TestNackCountsDeliveriesInThePendingList(t *testing.T) {
 }
 
 // An entry left pending by a consumer that went away is claimed by another
-// after MaxIdleTime, and delivered with the pending list's count.
+// after the ack wait, and delivered with the pending list's count.
 func TestClaimedEntryCarriesItsDeliveryCount(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -138,7 +191,7 @@ func TestClaimedEntryCarriesItsDeliveryCount(t *testing.T) {
 		Group: "billing", Consumer: "dead", Streams: []string{f.stream, ">"}, Count: 1,
 	}).Err())
 
-	_, ch := f.subscribe(t, surelyredis.Config{Group: "billing", Consumer: "heir", MaxIdleTime: 200 * time.Millisecond})
+	_, ch := f.subscribe(t, "billing", surelyredis.WithConsumer("heir"), surelyredis.WithAckWait(200*time.Millisecond))
 	m := next(t, ch)
 	require.Equal(t, delivery.Info{Count: 2, Redelivered: true}, info(t, m))
 	m.Ack()
@@ -150,7 +203,7 @@ func TestExtendDoesNotStealAClaimedEntry(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	require.NoError(t, f.pub.Publish(f.stream, message.NewMessage(watermill.NewUUID(), []byte("x"))))
-	_, ch := f.subscribe(t, surelyredis.Config{Group: "billing", Consumer: "owner"})
+	_, ch := f.subscribe(t, "billing", surelyredis.WithConsumer("owner"))
 	m := next(t, ch)
 	c, ok := delivery.ControlFrom(m.Context())
 	require.True(t, ok)
@@ -186,10 +239,10 @@ func TestMalformedEntryIsMarkedAndConsumingGoesOn(t *testing.T) {
 	}}).Err()) // no UUID field: watermill-redisstream's Unmarshal fails
 	good := message.NewMessage(watermill.NewUUID(), []byte("good"))
 	require.NoError(t, f.pub.Publish(f.stream, good))
-	_, ch := f.subscribe(t, surelyredis.Config{Group: "billing"})
+	_, ch := f.subscribe(t, "billing")
 
 	bad := next(t, ch)
-	text, marked := surelyredis.DecodeError(bad)
+	text, marked := delivery.DecodeError(bad)
 	require.True(t, marked)
 	require.Contains(t, text, wmredis.UUIDHeaderKey)
 	id := bad.Metadata.Get(surelyredis.DecodeEntryIDKey)
@@ -204,12 +257,12 @@ func TestMalformedEntryIsMarkedAndConsumingGoesOn(t *testing.T) {
 	m.Ack()
 }
 
-// NackAfter holds the message back for the delay, not NackResendSleep.
+// NackAfter holds the message back for the delay, not the resend interval.
 func TestNackAfterHoldsTheMessage(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	require.NoError(t, f.pub.Publish(f.stream, message.NewMessage(watermill.NewUUID(), []byte("x"))))
-	_, ch := f.subscribe(t, surelyredis.Config{Group: "billing", NackResendSleep: time.Millisecond})
+	_, ch := f.subscribe(t, "billing", surelyredis.WithResendInterval(time.Millisecond))
 	m := next(t, ch)
 	c, ok := delivery.ControlFrom(m.Context())
 	require.True(t, ok)

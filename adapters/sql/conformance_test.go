@@ -23,7 +23,7 @@ import (
 //
 // Messages: a consumer group takes one message at a time (one transaction
 // per message; its consumers take turns on the group's offsets row), and
-// each nack waits ResendInterval (100ms) inside its transaction: 2,000
+// each nack waits the resend interval (100ms) inside its transaction: 2,000
 // messages with 10% nacks took 41s under -race alone, of the load test's
 // 90s. 1,000 keep a margin when CI runs other packages beside it.
 //
@@ -32,7 +32,7 @@ import (
 // every run for the same reason.
 var conformanceFeatures = adaptertest.Features{
 	LeaseExtension: true,
-	AckWait:        testAckDeadline,
+	AckWait:        testAckWait,
 	Messages:       1000,
 	PubSub: watermillFeatures(&tests.Features{
 		ConsumerGroups:      true,
@@ -41,11 +41,11 @@ var conformanceFeatures = adaptertest.Features{
 		Persistent:          true,
 	}),
 	PubSubSkip: map[string]string{
-		"TestMessageCtx": "Subscriber.Close drains: it waits up to CloseTimeout for the message in flight " +
+		"TestMessageCtx": "Subscriber.Close drains: it waits up to its close timeout for the message in flight " +
 			"to be acked or nacked before it cancels its context; Watermill expects it cancelled at once",
 		"TestContinueAfterSubscribeClose": "Subscriber.Close drains (see TestMessageCtx): each of its closes with " +
-			"a message in flight waits CloseTimeout; and its 5,000 messages take too long with BatchSize 1",
-		"TestPublisherClose": "10,000 messages with BatchSize 1 (one transaction per message) exceed its 45s under -race",
+			"a message in flight waits its close timeout; and its 5,000 messages take too long with a batch size of 1",
+		"TestPublisherClose": "10,000 messages with a batch size of 1 (one transaction per message) exceed its 45s under -race",
 	},
 }
 
@@ -84,14 +84,14 @@ func (a *conformanceAdapter) NewTopic(t *testing.T) string {
 }
 
 func (a *conformanceAdapter) NewPublisher(t *testing.T) message.Publisher {
-	pub, err := surelysql.NewPublisher(a.db, nil)
+	pub, err := surelysql.NewPublisher(a.db)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	return topicCreatingPublisher{Publisher: pub, topics: a.topics}
 }
 
 func (a *conformanceAdapter) NewSubscriber(t *testing.T, group string) message.Subscriber {
-	sub, err := surelysql.NewSubscriber(a.db, testConfig(group), nil)
+	sub, err := surelysql.NewSubscriber(a.db, group, testOptions()...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	return topicCreatingSubscriber{Subscriber: sub, topics: a.topics}

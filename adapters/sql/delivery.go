@@ -8,7 +8,7 @@ import (
 	"github.com/surely-dev/surely/delivery"
 )
 
-// lease is one delivery's AckDeadline, and its delivery.Control: Extend
+// lease is one delivery's ack wait, and its delivery.Control: Extend
 // pushes the deadline back, NackAfter is not supported.
 type lease struct {
 	d       time.Duration
@@ -47,13 +47,13 @@ func (l *lease) settle() {
 }
 
 // NackAfter reports false: watermill-sql resends a nacked message after its
-// fixed ResendInterval, to the same subscriber, inside the same
+// fixed resend interval (WithResendInterval), to the same subscriber, inside the same
 // transaction; surely's chain waits itself before it nacks.
 func (l *lease) NackAfter(time.Duration) bool { return false }
 
-// Extend moves the delivery's deadline to AckDeadline from now. It fails
-// with ErrDeliveryExpired once the deadline has passed or the message was
-// settled.
+// Extend moves the delivery's deadline to the ack wait (WithAckWait) from
+// now. It fails with ErrDeliveryExpired once the deadline has passed or the
+// message was settled.
 func (l *lease) Extend(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -4,8 +4,8 @@
 // middleware uses.
 //
 //	err := sql.InitializeSchema(ctx, db, "orders")    // once, at start (or in your migrations)
-//	pub, err := sql.NewPublisher(db, logger)
-//	sub, err := sql.NewSubscriber(db, sql.Config{ConsumerGroup: "billing"}, logger)
+//	pub, err := sql.NewPublisher(db, delivery.WithLogger(logger))
+//	sub, err := sql.NewSubscriber(db, "billing", delivery.WithLogger(logger))
 //	h, err := handler.New(charge, handler.WithStore(store, "billing"), handler.WithDeadLetter(pub, "billing_dead"), ...)
 //	router.AddConsumerHandler("billing", "orders", sub, handler.NoPublish(h))
 //
@@ -16,6 +16,12 @@
 // watermill-sql's subscriber to replace three of its behaviours (see
 // below): its ack deadline, its handling of undecodable rows, and its
 // shutdown. It needs PostgreSQL 13 or later (xid8).
+//
+// The constructors take the *sql.DB (and the Subscriber its consumer
+// group) and, as delivery.Option values, the settings below (this
+// package's WithAckWait, WithPollInterval, WithResendInterval,
+// WithBatchSize; delivery's WithLogger and WithCloseTimeout). An option a
+// constructor does not use is refused, not ignored.
 //
 // # Tables
 //
@@ -34,31 +40,31 @@
 //
 // # Subscriber defaults, and why
 //
-//   - A consumer group (Config.ConsumerGroup, required), on the log schema.
+//   - A consumer group (an argument of NewSubscriber, required), on the log schema.
 //     watermill-sql's queue schema has no groups, and with a batch of more
 //     than one row it acks every row it read, including those not yet
 //     handed out when the batch stops early: they are lost.
-//   - BatchSize 1: each message is read, handed out and acked in a
-//     transaction of its own, which commits the group's new offset with
-//     the ack. A larger batch commits its acks together at its end: a crash
+//   - Batch size 1 (WithBatchSize): each message is read, handed out and
+//     acked in a transaction of its own, which commits the group's new
+//     offset with the ack. A larger batch commits its acks together at its end: a crash
 //     delivers the batch's acked messages again (surely's dedup acks them
 //     without running), and the transaction stays open for the whole batch
 //     (see Transactions). Measured on 2 cores, acking at once, one group:
-//     about 560 messages/s with BatchSize 1, 3,900 with 10, 21,000 with 100.
-//   - AckDeadline 30s, kept by the Subscriber and extendable: watermill-sql's
-//     own deadline is a context timeout that cannot be pushed back, cancels
+//     about 560 messages/s with a batch size of 1, 3,900 with 10, 21,000 with 100.
+//   - An ack wait of 30s (WithAckWait), kept by the Subscriber and
+//     extendable: watermill-sql's own deadline is a context timeout that cannot be pushed back, cancels
 //     the handler, and then commits the consuming transaction without the
 //     ack (with whatever the handler wrote into it). It is disabled; when
 //     this Subscriber's deadline passes unextended, the consuming
 //     transaction is rolled back, the handler's context cancelled, and the
 //     subscription reads the message again (so may another consumer of the
 //     group).
-//   - ResendInterval 100ms (watermill-sql: 1s): a nacked message is handed
-//     out again after it, by the same subscription, inside the same
+//   - A resend interval of 100ms (WithResendInterval; watermill-sql: 1s):
+//     a nacked message is handed out again after it, by the same subscription, inside the same
 //     transaction. surely's chain has already waited (its backoff, or the
 //     delay of an operation in progress elsewhere) before it nacks.
-//   - PollInterval 1s: an idle subscription looks for new rows every
-//     second (the latency of a message published to an idle topic); a
+//   - A poll interval of 1s (WithPollInterval): an idle subscription
+//     looks for new rows every second (the latency of a message published to an idle topic); a
 //     failed query is retried after 1s.
 //
 // # Delivery facts in the message context
@@ -69,11 +75,11 @@
 // carries a delivery.Control:
 //
 //   - NackAfter reports false: a nacked message comes back after the fixed
-//     ResendInterval; surely's retry step waits itself before it nacks.
-//   - Extend moves the delivery's deadline to AckDeadline from now (it
+//     resend interval; surely's retry step waits itself before it nacks.
+//   - Extend moves the delivery's deadline to the ack wait from now (it
 //     fails with ErrDeliveryExpired once the deadline has passed). surely's
 //     dedup step calls it with each extension of its store lease, so a
-//     handler longer than AckDeadline keeps its delivery (bounded by the
+//     handler longer than the ack wait keeps its delivery (bounded by the
 //     store lease's longest hold) instead of seeing it handed out again.
 //
 // The context also carries watermill-sql's consuming transaction
@@ -108,7 +114,7 @@
 //     transaction ID (its row lock), so while a handler runs, no
 //     watermill-sql subscriber in the database, on any topic, sees rows
 //     committed by transactions that began after it. A slow handler delays
-//     every topic; AckDeadline bounds that, surely's extension lengthens it
+//     every topic; the ack wait bounds that, surely's extension lengthens it
 //     (up to the store lease's longest hold). Keep handlers short, or keep
 //     slow consumers in another database.
 //
@@ -117,9 +123,9 @@
 // A row whose metadata is not a JSON object of strings (written by another
 // producer) never stops the subscription: watermill-sql would fail every
 // query on it, forever, holding up every row after it. It is handed out as
-// a message whose metadata has only DecodeErrorKey (the error) and
-// DecodeMetadataKey (the metadata column as it was), whose payload is the
-// row's payload, and whose UUID is the row's (or "sql-<transaction
+// a message whose metadata has only delivery.KeyDecodeError (the error)
+// and delivery.KeyDecodeHeaders (the metadata column as it was, JSON),
+// whose payload is the row's payload, and whose UUID is the row's (or "sql-<transaction
 // id>-<offset>" when it has none). surely's chain dead-letters it with
 // reason "decode" before looking for an operation key, and acks it after
 // the dead letter was published.
@@ -132,9 +138,9 @@
 // messages in one statement (all or none) and creates no table; to publish
 // inside your own transaction, use sqlstore's outbox.
 //
-// Subscriber.Close stops handing out messages, waits up to CloseTimeout
-// for the messages in flight to be acked or nacked, lets their acks
-// commit, then ends the subscriptions; a message still unacked goes back to
+// Subscriber.Close stops handing out messages, waits up to the close
+// timeout (delivery.WithCloseTimeout, default 30s) for the messages in
+// flight to be acked or nacked, lets their acks commit, then ends the subscriptions; a message still unacked goes back to
 // the group (its transaction is rolled back). Closing the subscriber before
 // the router lets in-flight handlers finish and ack; the router closes it
 // again, harmlessly. When the context given to Subscribe ends instead, the

@@ -8,13 +8,15 @@ import (
 
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/stretchr/testify/require"
+
+	"github.com/surely-dev/surely/delivery"
 )
 
 func TestDecodeRow(t *testing.T) {
 	msg := decodeRow(wmsql.Row{Offset: 7, UUID: []byte("u-1"), Payload: []byte("p"), Metadata: []byte(`{"k":"v"}`)}, 99)
 	require.Equal(t, "u-1", msg.UUID)
 	require.Equal(t, "v", msg.Metadata.Get("k"))
-	_, bad := DecodeError(msg)
+	_, bad := delivery.DecodeError(msg)
 	require.False(t, bad)
 
 	msg = decodeRow(wmsql.Row{Offset: 7, Payload: []byte("p"), Metadata: []byte(`null`)}, 99)
@@ -24,10 +26,10 @@ func TestDecodeRow(t *testing.T) {
 
 	for _, raw := range []string{`{"attempt": 1}`, `[1, 2]`, `"text"`} {
 		msg = decodeRow(wmsql.Row{Offset: 7, UUID: []byte("u-2"), Payload: []byte("raw \x00"), Metadata: []byte(raw)}, 99)
-		text, bad := DecodeError(msg)
+		text, bad := delivery.DecodeError(msg)
 		require.True(t, bad, raw)
 		require.Contains(t, text, "metadata is not a JSON object of strings")
-		require.Equal(t, raw, msg.Metadata.Get(DecodeMetadataKey))
+		require.Equal(t, raw, msg.Metadata.Get(delivery.KeyDecodeHeaders))
 		require.Len(t, msg.Metadata, 2, "only the decoding keys")
 		require.Equal(t, "raw \x00", string(msg.Payload))
 		require.Equal(t, "u-2", msg.UUID)
@@ -74,21 +76,19 @@ func TestLease(t *testing.T) {
 	})
 }
 
-func TestConfigDefaults(t *testing.T) {
-	c, err := (&Config{ConsumerGroup: "g"}).withDefaults()
+func TestSubscriberDefaults(t *testing.T) {
+	c, err := newSubscriberConfig("g", nil)
 	require.NoError(t, err)
-	require.Equal(t, Config{ConsumerGroup: "g", AckDeadline: DefaultAckDeadline, PollInterval: DefaultPollInterval,
-		ResendInterval: DefaultResendInterval, BatchSize: 1, CloseTimeout: DefaultCloseTimeout}, c)
-	for _, bad := range []Config{
-		{},
-		{ConsumerGroup: "g", AckDeadline: time.Millisecond},
-		{ConsumerGroup: "g", PollInterval: -time.Second},
-		{ConsumerGroup: "g", BatchSize: -1},
-		{ConsumerGroup: "g", CloseTimeout: -1},
-	} {
-		_, err := bad.withDefaults()
-		require.ErrorIs(t, err, ErrInvalidOption, "%+v", bad)
-	}
+	require.NotNil(t, c.logger)
+	c.logger = nil
+	require.Equal(t, subscriberConfig{group: "g", ackWait: 30 * time.Second, pollInterval: time.Second,
+		resendInterval: 100 * time.Millisecond, batchSize: 1, closeTimeout: delivery.DefaultCloseTimeout}, c)
+	c, err = newSubscriberConfig("g", []delivery.Option{WithAckWait(minAckWait), WithBatchSize(3),
+		delivery.WithCloseTimeout(time.Second)})
+	require.NoError(t, err)
+	require.Equal(t, minAckWait, c.ackWait, "the shortest ack wait is accepted")
+	require.Equal(t, 3, c.batchSize)
+	require.Equal(t, time.Second, c.closeTimeout)
 }
 
 func TestValidTopic(t *testing.T) {

@@ -8,6 +8,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/options"
 )
 
 // Publisher is a Watermill publisher that inserts messages into a topic's
@@ -19,21 +22,28 @@ type Publisher struct {
 
 var _ message.Publisher = (*Publisher)(nil)
 
-// NewPublisher returns a publisher on db. logger may be nil (discard). To
-// publish inside your own transaction, use watermill-sql's publisher on it
-// (or surely's outbox package).
-func NewPublisher(db *stdsql.DB, logger *slog.Logger) (*Publisher, error) {
+// NewPublisher returns a publisher on db. Its only option is
+// delivery.WithLogger; any other is refused with an error wrapping
+// delivery.ErrInvalidOption. To publish inside your own transaction, use
+// watermill-sql's publisher on it (or surely's outbox package).
+func NewPublisher(db *stdsql.DB, opts ...delivery.Option) (*Publisher, error) {
+	const who = "sql.NewPublisher"
 	if db == nil {
-		return nil, fmt.Errorf("%w: nil db", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: %s: nil db", delivery.ErrInvalidOption, who)
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+	s, err := options.Apply(delivery.ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
 	}
+	if err := s.Check(delivery.ErrInvalidOption, who, options.Logger); err != nil {
+		return nil, err
+	}
+	logger := options.Get(s, options.Logger, slog.New(slog.DiscardHandler))
 	inner, err := wmsql.NewPublisher(wmsql.BeginnerFromStdSQL(db), wmsql.PublisherConfig{
-		SchemaAdapter: newSchema(DefaultBatchSize),
+		SchemaAdapter: newSchema(batchSize),
 	}, watermill.NewSlogLogger(logger))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		return nil, fmt.Errorf("%w: %s: %w", delivery.ErrInvalidOption, who, err)
 	}
 	return &Publisher{inner: inner}, nil
 }

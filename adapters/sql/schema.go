@@ -14,24 +14,6 @@ import (
 	"github.com/surely-dev/surely/delivery"
 )
 
-// Metadata keys of a row that could not be decoded.
-const (
-	// DecodeErrorKey (delivery.KeyDecodeError) holds the decoding error. Its
-	// presence marks the message as undecodable: its payload is the row's
-	// raw payload and its metadata holds only these keys. surely's chain
-	// dead-letters it with reason "decode".
-	DecodeErrorKey = delivery.KeyDecodeError
-	// DecodeMetadataKey holds the row's metadata column as it was.
-	DecodeMetadataKey = "surely_decode_metadata"
-)
-
-// DecodeError reports whether msg was marked undecodable by the Subscriber,
-// and the decoding error's text.
-func DecodeError(msg *message.Message) (string, bool) {
-	v, ok := msg.Metadata[DecodeErrorKey]
-	return v, ok
-}
-
 // MessagesTable returns the quoted name of topic's messages table,
 // "watermill_<topic>" (watermill-sql's name, so that its publishers and
 // subscribers share the tables).
@@ -70,8 +52,11 @@ func (s schema) UnmarshalMessage(p wmsql.UnmarshalMessageParams) (wmsql.Row, err
 }
 
 // decodeRow builds the message of a row. A row whose metadata cannot be
-// decoded becomes a message marked with DecodeErrorKey; a row without a
-// UUID gets "sql-<transaction id>-<offset>", stable across redeliveries.
+// decoded becomes a message marked undecodable: delivery.KeyDecodeError
+// holds the error, delivery.KeyDecodeHeaders the metadata column as it was
+// (JSON, since the column's type is), the payload is the row's. A row
+// without a UUID gets "sql-<transaction id>-<offset>", stable across
+// redeliveries.
 func decodeRow(r wmsql.Row, xid uint64) *message.Message {
 	id := string(r.UUID)
 	if id == "" {
@@ -84,8 +69,8 @@ func decodeRow(r wmsql.Row, xid uint64) *message.Message {
 	var md message.Metadata
 	if err := json.Unmarshal(r.Metadata, &md); err != nil {
 		msg.Metadata = message.Metadata{
-			DecodeErrorKey:    "metadata is not a JSON object of strings: " + err.Error(),
-			DecodeMetadataKey: string(r.Metadata),
+			delivery.KeyDecodeError:   "metadata is not a JSON object of strings: " + err.Error(),
+			delivery.KeyDecodeHeaders: string(r.Metadata),
 		}
 		return msg
 	}
@@ -104,9 +89,9 @@ func decodeRow(r wmsql.Row, xid uint64) *message.Message {
 // xid8). db belongs to the caller.
 func InitializeSchema(ctx context.Context, db *stdsql.DB, topics ...string) error {
 	if len(topics) == 0 {
-		return fmt.Errorf("%w: no topics", ErrInvalidOption)
+		return fmt.Errorf("%w: sql.InitializeSchema: no topics", delivery.ErrInvalidOption)
 	}
-	s := newSchema(DefaultBatchSize)
+	s := newSchema(batchSize)
 	var queries []wmsql.Query
 	for i, topic := range topics {
 		if err := ValidTopic(topic); err != nil {

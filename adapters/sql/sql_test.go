@@ -15,6 +15,7 @@ import (
 
 	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelysql "github.com/surely-dev/surely/adapters/sql"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/internal/testsql"
 )
 
@@ -23,15 +24,17 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// Timings of the subscribers in the tests: a short deadline, and a poll
+// Timings of the subscribers in the tests: a short ack wait, and a poll
 // interval that keeps an idle topic's latency low.
 const (
-	testAckDeadline  = time.Second
+	testAckWait      = time.Second
 	testPollInterval = 50 * time.Millisecond
 )
 
-func testConfig(group string) surelysql.Config {
-	return surelysql.Config{ConsumerGroup: group, AckDeadline: testAckDeadline, PollInterval: testPollInterval}
+// testOptions returns the options of a test subscriber, then more, which
+// override them.
+func testOptions(more ...delivery.Option) []delivery.Option {
+	return append([]delivery.Option{surelysql.WithAckWait(testAckWait), surelysql.WithPollInterval(testPollInterval)}, more...)
 }
 
 // newChildSubscriber builds a crash-test child's subscriber on
@@ -41,7 +44,7 @@ func newChildSubscriber(group string) (message.Subscriber, error) {
 	if err != nil {
 		return nil, err
 	}
-	return surelysql.NewSubscriber(db, testConfig(group), nil)
+	return surelysql.NewSubscriber(db, group, testOptions()...)
 }
 
 // randomTopic returns a short random topic: Watermill's universal tests

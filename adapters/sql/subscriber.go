@@ -5,7 +5,6 @@ import (
 	stdsql "database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -22,9 +21,8 @@ import (
 // delivery (see the package doc). It wraps watermill-sql's subscriber. It
 // never closes the *sql.DB it was given.
 type Subscriber struct {
-	cfg    Config
-	logger *slog.Logger
-	inner  *wmsql.Subscriber
+	cfg   subscriberConfig
+	inner *wmsql.Subscriber
 
 	closing   chan struct{} // stop handing out messages
 	closeOnce sync.Once
@@ -39,35 +37,37 @@ type Subscriber struct {
 
 var _ message.Subscriber = (*Subscriber)(nil)
 
-// NewSubscriber returns a subscriber in consumer group cfg.ConsumerGroup on
-// the PostgreSQL database of db. It creates no table (see
-// InitializeSchema). logger may be nil (discard).
-func NewSubscriber(db *stdsql.DB, cfg Config, logger *slog.Logger) (*Subscriber, error) {
+// NewSubscriber returns a subscriber in consumer group group (1 to 255
+// bytes) on the PostgreSQL database of db. The group's row in a topic's
+// offsets table holds how far the group got; every subscriber with the
+// same group shares the topic's messages, one at a time (see the package
+// doc). It creates no table (see InitializeSchema). It takes WithAckWait,
+// WithPollInterval, WithResendInterval, WithBatchSize,
+// delivery.WithCloseTimeout and delivery.WithLogger; any other option is
+// refused with an error wrapping delivery.ErrInvalidOption.
+func NewSubscriber(db *stdsql.DB, group string, opts ...delivery.Option) (*Subscriber, error) {
 	if db == nil {
-		return nil, fmt.Errorf("%w: nil db", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: sql.NewSubscriber: nil db", delivery.ErrInvalidOption)
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := newSubscriberConfig(group, opts)
 	if err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	noDeadline := time.Duration(0) // the Subscriber keeps the deadline itself, extendable
 	inner, err := wmsql.NewSubscriber(wmsql.BeginnerFromStdSQL(db), wmsql.SubscriberConfig{
-		ConsumerGroup:  cfg.ConsumerGroup,
+		ConsumerGroup:  cfg.group,
 		AckDeadline:    &noDeadline,
-		PollInterval:   cfg.PollInterval,
-		ResendInterval: cfg.ResendInterval,
+		PollInterval:   cfg.pollInterval,
+		ResendInterval: cfg.resendInterval,
 		RetryInterval:  retryInterval,
-		SchemaAdapter:  newSchema(cfg.BatchSize),
+		SchemaAdapter:  newSchema(cfg.batchSize),
 		OffsetsAdapter: wmsql.DefaultPostgreSQLOffsetsAdapter{},
-	}, watermill.NewSlogLogger(logger))
+	}, watermill.NewSlogLogger(cfg.logger))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		return nil, fmt.Errorf("%w: sql.NewSubscriber: %w", delivery.ErrInvalidOption, err)
 	}
 	return &Subscriber{
-		cfg: cfg, logger: logger, inner: inner,
+		cfg: cfg, inner: inner,
 		closing: make(chan struct{}), innerEnd: make(chan struct{}),
 	}, nil
 }
@@ -81,7 +81,7 @@ func NewSubscriber(db *stdsql.DB, cfg Config, logger *slog.Logger) (*Subscriber,
 // Each message's context carries a delivery.Control (see the package doc)
 // and watermill-sql's consuming transaction (wmsql.TxFromContext). It
 // derives from ctx's values but is not cancelled with it: it is cancelled
-// when the delivery is given up (AckDeadline passed, or Close gave up
+// when the delivery is given up (its ack wait passed, or Close gave up
 // waiting).
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := ValidTopic(topic); err != nil {
@@ -90,7 +90,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, ErrClosed
+		return nil, delivery.ErrClosed
 	}
 	s.active.Add(1)
 	s.runs.Add(1)
@@ -128,7 +128,7 @@ func (s *Subscriber) subscribe(ctx context.Context, topic string) (<-chan *messa
 		if err == nil {
 			drain.Chan(in)
 		}
-		return nil, nil, ErrClosed
+		return nil, nil, delivery.ErrClosed
 	default:
 	}
 	if err != nil {
@@ -143,7 +143,7 @@ type outcome int
 
 const (
 	innerEnded outcome = iota // watermill-sql closed the channel
-	expired                   // a delivery's AckDeadline passed
+	expired                   // a delivery's ack wait passed
 	ctxDone                   // Subscribe's context is done
 	closing                   // Close was called
 )
@@ -165,10 +165,10 @@ func (s *Subscriber) run(ctx context.Context, topic string, in <-chan *message.M
 			drain.Chan(in)
 			var err error
 			for in, stop, err = s.subscribe(ctx, topic); err != nil; in, stop, err = s.subscribe(ctx, topic) {
-				if errors.Is(err, ErrClosed) {
+				if errors.Is(err, delivery.ErrClosed) {
 					return
 				}
-				s.logger.WarnContext(ctx, "surely/sql: resubscribing failed", "topic", topic, "error", err)
+				s.cfg.logger.WarnContext(ctx, "surely/sql: resubscribing failed", "topic", topic, "error", err)
 				select {
 				case <-time.After(retryInterval):
 				case <-ctx.Done():
@@ -211,7 +211,7 @@ func (s *Subscriber) forward(ctx context.Context, topic string, in <-chan *messa
 		case <-s.closing:
 			return closing
 		}
-		l := newLease(s.cfg.AckDeadline)
+		l := newLease(s.cfg.ackWait)
 		msg.SetContext(delivery.WithControl(msg.Context(), l))
 		select {
 		case out <- msg:
@@ -228,8 +228,8 @@ func (s *Subscriber) forward(ctx context.Context, topic string, in <-chan *messa
 		case <-msg.Nacked():
 			l.settle()
 		case <-l.expired:
-			s.logger.WarnContext(ctx, "surely/sql: ack deadline passed; the message goes back to the group",
-				"topic", topic, "message_uuid", msg.UUID, "ack_deadline", s.cfg.AckDeadline)
+			s.cfg.logger.WarnContext(ctx, "surely/sql: ack wait passed; the message goes back to the group",
+				"topic", topic, "message_uuid", msg.UUID, "ack_wait", s.cfg.ackWait)
 			return expired
 		case <-ctx.Done():
 			s.settle(ctx, topic, msg, l)
@@ -241,24 +241,25 @@ func (s *Subscriber) forward(ctx context.Context, topic string, in <-chan *messa
 	}
 }
 
-// settle waits up to CloseTimeout (or the delivery's deadline) for msg to
-// be acked or nacked.
+// settle waits up to the close timeout (or the delivery's deadline) for
+// msg to be acked or nacked.
 func (s *Subscriber) settle(ctx context.Context, topic string, msg *message.Message, l *lease) {
-	t := time.NewTimer(s.cfg.CloseTimeout)
+	t := time.NewTimer(s.cfg.closeTimeout)
 	defer t.Stop()
 	select {
 	case <-msg.Acked():
 	case <-msg.Nacked():
 	case <-l.expired:
 	case <-t.C:
-		s.logger.WarnContext(ctx, "surely/sql: message still in flight at close; it goes back to the group",
+		s.cfg.logger.WarnContext(ctx, "surely/sql: message still in flight at close; it goes back to the group",
 			"topic", topic, "message_uuid", msg.UUID)
 	}
 	l.settle()
 }
 
-// Close stops handing out messages, waits (up to CloseTimeout) for those in
-// flight to be acked or nacked, lets their acks commit, then ends every
+// Close stops handing out messages, waits (up to the close timeout,
+// delivery.WithCloseTimeout, default delivery.DefaultCloseTimeout) for
+// those in flight to be acked or nacked, lets their acks commit, then ends every
 // subscription; a message not acked by then goes back to the group (its
 // transaction is rolled back). Close is safe to call more than once (the
 // router calls it too). It does not close the *sql.DB.

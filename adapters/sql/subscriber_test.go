@@ -2,6 +2,8 @@ package sql_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	surelysql "github.com/surely-dev/surely/adapters/sql"
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/internal/testsql"
 )
 
@@ -29,11 +32,49 @@ func receive(t *testing.T, ch <-chan *message.Message) *message.Message {
 
 func TestConstructors(t *testing.T) {
 	t.Parallel()
-	_, err := surelysql.NewSubscriber(nil, surelysql.Config{ConsumerGroup: "g"}, nil)
-	require.ErrorIs(t, err, surelysql.ErrInvalidOption)
-	_, err = surelysql.NewPublisher(nil, nil)
-	require.ErrorIs(t, err, surelysql.ErrInvalidOption)
-	require.ErrorIs(t, surelysql.InitializeSchema(t.Context(), nil), surelysql.ErrInvalidOption)
+	_, err := surelysql.NewSubscriber(nil, "g")
+	require.ErrorIs(t, err, delivery.ErrInvalidOption)
+	_, err = surelysql.NewPublisher(nil)
+	require.ErrorIs(t, err, delivery.ErrInvalidOption)
+	require.ErrorIs(t, surelysql.InitializeSchema(t.Context(), nil), delivery.ErrInvalidOption)
+
+	db, err := testsql.OpenPostgres("postgres://127.0.0.1:1/none") // never dialled
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	for name, opts := range map[string][]delivery.Option{
+		"ack wait below 100ms":      {surelysql.WithAckWait(99 * time.Millisecond)},
+		"poll interval below 1ms":   {surelysql.WithPollInterval(0)},
+		"resend interval below 1ms": {surelysql.WithResendInterval(-time.Second)},
+		"batch size 0":              {surelysql.WithBatchSize(0)},
+		"negative close timeout":    {delivery.WithCloseTimeout(-time.Second)},
+		// Another adapter's option of the same name, with a value this
+		// adapter refuses.
+		"another adapter's ack wait": {func(s *options.Set) error { s.Put("WithAckWait", 50*time.Millisecond); return nil }},
+		// An option of no adapter's Subscriber.
+		"an option it does not take": {func(s *options.Set) error { s.Put("WithChannels", 2); return nil }},
+	} {
+		_, err := surelysql.NewSubscriber(db, "g", opts...)
+		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
+	}
+	for _, group := range []string{"", strings.Repeat("g", 256)} {
+		_, err := surelysql.NewSubscriber(db, group)
+		require.ErrorIs(t, err, delivery.ErrInvalidOption, "consumer group %q", group)
+	}
+	sub, err := surelysql.NewSubscriber(db, "g", surelysql.WithAckWait(time.Minute), surelysql.WithPollInterval(time.Second),
+		surelysql.WithResendInterval(time.Second), surelysql.WithBatchSize(10), delivery.WithCloseTimeout(time.Second),
+		delivery.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err, "every option the Subscriber takes")
+	require.NoError(t, sub.Close())
+
+	// The Publisher takes only a logger: a Subscriber's option is refused.
+	for _, o := range []delivery.Option{surelysql.WithAckWait(time.Minute), surelysql.WithBatchSize(2), delivery.WithCloseTimeout(time.Second)} {
+		_, err = surelysql.NewPublisher(db, o)
+		require.ErrorIs(t, err, delivery.ErrInvalidOption)
+		require.ErrorContains(t, err, "sql.NewPublisher does not take option")
+	}
+	pub, err := surelysql.NewPublisher(db, delivery.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	require.NoError(t, pub.Close())
 }
 
 // TestOffsetsFollowAcks: the group resumes after the last acked message; a
@@ -44,16 +85,15 @@ func TestOffsetsFollowAcks(t *testing.T) {
 	db := testsql.Postgres(t)
 	topic := randomTopic()
 	createTopic(t, db, topic)
-	pub, err := surelysql.NewPublisher(db, nil)
+	pub, err := surelysql.NewPublisher(db)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, pub.Close()) }()
 	for _, id := range []string{"m1", "m2", "m3"} {
 		require.NoError(t, pub.Publish(topic, message.NewMessage(id, []byte(id))))
 	}
 	newSub := func() (*surelysql.Subscriber, <-chan *message.Message) {
-		cfg := testConfig("billing")
-		cfg.AckDeadline, cfg.CloseTimeout = 10*time.Second, 300*time.Millisecond
-		sub, err := surelysql.NewSubscriber(db, cfg, nil)
+		sub, err := surelysql.NewSubscriber(db, "billing",
+			testOptions(surelysql.WithAckWait(10*time.Second), delivery.WithCloseTimeout(300*time.Millisecond))...)
 		require.NoError(t, err)
 		ch, err := sub.Subscribe(context.Background(), topic)
 		require.NoError(t, err)
@@ -70,7 +110,7 @@ func TestOffsetsFollowAcks(t *testing.T) {
 	m1.Ack()
 	m2 := receive(t, ch)
 	require.Equal(t, "m2", m2.UUID)
-	require.NoError(t, sub.Close()) // m2 never acked: given up after CloseTimeout
+	require.NoError(t, sub.Close()) // m2 never acked: given up after the close timeout
 	select {
 	case <-m2.Context().Done():
 	default:
@@ -93,24 +133,22 @@ func TestOffsetsFollowAcks(t *testing.T) {
 	require.NoError(t, sub.Close())
 }
 
-// TestAckDeadline: a delivery that is neither settled nor extended within
-// AckDeadline is given up: its handler's context is cancelled, its
+// TestAckWait: a delivery that is neither settled nor extended within the
+// ack wait is given up: its handler's context is cancelled, its
 // transaction rolled back, and the message handed out again.
-func TestAckDeadline(t *testing.T) {
+func TestAckWait(t *testing.T) {
 	t.Parallel()
 	db := testsql.Postgres(t)
 	topic := randomTopic()
 	createTopic(t, db, topic)
-	pub, err := surelysql.NewPublisher(db, nil)
+	pub, err := surelysql.NewPublisher(db)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, pub.Close()) }()
 	require.NoError(t, pub.Publish(topic, message.NewMessage("m1", []byte("m1"))))
-	cfg := testConfig("billing")
 	// Extensions every 100ms keep a 1s deadline with 900ms to spare for a
 	// loaded machine's scheduling delays.
 	const deadline = time.Second
-	cfg.AckDeadline = deadline
-	sub, err := surelysql.NewSubscriber(db, cfg, nil)
+	sub, err := surelysql.NewSubscriber(db, "billing", testOptions(surelysql.WithAckWait(deadline))...)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sub.Close()) }()
 	ch, err := sub.Subscribe(context.Background(), topic)
@@ -136,14 +174,14 @@ func TestAckDeadline(t *testing.T) {
 func TestSubscribeWithoutTables(t *testing.T) {
 	t.Parallel()
 	db := testsql.Postgres(t)
-	sub, err := surelysql.NewSubscriber(db, testConfig("g"), nil)
+	sub, err := surelysql.NewSubscriber(db, "g", testOptions()...)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sub.Close()) }()
 	_, err = sub.Subscribe(context.Background(), randomTopic())
 	require.ErrorContains(t, err, "InitializeSchema")
 	_, err = sub.Subscribe(context.Background(), "bad topic")
 	require.ErrorIs(t, err, surelysql.ErrInvalidTopic)
-	pub, err := surelysql.NewPublisher(db, nil)
+	pub, err := surelysql.NewPublisher(db)
 	require.NoError(t, err)
 	require.ErrorContains(t, pub.Publish(randomTopic(), message.NewMessage("x", nil)), "InitializeSchema")
 	require.NoError(t, pub.Close())

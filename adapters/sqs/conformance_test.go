@@ -20,6 +20,7 @@ import (
 
 	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelysqs "github.com/surely-dev/surely/adapters/sqs"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/internal/sqsemu"
 )
 
@@ -27,7 +28,7 @@ import (
 // child processes.
 const childEndpointEnv = "SURELY_ADAPTERTEST_SQS_ENDPOINT"
 
-// conformanceVisibility is the subscribers' VisibilityTimeout in the suite
+// conformanceVisibility is the subscribers' visibility timeout (WithAckWait) in the suite
 // (SQS counts it in whole seconds).
 const conformanceVisibility = time.Second
 
@@ -41,7 +42,7 @@ var emu *sqsemu.Server
 
 func TestMain(m *testing.M) {
 	adaptertest.RunChild(func(string) (message.Subscriber, error) {
-		return surelysqs.NewSubscriber(subscriberConfig(os.Getenv(childEndpointEnv)), nil)
+		return surelysqs.NewSubscriber(sqsemu.AWSConfig(), subscriberOptions(os.Getenv(childEndpointEnv))...)
 	})
 	var err error
 	if emu, err = sqsemu.Start(); err != nil {
@@ -59,12 +60,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func subscriberConfig(endpoint string) surelysqs.Config {
-	return surelysqs.Config{
-		AWSConfig: sqsemu.AWSConfig(), OptFns: sqsemu.ClientOptions(endpoint),
-		VisibilityTimeout: conformanceVisibility,
-		WaitTime:          time.Second, // Close is quick either way; this keeps idle receivers cheap
-	}
+// subscriberOptions returns the options of a test subscriber on the
+// emulator at endpoint, then more, which override them.
+func subscriberOptions(endpoint string, more ...delivery.Option) []delivery.Option {
+	return append([]delivery.Option{
+		surelysqs.WithClientOptions(sqsemu.ClientOptions(endpoint)...),
+		surelysqs.WithAckWait(conformanceVisibility),
+		surelysqs.WithWaitTime(time.Second), // Close is quick either way; this keeps idle receivers cheap
+	}, more...)
 }
 
 func TestConformance(t *testing.T) {
@@ -81,7 +84,7 @@ func TestConformance(t *testing.T) {
 			ForceShort:                       true,  // 5,000 messages through the emulator take minutes under -race
 		},
 		PubSubSkip: map[string]string{
-			"TestMessageCtx": "Subscriber.Close drains: it waits up to CloseTimeout for the messages in flight " +
+			"TestMessageCtx": "Subscriber.Close drains: it waits up to its close timeout for the messages in flight " +
 				"to be acked or nacked before it cancels their contexts; Watermill expects them cancelled at once",
 		},
 	})
@@ -160,14 +163,14 @@ func (a *conformanceAdapter) NewSubscriber(t *testing.T, _ string) message.Subsc
 }
 
 func newPublisher(t testing.TB) *surelysqs.Publisher {
-	p, err := surelysqs.NewPublisher(surelysqs.PublisherConfig{AWSConfig: sqsemu.AWSConfig(), OptFns: emu.ClientOptions()}, nil)
+	p, err := surelysqs.NewPublisher(sqsemu.AWSConfig(), surelysqs.WithClientOptions(emu.ClientOptions()...))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	return p
 }
 
 func newSubscriber(t testing.TB) *surelysqs.Subscriber {
-	s, err := surelysqs.NewSubscriber(subscriberConfig(emu.URL()), nil)
+	s, err := surelysqs.NewSubscriber(sqsemu.AWSConfig(), subscriberOptions(emu.URL())...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s

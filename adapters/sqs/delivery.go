@@ -19,32 +19,12 @@ import (
 	"github.com/surely-dev/surely/delivery"
 )
 
-// Metadata keys of a message that could not be decoded.
-const (
-	// DecodeErrorKey (delivery.KeyDecodeError) holds the decoding error. Its
-	// presence marks the message as undecodable: its payload is the raw
-	// SQS body and its metadata holds only these keys. surely's chain
-	// dead-letters it with reason "decode".
-	DecodeErrorKey = delivery.KeyDecodeError
-	// DecodeAttributesKey holds the raw message attributes as JSON (the
-	// AWS SDK's MessageAttributeValue, binary values in base64), when
-	// there were any.
-	DecodeAttributesKey = "surely_decode_attributes"
-)
-
 // ReceiveCountAttribute is the SQS system attribute the Subscriber asks
 // for and reads into delivery.Info.
 const ReceiveCountAttribute = string(types.MessageSystemAttributeNameApproximateReceiveCount)
 
 // ErrSettled is returned by Extend after the message was acked or nacked.
 var ErrSettled = errors.New("sqs: message already settled")
-
-// DecodeError reports whether msg was marked undecodable by the Subscriber,
-// and the decoding error's text.
-func DecodeError(msg *message.Message) (string, bool) {
-	v, ok := msg.Metadata[DecodeErrorKey]
-	return v, ok
-}
 
 // visibilityChanger is the part of the SQS client a delivery uses.
 type visibilityChanger interface {
@@ -101,7 +81,7 @@ func (r *received) NackAfter(d time.Duration) bool {
 }
 
 // Extend resets the message's visibility timeout to the subscriber's
-// VisibilityTimeout (ChangeMessageVisibility).
+// (WithAckWait), with ChangeMessageVisibility.
 func (r *received) Extend(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -148,7 +128,7 @@ func (r *received) changeVisibility(ctx context.Context, d time.Duration) error 
 
 // visibilitySeconds rounds d up to whole seconds within SQS's limits.
 func visibilitySeconds(d time.Duration) int32 {
-	d = min(max(d, 0), MaxVisibilityTimeout)
+	d = min(max(d, 0), maxVisibility)
 	return int32((d + time.Second - 1) / time.Second)
 }
 
@@ -246,7 +226,10 @@ func checkAttributes(attrs map[string]types.MessageAttributeValue) error {
 }
 
 // undecodable builds the marked message for an SQS message that could not
-// be decoded: the raw body, the error, and the raw attributes as JSON. Its
+// be decoded: the raw body as payload, the error (delivery.KeyDecodeError),
+// and the raw message attributes (delivery.KeyDecodeHeaders) as JSON, the
+// AWS SDK's MessageAttributeValue with binary values in base64, when there
+// were any. Its
 // UUID is the UUID attribute when it is a string, else the SQS message ID,
 // stable across redeliveries.
 func undecodable(m *types.Message, err error) *message.Message {
@@ -256,10 +239,10 @@ func undecodable(m *types.Message, err error) *message.Message {
 		id = aws.ToString(v.StringValue)
 	}
 	msg := message.NewMessage(id, []byte(aws.ToString(m.Body)))
-	msg.Metadata.Set(DecodeErrorKey, err.Error())
+	msg.Metadata.Set(delivery.KeyDecodeError, err.Error())
 	if len(m.MessageAttributes) > 0 {
 		if b, jerr := json.Marshal(m.MessageAttributes); jerr == nil {
-			msg.Metadata.Set(DecodeAttributesKey, string(b))
+			msg.Metadata.Set(delivery.KeyDecodeHeaders, string(b))
 		}
 	}
 	return msg

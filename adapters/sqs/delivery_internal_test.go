@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/options"
 )
 
 // recorder records ChangeMessageVisibility calls and fails them on demand.
@@ -43,7 +44,7 @@ func (r *recorder) timeouts() []int32 {
 }
 
 func TestReceiveInputAsksForTheReceiveCount(t *testing.T) {
-	cfg, err := (&Config{AWSConfig: aws.Config{Credentials: aws.AnonymousCredentials{}}}).withDefaults()
+	cfg, err := newSubscriberConfig(aws.Config{Credentials: aws.AnonymousCredentials{}}, nil)
 	require.NoError(t, err)
 	in, err := cfg.receiveInput()(t.Context(), "http://q/1/orders")
 	require.NoError(t, err)
@@ -173,14 +174,14 @@ func TestUnmarshalerMarksUndecodableMessages(t *testing.T) {
 			require.NoError(t, err, "the unmarshaler never fails")
 			require.Equal(t, tc.wantID, msg.UUID)
 			require.Equal(t, []byte("raw <body>"), []byte(msg.Payload))
-			e, ok := DecodeError(msg)
+			e, ok := delivery.DecodeError(msg)
 			require.True(t, ok)
 			require.Contains(t, e, tc.errHas)
 			for k := range msg.Metadata {
-				require.Contains(t, []string{DecodeErrorKey, DecodeAttributesKey}, k)
+				require.Contains(t, []string{delivery.KeyDecodeError, delivery.KeyDecodeHeaders}, k)
 			}
 			if len(tc.attrs) > 0 {
-				require.NotEmpty(t, msg.Metadata[DecodeAttributesKey])
+				require.NotEmpty(t, msg.Metadata[delivery.KeyDecodeHeaders])
 			}
 			r := tc.u.pending.take(msg)
 			require.NotNil(t, r, "the delivery facts are recorded for undecodable messages too")
@@ -212,26 +213,47 @@ type unmarshalFunc func(*types.Message) (*message.Message, error)
 
 func (f unmarshalFunc) Unmarshal(m *types.Message) (*message.Message, error) { return f(m) }
 
-func TestConfigValidation(t *testing.T) {
+func TestOptionValidation(t *testing.T) {
 	creds := aws.Config{Credentials: aws.AnonymousCredentials{}}
-	for _, c := range []Config{
-		{},
-		{AWSConfig: creds, VisibilityTimeout: 500 * time.Millisecond},
-		{AWSConfig: creds, VisibilityTimeout: 1500 * time.Millisecond},
-		{AWSConfig: creds, VisibilityTimeout: 13 * time.Hour},
-		{AWSConfig: creds, WaitTime: 21 * time.Second},
-		{AWSConfig: creds, WaitTime: -time.Second},
-		{AWSConfig: creds, Concurrency: -1},
+	for name, opts := range map[string][]delivery.Option{
+		"visibility below 1s":        {WithAckWait(500 * time.Millisecond)},
+		"visibility not whole":       {WithAckWait(1500 * time.Millisecond)},
+		"visibility above 12h":       {WithAckWait(13 * time.Hour)},
+		"wait time above 20s":        {WithWaitTime(21 * time.Second)},
+		"negative wait time":         {WithWaitTime(-time.Second)},
+		"concurrency 0":              {WithConcurrency(0)},
+		"nil marshaler":              {WithMarshaler(nil)},
+		"nil client option":          {WithClientOptions(nil)},
+		"zero close timeout":         {delivery.WithCloseTimeout(0)},
+		"another package's marshal":  {func(s *options.Set) error { s.Put("WithMarshaler", 1); return nil }},
+		"another package's ack wait": {func(s *options.Set) error { s.Put("WithAckWait", 1500*time.Millisecond); return nil }},
 	} {
-		_, err := NewSubscriber(c, nil)
-		require.ErrorIs(t, err, ErrInvalidOption, "%+v", c)
+		_, err := NewSubscriber(creds, opts...)
+		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
 	}
-	_, err := NewPublisher(PublisherConfig{}, nil)
-	require.ErrorIs(t, err, ErrInvalidOption)
+	_, err := NewSubscriber(aws.Config{})
+	require.ErrorIs(t, err, delivery.ErrInvalidOption, "no credentials")
+	_, err = NewPublisher(aws.Config{})
+	require.ErrorIs(t, err, delivery.ErrInvalidOption, "no credentials")
+	// Options of the Subscriber only: refused by the Publisher, not ignored.
+	for _, o := range []delivery.Option{WithAckWait(time.Minute), WithWaitTime(time.Second), WithConcurrency(2),
+		delivery.WithCloseTimeout(time.Second)} {
+		_, err = NewPublisher(creds, o)
+		require.ErrorIs(t, err, delivery.ErrInvalidOption)
+		require.ErrorContains(t, err, "sqs.NewPublisher does not take option")
+	}
 
-	got, err := (&Config{AWSConfig: creds, Concurrency: 4, WaitTime: 5 * time.Second}).withDefaults()
+	got, err := newSubscriberConfig(creds, []delivery.Option{WithConcurrency(4), WithWaitTime(5 * time.Second),
+		WithMarshaler(wmsqs.DefaultMarshalerUnmarshaler{}), delivery.WithCloseTimeout(time.Second)})
 	require.NoError(t, err)
-	require.Equal(t, 4, got.Concurrency)
-	require.Equal(t, 5*time.Second, got.WaitTime)
-	require.Equal(t, DefaultVisibilityTimeout, got.VisibilityTimeout)
+	require.Equal(t, 4, got.concurrency)
+	require.Equal(t, 5*time.Second, got.waitTime)
+	require.Equal(t, 30*time.Second, got.visibility, "the default")
+	require.Equal(t, time.Second, got.closeTimeout)
+	require.NotNil(t, got.unmarshaler)
+	got, err = newSubscriberConfig(creds, nil)
+	require.NoError(t, err)
+	require.Nil(t, got.unmarshaler, "the default: checked attributes")
+	require.Equal(t, delivery.DefaultCloseTimeout, got.closeTimeout)
+	require.Equal(t, 1, got.concurrency)
 }

@@ -13,18 +13,18 @@ import (
 )
 
 // A subscriber and a publisher on the in-process emulator (on Amazon SQS,
-// give them the aws.Config of config.LoadDefaultConfig and no OptFns). The
+// give them the aws.Config of config.LoadDefaultConfig and no client options). The
 // subscriber creates its queue; the handler finds the delivery count in the
 // message context.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sub, err := sqs.NewSubscriber(sqs.Config{AWSConfig: sqsemu.AWSConfig(), OptFns: emu.ClientOptions(), WaitTime: time.Second}, nil)
+	sub, err := sqs.NewSubscriber(sqsemu.AWSConfig(), sqs.WithClientOptions(emu.ClientOptions()...), sqs.WithWaitTime(time.Second))
 	if err != nil {
 		panic(err)
 	}
 	defer func() { _ = sub.Close() }()
-	pub, err := sqs.NewPublisher(sqs.PublisherConfig{AWSConfig: sqsemu.AWSConfig(), OptFns: emu.ClientOptions()}, nil)
+	pub, err := sqs.NewPublisher(sqsemu.AWSConfig(), sqs.WithClientOptions(emu.ClientOptions()...))
 	if err != nil {
 		panic(err)
 	}

@@ -2,11 +2,13 @@ package sqs
 
 import (
 	"fmt"
-	"log/slog"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmsqs "github.com/ThreeDotsLabs/watermill-aws/sqs"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/surely-dev/surely/delivery"
 )
 
 // Publisher is a Watermill publisher on Amazon SQS: watermill-aws'
@@ -18,28 +20,28 @@ type Publisher struct {
 
 var _ message.Publisher = (*Publisher)(nil)
 
-// NewPublisher returns a publisher with its own SQS client. It resolves a
-// queue's URL once (GetQueueUrl) and caches it: no queue round trip per
-// publish. It never creates a queue: publishing to a queue that does not
-// exist fails (a queue created by a typo would keep messages nobody
-// reads); subscribers create their queues (Subscriber.SubscribeInitialize).
-// logger may be nil (discard).
-func NewPublisher(cfg PublisherConfig, logger *slog.Logger) (*Publisher, error) {
-	if cfg.AWSConfig.Credentials == nil {
-		return nil, fmt.Errorf("%w: AWSConfig.Credentials is nil", ErrInvalidOption)
-	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+// NewPublisher returns a publisher with its own SQS client, made from cfg
+// (its region and credentials, required). It resolves a queue's URL once
+// (GetQueueUrl) and caches it: no queue round trip per publish. It never
+// creates a queue: publishing to a queue that does not exist fails (a
+// queue created by a typo would keep messages nobody reads); subscribers
+// create their queues (Subscriber.SubscribeInitialize). It takes
+// WithClientOptions, WithMarshaler and delivery.WithLogger; any other
+// option is refused with an error wrapping delivery.ErrInvalidOption.
+func NewPublisher(cfg aws.Config, opts ...delivery.Option) (*Publisher, error) {
+	c, err := newPublisherConfig(cfg, opts)
+	if err != nil {
+		return nil, err
 	}
 	inner, err := wmsqs.NewPublisher(wmsqs.PublisherConfig{
-		AWSConfig:                   cfg.AWSConfig,
-		OptFns:                      cfg.OptFns,
+		AWSConfig:                   c.aws,
+		OptFns:                      c.clientOpts,
 		DoNotCreateQueueIfNotExists: true,
 		QueueUrlResolver:            wmsqs.NewGetQueueUrlByNameUrlResolver(wmsqs.GetQueueUrlByNameUrlResolverConfig{}),
-		Marshaler:                   cfg.Marshaler,
-	}, watermill.NewSlogLogger(logger))
+		Marshaler:                   c.marshaler,
+	}, watermill.NewSlogLogger(c.logger))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		return nil, fmt.Errorf("%w: sqs.NewPublisher: %w", delivery.ErrInvalidOption, err)
 	}
 	return &Publisher{inner: inner}, nil
 }

@@ -3,7 +3,6 @@ package sqs
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -21,16 +20,11 @@ import (
 // an acked message.
 const nackTimeout = 10 * time.Second
 
-// CloseTimeout bounds how long Close waits for the messages in flight to be
-// acked or nacked.
-const CloseTimeout = 30 * time.Second
-
 // Subscriber is a Watermill subscriber on Amazon SQS: watermill-aws'
 // subscriber, configured for at-least-once delivery, whose messages carry
 // surely's delivery facts (see the package doc).
 type Subscriber struct {
-	cfg     Config
-	logger  *slog.Logger
+	cfg     subscriberConfig
 	inner   *wmsqs.Subscriber
 	client  *awssqs.Client
 	pending *pending
@@ -49,42 +43,42 @@ var (
 	_ message.SubscribeInitializer = (*Subscriber)(nil)
 )
 
-// NewSubscriber returns a subscriber with cfg's safe defaults. It makes its
-// own SQS clients from cfg.AWSConfig and cfg.OptFns. logger may be nil
-// (discard).
-func NewSubscriber(cfg Config, logger *slog.Logger) (*Subscriber, error) {
-	cfg, err := cfg.withDefaults()
+// NewSubscriber returns a subscriber with safe defaults. It makes its own
+// SQS clients from cfg (its region and credentials, required) and the
+// functions of WithClientOptions. It takes WithClientOptions, WithAckWait,
+// WithWaitTime, WithConcurrency, WithMarshaler, delivery.WithCloseTimeout
+// and delivery.WithLogger; any other option is refused with an error
+// wrapping delivery.ErrInvalidOption.
+func NewSubscriber(cfg aws.Config, opts ...delivery.Option) (*Subscriber, error) {
+	c, err := newSubscriberConfig(cfg, opts)
 	if err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	s := &Subscriber{
-		cfg: cfg, logger: logger, pending: &pending{}, closing: make(chan struct{}), abandon: make(chan struct{}),
-		client: awssqs.NewFromConfig(cfg.AWSConfig, cfg.OptFns...),
+		cfg: c, pending: &pending{}, closing: make(chan struct{}), abandon: make(chan struct{}),
+		client: awssqs.NewFromConfig(c.aws, c.clientOpts...),
 	}
-	u := &unmarshaler{inner: cfg.Unmarshaler, pending: s.pending}
+	u := &unmarshaler{inner: c.unmarshaler, pending: s.pending}
 	if u.inner == nil {
 		u.inner, u.strict = wmsqs.DefaultMarshalerUnmarshaler{}, true
 	}
 	s.inner, err = wmsqs.NewSubscriber(wmsqs.SubscriberConfig{
-		AWSConfig:                   cfg.AWSConfig,
-		OptFns:                      cfg.OptFns,
+		AWSConfig:                   c.aws,
+		OptFns:                      c.clientOpts,
 		QueueUrlResolver:            wmsqs.NewGetQueueUrlByNameUrlResolver(wmsqs.GetQueueUrlByNameUrlResolverConfig{}),
-		QueueConfigAttributes:       cfg.queueAttributes(),
-		GenerateReceiveMessageInput: cfg.receiveInput(),
-		ConsumeWorkers:              cfg.Concurrency,
+		QueueConfigAttributes:       c.queueAttributes(),
+		GenerateReceiveMessageInput: c.receiveInput(),
+		ConsumeWorkers:              c.concurrency,
 		Unmarshaler:                 u,
-	}, watermill.NewSlogLogger(logger))
+	}, watermill.NewSlogLogger(c.logger))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		return nil, fmt.Errorf("%w: sqs.NewSubscriber: %w", delivery.ErrInvalidOption, err)
 	}
 	return s, nil
 }
 
 // SubscribeInitialize creates the queue named topic when it does not exist,
-// with the VisibilityTimeout of the subscriber's Config.
+// with the subscriber's visibility timeout (WithAckWait).
 func (s *Subscriber) SubscribeInitialize(topic string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -102,7 +96,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, delivery.ErrClosed
 	}
 	if err := s.inner.SubscribeInitializeWithContext(ctx, topic); err != nil {
 		return nil, fmt.Errorf("sqs: initialize queue %q: %w", topic, err)
@@ -138,11 +132,11 @@ func (s *Subscriber) forward(ctx, sctx context.Context, cancel context.CancelFun
 		if r == nil {
 			// Not unmarshaled by this subscriber: cannot happen; let it
 			// come back after its visibility timeout.
-			s.logger.ErrorContext(ctx, "surely/sqs: message without delivery facts", "message_uuid", im.UUID)
+			s.cfg.logger.ErrorContext(ctx, "surely/sqs: message without delivery facts", "message_uuid", im.UUID)
 			continue
 		}
 		om := im.Copy()
-		r.msg, r.client, r.queueURL, r.visibility = om, s.client, queueURL, s.cfg.VisibilityTimeout
+		r.msg, r.client, r.queueURL, r.visibility = om, s.client, queueURL, s.cfg.visibility
 		mctx, mcancel := context.WithCancel(ctx)
 		if r.hasInfo {
 			mctx = delivery.WithInfo(mctx, r.info)
@@ -181,7 +175,7 @@ func (s *Subscriber) settle(im, om *message.Message, r *received) {
 		ctx, cancel := context.WithTimeout(context.Background(), nackTimeout)
 		defer cancel()
 		if err := s.delete(ctx, r); err != nil {
-			s.logger.WarnContext(om.Context(), "surely/sqs: delete of an acked message failed; it comes back after its visibility timeout",
+			s.cfg.logger.WarnContext(om.Context(), "surely/sqs: delete of an acked message failed; it comes back after its visibility timeout",
 				"message_uuid", om.UUID, "error", err)
 		}
 	case <-om.Nacked():
@@ -208,15 +202,16 @@ func (s *Subscriber) release(om *message.Message, r *received) {
 	ctx, cancel := context.WithTimeout(context.Background(), nackTimeout)
 	defer cancel()
 	if err := r.nack(ctx); err != nil {
-		s.logger.WarnContext(om.Context(), "surely/sqs: nack failed; the message comes back after its visibility timeout",
+		s.cfg.logger.WarnContext(om.Context(), "surely/sqs: nack failed; the message comes back after its visibility timeout",
 			"message_uuid", om.UUID, "error", err)
 	}
 }
 
 // Close stops receiving and handing out messages (one received but not
 // handed out is made visible again at once; one watermill-aws was still
-// receiving comes back after its visibility timeout), waits up to
-// CloseTimeout for those in flight to be acked or nacked (an ack deletes
+// receiving comes back after its visibility timeout), waits up to the
+// close timeout (delivery.WithCloseTimeout, default
+// delivery.DefaultCloseTimeout) for those in flight to be acked or nacked (an ack deletes
 // its message), then
 // cancels the contexts of those still running: their messages come back
 // after their visibility timeout. Close is safe to call more than once
@@ -229,8 +224,8 @@ func (s *Subscriber) Close() error {
 		s.mu.Unlock()
 		close(s.closing)
 		err = s.inner.Close() // no more receives; it leaves its messages to settle
-		if drain.Wait(&s.wg, CloseTimeout, s.abandon) {
-			s.logger.Warn("surely/sqs: messages still in flight at close; they come back after their visibility timeout")
+		if drain.Wait(&s.wg, s.cfg.closeTimeout, s.abandon) {
+			s.cfg.logger.Warn("surely/sqs: messages still in flight at close; they come back after their visibility timeout")
 		}
 		s.pending.clear()
 	})

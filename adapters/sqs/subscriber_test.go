@@ -48,7 +48,7 @@ func TestPublisherResolvesTheQueueOnce(t *testing.T) {
 	a := newAdapter()
 	topic := a.NewTopic(t)
 	opts, n := counted()
-	pub, err := sqs.NewPublisher(sqs.PublisherConfig{AWSConfig: sqsemu.AWSConfig(), OptFns: opts}, nil)
+	pub, err := sqs.NewPublisher(sqsemu.AWSConfig(), sqs.WithClientOptions(opts...))
 	require.NoError(t, err)
 	for range 3 {
 		require.NoError(t, pub.Publish(topic, message.NewMessage("m", []byte("x")), message.NewMessage("n", []byte("y"))))
@@ -61,7 +61,7 @@ func TestPublisherResolvesTheQueueOnce(t *testing.T) {
 func TestPublisherDoesNotCreateQueues(t *testing.T) {
 	t.Parallel()
 	opts, n := counted()
-	pub, err := sqs.NewPublisher(sqs.PublisherConfig{AWSConfig: sqsemu.AWSConfig(), OptFns: opts}, nil)
+	pub, err := sqs.NewPublisher(sqsemu.AWSConfig(), sqs.WithClientOptions(opts...))
 	require.NoError(t, err)
 	topic := "surely_missing_" + randomName(t)
 	require.Error(t, pub.Publish(topic, message.NewMessage("m", []byte("x"))))
@@ -75,8 +75,8 @@ func TestSubscriberCreatesItsQueue(t *testing.T) {
 	a := newAdapter()
 	base := a.NewTopic(t) // deletes the derived queue too
 	topic := base + "-created"
-	sub, err := sqs.NewSubscriber(sqs.Config{AWSConfig: sqsemu.AWSConfig(), OptFns: emu.ClientOptions(),
-		VisibilityTimeout: 7 * time.Second, WaitTime: time.Second}, nil)
+	sub, err := sqs.NewSubscriber(sqsemu.AWSConfig(), sqs.WithClientOptions(emu.ClientOptions()...),
+		sqs.WithAckWait(7*time.Second), sqs.WithWaitTime(time.Second))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	require.NoError(t, sub.SubscribeInitialize(topic))

@@ -15,6 +15,7 @@ import (
 	surelyamqp "github.com/surely-dev/surely/adapters/amqp"
 	surelynats "github.com/surely-dev/surely/adapters/nats"
 	"github.com/surely-dev/surely/adapters/redisstream"
+	"github.com/surely-dev/surely/delivery"
 )
 
 // Broker settings of the consumers: short, so that a killed or paused
@@ -22,7 +23,7 @@ import (
 const (
 	natsAckWait    = time.Second
 	amqpHeartbeat  = time.Second // the broker drops a stopped consumer's connection after a few
-	redisMaxIdle   = 2 * time.Second
+	redisAckWait   = 2 * time.Second
 	redisClaimTick = 500 * time.Millisecond
 )
 
@@ -49,15 +50,15 @@ func redisOptions(rawURL string) (*redis.UniversalOptions, error) {
 func newPublisher(kind, url, name string) (message.Publisher, error) {
 	switch kind {
 	case brokerNATS:
-		return surelynats.NewPublisher(url, surelynats.PublisherConfig{NatsOptions: natsOptions(name)}, nil)
+		return surelynats.NewPublisher(url, surelynats.WithNATSOptions(natsOptions(name)...))
 	case brokerRabbitMQ:
-		return surelyamqp.NewPublisher(url, surelyamqp.PublisherConfig{AMQPConfig: amqpConfig(name)}, nil)
+		return surelyamqp.NewPublisher(url, surelyamqp.WithAMQPConfig(amqpConfig(name)))
 	default:
 		opts, err := redisOptions(url)
 		if err != nil {
 			return nil, err
 		}
-		return redisstream.NewPublisher(opts, redisstream.PublisherConfig{}, nil)
+		return redisstream.NewPublisher(opts)
 	}
 }
 
@@ -65,17 +66,19 @@ func newPublisher(kind, url, name string) (message.Publisher, error) {
 func newSubscriber(kind, url, group, name string, concurrency int) (message.Subscriber, error) {
 	switch kind {
 	case brokerNATS:
-		return surelynats.NewSubscriber(url, surelynats.Config{Consumer: group, AckWait: natsAckWait,
-			Concurrency: concurrency, NatsOptions: natsOptions(name)}, debugLogger())
+		return surelynats.NewSubscriber(url, group, surelynats.WithAckWait(natsAckWait),
+			surelynats.WithConcurrency(concurrency), surelynats.WithNATSOptions(natsOptions(name)...),
+			delivery.WithLogger(debugLogger()))
 	case brokerRabbitMQ:
-		return surelyamqp.NewSubscriber(url, surelyamqp.Config{Concurrency: concurrency, AMQPConfig: amqpConfig(name)}, debugLogger())
+		return surelyamqp.NewSubscriber(url, surelyamqp.WithConcurrency(concurrency),
+			surelyamqp.WithAMQPConfig(amqpConfig(name)), delivery.WithLogger(debugLogger()))
 	default:
 		opts, err := redisOptions(url)
 		if err != nil {
 			return nil, err
 		}
-		return redisstream.NewSubscriber(opts, redisstream.Config{Group: group, MaxIdleTime: redisMaxIdle,
-			ClaimInterval: redisClaimTick}, debugLogger())
+		return redisstream.NewSubscriber(opts, group, redisstream.WithAckWait(redisAckWait),
+			redisstream.WithClaimInterval(redisClaimTick), delivery.WithLogger(debugLogger()))
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/redisarchive"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/internal/testenv"
@@ -24,11 +24,11 @@ import (
 // itself (to fill and to check).
 type archiveCase struct {
 	name string
-	open func(t *testing.T, a *app) (string, dlq.Archive)
+	open func(t *testing.T, a *app) (string, archive.Archive)
 }
 
 func memCase() archiveCase {
-	return archiveCase{"mem", func(t *testing.T, a *app) (string, dlq.Archive) {
+	return archiveCase{"mem", func(t *testing.T, a *app) (string, archive.Archive) {
 		ar := memFixture(t, a)
 		return "mem:fixture", ar
 	}}
@@ -127,7 +127,7 @@ func testArchiveCommands(t *testing.T, c archiveCase) {
 	assert.Equal(t, []string{"order-1", "order-3"}, keys(lsJSON{Entries: pr.Entries}))
 	assert.Equal(t, []string{"order-2", "parcel-9"}, keys(ls()))
 	_, err := ar.Get(ctx, first.ID)
-	require.ErrorIs(t, err, dlq.ErrEntryNotFound)
+	require.ErrorIs(t, err, archive.ErrEntryNotFound)
 	// by ID
 	out, stderr, code = run(t, a, "dlq", "purge", "--archive", url, "--yes", bin.ID)
 	require.Equal(t, 0, code, stderr)
@@ -148,12 +148,12 @@ func TestArchiveCommandsMem(t *testing.T) {
 }
 
 func sqliteCase() archiveCase {
-	return archiveCase{"sqlite", func(t *testing.T, _ *app) (string, dlq.Archive) {
+	return archiveCase{"sqlite", func(t *testing.T, _ *app) (string, archive.Archive) {
 		path := filepath.Join(t.TempDir(), "dlq.db")
 		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = db.Close() })
-		ar, err := sqlarchive.New(db, sqlarchive.SQLite, sqlarchive.WithPrefix("cli_dlq"))
+		ar, err := sqlarchive.New(db, sqlarchive.SQLite, sqlarchive.WithTablePrefix("cli_dlq"))
 		require.NoError(t, err)
 		require.NoError(t, ar.Migrate(context.Background()))
 		return "sqlite:" + path + "?prefix=cli_dlq", ar
@@ -161,7 +161,7 @@ func sqliteCase() archiveCase {
 }
 
 func redisCase() archiveCase {
-	return archiveCase{"redis", func(t *testing.T, _ *app) (string, dlq.Archive) {
+	return archiveCase{"redis", func(t *testing.T, _ *app) (string, archive.Archive) {
 		client := testenv.Redis(t)
 		url := testenv.URL(t, "SURELY_REDIS_URL")
 		prefix := "surely-cli-test:" + uuid.NewString()[:8]
@@ -172,18 +172,18 @@ func redisCase() archiveCase {
 				client.Del(ctx, keys...)
 			}
 		})
-		ar, err := redisarchive.New(client, redisarchive.WithPrefix(prefix))
+		ar, err := redisarchive.New(client, redisarchive.WithKeyPrefix(prefix))
 		require.NoError(t, err)
 		return url + "?prefix=" + prefix, ar
 	}}
 }
 
 func postgresCase() archiveCase {
-	return archiveCase{"postgres", func(t *testing.T, _ *app) (string, dlq.Archive) {
+	return archiveCase{"postgres", func(t *testing.T, _ *app) (string, archive.Archive) {
 		db := testsql.Postgres(t)
 		url := testenv.URL(t, "SURELY_POSTGRES_URL")
 		prefix := "cli_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
-		ar, err := sqlarchive.New(db, sqlarchive.Postgres, sqlarchive.WithPrefix(prefix))
+		ar, err := sqlarchive.New(db, sqlarchive.Postgres, sqlarchive.WithTablePrefix(prefix))
 		require.NoError(t, err)
 		require.NoError(t, ar.Migrate(context.Background()))
 		t.Cleanup(func() {

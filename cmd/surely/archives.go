@@ -13,19 +13,20 @@ import (
 
 	"github.com/surely-dev/surely/cmd/surely/internal/endpoint"
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/redisarchive"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 )
 
-func openRedisArchive(ctx context.Context, client *redis.Client, ep endpoint.Endpoint) (dlq.Archive, error) {
+func openRedisArchive(ctx context.Context, client *redis.Client, ep endpoint.Endpoint) (archive.Archive, error) {
 	if ep.Table != "" {
 		return nil, usageErr("a Redis archive takes ?prefix=, not ?table=")
 	}
 	prefix := redisarchive.DefaultPrefix
-	var opts []redisarchive.Option
+	var opts []dlq.Option
 	if ep.Prefix != "" {
 		prefix = ep.Prefix
-		opts = append(opts, redisarchive.WithPrefix(ep.Prefix))
+		opts = append(opts, redisarchive.WithKeyPrefix(ep.Prefix))
 	}
 	ar, err := redisarchive.New(client, opts...)
 	if err != nil {
@@ -118,16 +119,16 @@ func sortedKeys(m map[string]bool) []string {
 // openSQLArchive opens the archive on db. It does not migrate: the tables
 // are the application's (sqlarchive.Migrate), and a command that finds
 // none says so instead of creating an empty archive.
-func openSQLArchive(_ context.Context, db *sql.DB, ep endpoint.Endpoint) (dlq.Archive, error) {
+func openSQLArchive(_ context.Context, db *sql.DB, ep endpoint.Endpoint) (archive.Archive, error) {
 	if ep.Table != "" {
 		return nil, usageErr("a SQL archive takes ?prefix= (of its table names), not ?table=")
 	}
 	dialect := map[endpoint.Kind]sqlarchive.Dialect{
 		endpoint.Postgres: sqlarchive.Postgres, endpoint.SQLite: sqlarchive.SQLite, endpoint.MySQL: sqlarchive.MySQL,
 	}[ep.Kind]
-	var opts []sqlarchive.Option
+	var opts []dlq.Option
 	if ep.Prefix != "" {
-		opts = append(opts, sqlarchive.WithPrefix(ep.Prefix))
+		opts = append(opts, sqlarchive.WithTablePrefix(ep.Prefix))
 	}
 	ar, err := sqlarchive.New(db, dialect, opts...)
 	return ar, withOptionCode(err)

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 )
 
 func TestHelpGolden(t *testing.T) {
@@ -155,7 +155,7 @@ func TestNewRootCmd(t *testing.T) {
 func TestOutputWriteError(t *testing.T) {
 	t.Parallel()
 	a := newApp(failingWriter{}, &strings.Builder{}, nil)
-	a.memArchives = map[string]dlq.Archive{}
+	a.memArchives = map[string]archive.Archive{}
 	memFixture(t, a)
 	code := execute(context.Background(), a, []string{"dlq", "stats", "--archive", "mem:fixture"})
 	assert.Equal(t, exitError, code)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 )
 
 // filterFlags are the selection flags shared by ls, stats, replay and purge.
@@ -43,8 +44,8 @@ var reasons = []dlq.Reason{
 }
 
 // filter builds the archive filter; ages count back from now.
-func (f *filterFlags) filter(now time.Time) (dlq.Filter, error) {
-	out := dlq.Filter{
+func (f *filterFlags) filter(now time.Time) (archive.Filter, error) {
+	out := archive.Filter{
 		Reason: dlq.Reason(f.reason), Topic: f.topic, Handler: f.handler,
 		ErrorContains: f.errText, Key: f.key, ReplayID: f.replayID,
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/memarchive"
 	"github.com/surely-dev/surely/idempotency"
 )
@@ -40,7 +41,7 @@ func testApp(t *testing.T) (*app, *bytes.Buffer, *bytes.Buffer) {
 		return fmt.Sprintf("run-%04d", n)
 	}
 	a.isTerminal = func() bool { return false }
-	a.memArchives = map[string]dlq.Archive{}
+	a.memArchives = map[string]archive.Archive{}
 	a.memStores = map[string]idempotency.Store{}
 	a.memBrokers = map[string]message.Publisher{}
 	return a, &stdout, &stderr
@@ -142,7 +143,7 @@ func (f failure) envelope(now time.Time) *message.Message {
 }
 
 // fill publishes the fixture into ar.
-func fill(t *testing.T, ar dlq.Archive) []failure {
+func fill(t *testing.T, ar archive.Archive) []failure {
 	t.Helper()
 	fs := fixtureFailures()
 	for _, f := range fs {
@@ -153,9 +154,9 @@ func fill(t *testing.T, ar dlq.Archive) []failure {
 
 // memFixture registers a filled in-memory archive as mem:fixture and
 // returns it.
-func memFixture(t *testing.T, a *app) dlq.Archive {
+func memFixture(t *testing.T, a *app) archive.Archive {
 	t.Helper()
-	ar, err := memarchive.New(memarchive.WithClock(func() time.Time { return fixedNow.Add(-time.Minute) }))
+	ar, err := memarchive.New(dlq.WithClock(func() time.Time { return fixedNow.Add(-time.Minute) }))
 	require.NoError(t, err)
 	fill(t, ar)
 	a.memArchives["fixture"] = ar
@@ -165,8 +166,8 @@ func memFixture(t *testing.T, a *app) dlq.Archive {
 func dlqID(original string) string { return dlq.DeadLetterUUID(original) }
 
 var (
-	dlqFilterAll = dlq.Filter{}
-	dlqPageAll   = dlq.Page{Limit: 1000}
+	dlqFilterAll = archive.Filter{}
+	dlqPageAll   = archive.Page{Limit: 1000}
 )
 
 // buffer returns the test buffer behind an app's output.

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 )
 
 // entryJSON is an archived dead letter in ls --json.
@@ -31,7 +32,7 @@ type entryJSON struct {
 	ReplayedBy     []string  `json:"replayed_by,omitempty"`
 }
 
-func toEntryJSON(e dlq.Entry, now time.Time) entryJSON {
+func toEntryJSON(e archive.Entry, now time.Time) entryJSON {
 	out := entryJSON{
 		ID: e.ID, Seq: e.Seq, Reason: string(e.Reason), Topic: e.OriginalTopic,
 		Handler: e.Handler, ConsumerGroup: e.ConsumerGroup, Namespace: e.Namespace,
@@ -90,7 +91,7 @@ runs that republished an entry (their IDs are in show and --json).`,
 			}
 			defer ar.close()
 			// One more than asked tells whether a next page exists.
-			entries, err := ar.List(cmd.Context(), f, dlq.Page{After: cursor, Limit: limit + 1, OmitPayload: true})
+			entries, err := ar.List(cmd.Context(), f, archive.Page{After: cursor, Limit: limit + 1, OmitPayload: true})
 			if err != nil {
 				return fmt.Errorf("list: %w", err)
 			}

@@ -20,7 +20,7 @@ func TestRedisArchiveWrongPrefix(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = client.Close() })
-	ar, err := redisarchive.New(client, redisarchive.WithPrefix("app:dlq"))
+	ar, err := redisarchive.New(client, redisarchive.WithKeyPrefix("app:dlq"))
 	require.NoError(t, err)
 	fill(t, ar)
 	url := "redis://" + srv.Addr + "/0"

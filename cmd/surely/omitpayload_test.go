@@ -7,17 +7,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 )
 
 // pageRecorder is an archive that records the pages it is asked to list.
 type pageRecorder struct {
-	dlq.Archive
+	archive.Archive
 	mu    sync.Mutex
-	pages []dlq.Page
+	pages []archive.Page
 }
 
-func (r *pageRecorder) List(ctx context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Entry, error) {
+func (r *pageRecorder) List(ctx context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error) {
 	r.mu.Lock()
 	r.pages = append(r.pages, p)
 	r.mu.Unlock()

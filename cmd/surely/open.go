@@ -20,6 +20,7 @@ import (
 	"github.com/surely-dev/surely/adapters/redisstream"
 	"github.com/surely-dev/surely/cmd/surely/internal/endpoint"
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
@@ -30,7 +31,7 @@ const connectTimeout = 10 * time.Second
 
 // archiveConn is an open archive and what closes its connection.
 type archiveConn struct {
-	dlq.Archive
+	archive.Archive
 	closers []func() error
 }
 
@@ -247,9 +248,9 @@ func (a *app) openBroker(raw string) (message.Publisher, error) {
 	var p message.Publisher
 	switch ep.Kind {
 	case endpoint.NATS:
-		p, err = nats.NewPublisher(ep.DSN, nats.PublisherConfig{}, nil)
+		p, err = nats.NewPublisher(ep.DSN)
 	case endpoint.AMQP:
-		p, err = amqp.NewPublisher(ep.DSN, amqp.PublisherConfig{}, nil)
+		p, err = amqp.NewPublisher(ep.DSN)
 	case endpoint.Redis:
 		var opts *redis.Options
 		if opts, err = redis.ParseURL(ep.DSN); err != nil {
@@ -258,7 +259,7 @@ func (a *app) openBroker(raw string) (message.Publisher, error) {
 		p, err = redisstream.NewPublisher(&redis.UniversalOptions{
 			Addrs: []string{opts.Addr}, DB: opts.DB, Username: opts.Username, Password: opts.Password,
 			TLSConfig: opts.TLSConfig, ClientName: "surely-replay",
-		}, redisstream.PublisherConfig{}, nil)
+		})
 	default:
 		return nil, usageErr("unsupported broker %s", ep)
 	}

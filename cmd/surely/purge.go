@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 )
 
 type purgeJSON struct {
@@ -63,7 +63,7 @@ A purged dead letter is gone: replay what should be replayed first.`,
 			}
 			var after int64
 			for {
-				page, err := ar.List(ctx, f, dlq.Page{After: after, Limit: purgeBatch, OmitPayload: true})
+				page, err := ar.List(ctx, f, archive.Page{After: after, Limit: purgeBatch, OmitPayload: true})
 				if err != nil {
 					return fmt.Errorf("list: %w", err)
 				}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -43,14 +42,6 @@ type replayJSON struct {
 	Error       string           `json:"error,omitempty"`
 	Resume      string           `json:"resume,omitempty"`
 	Decisions   []replayDecision `json:"decisions"`
-}
-
-// appClock is the replay's clock: the app's time, real sleeps.
-type appClock struct{ now func() time.Time }
-
-func (c appClock) Now() time.Time { return c.now() }
-func (c appClock) Sleep(ctx context.Context, d time.Duration) error {
-	return replay.SystemClock().Sleep(ctx, d)
 }
 
 // noBroker stands in for the publisher of a dry run without --broker: a
@@ -212,17 +203,34 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
 		}
 	}
 	prog := a.newReplayProgress(rf.asJSON, &out)
-	opts := replay.Options{
-		ID: runID, Filter: filter, Target: rf.target, NewKey: rf.newKey, Max: rf.max, DryRun: rf.dryRun,
-		Force: rf.force, DefaultRetention: rf.defaultRetention, Rate: rate, Concurrency: rf.concurrency,
-		AbortAfter: rf.abortAfter, Store: store, Clock: appClock{a.now}, Progress: prog.report,
+	// The replay reads the app's time (tests fix it) and sleeps for real.
+	opts := []dlq.Option{
+		replay.WithMax(rf.max), replay.WithDefaultRetention(rf.defaultRetention), replay.WithRate(rate),
+		replay.WithConcurrency(rf.concurrency), replay.WithAbortAfter(rf.abortAfter),
+		dlq.WithClock(a.now), replay.WithProgress(prog.report),
+	}
+	if rf.dryRun {
+		opts = append(opts, replay.WithDryRun())
+	}
+	if store != nil {
+		opts = append(opts, replay.WithStore(store))
 	}
 	ctx := cmd.Context()
 	var res replay.Result
 	if rf.resume != "" {
-		res, err = replay.Resume(ctx, ar, pub, rf.resume, opts)
+		res, err = replay.Resume(ctx, ar, pub, rf.resume, opts...)
 	} else {
-		res, err = replay.Run(ctx, ar, pub, opts)
+		opts = append(opts, replay.WithID(runID))
+		if rf.target != "" {
+			opts = append(opts, replay.WithTarget(rf.target))
+		}
+		if rf.newKey {
+			opts = append(opts, replay.WithNewKey())
+		}
+		if rf.force {
+			opts = append(opts, replay.WithForce())
+		}
+		res, err = replay.Run(ctx, ar, pub, filter, opts...)
 	}
 	prog.finish()
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/surely-dev/surely/adapters/nats"
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/idempotency"
@@ -92,9 +93,9 @@ func replayApp(t *testing.T) *app {
 }
 
 // snapshot is the archive's state as the commands see it.
-func snapshot(t *testing.T, ar dlq.Archive) []dlq.Entry {
+func snapshot(t *testing.T, ar archive.Archive) []archive.Entry {
 	t.Helper()
-	es, err := ar.List(context.Background(), dlq.Filter{}, dlq.Page{Limit: 1000})
+	es, err := ar.List(context.Background(), archive.Filter{}, archive.Page{Limit: 1000})
 	require.NoError(t, err)
 	for i := range es {
 		es[i].Message = nil // compared by the fields below
@@ -139,7 +140,7 @@ func TestReplayDryRunChangesNothing(t *testing.T) {
 	assert.Equal(t, before, snapshot(t, ar), "no entry changed")
 	for _, id := range []string{"run-0001", "run-0002"} {
 		_, err := ar.LoadReplay(context.Background(), id)
-		require.ErrorIs(t, err, dlq.ErrReplayNotFound, "no run saved")
+		require.ErrorIs(t, err, archive.ErrReplayNotFound, "no run saved")
 	}
 }
 

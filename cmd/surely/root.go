@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/surely-dev/surely/cmd/surely/internal/endpoint"
-	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
 )
 
@@ -65,7 +65,7 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &ce):
 		return ce.code
-	case errors.Is(err, dlq.ErrEntryNotFound), errors.Is(err, dlq.ErrReplayNotFound), errors.Is(err, idempotency.ErrNotFound):
+	case errors.Is(err, archive.ErrEntryNotFound), errors.Is(err, archive.ErrReplayNotFound), errors.Is(err, idempotency.ErrNotFound):
 		return exitNotFound
 	}
 	return exitError
@@ -85,7 +85,7 @@ type app struct {
 	started bool
 	// Backends that tests registered, by the name after "mem:" (archives,
 	// stores) or by their full URL (brokers).
-	memArchives map[string]dlq.Archive
+	memArchives map[string]archive.Archive
 	memStores   map[string]idempotency.Store
 	memBrokers  map[string]message.Publisher
 	// secrets are the passwords of the URLs the command was given: an
@@ -233,7 +233,7 @@ func (a *app) dlqCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq",
 		Short: "List, show, replay and purge archived dead letters",
-		Long: `The dlq commands work on a dead-letter archive (dlq.Archive), chosen by
+		Long: `The dlq commands work on a dead-letter archive (archive.Archive), chosen by
 --archive or SURELY_ARCHIVE_URL:
 
   redis://[user:pass@]host:6379/0?prefix=surely:dlq   Redis (prefix: the archive's key prefix)

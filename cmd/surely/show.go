@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
 )
 
@@ -41,7 +42,7 @@ var shownKeys = []string{
 	dlq.KeyNamespace, dlq.KeyRetention,
 }
 
-func decodeEntry(e dlq.Entry, now time.Time) showJSON {
+func decodeEntry(e archive.Entry, now time.Time) showJSON {
 	out := showJSON{entryJSON: toEntryJSON(e, now), Metadata: map[string]string{}, History: []idempotency.AttemptRecord{}}
 	if e.Message == nil {
 		return out

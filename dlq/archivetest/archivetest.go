@@ -12,11 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 )
 
 // Run runs every conformance test as a parallel subtest; newArchive is
 // called once per subtest and must return an empty archive.
-func Run(t *testing.T, newArchive func(t *testing.T) dlq.Archive) {
+func Run(t *testing.T, newArchive func(t *testing.T) archive.Archive) {
 	t.Helper()
 	require.NotNil(t, newArchive, "newArchive")
 	for _, tc := range tests {
@@ -32,7 +33,7 @@ func Run(t *testing.T, newArchive func(t *testing.T) dlq.Archive) {
 // env is one subtest's view of the archive under test.
 type env struct {
 	t   *testing.T
-	a   dlq.Archive
+	a   archive.Archive
 	ctx context.Context
 }
 
@@ -78,7 +79,7 @@ func (e *env) publish(msgs ...*message.Message) {
 	require.NoError(e.t, e.a.Publish("dead", msgs...))
 }
 
-func (e *env) get(id string) dlq.Entry {
+func (e *env) get(id string) archive.Entry {
 	e.t.Helper()
 	got, err := e.a.Get(e.ctx, id)
 	require.NoError(e.t, err, "Get(%q)", id)
@@ -86,19 +87,19 @@ func (e *env) get(id string) dlq.Entry {
 }
 
 // listAll pages through everything f selects with page size limit.
-func (e *env) listAll(f dlq.Filter, limit int) []dlq.Entry {
+func (e *env) listAll(f archive.Filter, limit int) []archive.Entry {
 	e.t.Helper()
-	var out []dlq.Entry
+	var out []archive.Entry
 	var after int64
 	for range 10000 {
-		page, err := e.a.List(e.ctx, f, dlq.Page{After: after, Limit: limit})
+		page, err := e.a.List(e.ctx, f, archive.Page{After: after, Limit: limit})
 		require.NoError(e.t, err)
 		if len(page) == 0 {
 			return out
 		}
 		eff := limit
 		if eff <= 0 {
-			eff = dlq.DefaultPageSize
+			eff = archive.DefaultPageSize
 		}
 		require.LessOrEqual(e.t, len(page), eff, "page larger than its limit")
 		out = append(out, page...)
@@ -108,7 +109,7 @@ func (e *env) listAll(f dlq.Filter, limit int) []dlq.Entry {
 	return nil
 }
 
-func ids(entries []dlq.Entry) []string {
+func ids(entries []archive.Entry) []string {
 	out := make([]string, len(entries))
 	for i, en := range entries {
 		out[i] = en.ID
@@ -211,9 +212,9 @@ func testIdempotent(t *testing.T, e *env) {
 	requireTime(t, one.ArchivedAt, two.ArchivedAt, "ArchivedAt")
 	requireSameMessage(t, first, two.Message)
 	require.Equal(t, 3, two.Attempts)
-	all := e.listAll(dlq.Filter{}, 0)
+	all := e.listAll(archive.Filter{}, 0)
 	require.Equal(t, []string{first.UUID, other.UUID}, ids(all))
-	st, err := e.a.Stats(e.ctx, dlq.Filter{})
+	st, err := e.a.Stats(e.ctx, archive.Filter{})
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Total, "copies are one entry")
 }
@@ -231,7 +232,7 @@ func testSeqIncreases(t *testing.T, e *env) {
 		}
 	}
 	e.publish(batch...) // several messages in one call keep their order
-	all := e.listAll(dlq.Filter{}, 0)
+	all := e.listAll(archive.Filter{}, 0)
 	require.Equal(t, want, ids(all))
 	for i := 1; i < len(all); i++ {
 		require.Greater(t, all[i].Seq, all[i-1].Seq)
@@ -264,7 +265,7 @@ func testNotAnEnvelope(t *testing.T, e *env) {
 	require.Empty(t, got2.Message.Payload)
 	require.Empty(t, got2.Message.Metadata)
 
-	st, err := e.a.Stats(e.ctx, dlq.Filter{})
+	st, err := e.a.Stats(e.ctx, archive.Filter{})
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Total)
 	require.Equal(t, 2, st.ByReason[""], "counted under the empty reason: %v", st.ByReason)
@@ -272,14 +273,14 @@ func testNotAnEnvelope(t *testing.T, e *env) {
 
 func testNoUUID(t *testing.T, e *env) {
 	err := e.a.Publish("dead", message.NewMessage("", []byte("no id")))
-	require.ErrorIs(t, err, dlq.ErrNoID)
-	all := e.listAll(dlq.Filter{}, 0)
+	require.ErrorIs(t, err, archive.ErrNoID)
+	all := e.listAll(archive.Filter{}, 0)
 	require.Empty(t, all, "nothing half-stored")
 }
 
 func testEntriesAreCopies(t *testing.T, e *env) {
 	m := envelope(letter{source: "copy-1", reason: dlq.ReasonPermanent, at: base, payload: []byte("abc"), md: map[string]string{"a": "1"}})
-	want := dlq.CopyMessage(m)
+	want := archive.CopyMessage(m)
 	e.publish(m)
 	// The caller may reuse its message after Publish.
 	m.Payload[0] = 'X'
@@ -294,7 +295,7 @@ func testEntriesAreCopies(t *testing.T, e *env) {
 
 func testGetMissing(t *testing.T, e *env) {
 	_, err := e.a.Get(e.ctx, "no-such-entry")
-	require.ErrorIs(t, err, dlq.ErrEntryNotFound)
+	require.ErrorIs(t, err, archive.ErrEntryNotFound)
 }
 
 // fixtures publishes a varied set of dead letters and returns them in Seq order.
@@ -336,27 +337,27 @@ func testListFilters(t *testing.T, e *env) {
 
 	cases := []struct {
 		name string
-		f    dlq.Filter
+		f    archive.Filter
 		want []string
 	}{
-		{"all", dlq.Filter{}, id(0, 1, 2, 3, 4, 5)},
-		{"ids", dlq.Filter{IDs: []string{f[4].UUID, f[1].UUID, "missing"}}, id(1, 4)},
-		{"reason", dlq.Filter{Reason: dlq.ReasonExhausted}, id(0, 2, 4)},
-		{"topic", dlq.Filter{Topic: "payments"}, id(2, 3)},
-		{"handler", dlq.Filter{Handler: "bill"}, id(1, 3)},
-		{"key", dlq.Filter{Key: "k0"}, id(0, 3)},
-		{"error contains", dlq.Filter{ErrorContains: "timeout"}, id(0, 4)},
-		{"error contains is literal", dlq.Filter{ErrorContains: "100%_ [x]"}, id(3)},
-		{"error contains wildcard chars match nothing else", dlq.Filter{ErrorContains: "%"}, id(3)},
-		{"error contains underscore", dlq.Filter{ErrorContains: "_"}, id(3)},
-		{"after", dlq.Filter{DeadLetteredAfter: base.Add(time.Minute)}, id(2, 3, 4, 5)},
-		{"before", dlq.Filter{DeadLetteredBefore: base.Add(2 * time.Minute)}, id(0, 1)},
-		{"window", dlq.Filter{DeadLetteredAfter: base, DeadLetteredBefore: base.Add(3*time.Minute + time.Nanosecond)}, id(1, 2, 3)},
-		{"replay id", dlq.Filter{ReplayID: "run-1"}, id(2, 4)},
-		{"not replayed by", dlq.Filter{NotReplayedBy: "run-1"}, id(1, 2, 3, 4, 5)},
-		{"combined", dlq.Filter{Reason: dlq.ReasonExhausted, Topic: "orders", ErrorContains: "db", NotReplayedBy: "run-1"}, id(4)},
-		{"combined replay", dlq.Filter{ReplayID: "run-1", Topic: "payments"}, id(2)},
-		{"no match", dlq.Filter{Topic: "orders", Handler: "nobody"}, id()},
+		{"all", archive.Filter{}, id(0, 1, 2, 3, 4, 5)},
+		{"ids", archive.Filter{IDs: []string{f[4].UUID, f[1].UUID, "missing"}}, id(1, 4)},
+		{"reason", archive.Filter{Reason: dlq.ReasonExhausted}, id(0, 2, 4)},
+		{"topic", archive.Filter{Topic: "payments"}, id(2, 3)},
+		{"handler", archive.Filter{Handler: "bill"}, id(1, 3)},
+		{"key", archive.Filter{Key: "k0"}, id(0, 3)},
+		{"error contains", archive.Filter{ErrorContains: "timeout"}, id(0, 4)},
+		{"error contains is literal", archive.Filter{ErrorContains: "100%_ [x]"}, id(3)},
+		{"error contains wildcard chars match nothing else", archive.Filter{ErrorContains: "%"}, id(3)},
+		{"error contains underscore", archive.Filter{ErrorContains: "_"}, id(3)},
+		{"after", archive.Filter{DeadLetteredAfter: base.Add(time.Minute)}, id(2, 3, 4, 5)},
+		{"before", archive.Filter{DeadLetteredBefore: base.Add(2 * time.Minute)}, id(0, 1)},
+		{"window", archive.Filter{DeadLetteredAfter: base, DeadLetteredBefore: base.Add(3*time.Minute + time.Nanosecond)}, id(1, 2, 3)},
+		{"replay id", archive.Filter{ReplayID: "run-1"}, id(2, 4)},
+		{"not replayed by", archive.Filter{NotReplayedBy: "run-1"}, id(1, 2, 3, 4, 5)},
+		{"combined", archive.Filter{Reason: dlq.ReasonExhausted, Topic: "orders", ErrorContains: "db", NotReplayedBy: "run-1"}, id(4)},
+		{"combined replay", archive.Filter{ReplayID: "run-1", Topic: "payments"}, id(2)},
+		{"no match", archive.Filter{Topic: "orders", Handler: "nobody"}, id()},
 	}
 	for _, c := range cases {
 		got := e.listAll(c.f, 0)
@@ -390,38 +391,38 @@ func testListPages(t *testing.T, e *env) {
 		e.publish(chunk...)
 	}
 
-	first, err := e.a.List(e.ctx, dlq.Filter{}, dlq.Page{})
+	first, err := e.a.List(e.ctx, archive.Filter{}, archive.Page{})
 	require.NoError(t, err)
-	require.Len(t, first, dlq.DefaultPageSize, "default page size")
-	require.Equal(t, want[:dlq.DefaultPageSize], ids(first))
+	require.Len(t, first, archive.DefaultPageSize, "default page size")
+	require.Equal(t, want[:archive.DefaultPageSize], ids(first))
 
-	neg, err := e.a.List(e.ctx, dlq.Filter{}, dlq.Page{Limit: -5})
+	neg, err := e.a.List(e.ctx, archive.Filter{}, archive.Page{Limit: -5})
 	require.NoError(t, err)
-	require.Len(t, neg, dlq.DefaultPageSize, "a negative limit is the default")
+	require.Len(t, neg, archive.DefaultPageSize, "a negative limit is the default")
 
-	require.Equal(t, want, ids(e.listAll(dlq.Filter{}, 0)))
-	require.Equal(t, want, ids(e.listAll(dlq.Filter{}, 7)))
-	require.Equal(t, wantOdd, ids(e.listAll(dlq.Filter{Topic: "odd"}, 9)), "pages of a filtered selection")
-	require.Equal(t, wantOdd, ids(e.listAll(dlq.Filter{Topic: "odd"}, 1)))
+	require.Equal(t, want, ids(e.listAll(archive.Filter{}, 0)))
+	require.Equal(t, want, ids(e.listAll(archive.Filter{}, 7)))
+	require.Equal(t, wantOdd, ids(e.listAll(archive.Filter{Topic: "odd"}, 9)), "pages of a filtered selection")
+	require.Equal(t, wantOdd, ids(e.listAll(archive.Filter{Topic: "odd"}, 1)))
 
 	// After is a Seq, not an index: resume after entry 200.
 	e200 := e.get(want[200])
-	rest, err := e.a.List(e.ctx, dlq.Filter{}, dlq.Page{After: e200.Seq, Limit: 1000})
+	rest, err := e.a.List(e.ctx, archive.Filter{}, archive.Page{After: e200.Seq, Limit: 1000})
 	require.NoError(t, err)
 	require.Equal(t, want[201:], ids(rest))
-	end, err := e.a.List(e.ctx, dlq.Filter{}, dlq.Page{After: e.get(want[n-1]).Seq})
+	end, err := e.a.List(e.ctx, archive.Filter{}, archive.Page{After: e.get(want[n-1]).Seq})
 	require.NoError(t, err)
 	require.Empty(t, end)
 }
 
 func testStats(t *testing.T, e *env) {
-	empty, err := e.a.Stats(e.ctx, dlq.Filter{})
+	empty, err := e.a.Stats(e.ctx, archive.Filter{})
 	require.NoError(t, err)
 	require.Zero(t, empty.Total)
 	require.True(t, empty.Oldest.IsZero() && empty.Newest.IsZero(), "no times when empty")
 
 	f := e.fixtures()
-	st, err := e.a.Stats(e.ctx, dlq.Filter{DeadLetteredBefore: base.Add(time.Hour)}) // the envelopes, not the plain message
+	st, err := e.a.Stats(e.ctx, archive.Filter{DeadLetteredBefore: base.Add(time.Hour)}) // the envelopes, not the plain message
 	require.NoError(t, err)
 	require.Equal(t, 5, st.Total)
 	require.Equal(t, map[string]int{"exhausted": 3, "permanent": 1, "conflict": 1}, st.ByReason)
@@ -431,20 +432,20 @@ func testStats(t *testing.T, e *env) {
 	requireTime(t, base, st.Oldest, "Oldest")
 	requireTime(t, base.Add(4*time.Minute), st.Newest, "Newest")
 
-	all, err := e.a.Stats(e.ctx, dlq.Filter{})
+	all, err := e.a.Stats(e.ctx, archive.Filter{})
 	require.NoError(t, err)
 	require.Equal(t, 6, all.Total)
 	require.Equal(t, 1, all.ByTopic[""], "the plain message has no topic")
 	requireTime(t, e.get(f[5].UUID).ArchivedAt, all.Newest, "Newest is the plain message's arrival")
 
-	sub, err := e.a.Stats(e.ctx, dlq.Filter{Topic: "payments"})
+	sub, err := e.a.Stats(e.ctx, archive.Filter{Topic: "payments"})
 	require.NoError(t, err)
 	require.Equal(t, 2, sub.Total)
 	require.Equal(t, map[string]int{"exhausted": 1, "conflict": 1}, sub.ByReason)
 	requireTime(t, base.Add(2*time.Minute), sub.Oldest, "Oldest of payments")
 	requireTime(t, base.Add(3*time.Minute), sub.Newest, "Newest of payments")
 
-	none, err := e.a.Stats(e.ctx, dlq.Filter{Topic: "nothing"})
+	none, err := e.a.Stats(e.ctx, archive.Filter{Topic: "nothing"})
 	require.NoError(t, err)
 	require.Zero(t, none.Total)
 	require.True(t, none.Oldest.IsZero() && none.Newest.IsZero())
@@ -461,10 +462,10 @@ func testDelete(t *testing.T, e *env) {
 	require.Equal(t, 2, n, "only existing entries count")
 	for _, id := range []string{f[1].UUID, f[3].UUID} {
 		_, err := e.a.Get(e.ctx, id)
-		require.ErrorIs(t, err, dlq.ErrEntryNotFound)
+		require.ErrorIs(t, err, archive.ErrEntryNotFound)
 	}
-	require.Equal(t, []string{f[0].UUID, f[2].UUID, f[4].UUID, f[5].UUID}, ids(e.listAll(dlq.Filter{}, 0)))
-	st, err := e.a.Stats(e.ctx, dlq.Filter{})
+	require.Equal(t, []string{f[0].UUID, f[2].UUID, f[4].UUID, f[5].UUID}, ids(e.listAll(archive.Filter{}, 0)))
+	st, err := e.a.Stats(e.ctx, archive.Filter{})
 	require.NoError(t, err)
 	require.Equal(t, 4, st.Total)
 	require.Zero(t, st.ByHandler["bill"], "deleted entries leave the stats")
@@ -485,17 +486,17 @@ func testMarkReplayed(t *testing.T, e *env) {
 	require.Equal(t, []string{"run-a", "run-b"}, e.get(f[0].UUID).ReplayedBy, "oldest first, once per run")
 
 	err := e.a.MarkReplayed(e.ctx, "missing", "run-a")
-	require.ErrorIs(t, err, dlq.ErrEntryNotFound)
+	require.ErrorIs(t, err, archive.ErrEntryNotFound)
 
 	require.Equal(t, []string{f[1].UUID, f[2].UUID, f[3].UUID, f[4].UUID, f[5].UUID},
-		ids(e.listAll(dlq.Filter{NotReplayedBy: "run-a"}, 2)))
-	require.Len(t, e.listAll(dlq.Filter{NotReplayedBy: "run-c"}, 0), 6)
+		ids(e.listAll(archive.Filter{NotReplayedBy: "run-a"}, 2)))
+	require.Len(t, e.listAll(archive.Filter{NotReplayedBy: "run-c"}, 0), 6)
 	// A copy arriving later does not forget the marks.
 	e.publish(f[0])
 	got := e.get(f[0].UUID)
 	require.Equal(t, 2, got.Copies)
 	require.Equal(t, []string{"run-a", "run-b"}, got.ReplayedBy)
-	listed, err := e.a.List(e.ctx, dlq.Filter{IDs: []string{f[0].UUID}}, dlq.Page{})
+	listed, err := e.a.List(e.ctx, archive.Filter{IDs: []string{f[0].UUID}}, archive.Page{})
 	require.NoError(t, err)
 	require.Len(t, listed, 1)
 	require.Equal(t, []string{"run-a", "run-b"}, listed[0].ReplayedBy, "List fills ReplayedBy too")
@@ -503,11 +504,11 @@ func testMarkReplayed(t *testing.T, e *env) {
 
 func testReplayRuns(t *testing.T, e *env) {
 	_, err := e.a.LoadReplay(e.ctx, "run-missing")
-	require.ErrorIs(t, err, dlq.ErrReplayNotFound)
+	require.ErrorIs(t, err, archive.ErrReplayNotFound)
 
-	run := dlq.ReplayRun{
+	run := archive.ReplayRun{
 		ID: "run-1",
-		Filter: dlq.Filter{
+		Filter: archive.Filter{
 			IDs: []string{"a", "b"}, Reason: dlq.ReasonExhausted, Topic: "orders", Handler: "ship", Key: "k",
 			ErrorContains: "timeout", DeadLetteredAfter: base, DeadLetteredBefore: base.Add(time.Hour),
 			ReplayID: "run-0", NotReplayedBy: "run-1",
@@ -527,7 +528,7 @@ func testReplayRuns(t *testing.T, e *env) {
 	require.NoError(t, err)
 	requireRun(t, run, got)
 
-	other := dlq.ReplayRun{ID: "run-2", State: "interrupted"}
+	other := archive.ReplayRun{ID: "run-2", State: "interrupted"}
 	require.NoError(t, e.a.SaveReplay(e.ctx, other))
 	got, err = e.a.LoadReplay(e.ctx, "run-2")
 	require.NoError(t, err)
@@ -536,11 +537,11 @@ func testReplayRuns(t *testing.T, e *env) {
 	require.NoError(t, err)
 	require.Equal(t, "done", got.State, "runs are kept apart")
 
-	err = e.a.SaveReplay(e.ctx, dlq.ReplayRun{})
+	err = e.a.SaveReplay(e.ctx, archive.ReplayRun{})
 	require.Error(t, err, "a run without ID is refused")
 }
 
-func requireRun(t *testing.T, want, got dlq.ReplayRun) {
+func requireRun(t *testing.T, want, got archive.ReplayRun) {
 	t.Helper()
 	requireTime(t, want.Started, got.Started, "Started")
 	requireTime(t, want.Updated, got.Updated, "Updated")
@@ -564,7 +565,7 @@ func testConcurrent(t *testing.T, e *env) {
 		wg.Go(func() {
 			for r := range rounds {
 				// Each publisher has its own copy, as each delivery would.
-				if err := e.a.Publish("dead", dlq.CopyMessage(shared)); err != nil {
+				if err := e.a.Publish("dead", archive.CopyMessage(shared)); err != nil {
 					errs <- err
 				}
 				own := envelope(letter{source: fmt.Sprintf("w%d-r%d", w, r), reason: dlq.ReasonPermanent, at: base})
@@ -581,7 +582,7 @@ func testConcurrent(t *testing.T, e *env) {
 	}
 	got := e.get(shared.UUID)
 	require.Equal(t, workers*rounds, got.Copies, "every copy counted, one entry")
-	all := e.listAll(dlq.Filter{}, 0)
+	all := e.listAll(archive.Filter{}, 0)
 	require.Len(t, all, 1+workers*rounds)
 	seen := map[int64]bool{}
 	for i, en := range all {

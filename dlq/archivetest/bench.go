@@ -9,13 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 )
 
 // Bench measures an archive: Publish of one envelope, Get, a List page of
 // 100 over everything, a List page of a filter that selects one entry in
 // ten, and Stats, on an archive holding size entries. newArchive returns an
 // empty archive.
-func Bench(b *testing.B, size int, newArchive func(b *testing.B) dlq.Archive) {
+func Bench(b *testing.B, size int, newArchive func(b *testing.B) archive.Archive) {
 	b.Helper()
 	b.Run("Publish", func(b *testing.B) {
 		a := newArchive(b)
@@ -52,21 +53,21 @@ func Bench(b *testing.B, size int, newArchive func(b *testing.B) dlq.Archive) {
 	})
 	b.Run("ListPage100", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := a.List(ctx, dlq.Filter{}, dlq.Page{Limit: 100}); err != nil {
+			if _, err := a.List(ctx, archive.Filter{}, archive.Page{Limit: 100}); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("ListFilteredPage100", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := a.List(ctx, dlq.Filter{Topic: "payments"}, dlq.Page{Limit: 100}); err != nil {
+			if _, err := a.List(ctx, archive.Filter{Topic: "payments"}, archive.Page{Limit: 100}); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("Stats", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := a.Stats(ctx, dlq.Filter{}); err != nil {
+			if _, err := a.Stats(ctx, archive.Filter{}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 )
 
 // testCursorUnderConcurrentPublish: a reader that pages with a cursor
@@ -48,7 +49,7 @@ func testCursorUnderConcurrentPublish(t *testing.T, e *env) {
 	seen := map[string]int64{}
 	var cursor int64
 	read := func() int {
-		page, err := e.a.List(e.ctx, dlq.Filter{}, dlq.Page{After: cursor, Limit: 50})
+		page, err := e.a.List(e.ctx, archive.Filter{}, archive.Page{After: cursor, Limit: 50})
 		require.NoError(t, err)
 		for _, en := range page {
 			require.Greater(t, en.Seq, cursor, "List After %d returned Seq %d", cursor, en.Seq)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
@@ -20,7 +21,7 @@ import (
 
 // published signals each successful Publish of the archive it wraps.
 type published struct {
-	dlq.Archive
+	archive.Archive
 	mu   sync.Mutex
 	done chan string
 }

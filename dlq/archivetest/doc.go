@@ -1,8 +1,8 @@
-// Package archivetest is the conformance suite of dlq.Archive: every
+// Package archivetest is the conformance suite of archive.Archive: every
 // implementation runs it against its real backend.
 //
 //	func TestConformance(t *testing.T) {
-//		archivetest.Run(t, func(t *testing.T) dlq.Archive {
+//		archivetest.Run(t, func(t *testing.T) archive.Archive {
 //			a, err := memarchive.New()
 //			require.NoError(t, err)
 //			return a
@@ -17,7 +17,7 @@
 // (non-UTF-8 bytes included), reads the envelope fields, is idempotent by
 // UUID (a second copy counts in Copies and keeps Seq) also under concurrent
 // publishers, and archives a message that is not an envelope; that List
-// selects exactly what dlq.Filter.Match selects for every Filter field and
+// selects exactly what archive.Filter.Match selects for every Filter field and
 // pages by Seq, and with Page.OmitPayload lists the same entries without
 // their payloads; that a reader paging with a cursor while four writers
 // publish sees every entry once (Seq order is the order entries become

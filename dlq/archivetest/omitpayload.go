@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 )
 
 // testListOmitsPayload: a listing with Page.OmitPayload has every entry
@@ -22,16 +23,16 @@ func testListOmitsPayload(t *testing.T, e *env) {
 		}
 		e.publish(envelope(l))
 	}
-	first := e.listAll(dlq.Filter{}, 0)[0]
+	first := e.listAll(archive.Filter{}, 0)[0]
 	require.NoError(t, e.a.MarkReplayed(e.ctx, first.ID, "run-omit"))
 
-	for _, f := range []dlq.Filter{{}, {Key: "k-1"}} {
+	for _, f := range []archive.Filter{{}, {Key: "k-1"}} {
 		full := e.listAll(f, 2)
 		require.NotEmpty(t, full)
-		var bare []dlq.Entry
+		var bare []archive.Entry
 		var after int64
 		for range 100 {
-			page, err := e.a.List(e.ctx, f, dlq.Page{After: after, Limit: 2, OmitPayload: true})
+			page, err := e.a.List(e.ctx, f, archive.Page{After: after, Limit: 2, OmitPayload: true})
 			require.NoError(t, err)
 			if len(page) == 0 {
 				break

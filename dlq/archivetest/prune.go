@@ -10,12 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 )
 
 // PruneArchive is an archive under a retention policy, for RunPrune.
 type PruneArchive interface {
-	dlq.Archive
-	dlq.Pruner
+	archive.Archive
+	archive.Pruner
 }
 
 // RunPrune checks an archive's retention: newArchive returns an empty
@@ -37,7 +38,7 @@ func RunPrune(t *testing.T, newArchive func(t *testing.T, retention time.Duratio
 		require.NoError(t, err)
 		require.Equal(t, 2, n)
 		_, err = a.Get(t.Context(), old.UUID)
-		require.ErrorIs(t, err, dlq.ErrEntryNotFound)
+		require.ErrorIs(t, err, archive.ErrEntryNotFound)
 		_, err = a.Get(t.Context(), fresh.UUID)
 		require.NoError(t, err, "a fresh entry is kept")
 		require.Contains(t, buf.String(), "deleted=2", "pruning is logged with its count")

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/memarchive"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
@@ -24,15 +25,15 @@ func Example() {
 	ctx := context.Background()
 	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	defer func() { _ = pubSub.Close() }()
-	store, _ := memstore.New()     // tests and examples only
-	archive, _ := memarchive.New() // tests and examples only: use redisarchive or sqlarchive
+	store, _ := memstore.New()  // tests and examples only
+	arch, _ := memarchive.New() // tests and examples only: use redisarchive or sqlarchive
 	settled := make(chan struct{}, 1)
 
 	h, err := handler.New(func(msg *message.Message) ([]*message.Message, error) {
 		return nil, retry.Permanent(errors.New("card declined"))
 	},
 		handler.WithStore(store, "charge"),
-		handler.WithDeadLetter(archive, "dead"), // the topic is ignored
+		handler.WithDeadLetter(arch, "dead"), // the topic is ignored
 		handler.WithOnOutcome(func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult {
 			settled <- struct{}{} // after the dead letter was stored
 			return middleware.OutcomeResult{}
@@ -53,7 +54,7 @@ func Example() {
 	_ = pubSub.Publish("payments", msg)
 	<-settled
 
-	entries, _ := archive.List(ctx, dlq.Filter{Topic: "payments", Reason: dlq.ReasonPermanent}, dlq.Page{})
+	entries, _ := arch.List(ctx, archive.Filter{Topic: "payments", Reason: dlq.ReasonPermanent}, archive.Page{})
 	e := entries[0]
 	fmt.Println(e.OperationKey, e.Reason, e.Error, string(e.Message.Payload))
 	// Output:

@@ -1,4 +1,4 @@
-// Package memarchive is an in-memory dlq.Archive for tests and examples
+// Package memarchive is an in-memory archive.Archive for tests and examples
 // only.
 //
 // It keeps dead letters in the process's memory: a crash or a restart
@@ -23,84 +23,53 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/options"
 )
 
-// Archive is an in-memory dlq.Archive. The zero value is not usable; call New.
+// Archive is an in-memory archive.Archive. The zero value is not usable; call New.
 type Archive struct {
 	mu        sync.Mutex
 	now       func() time.Time
 	log       *slog.Logger
 	retention time.Duration
 	seq       int64
-	entries   map[string]*dlq.Entry
-	order     []*dlq.Entry // by Seq; deleted entries are removed
-	runs      map[string]dlq.ReplayRun
+	entries   map[string]*archive.Entry
+	order     []*archive.Entry // by Seq; deleted entries are removed
+	runs      map[string]archive.ReplayRun
 }
 
-var _ dlq.Archive = (*Archive)(nil)
+var _ archive.Archive = (*Archive)(nil)
 
-// Option configures an Archive.
-type Option func(*Archive) error
-
-// WithClock replaces the clock that stamps ArchivedAt and that Prune
-// measures age with (for deterministic tests).
-func WithClock(now func() time.Time) Option {
-	return func(a *Archive) error {
-		if now == nil {
-			return fmt.Errorf("%w: nil clock", dlq.ErrInvalidOption)
-		}
-		a.now = now
-		return nil
+// New returns an empty archive. It takes dlq.WithClock (stamps ArchivedAt
+// and the age Prune measures; default time.Now), dlq.WithLogger (Prune's
+// reports; default: discard) and dlq.WithRetention (default: keep
+// everything, Prune deletes nothing).
+func New(opts ...dlq.Option) (*Archive, error) {
+	s, err := options.Apply(dlq.ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
 	}
-}
-
-// WithLogger sets the logger Prune reports to (default: discard).
-func WithLogger(l *slog.Logger) Option {
-	return func(a *Archive) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", dlq.ErrInvalidOption)
-		}
-		a.log = l
-		return nil
+	if err := s.Check(dlq.ErrInvalidOption, "memarchive.New", options.Clock, options.Logger, options.Retention); err != nil {
+		return nil, err
 	}
-}
-
-// WithRetention makes Prune delete entries dead-lettered more than d ago.
-// Without it the archive keeps everything and Prune deletes nothing.
-func WithRetention(d time.Duration) Option {
-	return func(a *Archive) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: retention must be positive, got %v", dlq.ErrInvalidOption, d)
-		}
-		a.retention = d
-		return nil
-	}
-}
-
-// New returns an empty archive.
-func New(opts ...Option) (*Archive, error) {
-	a := &Archive{
-		now:     time.Now,
-		log:     slog.New(slog.DiscardHandler),
-		entries: map[string]*dlq.Entry{},
-		runs:    map[string]dlq.ReplayRun{},
-	}
-	for _, o := range opts {
-		if err := o(a); err != nil {
-			return nil, err
-		}
-	}
-	return a, nil
+	return &Archive{
+		now:       options.Get(s, options.Clock, time.Now),
+		log:       options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
+		retention: options.Get(s, options.Retention, time.Duration(0)),
+		entries:   map[string]*archive.Entry{},
+		runs:      map[string]archive.ReplayRun{},
+	}, nil
 }
 
 // Publish stores each message as an entry; the topic is ignored. A message
 // whose UUID is already archived increments that entry's Copies and keeps
 // its first copy. A message without a UUID fails the whole call with
-// dlq.ErrNoID before anything is stored.
+// archive.ErrNoID before anything is stored.
 func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 	for _, m := range msgs {
 		if m == nil || m.UUID == "" {
-			return fmt.Errorf("memarchive: publish: %w", dlq.ErrNoID)
+			return fmt.Errorf("memarchive: publish: %w", archive.ErrNoID)
 		}
 	}
 	a.mu.Lock()
@@ -110,7 +79,7 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 			e.Copies++
 			continue
 		}
-		e := dlq.EntryFromMessage(m, a.now())
+		e := archive.EntryFromMessage(m, a.now())
 		a.seq++
 		e.Seq = a.seq
 		a.entries[e.ID] = &e
@@ -122,24 +91,24 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 // Close does nothing: the archive stays readable and writable.
 func (a *Archive) Close() error { return nil }
 
-// Get returns one entry, or dlq.ErrEntryNotFound.
-func (a *Archive) Get(_ context.Context, id string) (dlq.Entry, error) {
+// Get returns one entry, or archive.ErrEntryNotFound.
+func (a *Archive) Get(_ context.Context, id string) (archive.Entry, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e, ok := a.entries[id]
 	if !ok {
-		return dlq.Entry{}, fmt.Errorf("memarchive: %q: %w", id, dlq.ErrEntryNotFound)
+		return archive.Entry{}, fmt.Errorf("memarchive: %q: %w", id, archive.ErrEntryNotFound)
 	}
 	return clone(e), nil
 }
 
 // List returns one page of the entries f selects, in Seq order.
-func (a *Archive) List(_ context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Entry, error) {
-	limit := dlq.PageLimit(p)
+func (a *Archive) List(_ context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error) {
+	limit := archive.PageLimit(p)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	i := sort.Search(len(a.order), func(i int) bool { return a.order[i].Seq > p.After })
-	var out []dlq.Entry
+	var out []archive.Entry
 	for ; i < len(a.order) && len(out) < limit; i++ {
 		if f.Match(*a.order[i]) {
 			e := clone(a.order[i])
@@ -153,8 +122,8 @@ func (a *Archive) List(_ context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Entry
 }
 
 // Stats summarises the entries f selects.
-func (a *Archive) Stats(_ context.Context, f dlq.Filter) (dlq.Stats, error) {
-	s := dlq.NewStats()
+func (a *Archive) Stats(_ context.Context, f archive.Filter) (archive.Stats, error) {
+	s := archive.NewStats()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, e := range a.order {
@@ -181,7 +150,7 @@ func (a *Archive) deleteLocked(ids []string) int {
 		}
 	}
 	if n > 0 {
-		a.order = slices.DeleteFunc(a.order, func(e *dlq.Entry) bool {
+		a.order = slices.DeleteFunc(a.order, func(e *archive.Entry) bool {
 			_, ok := a.entries[e.ID]
 			return !ok
 		})
@@ -190,13 +159,13 @@ func (a *Archive) deleteLocked(ids []string) int {
 }
 
 // MarkReplayed records that replay run replayID republished entry id
-// (once per run), or returns dlq.ErrEntryNotFound.
+// (once per run), or returns archive.ErrEntryNotFound.
 func (a *Archive) MarkReplayed(_ context.Context, id, replayID string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e, ok := a.entries[id]
 	if !ok {
-		return fmt.Errorf("memarchive: %q: %w", id, dlq.ErrEntryNotFound)
+		return fmt.Errorf("memarchive: %q: %w", id, archive.ErrEntryNotFound)
 	}
 	if !slices.Contains(e.ReplayedBy, replayID) {
 		e.ReplayedBy = append(e.ReplayedBy, replayID)
@@ -205,7 +174,7 @@ func (a *Archive) MarkReplayed(_ context.Context, id, replayID string) error {
 }
 
 // SaveReplay stores (creates or updates) a replay run.
-func (a *Archive) SaveReplay(_ context.Context, run dlq.ReplayRun) error {
+func (a *Archive) SaveReplay(_ context.Context, run archive.ReplayRun) error {
 	if run.ID == "" {
 		return fmt.Errorf("%w: replay run without ID", dlq.ErrInvalidOption)
 	}
@@ -216,20 +185,20 @@ func (a *Archive) SaveReplay(_ context.Context, run dlq.ReplayRun) error {
 	return nil
 }
 
-// LoadReplay reads a replay run back, or returns dlq.ErrReplayNotFound.
-func (a *Archive) LoadReplay(_ context.Context, id string) (dlq.ReplayRun, error) {
+// LoadReplay reads a replay run back, or returns archive.ErrReplayNotFound.
+func (a *Archive) LoadReplay(_ context.Context, id string) (archive.ReplayRun, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	run, ok := a.runs[id]
 	if !ok {
-		return dlq.ReplayRun{}, fmt.Errorf("memarchive: replay %q: %w", id, dlq.ErrReplayNotFound)
+		return archive.ReplayRun{}, fmt.Errorf("memarchive: replay %q: %w", id, archive.ErrReplayNotFound)
 	}
 	run.Filter.IDs = slices.Clone(run.Filter.IDs)
 	return run, nil
 }
 
 // Prune deletes the entries dead-lettered longer ago than the retention
-// (WithRetention), logs how many, and returns the count. Without a
+// (dlq.WithRetention), logs how many, and returns the count. Without a
 // retention it deletes nothing.
 func (a *Archive) Prune(ctx context.Context) (int, error) {
 	if a.retention == 0 {
@@ -252,9 +221,9 @@ func (a *Archive) Prune(ctx context.Context) (int, error) {
 }
 
 // clone returns a copy of e that shares no memory with the archive.
-func clone(e *dlq.Entry) dlq.Entry {
+func clone(e *archive.Entry) archive.Entry {
 	c := *e
-	c.Message = dlq.CopyMessage(e.Message)
+	c.Message = archive.CopyMessage(e.Message)
 	c.ReplayedBy = slices.Clone(e.ReplayedBy)
 	return c
 }

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/archivetest"
 	"github.com/surely-dev/surely/dlq/memarchive"
 )
@@ -18,7 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	archivetest.Run(t, func(t *testing.T) dlq.Archive {
+	archivetest.Run(t, func(t *testing.T) archive.Archive {
 		a, err := memarchive.New()
 		require.NoError(t, err)
 		return a
@@ -28,9 +29,9 @@ func TestConformance(t *testing.T) {
 func TestPrune(t *testing.T) {
 	t.Parallel()
 	archivetest.RunPrune(t, func(t *testing.T, retention time.Duration, log *slog.Logger) archivetest.PruneArchive {
-		opts := []memarchive.Option{memarchive.WithLogger(log)}
+		opts := []dlq.Option{dlq.WithLogger(log)}
 		if retention > 0 {
-			opts = append(opts, memarchive.WithRetention(retention))
+			opts = append(opts, dlq.WithRetention(retention))
 		}
 		a, err := memarchive.New(opts...)
 		require.NoError(t, err)
@@ -40,10 +41,12 @@ func TestPrune(t *testing.T) {
 
 func TestOptions(t *testing.T) {
 	t.Parallel()
-	for name, opt := range map[string]memarchive.Option{
-		"zero retention": memarchive.WithRetention(0),
-		"nil clock":      memarchive.WithClock(nil),
-		"nil logger":     memarchive.WithLogger(nil),
+	for name, opt := range map[string]dlq.Option{
+		"zero retention": dlq.WithRetention(0),
+		"nil clock":      dlq.WithClock(nil),
+		"nil logger":     dlq.WithLogger(nil),
+		// An option of another constructor of the family is refused.
+		"publisher option": dlq.WithHost("h"),
 	} {
 		_, err := memarchive.New(opt)
 		require.ErrorIs(t, err, dlq.ErrInvalidOption, name)
@@ -51,7 +54,7 @@ func TestOptions(t *testing.T) {
 }
 
 func BenchmarkArchive(b *testing.B) {
-	archivetest.Bench(b, 10000, func(b *testing.B) dlq.Archive {
+	archivetest.Bench(b, 10000, func(b *testing.B) archive.Archive {
 		a, err := memarchive.New()
 		require.NoError(b, err)
 		return a

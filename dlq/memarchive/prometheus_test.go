@@ -13,10 +13,11 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/memarchive"
 )
 
-// The alert rule in dlq.RegisterArchiveMetrics' doc and the README names
+// The alert rule in archive.RegisterMetrics' doc and the README names
 // the metrics as the OpenTelemetry Prometheus exporter writes them: this
 // scrapes them through that exporter. It is here rather than in dlq's own
 // tests so that a module importing dlq (every user of handler) does not get
@@ -25,7 +26,7 @@ func TestArchiveMetricsPrometheusNames(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	now := func() time.Time { return at }
-	mem, err := memarchive.New(memarchive.WithClock(now))
+	mem, err := memarchive.New(dlq.WithClock(now))
 	require.NoError(t, err)
 	require.NoError(t, mem.Publish("dead", dlq.Envelope(message.NewMessage("a", nil),
 		dlq.Failure{Reason: dlq.ReasonExhausted, Err: errors.New("x"), Topic: "orders", At: now().Add(-time.Hour)}, nil, "", "")))
@@ -35,7 +36,7 @@ func TestArchiveMetricsPrometheusNames(t *testing.T) {
 	require.NoError(t, err)
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	_, err = dlq.RegisterArchiveMetrics(mp.Meter("surely"), mem, dlq.WithMetricsClock(now))
+	_, err = archive.RegisterMetrics(mp.Meter("surely"), mem, dlq.WithClock(now))
 	require.NoError(t, err)
 
 	families, err := registry.Gather()

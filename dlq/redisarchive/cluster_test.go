@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/archivetest"
 	"github.com/surely-dev/surely/dlq/redisarchive"
 	"github.com/surely-dev/surely/internal/testenv"
@@ -51,10 +51,10 @@ func startCluster(t *testing.T) *redis.ClusterClient {
 func TestCluster(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t)
-	archivetest.Run(t, func(t *testing.T) dlq.Archive {
+	archivetest.Run(t, func(t *testing.T) archive.Archive {
 		var b [6]byte
 		_, _ = rand.Read(b[:])
-		a, err := redisarchive.New(c, redisarchive.WithPrefix("dlq-"+hex.EncodeToString(b[:])))
+		a, err := redisarchive.New(c, redisarchive.WithKeyPrefix("dlq-"+hex.EncodeToString(b[:])))
 		require.NoError(t, err)
 		return a
 	})

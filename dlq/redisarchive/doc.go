@@ -1,12 +1,12 @@
-// Package redisarchive is a dlq.Archive on Redis, through a go-redis
+// Package redisarchive is an archive.Archive on Redis, through a go-redis
 // UniversalClient: a single node, Sentinel (failover client) or Redis
 // Cluster.
 //
 //	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 //	defer client.Close() // yours: the archive never closes it
-//	archive, err := redisarchive.New(client, redisarchive.WithPrefix("billing:dlq"))
+//	arch, err := redisarchive.New(client, redisarchive.WithKeyPrefix("billing:dlq"))
 //	h, err := handler.New(fn, handler.WithStore(store, "billing"),
-//		handler.WithDeadLetter(archive, "dead")) // the topic is ignored
+//		handler.WithDeadLetter(arch, "dead")) // the topic is ignored
 //
 // It runs the conformance suite dlq/archivetest against a real server.
 //
@@ -29,7 +29,7 @@
 //	                    topic, handler, operation key, error, root error
 //	                    type, dead-lettered Unix ns, replay ID: a summary
 //	                    of the envelope for filters and stats)
-//	{prefix}:run:<id>   string, JSON of a dlq.ReplayRun
+//	{prefix}:run:<id>   string, JSON of a archive.ReplayRun
 //
 // Publish is one script call per message (EVALSHA): it creates the hash,
 // takes a Seq and indexes the entry, or, when the ID is already archived,
@@ -44,7 +44,7 @@
 // Page.After in batches (ZRANGE BYSCORE; the first batch is the page size,
 // at least 16, doubling up to 256), read the summary fields of each batch
 // in one pipelined HMGET round trip, and evaluate the Filter in the client
-// with dlq.Filter.Match; List then reads the selected entries in full (one
+// with archive.Filter.Match; List then reads the selected entries in full (one
 // pipelined HGETALL round trip), or, with Page.OmitPayload, every field but
 // the payload (a pipelined HKEYS round trip, then HMGET). So a List costs O(entries scanned until
 // the page is full) and a Stats O(all entries), without payloads crossing
@@ -52,7 +52,7 @@
 // loaded two-core machine with 10,000 entries: Stats about 0.5 s, a page of
 // 100 of a filter that selects one entry in ten about 0.16 s. That suits an
 // archive of up to some hundred thousand dead letters, which an alert (see
-// dlq.RegisterArchiveMetrics) should keep it far below; use sqlarchive for
+// archive.RegisterMetrics) should keep it far below; use sqlarchive for
 // more.
 //
 // # Durability
@@ -76,13 +76,13 @@
 // an error wrapping ErrNotReplicated, and Ingest nacks, so the broker keeps
 // its copy). The first Publish reads the server's persistence once (the
 // check the Redis idempotency store makes in its New) and logs a warning,
-// to slog.Default() unless WithLogger is given, for every setting but AOF
+// to slog.Default() unless dlq.WithLogger is given, for every setting but AOF
 // always.
 //
 // # Retention
 //
 // Nothing is evicted: no key has a TTL and the index has no length cap.
-// WithRetention(d) makes Prune delete entries dead-lettered more than d ago;
+// dlq.WithRetention(d) makes Prune delete entries dead-lettered more than d ago;
 // Prune logs how many it deleted (slog, Info). Call it from a ticker of
 // your own, or delete with Archive.Delete.
 package redisarchive

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/redisarchive"
 	"github.com/surely-dev/surely/internal/testenv"
 )
@@ -71,7 +72,7 @@ func TestPublishWarnsAboutPersistence(t *testing.T) {
 			t.Parallel()
 			_, c := privateRedis(t, tc.args...)
 			logs := &captured{}
-			a, err := redisarchive.New(c, redisarchive.WithLogger(slog.New(logs)))
+			a, err := redisarchive.New(c, dlq.WithLogger(slog.New(logs)))
 			require.NoError(t, err)
 			require.NoError(t, a.Publish("dead", message.NewMessage("m-1", []byte("p"))))
 			require.NoError(t, a.Publish("dead", message.NewMessage("m-2", []byte("p"))))

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/redisarchive"
 )
 
@@ -20,10 +21,10 @@ func Example() {
 	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	defer func() { _ = client.Close() }() // yours: the archive never closes it
 
-	archive, err := redisarchive.New(client,
-		redisarchive.WithPrefix("billing:dlq"),
-		redisarchive.WithRetention(30*24*time.Hour), // default: keep everything
-		redisarchive.WithLogger(slog.Default()),
+	arch, err := redisarchive.New(client,
+		redisarchive.WithKeyPrefix("billing:dlq"),
+		dlq.WithRetention(30*24*time.Hour), // default: keep everything
+		dlq.WithLogger(slog.Default()),
 	)
 	if err != nil {
 		fmt.Println(err)
@@ -37,12 +38,12 @@ func Example() {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				_, _ = archive.Prune(ctx) // logs how many it deleted
+				_, _ = arch.Prune(ctx) // logs how many it deleted
 			}
 		}
 	}()
 
-	old, err := archive.List(ctx, dlq.Filter{DeadLetteredBefore: time.Now().Add(-time.Hour)}, dlq.Page{Limit: 20})
+	old, err := arch.List(ctx, archive.Filter{DeadLetteredBefore: time.Now().Add(-time.Hour)}, archive.Page{Limit: 20})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/redisarchive"
 	"github.com/surely-dev/surely/internal/testenv"
 )
@@ -24,7 +24,7 @@ func TestListOmitPayloadTransfersNoPayload(t *testing.T) {
 	opt.Addr = proxy.Addr
 	via := redis.NewClient(&opt)
 	t.Cleanup(func() { _ = via.Close() })
-	a, err := redisarchive.New(via, redisarchive.WithPrefix(prefix))
+	a, err := redisarchive.New(via, redisarchive.WithKeyPrefix(prefix))
 	require.NoError(t, err)
 	ctx := t.Context()
 
@@ -36,7 +36,7 @@ func TestListOmitPayloadTransfersNoPayload(t *testing.T) {
 	}
 
 	before := proxy.Sent()
-	bare, err := a.List(ctx, dlq.Filter{}, dlq.Page{Limit: n, OmitPayload: true})
+	bare, err := a.List(ctx, archive.Filter{}, archive.Page{Limit: n, OmitPayload: true})
 	require.NoError(t, err)
 	bareBytes := proxy.Sent() - before
 	require.Len(t, bare, n)
@@ -47,7 +47,7 @@ func TestListOmitPayloadTransfersNoPayload(t *testing.T) {
 	require.Less(t, bareBytes, int64(size), "a listing without payloads transferred %d bytes", bareBytes)
 
 	before = proxy.Sent()
-	full, err := a.List(ctx, dlq.Filter{}, dlq.Page{Limit: n})
+	full, err := a.List(ctx, archive.Filter{}, archive.Page{Limit: n})
 	require.NoError(t, err)
 	require.Len(t, full, n)
 	require.GreaterOrEqual(t, proxy.Sent()-before, int64(n*size), "the proxy counts what a full listing transfers")

@@ -16,10 +16,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/internal/redispersist"
 )
 
-// DefaultPrefix is the key prefix unless WithPrefix is given.
+// DefaultPrefix is the key prefix unless WithKeyPrefix is given.
 const DefaultPrefix = "surely:dlq"
 
 // scanBatch is how many index entries List and Stats read per round trip.
@@ -32,13 +34,13 @@ const scanBatch = 256
 // and counted as a copy of the entry.
 var ErrNotReplicated = errors.New("redisarchive: entry not acknowledged by enough replicas")
 
-// Archive is a dlq.Archive on Redis. It is safe for concurrent use.
+// Archive is an archive.Archive on Redis. It is safe for concurrent use.
 type Archive struct {
 	rdb       redis.UniversalClient
 	tag       string // "{prefix}:"
 	now       func() time.Time
-	log       *slog.Logger // Prune's reports; discard unless WithLogger
-	warn      *slog.Logger // warnings; slog.Default() unless WithLogger
+	log       *slog.Logger // Prune's reports; discard unless dlq.WithLogger
+	warn      *slog.Logger // warnings; slog.Default() unless dlq.WithLogger
 	retention time.Duration
 
 	waitN       int
@@ -47,46 +49,30 @@ type Archive struct {
 	checked sync.Once // the persistence check of the first Publish
 }
 
-var _ dlq.Archive = (*Archive)(nil)
+var _ archive.Archive = (*Archive)(nil)
 
-// Option configures an Archive.
-type Option func(*Archive) error
+// Names the options of this package record.
+const (
+	nameKeyPrefix    = "redisarchive.WithKeyPrefix"
+	nameWaitReplicas = "redisarchive.WithWaitReplicas"
+)
 
-// WithPrefix sets the key prefix (default DefaultPrefix). It becomes the
-// Cluster hash tag of every key, so it must not contain braces.
-func WithPrefix(prefix string) Option {
-	return func(a *Archive) error {
+// WithKeyPrefix sets the key prefix (default DefaultPrefix). It becomes
+// the Cluster hash tag of every key, so it must not contain braces.
+func WithKeyPrefix(prefix string) dlq.Option {
+	return func(s *options.Set) error {
 		if prefix == "" || strings.ContainsAny(prefix, "{}") {
 			return fmt.Errorf("%w: redis archive prefix %q must be non-empty and without braces", dlq.ErrInvalidOption, prefix)
 		}
-		a.tag = "{" + prefix + "}:"
+		s.Put(nameKeyPrefix, prefix)
 		return nil
 	}
 }
 
-// WithClock replaces the clock that stamps ArchivedAt and that Prune
-// measures age with.
-func WithClock(now func() time.Time) Option {
-	return func(a *Archive) error {
-		if now == nil {
-			return fmt.Errorf("%w: nil clock", dlq.ErrInvalidOption)
-		}
-		a.now = now
-		return nil
-	}
-}
-
-// WithLogger sets the logger of the archive: the persistence warning of
-// the first Publish (default: slog.Default()) and Prune's reports
-// (default: discard).
-func WithLogger(l *slog.Logger) Option {
-	return func(a *Archive) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", dlq.ErrInvalidOption)
-		}
-		a.log, a.warn = l, l
-		return nil
-	}
+// waitReplicas is the value of WithWaitReplicas.
+type waitReplicas struct {
+	n       int
+	timeout time.Duration
 }
 
 // WithWaitReplicas makes Publish return only after n replicas acknowledged
@@ -96,8 +82,8 @@ func WithLogger(l *slog.Logger) Option {
 // WAIT is sent on the connection that wrote the entries, as Redis
 // requires; this needs a *redis.Client (single node, Sentinel) or a
 // *redis.ClusterClient.
-func WithWaitReplicas(n int, timeout time.Duration) Option {
-	return func(a *Archive) error {
+func WithWaitReplicas(n int, timeout time.Duration) dlq.Option {
+	return func(s *options.Set) error {
 		if n < 1 {
 			return fmt.Errorf("%w: redisarchive: WAIT needs at least 1 replica, got %d", dlq.ErrInvalidOption, n)
 		}
@@ -105,36 +91,39 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 			// WAIT 0 blocks forever: never let a Publish hang.
 			return fmt.Errorf("%w: redisarchive: WAIT timeout must be at least 1ms, got %v", dlq.ErrInvalidOption, timeout)
 		}
-		a.waitN, a.waitTimeout = n, timeout
+		s.Put(nameWaitReplicas, waitReplicas{n: n, timeout: timeout})
 		return nil
 	}
 }
 
-// WithRetention makes Prune delete entries dead-lettered more than d ago.
-// Without it the archive keeps everything and Prune deletes nothing.
-func WithRetention(d time.Duration) Option {
-	return func(a *Archive) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: retention must be positive, got %v", dlq.ErrInvalidOption, d)
-		}
-		a.retention = d
-		return nil
-	}
-}
-
-// New returns an archive on rdb. It never closes rdb.
-func New(rdb redis.UniversalClient, opts ...Option) (*Archive, error) {
+// New returns an archive on rdb. It never closes rdb. It takes
+// WithKeyPrefix, WithWaitReplicas, dlq.WithRetention (default: keep
+// everything, Prune deletes nothing), dlq.WithClock (stamps ArchivedAt and
+// the age Prune measures; default time.Now) and dlq.WithLogger (the
+// persistence warning of the first Publish, default slog.Default(), and
+// Prune's reports, default: discard).
+func New(rdb redis.UniversalClient, opts ...dlq.Option) (*Archive, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: nil redis client", dlq.ErrInvalidOption)
 	}
-	a := &Archive{
-		rdb: rdb, tag: "{" + DefaultPrefix + "}:", now: time.Now,
-		log: slog.New(slog.DiscardHandler), warn: slog.Default(),
+	s, err := options.Apply(dlq.ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
 	}
-	for _, o := range opts {
-		if err := o(a); err != nil {
-			return nil, err
-		}
+	if err := s.Check(dlq.ErrInvalidOption, "redisarchive.New", nameKeyPrefix, nameWaitReplicas,
+		options.Retention, options.Clock, options.Logger); err != nil {
+		return nil, err
+	}
+	wait := options.Get(s, nameWaitReplicas, waitReplicas{})
+	a := &Archive{
+		rdb:         rdb,
+		tag:         "{" + options.Get(s, nameKeyPrefix, DefaultPrefix) + "}:",
+		now:         options.Get(s, options.Clock, time.Now),
+		log:         options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
+		warn:        options.Get(s, options.Logger, slog.Default()),
+		retention:   options.Get(s, options.Retention, time.Duration(0)),
+		waitN:       wait.n,
+		waitTimeout: wait.timeout,
 	}
 	if a.waitN > 0 {
 		switch rdb.(type) {
@@ -226,11 +215,11 @@ return 1
 // Publish stores each message as an entry; the topic is ignored. A message
 // whose UUID is already archived increments that entry's Copies. The calls
 // use each message's context. A message without a UUID fails the whole
-// call with dlq.ErrNoID before anything is stored.
+// call with archive.ErrNoID before anything is stored.
 func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 	for _, m := range msgs {
 		if m == nil || m.UUID == "" {
-			return fmt.Errorf("redisarchive: publish: %w", dlq.ErrNoID)
+			return fmt.Errorf("redisarchive: publish: %w", archive.ErrNoID)
 		}
 	}
 	if len(msgs) > 0 {
@@ -248,7 +237,7 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 	}
 	for _, m := range msgs {
 		now := a.now()
-		e := dlq.EntryFromMessage(m, now)
+		e := archive.EntryFromMessage(m, now)
 		args := make([]any, 0, 20+2*len(m.Metadata))
 		args = append(args, m.UUID, strconv.FormatInt(now.UnixNano(), 10), "p", []byte(m.Payload),
 			"x:r", string(e.Reason), "x:t", e.OriginalTopic, "x:h", e.Handler, "x:k", e.OperationKey,
@@ -280,20 +269,20 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 // Close does nothing; the caller's client stays open.
 func (a *Archive) Close() error { return nil }
 
-// Get returns one entry, or dlq.ErrEntryNotFound.
-func (a *Archive) Get(ctx context.Context, id string) (dlq.Entry, error) {
+// Get returns one entry, or archive.ErrEntryNotFound.
+func (a *Archive) Get(ctx context.Context, id string) (archive.Entry, error) {
 	h, err := a.rdb.HGetAll(ctx, a.entryKey(id)).Result()
 	if err != nil {
-		return dlq.Entry{}, fmt.Errorf("redisarchive: get %q: %w", id, err)
+		return archive.Entry{}, fmt.Errorf("redisarchive: get %q: %w", id, err)
 	}
 	if len(h) == 0 {
-		return dlq.Entry{}, fmt.Errorf("redisarchive: %q: %w", id, dlq.ErrEntryNotFound)
+		return archive.Entry{}, fmt.Errorf("redisarchive: %q: %w", id, archive.ErrEntryNotFound)
 	}
 	return decode(id, h)
 }
 
 // decode builds an entry from its hash.
-func decode(id string, h map[string]string) (dlq.Entry, error) {
+func decode(id string, h map[string]string) (archive.Entry, error) {
 	msg := message.NewMessage(id, []byte(h["p"]))
 	for f, v := range h {
 		if k, ok := strings.CutPrefix(f, "m:"); ok {
@@ -304,9 +293,9 @@ func decode(id string, h map[string]string) (dlq.Entry, error) {
 	copies, err2 := strconv.Atoi(h["copies"])
 	at, err3 := strconv.ParseInt(h["at"], 10, 64)
 	if err := errors.Join(err1, err2, err3); err != nil {
-		return dlq.Entry{}, fmt.Errorf("redisarchive: entry %q is corrupt: %w", id, err)
+		return archive.Entry{}, fmt.Errorf("redisarchive: entry %q is corrupt: %w", id, err)
 	}
-	e := dlq.EntryFromMessage(msg, time.Unix(0, at).UTC())
+	e := archive.EntryFromMessage(msg, time.Unix(0, at).UTC())
 	e.Message = msg
 	e.Seq, e.Copies = seq, copies
 	if rb, ok := h["rb"]; ok {
@@ -318,7 +307,7 @@ func decode(id string, h map[string]string) (dlq.Entry, error) {
 // fetch reads the hashes of ids in one pipeline, skipping deleted ones.
 // Without payloads (omit) it reads in two: the field names, then every
 // field but the payload.
-func (a *Archive) fetch(ctx context.Context, ids []string, omit bool) ([]dlq.Entry, error) {
+func (a *Archive) fetch(ctx context.Context, ids []string, omit bool) ([]archive.Entry, error) {
 	if omit {
 		return a.fetchBare(ctx, ids)
 	}
@@ -332,7 +321,7 @@ func (a *Archive) fetch(ctx context.Context, ids []string, omit bool) ([]dlq.Ent
 	if err != nil {
 		return nil, fmt.Errorf("redisarchive: read entries: %w", err)
 	}
-	out := make([]dlq.Entry, 0, len(ids))
+	out := make([]archive.Entry, 0, len(ids))
 	for i, c := range cmds {
 		h := c.Val()
 		if len(h) == 0 {
@@ -348,7 +337,7 @@ func (a *Archive) fetch(ctx context.Context, ids []string, omit bool) ([]dlq.Ent
 }
 
 // fetchBare is fetch without the payloads, which never leave the server.
-func (a *Archive) fetchBare(ctx context.Context, ids []string) ([]dlq.Entry, error) {
+func (a *Archive) fetchBare(ctx context.Context, ids []string) ([]archive.Entry, error) {
 	names := make([]*redis.StringSliceCmd, len(ids))
 	_, err := a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
@@ -373,7 +362,7 @@ func (a *Archive) fetchBare(ctx context.Context, ids []string) ([]dlq.Entry, err
 	if err != nil {
 		return nil, fmt.Errorf("redisarchive: read entries: %w", err)
 	}
-	out := make([]dlq.Entry, 0, len(ids))
+	out := make([]archive.Entry, 0, len(ids))
 	for i, id := range ids {
 		if vals[i] == nil {
 			continue // deleted since the index was read
@@ -404,7 +393,7 @@ var summaryFields = []string{"seq", "rb", "x:r", "x:t", "x:h", "x:k", "x:e", "x:
 // summaries reads the summary fields of ids in one pipeline, skipping
 // deleted entries. The entries have no payload; their Message carries only
 // KeyReplayID, and ErrorTypes only the root type.
-func (a *Archive) summaries(ctx context.Context, ids []string) ([]dlq.Entry, error) {
+func (a *Archive) summaries(ctx context.Context, ids []string) ([]archive.Entry, error) {
 	cmds := make([]*redis.SliceCmd, len(ids))
 	_, err := a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
@@ -415,7 +404,7 @@ func (a *Archive) summaries(ctx context.Context, ids []string) ([]dlq.Entry, err
 	if err != nil {
 		return nil, fmt.Errorf("redisarchive: read entries: %w", err)
 	}
-	out := make([]dlq.Entry, 0, len(ids))
+	out := make([]archive.Entry, 0, len(ids))
 	for i, c := range cmds {
 		v := c.Val()
 		str := func(j int) string { s, _ := v[j].(string); return s }
@@ -431,7 +420,7 @@ func (a *Archive) summaries(ctx context.Context, ids []string) ([]dlq.Entry, err
 		if r := str(9); r != "" {
 			msg.Metadata[dlq.KeyReplayID] = r
 		}
-		e := dlq.Entry{
+		e := archive.Entry{
 			ID: ids[i], Seq: seq, Message: msg,
 			Reason: dlq.Reason(str(2)), OriginalTopic: str(3), Handler: str(4), OperationKey: str(5),
 			Error: str(6), ErrorTypes: str(7), DeadLetteredAt: time.Unix(0, dl).UTC(),
@@ -448,7 +437,7 @@ func (a *Archive) summaries(ctx context.Context, ids []string) ([]dlq.Entry, err
 // Seq > after that f selects, in Seq order, until fn returns false. It
 // reads the index in batches of want entries at first, doubling up to
 // scanBatch, so a small page of a broad filter reads little.
-func (a *Archive) scan(ctx context.Context, f dlq.Filter, after int64, want int, fn func(dlq.Entry) bool) error {
+func (a *Archive) scan(ctx context.Context, f archive.Filter, after int64, want int, fn func(archive.Entry) bool) error {
 	if len(f.IDs) > 0 {
 		return a.scanIDs(ctx, f, after, fn)
 	}
@@ -476,12 +465,12 @@ func (a *Archive) scan(ctx context.Context, f dlq.Filter, after int64, want int,
 
 // scanIDs is scan for a filter that names its entries: it reads only
 // those, not the index.
-func (a *Archive) scanIDs(ctx context.Context, f dlq.Filter, after int64, fn func(dlq.Entry) bool) error {
+func (a *Archive) scanIDs(ctx context.Context, f archive.Filter, after int64, fn func(archive.Entry) bool) error {
 	entries, err := a.summaries(ctx, slices.Compact(slices.Sorted(slices.Values(f.IDs))))
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(entries, func(x, y dlq.Entry) int { return cmpInt(x.Seq, y.Seq) })
+	slices.SortFunc(entries, func(x, y archive.Entry) int { return cmpInt(x.Seq, y.Seq) })
 	for _, e := range entries {
 		if e.Seq > after && f.Match(e) && !fn(e) {
 			return nil
@@ -522,10 +511,10 @@ func cmpInt(x, y int64) int {
 
 // List returns one page of the entries f selects, in Seq order. It scans
 // the Seq index from p.After (see the package doc for the cost).
-func (a *Archive) List(ctx context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Entry, error) {
-	limit := dlq.PageLimit(p)
+func (a *Archive) List(ctx context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error) {
+	limit := archive.PageLimit(p)
 	var ids []string
-	err := a.scan(ctx, f, p.After, limit, func(e dlq.Entry) bool {
+	err := a.scan(ctx, f, p.After, limit, func(e archive.Entry) bool {
 		ids = append(ids, e.ID)
 		return len(ids) < limit
 	})
@@ -536,9 +525,9 @@ func (a *Archive) List(ctx context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Ent
 }
 
 // Stats summarises the entries f selects; it reads every entry.
-func (a *Archive) Stats(ctx context.Context, f dlq.Filter) (dlq.Stats, error) {
-	s := dlq.NewStats()
-	err := a.scan(ctx, f, 0, scanBatch, func(e dlq.Entry) bool { s.Add(e); return true })
+func (a *Archive) Stats(ctx context.Context, f archive.Filter) (archive.Stats, error) {
+	s := archive.NewStats()
+	err := a.scan(ctx, f, 0, scanBatch, func(e archive.Entry) bool { s.Add(e); return true })
 	return s, err
 }
 
@@ -567,7 +556,7 @@ func (a *Archive) Delete(ctx context.Context, ids ...string) (int, error) {
 }
 
 // MarkReplayed records that replay run replayID republished entry id
-// (once per run), or returns dlq.ErrEntryNotFound. A run ID must be
+// (once per run), or returns archive.ErrEntryNotFound. A run ID must be
 // non-empty and free of NUL bytes.
 func (a *Archive) MarkReplayed(ctx context.Context, id, replayID string) error {
 	if replayID == "" || strings.ContainsRune(replayID, 0) {
@@ -578,13 +567,13 @@ func (a *Archive) MarkReplayed(ctx context.Context, id, replayID string) error {
 		return fmt.Errorf("redisarchive: mark %q replayed: %w", id, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("redisarchive: %q: %w", id, dlq.ErrEntryNotFound)
+		return fmt.Errorf("redisarchive: %q: %w", id, archive.ErrEntryNotFound)
 	}
 	return nil
 }
 
 // SaveReplay stores (creates or updates) a replay run, as JSON.
-func (a *Archive) SaveReplay(ctx context.Context, run dlq.ReplayRun) error {
+func (a *Archive) SaveReplay(ctx context.Context, run archive.ReplayRun) error {
 	if run.ID == "" {
 		return fmt.Errorf("%w: replay run without ID", dlq.ErrInvalidOption)
 	}
@@ -598,24 +587,24 @@ func (a *Archive) SaveReplay(ctx context.Context, run dlq.ReplayRun) error {
 	return nil
 }
 
-// LoadReplay reads a replay run back, or returns dlq.ErrReplayNotFound.
-func (a *Archive) LoadReplay(ctx context.Context, id string) (dlq.ReplayRun, error) {
+// LoadReplay reads a replay run back, or returns archive.ErrReplayNotFound.
+func (a *Archive) LoadReplay(ctx context.Context, id string) (archive.ReplayRun, error) {
 	b, err := a.rdb.Get(ctx, a.runKey(id)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return dlq.ReplayRun{}, fmt.Errorf("redisarchive: replay %q: %w", id, dlq.ErrReplayNotFound)
+		return archive.ReplayRun{}, fmt.Errorf("redisarchive: replay %q: %w", id, archive.ErrReplayNotFound)
 	}
 	if err != nil {
-		return dlq.ReplayRun{}, fmt.Errorf("redisarchive: load replay %q: %w", id, err)
+		return archive.ReplayRun{}, fmt.Errorf("redisarchive: load replay %q: %w", id, err)
 	}
-	var run dlq.ReplayRun
+	var run archive.ReplayRun
 	if err := json.Unmarshal(b, &run); err != nil {
-		return dlq.ReplayRun{}, fmt.Errorf("redisarchive: replay %q is corrupt: %w", id, err)
+		return archive.ReplayRun{}, fmt.Errorf("redisarchive: replay %q is corrupt: %w", id, err)
 	}
 	return run, nil
 }
 
 // Prune deletes the entries dead-lettered longer ago than the retention
-// (WithRetention), logs how many, and returns the count. Without a
+// (dlq.WithRetention), logs how many, and returns the count. Without a
 // retention it deletes nothing. It scans the whole index.
 func (a *Archive) Prune(ctx context.Context) (int, error) {
 	if a.retention == 0 {
@@ -623,7 +612,7 @@ func (a *Archive) Prune(ctx context.Context) (int, error) {
 	}
 	cutoff := a.now().Add(-a.retention)
 	var old []string
-	err := a.scan(ctx, dlq.Filter{DeadLetteredBefore: cutoff}, 0, scanBatch, func(e dlq.Entry) bool {
+	err := a.scan(ctx, archive.Filter{DeadLetteredBefore: cutoff}, 0, scanBatch, func(e archive.Entry) bool {
 		old = append(old, e.ID)
 		return true
 	})

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/archivetest"
 	"github.com/surely-dev/surely/dlq/redisarchive"
 	"github.com/surely-dev/surely/internal/testenv"
@@ -43,9 +44,9 @@ func setup(t testing.TB) (*redis.Client, string) {
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	archivetest.Run(t, func(t *testing.T) dlq.Archive {
+	archivetest.Run(t, func(t *testing.T) archive.Archive {
 		rdb, prefix := setup(t)
-		a, err := redisarchive.New(rdb, redisarchive.WithPrefix(prefix))
+		a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
 		require.NoError(t, err)
 		return a
 	})
@@ -54,12 +55,12 @@ func TestConformance(t *testing.T) {
 func TestKeysShareOneHashTagAndHaveNoTTL(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := setup(t)
-	a, err := redisarchive.New(rdb, redisarchive.WithPrefix(prefix))
+	a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
 	require.NoError(t, err)
 	m := message.NewMessage("id-1", []byte("p"))
 	require.NoError(t, a.Publish("dead", m))
 	require.NoError(t, a.MarkReplayed(t.Context(), "id-1", "run-1"))
-	require.NoError(t, a.SaveReplay(t.Context(), dlq.ReplayRun{ID: "run-1"}))
+	require.NoError(t, a.SaveReplay(t.Context(), archive.ReplayRun{ID: "run-1"}))
 
 	keys, err := rdb.Keys(t.Context(), "{"+prefix+"}:*").Result()
 	require.NoError(t, err)
@@ -76,12 +77,14 @@ func TestOptions(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer func() { _ = rdb.Close() }()
-	for name, opt := range map[string]redisarchive.Option{
-		"empty prefix":   redisarchive.WithPrefix(""),
-		"brace prefix":   redisarchive.WithPrefix("a{b}"),
-		"zero retention": redisarchive.WithRetention(0),
-		"nil clock":      redisarchive.WithClock(nil),
-		"nil logger":     redisarchive.WithLogger(nil),
+	for name, opt := range map[string]dlq.Option{
+		"empty prefix":   redisarchive.WithKeyPrefix(""),
+		"brace prefix":   redisarchive.WithKeyPrefix("a{b}"),
+		"zero retention": dlq.WithRetention(0),
+		"nil clock":      dlq.WithClock(nil),
+		"nil logger":     dlq.WithLogger(nil),
+		// An option of another constructor of the family is refused.
+		"publisher option": dlq.WithHost("h"),
 	} {
 		_, err := redisarchive.New(rdb, opt)
 		require.ErrorIs(t, err, dlq.ErrInvalidOption, name)
@@ -93,7 +96,7 @@ func TestOptions(t *testing.T) {
 func TestMarkReplayedRefusesNUL(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := setup(t)
-	a, err := redisarchive.New(rdb, redisarchive.WithPrefix(prefix))
+	a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
 	require.NoError(t, err)
 	require.NoError(t, a.Publish("dead", message.NewMessage("id-1", nil)))
 	require.ErrorIs(t, a.MarkReplayed(t.Context(), "id-1", "a\x00b"), dlq.ErrInvalidOption)
@@ -113,9 +116,9 @@ func TestPrune(t *testing.T) {
 	t.Parallel()
 	archivetest.RunPrune(t, func(t *testing.T, retention time.Duration, log *slog.Logger) archivetest.PruneArchive {
 		rdb, prefix := setup(t)
-		opts := []redisarchive.Option{redisarchive.WithPrefix(prefix), redisarchive.WithLogger(log)}
+		opts := []dlq.Option{redisarchive.WithKeyPrefix(prefix), dlq.WithLogger(log)}
 		if retention > 0 {
-			opts = append(opts, redisarchive.WithRetention(retention))
+			opts = append(opts, dlq.WithRetention(retention))
 		}
 		a, err := redisarchive.New(rdb, opts...)
 		require.NoError(t, err)
@@ -124,9 +127,9 @@ func TestPrune(t *testing.T) {
 }
 
 func BenchmarkArchive(b *testing.B) {
-	archivetest.Bench(b, 10000, func(b *testing.B) dlq.Archive {
+	archivetest.Bench(b, 10000, func(b *testing.B) archive.Archive {
 		rdb, prefix := setup(b)
-		a, err := redisarchive.New(rdb, redisarchive.WithPrefix(prefix))
+		a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
 		require.NoError(b, err)
 		return a
 	})
@@ -135,36 +138,36 @@ func BenchmarkArchive(b *testing.B) {
 func TestCorruptEntryIsAClearError(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := setup(t)
-	a, err := redisarchive.New(rdb, redisarchive.WithPrefix(prefix))
+	a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
 	require.NoError(t, err)
 	require.NoError(t, a.Publish("dead", message.NewMessage("id-1", []byte("p"))))
 	require.NoError(t, rdb.HSet(t.Context(), "{"+prefix+"}:e:id-1", "seq", "not a number").Err())
 	_, err = a.Get(t.Context(), "id-1")
 	require.ErrorContains(t, err, `entry "id-1" is corrupt`)
-	_, err = a.Stats(t.Context(), dlq.Filter{})
+	_, err = a.Stats(t.Context(), archive.Filter{})
 	require.ErrorContains(t, err, "corrupt")
 }
 
 func TestListByIDsPagesInSeqOrder(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := setup(t)
-	a, err := redisarchive.New(rdb, redisarchive.WithPrefix(prefix))
+	a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
 	require.NoError(t, err)
 	for _, id := range []string{"c", "a", "d", "b"} {
 		require.NoError(t, a.Publish("dead", message.NewMessage(id, nil)))
 	}
-	ids := func(es []dlq.Entry) []string {
+	ids := func(es []archive.Entry) []string {
 		out := make([]string, len(es))
 		for i, e := range es {
 			out[i] = e.ID
 		}
 		return out
 	}
-	f := dlq.Filter{IDs: []string{"b", "a", "d", "a", "c"}}
-	first, err := a.List(t.Context(), f, dlq.Page{Limit: 2})
+	f := archive.Filter{IDs: []string{"b", "a", "d", "a", "c"}}
+	first, err := a.List(t.Context(), f, archive.Page{Limit: 2})
 	require.NoError(t, err)
 	require.Equal(t, []string{"c", "a"}, ids(first), "publish order, duplicates once, stops at the limit")
-	rest, err := a.List(t.Context(), f, dlq.Page{After: first[1].Seq, Limit: 2})
+	rest, err := a.List(t.Context(), f, archive.Page{After: first[1].Seq, Limit: 2})
 	require.NoError(t, err)
 	require.Equal(t, []string{"d", "b"}, ids(rest))
 }
@@ -175,8 +178,8 @@ func TestListAndStatsOnServerDownAreErrors(t *testing.T) {
 	defer func() { _ = rdb.Close() }()
 	a, err := redisarchive.New(rdb)
 	require.NoError(t, err)
-	_, err = a.List(t.Context(), dlq.Filter{}, dlq.Page{})
+	_, err = a.List(t.Context(), archive.Filter{}, archive.Page{})
 	require.ErrorContains(t, err, "read index")
-	_, err = a.Stats(t.Context(), dlq.Filter{IDs: []string{"id-1"}})
+	_, err = a.Stats(t.Context(), archive.Filter{IDs: []string{"id-1"}})
 	require.Error(t, err)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/redisarchive"
 	"github.com/surely-dev/surely/internal/testenv"
 )
@@ -31,7 +32,7 @@ func TestPublishWaitReplicas(t *testing.T) {
 		}, 20*time.Second, 20*time.Millisecond, "replication did not reach %q", want)
 	}
 	online("state=online")
-	quiet := redisarchive.WithLogger(slog.New(slog.DiscardHandler))
+	quiet := dlq.WithLogger(slog.New(slog.DiscardHandler))
 	// WAIT returns as soon as the replica answered: a long timeout costs
 	// nothing while it is up, and spares a loaded machine a false failure.
 	a, err := redisarchive.New(c, redisarchive.WithWaitReplicas(1, 10*time.Second), quiet)

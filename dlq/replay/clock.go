@@ -6,17 +6,15 @@ import (
 	"time"
 )
 
-// Clock is the time source of a run: the rate limiter sleeps on it and the
-// retention guard and the achieved rate read it. Tests pass a fake one.
-type Clock interface {
+// clock is the time source of a run: the rate limiter sleeps on it and the
+// retention guard and the achieved rate read it.
+type clock interface {
 	Now() time.Time
 	// Sleep waits for d, or returns ctx's error as soon as ctx ends.
 	Sleep(ctx context.Context, d time.Duration) error
 }
 
-// SystemClock returns the wall clock.
-func SystemClock() Clock { return systemClock{} }
-
+// systemClock is the wall clock.
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
@@ -35,6 +33,27 @@ func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// injectedClock reads the time from now (dlq.WithClock) and sleeps with
+// sleep (a test hook); either nil is the wall clock's.
+type injectedClock struct {
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+func (c injectedClock) Now() time.Time {
+	if c.now == nil {
+		return time.Now()
+	}
+	return c.now()
+}
+
+func (c injectedClock) Sleep(ctx context.Context, d time.Duration) error {
+	if c.sleep == nil {
+		return systemClock{}.Sleep(ctx, d)
+	}
+	return c.sleep(ctx, d)
+}
+
 // limiter spaces publishes 1/rate apart on a clock. The first one passes
 // at once and the second one 1/rate later: no burst at the start. After
 // that the limiter keeps the long-run rate on a fixed schedule (slot k at
@@ -43,7 +62,7 @@ func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
 // publishes is made up; one later than that starts a new schedule from
 // now, without a burst to catch up.
 type limiter struct {
-	clock    Clock
+	clock    clock
 	interval time.Duration // 0: unlimited
 	slack    time.Duration
 
@@ -55,7 +74,7 @@ type limiter struct {
 // jitter on a busy machine).
 const minSlack = 100 * time.Millisecond
 
-func newLimiter(c Clock, rate float64) *limiter {
+func newLimiter(c clock, rate float64) *limiter {
 	l := &limiter{clock: c}
 	if rate > 0 {
 		l.interval = time.Duration(float64(time.Second) / rate)

@@ -14,7 +14,7 @@ import (
 func TestSystemClockSleepEndedContext(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		c := SystemClock()
+		c := systemClock{}
 		ctx, cancel := context.WithCancel(t.Context())
 		require.NoError(t, c.Sleep(ctx, 0))
 		require.NoError(t, c.Sleep(ctx, -time.Second))

@@ -1,19 +1,23 @@
-// Package replay republishes archived dead letters (a dlq.Archive) to
-// their original topics, with safety rails. It is the library behind
-// "surely dlq replay"; it needs only the dlq.Archive interface and a
+// Package replay republishes archived dead letters (an archive.Archive)
+// to their original topics, with safety rails. It is the library behind
+// "surely dlq replay"; it needs only the archive.Archive interface and a
 // Watermill message.Publisher, and closes neither.
 //
-//	res, err := replay.Run(ctx, archive, publisher, replay.Options{
-//		Filter:      dlq.Filter{Reason: dlq.ReasonExhausted, Topic: "orders"},
-//		Rate:        50,  // messages per second
-//		Concurrency: 4,
-//		Store:       store, // optional: confirms replayed messages done
-//	})
+//	res, err := replay.Run(ctx, arch, publisher,
+//		archive.Filter{Reason: dlq.ReasonExhausted, Topic: "orders"},
+//		replay.WithRate(50), // messages per second
+//		replay.WithConcurrency(4),
+//		replay.WithStore(store), // optional: confirms replayed messages done
+//	)
+//
+// Run and Resume take the options of this package and the family's
+// dlq.WithLogger and dlq.WithClock (dlq.Option); an option they do not
+// use is refused with dlq.ErrInvalidOption.
 //
 // # What is republished
 //
 // Each selected entry, in Seq order, is republished to its original topic
-// (or Options.Target) as the original message: its payload, its original
+// (or WithTarget) as the original message: its payload, its original
 // UUID (dlq.KeyOriginalUUID) and its original metadata, without the
 // envelope's surely_* keys, plus three keys of the replay:
 // dlq.KeyReplayOf (the entry ID), dlq.KeyReplayID (the run ID) and
@@ -21,10 +25,10 @@
 // has one). The operation key therefore stays the same: the handler's
 // dedup record is found again.
 //
-// Options.NewKey is the deliberate exception: each message gets a new UUID
+// WithNewKey is the deliberate exception: each message gets a new UUID
 // (derived from the run and entry IDs, see NewKeyFor) that is also written
 // into the metadata key the default extractor reads first
-// (idempotency.DefaultMetadataKey, or Options.KeyMetadata). The handler then
+// (idempotency.DefaultMetadataKey, or WithKeyMetadata). The handler then
 // treats it as a new operation, whatever the old record says. This works
 // only for handlers whose key comes from that metadata key or from the
 // message UUID, not from a payload field or CloudEvents attributes. It is
@@ -51,7 +55,7 @@
 //
 // # Rails
 //
-//   - Rate: at most Options.Rate publishes per second on Options.Clock.
+//   - Rate: at most WithRate publishes per second on the run's clock.
 //     The first publish goes at once and the second 1/Rate later: no burst
 //     at the start. Then slot k is due at start + k/Rate: a publish that
 //     comes late by up to max(1/Rate, 100ms) (timer and scheduler jitter
@@ -59,19 +63,19 @@
 //     later than that starts a new schedule, without catching up. So any
 //     window of length T holds at most Rate×(T+max(1/Rate, 100ms))+1
 //     publishes.
-//     Options.Concurrency bounds the publishes in flight.
-//   - Max: at most Options.Max messages per call; a run stopped by Max is
+//     WithConcurrency bounds the publishes in flight.
+//   - Max: at most WithMax messages per call; a run stopped by Max is
 //     saved "interrupted" and Resume publishes the next ones.
 //   - DryRun: every entry is decided (would replay, or would be refused and
-//     why), reported through Progress and the log; nothing is published,
+//     why), reported through WithProgress and the log; nothing is published,
 //     marked or saved.
 //   - Retention guard: an entry whose dedup record may be gone could,
 //     replayed, repeat a completed effect. It is refused (counted,
-//     logged, reported with the reason) unless Options.Force. A record's
+//     logged, reported with the reason) unless WithForce. A record's
 //     retention runs from its own last write, not from the dead letter:
 //     for a conflict that write is the other payload's DONE, possibly a
 //     whole retention before the dead letter.
-//     With Options.Store (the CLI's --store) the guard reads the record
+//     With WithStore (the CLI's --store) the guard reads the record
 //     of the entry's operation (dlq.KeyNamespace, dlq.KeyOperationKey):
 //     a record whose ExpiresAt has passed, or that is gone
 //     (idempotency.ErrNotFound: it expired), is refused, and so is an
@@ -82,25 +86,25 @@
 //     not seen.)
 //     Without a Store (or for an entry with no operation key) the guard
 //     takes the earliest moment the record can expire: the retention (the
-//     envelope's dlq.KeyRetention, else Options.DefaultRetention) counted
+//     envelope's dlq.KeyRetention, else WithDefaultRetention) counted
 //     from the earlier of the last failure (dlq.KeyLastFailureAt) and the
 //     dead letter. A conflict is refused outright: its record's last
 //     write is unknown. An entry whose retention is unknown (neither is
 //     set) is refused too.
 //   - Resumable cursor: after each publish the entry is marked
-//     (Archive.MarkReplayed) and the run saved (Archive.SaveReplay) with
+//     (archive.Archive.MarkReplayed) and the run saved (SaveReplay) with
 //     After = the highest Seq up to which every entry was published or
 //     refused: with Concurrency > 1 the cursor never passes an entry whose
 //     publish has not finished. When ctx ends, in-flight publishes finish
 //     and are recorded, and the run is saved "interrupted"; Resume
 //     continues after the cursor and skips the entries this run already
-//     marked (dlq.Filter.NotReplayedBy), so an interrupted and resumed run
+//     marked (archive.Filter.NotReplayedBy), so an interrupted and resumed run
 //     publishes every entry once. (A process killed between a publish and
 //     its mark publishes that entry again on Resume: the dedup step acks
 //     the duplicate.) A publish, mark or save error stops the run the same
 //     way and is returned.
 //   - Auto-abort: the run stops itself (ErrAborted, saved "aborted") after
-//     Options.AbortAfter consecutive re-failures (default 10; negative:
+//     WithAbortAfter consecutive re-failures (default 10; negative:
 //     never).
 //
 // # Re-failures and "consecutive"
@@ -110,7 +114,7 @@
 // replayed. For each of the latest 4×max(AbortAfter, 10) replayed messages
 // still open:
 //
-//   - a success is a dedup record (only with Options.Store) that is DONE;
+//   - a success is a dedup record (only with WithStore) that is DONE;
 //   - a re-failure is a dedup record that is EXHAUSTED and was reopened by
 //     this run, or the message's dead letter in the archive. A replayed
 //     message is dead-lettered under dlq.DeadLetterID: derived from its
@@ -119,7 +123,7 @@
 //     replays.
 //
 // At most once a second, and when the run ends, it also lists the new
-// archive entries carrying this run's dlq.KeyReplayID (dlq.Filter.ReplayID),
+// archive entries carrying this run's dlq.KeyReplayID (archive.Filter.ReplayID),
 // which catches the re-failures of messages no longer followed one by
 // one. Each entry's re-failure is counted once.
 //
@@ -130,7 +134,7 @@
 //
 // # Progress and result
 //
-// Options.Progress is called after every decision with the entry, the
+// WithProgress's callback is called after every decision with the entry, the
 // action and reason, and the counters (Total for a bar). Result has the
 // counts of the call, the saved state and cursor, and the achieved rate
 // between the first and the last publish.

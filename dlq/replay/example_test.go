@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/memarchive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
@@ -32,26 +33,25 @@ func (printer) Close() error { return nil }
 // refusing those older than the dedup retention.
 func ExampleRun() {
 	ctx := context.Background()
-	archive, _ := memarchive.New()
+	arch, _ := memarchive.New()
 	for i, age := range []time.Duration{48 * time.Hour, time.Minute} {
 		src := message.NewMessage(fmt.Sprintf("order-%d", i), []byte(`{"sku":"A-1"}`))
 		src.Metadata.Set(idempotency.DefaultMetadataKey, fmt.Sprintf("reserve-%d", i))
-		_ = archive.Publish("dead-letters", dlq.Envelope(src, dlq.Failure{
+		_ = arch.Publish("dead-letters", dlq.Envelope(src, dlq.Failure{
 			Reason: dlq.ReasonExhausted, Err: errors.New("warehouse API down"), Attempts: 5,
 			Topic: "orders", Retention: 24 * time.Hour, At: time.Now().Add(-age),
 		}, nil, "", ""))
 	}
 
-	res, err := replay.Run(ctx, archive, printer{}, replay.Options{
-		ID:     "replay-2026-11-30",
-		Filter: dlq.Filter{Reason: dlq.ReasonExhausted, Topic: "orders"},
-		Rate:   100,
-		Progress: func(p replay.Progress) {
+	res, err := replay.Run(ctx, arch, printer{},
+		archive.Filter{Reason: dlq.ReasonExhausted, Topic: "orders"},
+		replay.WithID("replay-2026-11-30"),
+		replay.WithRate(100),
+		replay.WithProgress(func(p replay.Progress) {
 			if p.Action == replay.ActionRefused {
 				fmt.Println("refused:", p.Reason[:strings.Index(p.Reason, ",")])
 			}
-		},
-	})
+		}))
 	fmt.Println(err, res.State, "replayed:", res.Replayed, "refused:", res.Refused)
 	// Output:
 	// refused: dead-lettered 48h0m0s ago

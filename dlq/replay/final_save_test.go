@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 )
 
@@ -18,10 +18,10 @@ var errFinalSave = errors.New("archive: final save refused")
 // finalSaveFails is an archive whose SaveReplay fails once the run has left
 // the running state: the save at the end of a call.
 type finalSaveFails struct {
-	dlq.Archive
+	archive.Archive
 }
 
-func (a finalSaveFails) SaveReplay(ctx context.Context, run dlq.ReplayRun) error {
+func (a finalSaveFails) SaveReplay(ctx context.Context, run archive.ReplayRun) error {
 	if run.State != replay.StateRunning {
 		return errFinalSave
 	}
@@ -34,8 +34,8 @@ func TestRunFinalSaveErrorReturned(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	archive(t, a, 0, 2, entrySpec{retention: time.Hour})
-	res, err := replay.Run(t.Context(), finalSaveFails{a}, &recorder{clock: c}, replay.Options{Clock: c})
+	deadLetters(t, a, 0, 2, entrySpec{retention: time.Hour})
+	res, err := replay.Run(t.Context(), finalSaveFails{a}, &recorder{clock: c}, archive.Filter{}, on(c)...)
 	require.ErrorIs(t, err, errFinalSave)
 	require.Equal(t, 2, res.Replayed)
 	require.Equal(t, replay.StateDone, res.State)
@@ -46,7 +46,7 @@ func TestRunStopErrorBeatsFinalSaveError(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	archive(t, a, 0, 3, entrySpec{retention: time.Hour})
+	deadLetters(t, a, 0, 3, entrySpec{retention: time.Hour})
 	broken := errors.New("broker unavailable")
 	var calls atomic.Int32
 	pub := &recorder{clock: c, hook: func(published) error {
@@ -55,7 +55,7 @@ func TestRunStopErrorBeatsFinalSaveError(t *testing.T) {
 		}
 		return nil
 	}}
-	res, err := replay.Run(t.Context(), finalSaveFails{a}, pub, replay.Options{Clock: c})
+	res, err := replay.Run(t.Context(), finalSaveFails{a}, pub, archive.Filter{}, on(c)...)
 	require.ErrorIs(t, err, broken)
 	require.NotErrorIs(t, err, errFinalSave)
 	require.Equal(t, replay.StateInterrupted, res.State)

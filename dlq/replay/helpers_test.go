@@ -13,7 +13,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/memarchive"
+	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 )
 
@@ -75,7 +77,7 @@ type recorder struct {
 
 func (r *recorder) Publish(topic string, msgs ...*message.Message) error {
 	for _, m := range msgs {
-		p := published{topic: topic, msg: dlq.CopyMessage(m), at: r.clock.Now()}
+		p := published{topic: topic, msg: archive.CopyMessage(m), at: r.clock.Now()}
 		if r.hook != nil {
 			if err := r.hook(p); err != nil {
 				return err
@@ -113,16 +115,16 @@ func source(i int) *message.Message {
 	return m
 }
 
-// entrySpec says how archive() dead-letters a source message.
+// entrySpec says how deadLetters() dead-letters a source message.
 type entrySpec struct {
 	topic     string
 	at        time.Time     // dead-lettered at
 	retention time.Duration // 0: no surely_dedup_retention in the envelope
 }
 
-// archive dead-letters n source messages (source(first) ...) into a and
+// deadLetters dead-letters n source messages (source(first) ...) into a and
 // returns the entry IDs in Seq order.
-func archive(t *testing.T, a dlq.Archive, first, n int, spec entrySpec) []string {
+func deadLetters(t *testing.T, a archive.Archive, first, n int, spec entrySpec) []string {
 	t.Helper()
 	if spec.topic == "" {
 		spec.topic = "orders"
@@ -149,7 +151,13 @@ func archive(t *testing.T, a dlq.Archive, first, n int, spec entrySpec) []string
 // newArchive returns an empty in-memory archive on clock c.
 func newArchive(t *testing.T, c *fakeClock) *memarchive.Archive {
 	t.Helper()
-	a, err := memarchive.New(memarchive.WithClock(c.Now))
+	a, err := memarchive.New(dlq.WithClock(c.Now))
 	require.NoError(t, err)
 	return a
+}
+
+// on returns the options that run a replay on the fake clock c (its time,
+// and its sleep that moves it forward), followed by more.
+func on(c *fakeClock, more ...dlq.Option) []dlq.Option {
+	return append([]dlq.Option{dlq.WithClock(c.Now), replay.WithSleep(c.Sleep)}, more...)
 }

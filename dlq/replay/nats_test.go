@@ -13,6 +13,7 @@ import (
 
 	surelynats "github.com/surely-dev/surely/adapters/nats"
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/memarchive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
@@ -62,11 +63,11 @@ func TestReplayThroughNATS(t *testing.T) {
 	}
 
 	t.Logf("setup: %v", time.Since(began))
-	np, err := surelynats.NewPublisher(url, surelynats.PublisherConfig{}, nil)
+	np, err := surelynats.NewPublisher(url)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, np.Close()) }()
 	pub := &timedPublisher{Publisher: np}
-	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "e2e", Rate: rate, Concurrency: 4})
+	res, err := replay.Run(t.Context(), a, pub, archive.Filter{}, replay.WithID("e2e"), replay.WithRate(rate), replay.WithConcurrency(4))
 	require.NoError(t, err)
 	require.Equal(t, n, res.Replayed)
 	require.Equal(t, replay.StateDone, res.State)

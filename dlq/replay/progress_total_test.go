@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 )
@@ -23,12 +24,10 @@ func TestProgressTotalIsSelectionOrMax(t *testing.T) {
 	}{{0, 3}, {2, 2}, {3, 3}, {10, 3}} {
 		clock := newFakeClock()
 		a := newArchive(t, clock)
-		archive(t, a, 0, 3, entrySpec{retention: time.Hour})
+		deadLetters(t, a, 0, 3, entrySpec{retention: time.Hour})
 		var totals []int
-		_, err := replay.Run(t.Context(), a, &recorder{clock: clock}, replay.Options{
-			Max: c.max, Clock: clock,
-			Progress: func(p replay.Progress) { totals = append(totals, p.Total) },
-		})
+		_, err := replay.Run(t.Context(), a, &recorder{clock: clock}, archive.Filter{},
+			on(clock, replay.WithMax(c.max), replay.WithProgress(func(p replay.Progress) { totals = append(totals, p.Total) }))...)
 		require.NoError(t, err)
 		require.NotEmpty(t, totals, "max %d", c.max)
 		for _, total := range totals {
@@ -43,10 +42,11 @@ func TestRunRefailureChecksLogNoWarning(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	a := newArchive(t, clock)
-	archive(t, a, 0, 4, entrySpec{retention: time.Hour})
+	deadLetters(t, a, 0, 4, entrySpec{retention: time.Hour})
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	res, err := replay.Run(t.Context(), a, &recorder{clock: clock}, replay.Options{Clock: clock, Logger: logger, AbortAfter: 1})
+	res, err := replay.Run(t.Context(), a, &recorder{clock: clock}, archive.Filter{},
+		on(clock, dlq.WithLogger(logger), replay.WithAbortAfter(1))...)
 	require.NoError(t, err)
 	require.Equal(t, 4, res.Replayed)
 	require.Empty(t, logs.String())
@@ -65,7 +65,8 @@ func TestRunZeroEnvelopeRetentionFallsBack(t *testing.T) {
 	}, nil, "host-1", "group-1")
 	env.Metadata.Set(dlq.KeyRetention, "0s")
 	require.NoError(t, a.Publish("dead-letters", env))
-	res, err := replay.Run(t.Context(), a, &recorder{clock: clock}, replay.Options{Clock: clock, DefaultRetention: time.Hour})
+	res, err := replay.Run(t.Context(), a, &recorder{clock: clock}, archive.Filter{},
+		on(clock, replay.WithDefaultRetention(time.Hour))...)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed, "a minute old, within the default hour")
 	require.Zero(t, res.Refused)
@@ -77,8 +78,8 @@ func TestRunRateOfInstantPublishesIsZero(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock() // moves only when the limiter sleeps: never here
 	a := newArchive(t, clock)
-	archive(t, a, 0, 3, entrySpec{retention: time.Hour})
-	res, err := replay.Run(t.Context(), a, &recorder{clock: clock}, replay.Options{Clock: clock})
+	deadLetters(t, a, 0, 3, entrySpec{retention: time.Hour})
+	res, err := replay.Run(t.Context(), a, &recorder{clock: clock}, archive.Filter{}, on(clock)...)
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Replayed)
 	require.Zero(t, res.Rate)

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
 )
 
@@ -32,10 +33,10 @@ var (
 	ErrRunExists = errors.New("replay: run already exists")
 )
 
-// DefaultAbortAfter is Options.AbortAfter when it is 0.
+// DefaultAbortAfter is the AbortAfter of a run without WithAbortAfter.
 const DefaultAbortAfter = 10
 
-// The states of a run (dlq.ReplayRun.State).
+// The states of a run (archive.ReplayRun.State).
 const (
 	StateRunning     = "running"
 	StateInterrupted = "interrupted"
@@ -50,73 +51,28 @@ const envelopePrefix = "surely_"
 // pageSize is how many entries one List call reads.
 const pageSize = 100
 
-// Options configure a run. The zero value replays every archived entry,
-// one at a time, as fast as the publisher takes them, refusing entries
-// whose dedup retention is unknown.
-type Options struct {
-	// ID names the run (at most idempotency.MaxKeyLen bytes, no control
-	// characters: the dedup step uses it as ClaimRequest.Reopen). Empty:
-	// a new random UUID.
-	ID string
-	// Filter selects the entries, replayed in Seq order. Its NotReplayedBy
-	// is set to the run's ID.
-	Filter dlq.Filter
-	// Target is the topic every message is republished to; empty: each
-	// entry's original topic.
-	Target string
-	// NewKey gives each replayed message a new operation key: a new UUID
-	// (derived from the run and entry IDs, so a repeated publish of one
-	// entry by one run keeps it) written as the message UUID and into the
-	// metadata key KeyMetadata. The handler then sees a new operation, not
-	// the dead-lettered one: its dedup record (DONE or not) is ignored. It
-	// works only when the handler's key comes from that metadata key or the
-	// message UUID (the default extractor's sources), not from a payload
-	// field or CloudEvents attributes. It is logged.
-	NewKey bool
-	// KeyMetadata is the metadata key NewKey sets (default
-	// idempotency.DefaultMetadataKey, "idempotency_key").
-	KeyMetadata string
-	// Max bounds how many messages the run publishes in this call (0: no
-	// bound). Refused entries do not count. A run stopped by Max with
-	// entries left is saved "interrupted": Resume publishes the next ones.
-	Max int
-	// DryRun decides every entry (would replay, or refused and why) and
-	// reports it through Progress and the log, without publishing, marking
-	// or saving anything.
-	DryRun bool
-	// Force publishes entries the retention guard refuses (logged per entry).
-	Force bool
-	// DefaultRetention is the dedup retention of entries whose envelope has
-	// no (valid) dlq.KeyRetention. 0: unknown, and such entries are refused
-	// unless Force.
-	DefaultRetention time.Duration
-	// Rate bounds publishes per second (0: no bound). The first publish
-	// goes at once, each next one 1/Rate after the previous one's slot: no
-	// burst, and no catching up after a slow publish.
-	Rate float64
-	// Concurrency is how many publishes may be in flight (default 1).
-	Concurrency int
-	// AbortAfter stops the run after this many consecutive re-failures
-	// (see the package doc); 0 means DefaultAbortAfter, negative never.
-	AbortAfter int
-	// Store, when given, is the handlers' dedup store: the retention guard
-	// reads each entry's record (Get) and refuses one that expired or is
-	// gone (see the package doc), and the run reads the record of each
-	// replayed message to confirm it done, which resets the count of
-	// consecutive re-failures.
-	Store idempotency.Store
-	// Clock is the time source (default SystemClock()).
-	Clock Clock
-	// Logger receives every decision and the run's progress (default: discard).
-	Logger *slog.Logger
-	// Progress, when set, is called after every decision, one call at a
-	// time (from the run's goroutines): keep it fast.
-	Progress func(Progress)
-	// TracerProvider, when set, gives each publish a "replay <topic>" span
-	// (kind producer) linked to the entry's dead-letter span (the
-	// envelope's dlq.KeyDeadLetterTraceparent). The replayed message's
-	// first attempt links to the dead-letter span too (dlq.KeyReplayLink).
-	TracerProvider trace.TracerProvider
+// config is the configuration of one Run or Resume call, read from its
+// options. The zero value replays every archived entry, one at a time, as
+// fast as the publisher takes them, refusing entries whose dedup
+// retention is unknown.
+type config struct {
+	ID               string         // WithID
+	Filter           archive.Filter // Run's filter; the saved run's on Resume
+	Target           string         // WithTarget
+	NewKey           bool           // WithNewKey
+	KeyMetadata      string         // WithKeyMetadata
+	Max              int            // WithMax
+	DryRun           bool           // WithDryRun
+	Force            bool           // WithForce
+	DefaultRetention time.Duration  // WithDefaultRetention
+	Rate             float64        // WithRate
+	Concurrency      int            // WithConcurrency
+	AbortAfter       int            // WithAbortAfter
+	Store            idempotency.Store
+	Clock            clock // dlq.WithClock
+	Logger           *slog.Logger
+	Progress         func(Progress)
+	TracerProvider   trace.TracerProvider
 }
 
 // Action is what the run did with one entry.
@@ -165,66 +121,80 @@ type Result struct {
 }
 
 // Run starts a new replay run: it republishes the archived entries that
-// opts.Filter selects, in Seq order, to pub. It returns when every selected
-// entry is handled (State "done"), when Max is reached, when ctx ends or a
-// publish, mark or save fails (State "interrupted", the error is returned),
-// or when the run aborts itself (ErrAborted). Result is filled in every case.
+// filter selects (its NotReplayedBy is set to the run's ID), in Seq order,
+// to pub. It returns when every selected entry is handled (State "done"),
+// when WithMax is reached, when ctx ends or a publish, mark or save fails
+// (State "interrupted", the error is returned), or when the run aborts
+// itself (ErrAborted). Result is filled in every case.
 //
-// Run neither closes archive nor pub: the caller owns them.
-func Run(ctx context.Context, archive dlq.Archive, pub message.Publisher, opts Options) (Result, error) {
-	o, err := opts.withDefaults()
+// It takes the options of this package and dlq.WithLogger (every
+// decision and the run's progress; default: discard) and dlq.WithClock.
+//
+// Run neither closes ar nor pub: the caller owns them.
+func Run(ctx context.Context, ar archive.Archive, pub message.Publisher, filter archive.Filter, opts ...dlq.Option) (Result, error) {
+	o, err := newConfig("replay.Run", opts, runOptions)
 	if err != nil {
 		return Result{}, err
 	}
-	if archive == nil || pub == nil {
+	o.Filter = filter
+	o, err = o.withDefaults()
+	if err != nil {
+		return Result{}, err
+	}
+	if ar == nil || pub == nil {
 		return Result{}, fmt.Errorf("%w: replay needs an archive and a publisher", dlq.ErrInvalidOption)
 	}
 	id := o.ID
 	if id == "" {
 		id = uuid.NewString()
 	}
-	switch _, err := archive.LoadReplay(ctx, id); {
+	switch _, err := ar.LoadReplay(ctx, id); {
 	case err == nil:
 		return Result{RunID: id}, fmt.Errorf("%w: %q", ErrRunExists, id)
-	case !errors.Is(err, dlq.ErrReplayNotFound):
+	case !errors.Is(err, archive.ErrReplayNotFound):
 		return Result{RunID: id}, fmt.Errorf("replay: load run %q: %w", id, err)
 	}
 	now := o.Clock.Now()
-	run := dlq.ReplayRun{
+	run := archive.ReplayRun{
 		ID: id, Filter: o.Filter, Target: o.Target, NewKey: o.NewKey, Force: o.Force,
 		State: StateRunning, Started: now, Updated: now,
 	}
 	run.Filter.NotReplayedBy = ""
-	return execute(ctx, archive, pub, run, o)
+	return execute(ctx, ar, pub, run, o)
 }
 
-// Resume continues the run id saved in archive: after its cursor, skipping
-// the entries it already republished. The run's saved Filter, Target,
-// NewKey and Force apply; those of opts are ignored, its other fields
-// (rate, concurrency, Max, DryRun, ...) apply to this call.
-func Resume(ctx context.Context, archive dlq.Archive, pub message.Publisher, id string, opts Options) (Result, error) {
-	opts.ID = id
-	o, err := opts.withDefaults()
+// Resume continues the run id saved in ar: after its cursor, skipping the
+// entries it already republished. The run's saved filter, target, new-key
+// choice and force apply: Resume refuses WithID, WithTarget, WithNewKey
+// and WithForce. The other options (rate, concurrency, max, dry run, ...)
+// apply to this call.
+func Resume(ctx context.Context, ar archive.Archive, pub message.Publisher, id string, opts ...dlq.Option) (Result, error) {
+	o, err := newConfig("replay.Resume", opts, resumeOptions)
 	if err != nil {
 		return Result{}, err
 	}
-	if archive == nil || pub == nil {
+	o.ID = id
+	o, err = o.withDefaults()
+	if err != nil {
+		return Result{}, err
+	}
+	if ar == nil || pub == nil {
 		return Result{}, fmt.Errorf("%w: replay needs an archive and a publisher", dlq.ErrInvalidOption)
 	}
 	if id == "" {
 		return Result{}, fmt.Errorf("%w: Resume needs a run ID", dlq.ErrInvalidOption)
 	}
-	run, err := archive.LoadReplay(ctx, id)
+	run, err := ar.LoadReplay(ctx, id)
 	if err != nil {
 		return Result{RunID: id}, fmt.Errorf("replay: load run %q: %w", id, err)
 	}
 	o.Filter, o.Target, o.NewKey, o.Force = run.Filter, run.Target, run.NewKey, run.Force
 	run.State = StateRunning
-	return execute(ctx, archive, pub, run, o)
+	return execute(ctx, ar, pub, run, o)
 }
 
-func (o Options) withDefaults() (Options, error) {
-	bad := func(format string, args ...any) (Options, error) {
+func (o config) withDefaults() (config, error) {
+	bad := func(format string, args ...any) (config, error) {
 		return o, fmt.Errorf("%w: replay: "+format, append([]any{dlq.ErrInvalidOption}, args...)...)
 	}
 	switch {
@@ -255,7 +225,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.AbortAfter = DefaultAbortAfter
 	}
 	if o.Clock == nil {
-		o.Clock = SystemClock()
+		o.Clock = systemClock{}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -265,9 +235,9 @@ func (o Options) withDefaults() (Options, error) {
 
 // runner is the state of one Run or Resume call.
 type runner struct {
-	archive dlq.Archive
+	archive archive.Archive
 	pub     message.Publisher
-	o       Options
+	o       config
 	log     *slog.Logger
 	watch   *watcher
 
@@ -275,7 +245,7 @@ type runner struct {
 	// run is the saved state; its After only moves past entries whose
 	// publish finished (or that were refused): inflight holds the Seqs
 	// dispatched in order, done those that finished.
-	run      dlq.ReplayRun
+	run      archive.ReplayRun
 	inflight []int64
 	done     map[int64]bool
 	res      Result
@@ -284,9 +254,9 @@ type runner struct {
 	err      error // the first publish, mark or save error
 }
 
-func execute(ctx context.Context, archive dlq.Archive, pub message.Publisher, run dlq.ReplayRun, o Options) (Result, error) {
+func execute(ctx context.Context, ar archive.Archive, pub message.Publisher, run archive.ReplayRun, o config) (Result, error) {
 	r := &runner{
-		archive: archive, pub: pub, o: o, run: run, done: map[int64]bool{},
+		archive: ar, pub: pub, o: o, run: run, done: map[int64]bool{},
 		log: o.Logger.With(slog.String("replay_id", run.ID)),
 	}
 	r.res = Result{RunID: run.ID, After: run.After}
@@ -296,7 +266,7 @@ func execute(ctx context.Context, archive dlq.Archive, pub message.Publisher, ru
 		r.log.WarnContext(ctx, "replay: minting a new operation key for every message (NewKey): the handlers see new operations, their dedup records are bypassed",
 			slog.String("key_metadata", o.KeyMetadata))
 	}
-	stats, err := archive.Stats(ctx, filter)
+	stats, err := ar.Stats(ctx, filter)
 	if err != nil {
 		return r.res, fmt.Errorf("replay: stats: %w", err)
 	}
@@ -355,7 +325,7 @@ func execute(ctx context.Context, archive dlq.Archive, pub message.Publisher, ru
 // loop pages through the selected entries and dispatches them. It returns
 // why it stopped early (nil: every entry was handled) and whether entries
 // are left (Max reached).
-func (r *runner) loop(ctx context.Context, filter dlq.Filter) (more bool, err error) {
+func (r *runner) loop(ctx context.Context, filter archive.Filter) (more bool, err error) {
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sem := make(chan struct{}, r.o.Concurrency)
@@ -365,7 +335,7 @@ func (r *runner) loop(ctx context.Context, filter dlq.Filter) (more bool, err er
 	cursor := r.run.After
 	dispatched := 0
 	for {
-		page, err := r.archive.List(ctx, filter, dlq.Page{After: cursor, Limit: pageSize})
+		page, err := r.archive.List(ctx, filter, archive.Page{After: cursor, Limit: pageSize})
 		if err != nil {
 			return false, fmt.Errorf("replay: list: %w", err)
 		}
@@ -453,7 +423,7 @@ func (r *runner) failed() error {
 }
 
 // decide returns the topic of e and, when e must not be replayed, why.
-func (r *runner) decide(ctx context.Context, e dlq.Entry) (topic, reason string) {
+func (r *runner) decide(ctx context.Context, e archive.Entry) (topic, reason string) {
 	topic = r.o.Target
 	if topic == "" {
 		topic = e.OriginalTopic
@@ -485,7 +455,7 @@ func (r *runner) decide(ctx context.Context, e dlq.Entry) (topic, reason string)
 // ExpiresAt decides, and a missing record means it expired. Without one it
 // takes the earliest moment the record can expire, from the envelope (see
 // the package doc).
-func (r *runner) retentionGuard(ctx context.Context, e dlq.Entry) string {
+func (r *runner) retentionGuard(ctx context.Context, e archive.Entry) string {
 	now := r.o.Clock.Now()
 	ns, key := e.Message.Metadata.Get(dlq.KeyNamespace), e.OperationKey
 	if r.o.Store != nil && ns != "" && key != "" {
@@ -503,12 +473,12 @@ func (r *runner) retentionGuard(ctx context.Context, e dlq.Entry) string {
 	retention, known := retentionOf(e, r.o.DefaultRetention)
 	switch {
 	case !known:
-		return "the dedup retention is unknown (no " + dlq.KeyRetention + " in the envelope, no DefaultRetention): the record may be gone"
+		return "the dedup retention is unknown (no " + dlq.KeyRetention + " in the envelope, no WithDefaultRetention): the record may be gone"
 	case e.Reason == dlq.ReasonConflict:
 		// The record is the other payload's: its last write came before
 		// this message's first attempt, up to a whole retention earlier,
 		// so it may expire at any moment after the dead letter.
-		return "conflict: the dedup record is the other payload's, written before this message came, up to a retention earlier; its expiry is unknown without the store (Options.Store, --store)"
+		return "conflict: the dedup record is the other payload's, written before this message came, up to a retention earlier; its expiry is unknown without the store (WithStore, --store)"
 	}
 	written := earliestWrite(e)
 	if age := now.Sub(written); age >= retention {
@@ -524,7 +494,7 @@ func (r *runner) retentionGuard(ctx context.Context, e dlq.Entry) string {
 // earliestWrite is the earliest moment the entry's dedup record may have
 // been written last: the last failure of the envelope when it is earlier
 // than the dead letter, else the dead letter.
-func earliestWrite(e dlq.Entry) time.Time {
+func earliestWrite(e archive.Entry) time.Time {
 	t := e.DeadLetteredAt
 	if s := e.Message.Metadata.Get(dlq.KeyLastFailureAt); s != "" {
 		if lf, err := time.Parse(time.RFC3339Nano, s); err == nil && !lf.IsZero() && lf.Before(t) {
@@ -536,7 +506,7 @@ func earliestWrite(e dlq.Entry) time.Time {
 
 // retentionOf returns the dedup retention of e: its envelope's, else def
 // (known when positive).
-func retentionOf(e dlq.Entry, def time.Duration) (time.Duration, bool) {
+func retentionOf(e archive.Entry, def time.Duration) (time.Duration, bool) {
 	if s := e.Message.Metadata.Get(dlq.KeyRetention); s != "" {
 		if d, err := time.ParseDuration(s); err == nil && d > 0 {
 			return d, true
@@ -547,7 +517,7 @@ func retentionOf(e dlq.Entry, def time.Duration) (time.Duration, bool) {
 
 // build returns the message that replays e: the original payload, UUID
 // and metadata without the envelope's keys, plus the replay's keys.
-func (r *runner) build(e dlq.Entry) *message.Message {
+func (r *runner) build(e archive.Entry) *message.Message {
 	src := e.Message
 	md := make(message.Metadata, len(src.Metadata)+3)
 	for k, v := range src.Metadata {
@@ -580,7 +550,7 @@ func NewKeyFor(runID, entryID string) string {
 	return uuid.NewSHA1(newKeySpace, []byte(runID+"\x00"+entryID)).String()
 }
 
-func (r *runner) publish(ctx context.Context, e dlq.Entry, topic string, msg *message.Message) error {
+func (r *runner) publish(ctx context.Context, e archive.Entry, topic string, msg *message.Message) error {
 	span := r.startSpan(ctx, e, topic, msg)
 	err := r.pub.Publish(topic, msg)
 	endSpan(span, err)
@@ -614,7 +584,7 @@ func (r *runner) publish(ctx context.Context, e dlq.Entry, topic string, msg *me
 	return r.save(ctx)
 }
 
-func (r *runner) refuse(ctx context.Context, e dlq.Entry, topic, reason string) {
+func (r *runner) refuse(ctx context.Context, e archive.Entry, topic, reason string) {
 	r.log.WarnContext(ctx, "replay: refused", slog.String("entry", e.ID), slog.String("reason", reason))
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -625,7 +595,7 @@ func (r *runner) refuse(ctx context.Context, e dlq.Entry, topic, reason string) 
 	r.report(Progress{EntryID: e.ID, Seq: e.Seq, Topic: topic, Action: ActionRefused, Reason: reason})
 }
 
-func (r *runner) dryRun(ctx context.Context, e dlq.Entry, topic, reason string) {
+func (r *runner) dryRun(ctx context.Context, e archive.Entry, topic, reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := Progress{EntryID: e.ID, Seq: e.Seq, Topic: topic, Action: ActionWouldReplay, Reason: reason}
@@ -681,7 +651,7 @@ func (r *runner) save(ctx context.Context) error {
 
 // startSpan starts the span of one publish when a TracerProvider is set,
 // and puts it in msg's context for the publisher (a no-op span otherwise).
-func (r *runner) startSpan(ctx context.Context, e dlq.Entry, topic string, msg *message.Message) trace.Span {
+func (r *runner) startSpan(ctx context.Context, e archive.Entry, topic string, msg *message.Message) trace.Span {
 	if r.o.TracerProvider == nil {
 		return noop.Span{}
 	}

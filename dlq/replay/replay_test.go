@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
@@ -29,11 +30,11 @@ func TestRunRepublishesTheOriginal(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	ids := archive(t, a, 0, 3, entrySpec{retention: time.Hour})
-	archive(t, a, 3, 2, entrySpec{topic: "payments", retention: time.Hour})
+	ids := deadLetters(t, a, 0, 3, entrySpec{retention: time.Hour})
+	deadLetters(t, a, 3, 2, entrySpec{topic: "payments", retention: time.Hour})
 	pub := &recorder{clock: c}
 
-	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "run-1", Filter: dlq.Filter{Topic: "orders"}, Clock: c})
+	res, err := replay.Run(t.Context(), a, pub, archive.Filter{Topic: "orders"}, on(c, replay.WithID("run-1"))...)
 	require.NoError(t, err)
 	require.Equal(t, replay.StateDone, res.State)
 	require.Equal(t, 3, res.Replayed)
@@ -69,11 +70,11 @@ func TestRunRepublishesTheOriginal(t *testing.T) {
 	require.Equal(t, "orders", run.Filter.Topic)
 
 	// The same ID cannot start a second run.
-	_, err = replay.Run(t.Context(), a, pub, replay.Options{ID: "run-1", Clock: c})
+	_, err = replay.Run(t.Context(), a, pub, archive.Filter{}, on(c, replay.WithID("run-1"))...)
 	require.ErrorIs(t, err, replay.ErrRunExists)
 	// A second run replays the same entries again, to Target.
-	res, err = replay.Run(t.Context(), a, pub, replay.Options{ID: "run-2", Target: "orders-retry", Clock: c,
-		Filter: dlq.Filter{IDs: ids[:1]}})
+	res, err = replay.Run(t.Context(), a, pub, archive.Filter{IDs: ids[:1]},
+		on(c, replay.WithID("run-2"), replay.WithTarget("orders-retry"))...)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed)
 	got = pub.all()
@@ -87,11 +88,11 @@ func TestRunNewKey(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	ids := archive(t, a, 0, 2, entrySpec{retention: time.Hour})
+	ids := deadLetters(t, a, 0, 2, entrySpec{retention: time.Hour})
 	pub := &recorder{clock: c}
 	var logs bytes.Buffer
-	_, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "run-nk", NewKey: true, Clock: c,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	_, err := replay.Run(t.Context(), a, pub, archive.Filter{},
+		on(c, replay.WithID("run-nk"), replay.WithNewKey(), dlq.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
 	require.NoError(t, err)
 	got := pub.all()
 	require.Len(t, got, 2)
@@ -105,7 +106,8 @@ func TestRunNewKey(t *testing.T) {
 	require.Contains(t, logs.String(), "NewKey")
 
 	// Another metadata key.
-	_, err = replay.Run(t.Context(), a, pub, replay.Options{ID: "run-nk2", NewKey: true, KeyMetadata: "op", Clock: c})
+	_, err = replay.Run(t.Context(), a, pub, archive.Filter{},
+		on(c, replay.WithID("run-nk2"), replay.WithNewKey(), replay.WithKeyMetadata("op"))...)
 	require.NoError(t, err)
 	got = pub.all()[2:]
 	require.Equal(t, replay.NewKeyFor("run-nk2", ids[0]), got[0].msg.Metadata.Get("op"))
@@ -117,12 +119,12 @@ func TestRunRate(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	archive(t, a, 0, 6, entrySpec{retention: time.Hour})
+	deadLetters(t, a, 0, 6, entrySpec{retention: time.Hour})
 	pub := &recorder{clock: c}
 	// Concurrency 1: a publish starts at its slot and ends before the
 	// next Sleep moves the fake clock (the limiter alone is tested with
 	// concurrent callers in limiter_test.go).
-	res, err := replay.Run(t.Context(), a, pub, replay.Options{Rate: 20, Clock: c})
+	res, err := replay.Run(t.Context(), a, pub, archive.Filter{}, on(c, replay.WithRate(20))...)
 	require.NoError(t, err)
 	got := pub.all()
 	require.Len(t, got, 6)
@@ -145,17 +147,17 @@ func TestRunMaxThenResume(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	ids := archive(t, a, 0, 5, entrySpec{retention: time.Hour})
+	ids := deadLetters(t, a, 0, 5, entrySpec{retention: time.Hour})
 	pub := &recorder{clock: c}
-	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "r", Max: 2, Clock: c})
+	res, err := replay.Run(t.Context(), a, pub, archive.Filter{}, on(c, replay.WithID("r"), replay.WithMax(2))...)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Replayed)
 	require.Equal(t, replay.StateInterrupted, res.State, "entries are left")
 
-	res, err = replay.Resume(t.Context(), a, pub, "r", replay.Options{Max: 2, Clock: c})
+	res, err = replay.Resume(t.Context(), a, pub, "r", on(c, replay.WithMax(2))...)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Replayed)
-	res, err = replay.Resume(t.Context(), a, pub, "r", replay.Options{Clock: c})
+	res, err = replay.Resume(t.Context(), a, pub, "r", on(c)...)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed)
 	require.Equal(t, replay.StateDone, res.State)
@@ -168,8 +170,8 @@ func TestRunMaxThenResume(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 5, run.Replayed)
 
-	_, err = replay.Resume(t.Context(), a, pub, "unknown", replay.Options{Clock: c})
-	require.ErrorIs(t, err, dlq.ErrReplayNotFound)
+	_, err = replay.Resume(t.Context(), a, pub, "unknown", on(c)...)
+	require.ErrorIs(t, err, archive.ErrReplayNotFound)
 }
 
 // The retention guard refuses entries older than their dedup retention
@@ -178,15 +180,15 @@ func TestRunRetentionGuard(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	fresh := archive(t, a, 0, 1, entrySpec{retention: time.Hour, at: t0.Add(-30 * time.Minute)})
-	old := archive(t, a, 1, 1, entrySpec{retention: time.Hour, at: t0.Add(-2 * time.Hour)})
-	noRet := archive(t, a, 2, 1, entrySpec{at: t0.Add(-2 * time.Hour)})
+	fresh := deadLetters(t, a, 0, 1, entrySpec{retention: time.Hour, at: t0.Add(-30 * time.Minute)})
+	old := deadLetters(t, a, 1, 1, entrySpec{retention: time.Hour, at: t0.Add(-2 * time.Hour)})
+	noRet := deadLetters(t, a, 2, 1, entrySpec{at: t0.Add(-2 * time.Hour)})
 	pub := &recorder{clock: c}
 	var progress []replay.Progress
 	var logs bytes.Buffer
-	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "guard", Clock: c,
-		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
-		Progress: func(p replay.Progress) { progress = append(progress, p) }})
+	res, err := replay.Run(t.Context(), a, pub, archive.Filter{},
+		on(c, replay.WithID("guard"), dlq.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
+			replay.WithProgress(func(p replay.Progress) { progress = append(progress, p) }))...)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed)
 	require.Equal(t, 2, res.Refused)
@@ -217,14 +219,15 @@ func TestRunRetentionGuard(t *testing.T) {
 	// DefaultRetention covers the entry without one: 3h > 2h, replayed;
 	// the old one is still refused.
 	pub2 := &recorder{clock: c}
-	res, err = replay.Run(t.Context(), a, pub2, replay.Options{ID: "guard-2", Clock: c, DefaultRetention: 3 * time.Hour})
+	res, err = replay.Run(t.Context(), a, pub2, archive.Filter{},
+		on(c, replay.WithID("guard-2"), replay.WithDefaultRetention(3*time.Hour))...)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Replayed)
 	require.Equal(t, 1, res.Refused)
 
 	// As time passes, the fresh one ages out too.
 	c.Advance(time.Hour)
-	res, err = replay.Run(t.Context(), a, &recorder{clock: c}, replay.Options{ID: "guard-3", Clock: c})
+	res, err = replay.Run(t.Context(), a, &recorder{clock: c}, archive.Filter{}, on(c, replay.WithID("guard-3"))...)
 	require.NoError(t, err)
 	require.Zero(t, res.Replayed)
 	require.Equal(t, 3, res.Refused)
@@ -232,8 +235,8 @@ func TestRunRetentionGuard(t *testing.T) {
 	// Force replays everything, and logs each override.
 	logs.Reset()
 	pub3 := &recorder{clock: c}
-	res, err = replay.Run(t.Context(), a, pub3, replay.Options{ID: "guard-4", Clock: c, Force: true,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	res, err = replay.Run(t.Context(), a, pub3, archive.Filter{},
+		on(c, replay.WithID("guard-4"), replay.WithForce(), dlq.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Replayed)
 	require.Zero(t, res.Refused)
@@ -250,13 +253,14 @@ func TestRunDryRunChangesNothing(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	ids := archive(t, a, 0, 3, entrySpec{retention: time.Hour})
-	old := archive(t, a, 3, 1, entrySpec{retention: time.Hour, at: t0.Add(-2 * time.Hour)})
+	ids := deadLetters(t, a, 0, 3, entrySpec{retention: time.Hour})
+	old := deadLetters(t, a, 3, 1, entrySpec{retention: time.Hour, at: t0.Add(-2 * time.Hour)})
 	before := snapshot(t, a)
 	pub := &recorder{clock: c}
 	var progress []replay.Progress
-	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "dry", DryRun: true, Max: 2, Clock: c,
-		Progress: func(p replay.Progress) { progress = append(progress, p) }})
+	res, err := replay.Run(t.Context(), a, pub, archive.Filter{},
+		on(c, replay.WithID("dry"), replay.WithDryRun(), replay.WithMax(2),
+			replay.WithProgress(func(p replay.Progress) { progress = append(progress, p) }))...)
 	require.NoError(t, err)
 	require.Empty(t, pub.all(), "nothing published")
 	require.Equal(t, 2, res.WouldReplay)
@@ -264,7 +268,7 @@ func TestRunDryRunChangesNothing(t *testing.T) {
 	require.Empty(t, res.State)
 	require.Equal(t, before, snapshot(t, a), "the archive is untouched")
 	_, err = a.LoadReplay(t.Context(), "dry")
-	require.ErrorIs(t, err, dlq.ErrReplayNotFound, "no run saved")
+	require.ErrorIs(t, err, archive.ErrReplayNotFound, "no run saved")
 
 	require.Len(t, progress, 2)
 	require.Equal(t, replay.ActionWouldReplay, progress[0].Action)
@@ -272,8 +276,8 @@ func TestRunDryRunChangesNothing(t *testing.T) {
 	require.Equal(t, "orders", progress[0].Topic)
 
 	progress = nil
-	res, err = replay.Run(t.Context(), a, pub, replay.Options{ID: "dry", DryRun: true, Clock: c,
-		Progress: func(p replay.Progress) { progress = append(progress, p) }})
+	res, err = replay.Run(t.Context(), a, pub, archive.Filter{},
+		on(c, replay.WithID("dry"), replay.WithDryRun(), replay.WithProgress(func(p replay.Progress) { progress = append(progress, p) }))...)
 	require.NoError(t, err)
 	require.Equal(t, 3, res.WouldReplay)
 	require.Equal(t, 1, res.Refused)
@@ -291,7 +295,7 @@ func TestRunInterruptedAndResumed(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	ids := archive(t, a, 0, 60, entrySpec{retention: time.Hour})
+	ids := deadLetters(t, a, 0, 60, entrySpec{retention: time.Hour})
 	seqOf := map[string]int64{}
 	for _, id := range ids {
 		e, err := a.Get(t.Context(), id)
@@ -333,7 +337,8 @@ func TestRunInterruptedAndResumed(t *testing.T) {
 		}
 		checked++
 	}
-	res, err := replay.Run(ctx, a, pub, replay.Options{ID: "resumable", Concurrency: 4, Clock: c, Progress: progress})
+	res, err := replay.Run(ctx, a, pub, archive.Filter{},
+		on(c, replay.WithID("resumable"), replay.WithConcurrency(4), replay.WithProgress(progress))...)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, replay.StateInterrupted, res.State)
 	require.GreaterOrEqual(t, res.Replayed, 25)
@@ -345,7 +350,7 @@ func TestRunInterruptedAndResumed(t *testing.T) {
 	require.Equal(t, res.Replayed, run.Replayed)
 
 	pub.hook = nil
-	res, err = replay.Resume(t.Context(), a, pub, "resumable", replay.Options{Concurrency: 4, Clock: c})
+	res, err = replay.Resume(t.Context(), a, pub, "resumable", on(c, replay.WithConcurrency(4))...)
 	require.NoError(t, err)
 	require.Equal(t, replay.StateDone, res.State)
 	counts := pub.countByReplayOf()
@@ -364,7 +369,7 @@ func TestRunCursorWaitsForSlowPublish(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	ids := archive(t, a, 0, 6, entrySpec{retention: time.Hour})
+	ids := deadLetters(t, a, 0, 6, entrySpec{retention: time.Hour})
 	first, err := a.Get(t.Context(), ids[0])
 	require.NoError(t, err)
 	release := make(chan struct{})
@@ -415,7 +420,8 @@ func TestRunCursorWaitsForSlowPublish(t *testing.T) {
 			t.Errorf("cursor %d, want %d (the blocked entry's predecessor)", after, first.Seq)
 		}
 	}()
-	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "slow", Concurrency: 6, Clock: c, Progress: progress})
+	res, err := replay.Run(t.Context(), a, pub, archive.Filter{},
+		on(c, replay.WithID("slow"), replay.WithConcurrency(6), replay.WithProgress(progress))...)
 	close(ran)
 	<-checked
 	require.NoError(t, err)
@@ -431,7 +437,7 @@ func TestRunPublishErrorThenResume(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	ids := archive(t, a, 0, 5, entrySpec{retention: time.Hour})
+	ids := deadLetters(t, a, 0, 5, entrySpec{retention: time.Hour})
 	broken := errors.New("broker unavailable")
 	var calls atomic.Int32
 	pub := &recorder{clock: c, hook: func(published) error {
@@ -440,7 +446,7 @@ func TestRunPublishErrorThenResume(t *testing.T) {
 		}
 		return nil
 	}}
-	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "err", Clock: c})
+	res, err := replay.Run(t.Context(), a, pub, archive.Filter{}, on(c, replay.WithID("err"))...)
 	require.ErrorIs(t, err, broken)
 	require.Equal(t, replay.StateInterrupted, res.State)
 	require.Equal(t, 2, res.Replayed)
@@ -448,7 +454,7 @@ func TestRunPublishErrorThenResume(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, second.Seq, res.After)
 
-	res, err = replay.Resume(t.Context(), a, pub, "err", replay.Options{Clock: c})
+	res, err = replay.Resume(t.Context(), a, pub, "err", on(c)...)
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Replayed)
 	counts := pub.countByReplayOf()
@@ -459,7 +465,7 @@ func TestRunPublishErrorThenResume(t *testing.T) {
 
 // refailing is a consumer stand-in: each replayed message it receives is
 // dead-lettered again into the archive (as the dead-letter step would).
-func refailing(t *testing.T, a dlq.Archive, fail func(p published) bool) func(p published) error {
+func refailing(t *testing.T, a archive.Archive, fail func(p published) bool) func(p published) error {
 	return func(p published) error {
 		if !fail(p) {
 			return nil
@@ -483,10 +489,14 @@ func TestRunAbortsAfterConsecutiveRefailures(t *testing.T) {
 			t.Parallel()
 			c := newFakeClock()
 			a := newArchive(t, c)
-			archive(t, a, 0, 10, entrySpec{retention: time.Hour})
+			deadLetters(t, a, 0, 10, entrySpec{retention: time.Hour})
 			pub := &recorder{clock: c}
 			pub.hook = refailing(t, a, func(published) bool { return true })
-			res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "abort", AbortAfter: 3, NewKey: newKey, Clock: c})
+			opts := on(c, replay.WithID("abort"), replay.WithAbortAfter(3))
+			if newKey {
+				opts = append(opts, replay.WithNewKey())
+			}
+			res, err := replay.Run(t.Context(), a, pub, archive.Filter{}, opts...)
 			require.ErrorIs(t, err, replay.ErrAborted)
 			require.Equal(t, replay.StateAborted, res.State)
 			require.Equal(t, 3, res.Replayed, "stopped before the 4th publish")
@@ -497,7 +507,7 @@ func TestRunAbortsAfterConsecutiveRefailures(t *testing.T) {
 			require.Equal(t, 3, run.Refailed)
 
 			// Resuming counts only new re-failures: it aborts again after 3 more.
-			res, err = replay.Resume(t.Context(), a, pub, "abort", replay.Options{AbortAfter: 3, Clock: c})
+			res, err = replay.Resume(t.Context(), a, pub, "abort", on(c, replay.WithAbortAfter(3))...)
 			require.ErrorIs(t, err, replay.ErrAborted)
 			require.Equal(t, 3, res.Replayed)
 			require.Equal(t, 3, res.Refailed)
@@ -512,7 +522,7 @@ func TestRunSuccessResetsConsecutiveRefailures(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	archive(t, a, 0, 12, entrySpec{retention: time.Hour})
+	deadLetters(t, a, 0, 12, entrySpec{retention: time.Hour})
 	store, err := memstore.New()
 	require.NoError(t, err)
 	// The dead-lettered operations' EXHAUSTED records: the retention guard
@@ -540,7 +550,8 @@ func TestRunSuccessResetsConsecutiveRefailures(t *testing.T) {
 		return store.Complete(context.Background(), res.Lease, idempotency.Outcome{})
 	}
 	pub := &recorder{clock: c, hook: consume}
-	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "mixed", AbortAfter: 2, Store: store, Clock: c})
+	res, err := replay.Run(t.Context(), a, pub, archive.Filter{},
+		on(c, replay.WithID("mixed"), replay.WithAbortAfter(2), replay.WithStore(store))...)
 	require.NoError(t, err, "failures alternate with successes: never 2 in a row")
 	require.Equal(t, replay.StateDone, res.State)
 	require.Equal(t, 12, res.Replayed)
@@ -548,20 +559,22 @@ func TestRunSuccessResetsConsecutiveRefailures(t *testing.T) {
 
 	// Every replayed message fails: the same rail aborts.
 	a2 := newArchive(t, c)
-	archive(t, a2, 100, 12, entrySpec{retention: time.Hour})
+	deadLetters(t, a2, 100, 12, entrySpec{retention: time.Hour})
 	exhausted(100)
 	fail = func(published) bool { return true }
 	dead = refailing(t, a2, func(published) bool { return true })
-	res, err = replay.Run(t.Context(), a2, pub, replay.Options{ID: "all-fail", AbortAfter: 2, Store: store, Clock: c})
+	res, err = replay.Run(t.Context(), a2, pub, archive.Filter{},
+		on(c, replay.WithID("all-fail"), replay.WithAbortAfter(2), replay.WithStore(store))...)
 	require.ErrorIs(t, err, replay.ErrAborted)
 	require.Equal(t, 2, res.Replayed)
 
 	// AbortAfter < 0: never.
 	a3 := newArchive(t, c)
-	archive(t, a3, 200, 12, entrySpec{retention: time.Hour})
+	deadLetters(t, a3, 200, 12, entrySpec{retention: time.Hour})
 	exhausted(200)
 	dead = refailing(t, a3, func(published) bool { return true })
-	res, err = replay.Run(t.Context(), a3, pub, replay.Options{ID: "never", AbortAfter: -1, Store: store, Clock: c})
+	res, err = replay.Run(t.Context(), a3, pub, archive.Filter{},
+		on(c, replay.WithID("never"), replay.WithAbortAfter(-1), replay.WithStore(store))...)
 	require.NoError(t, err)
 	require.Equal(t, 12, res.Replayed)
 	require.Equal(t, 12, res.Refailed)
@@ -572,30 +585,46 @@ func TestRunInvalidOptions(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	archive(t, a, 0, 1, entrySpec{retention: time.Hour})
+	deadLetters(t, a, 0, 1, entrySpec{retention: time.Hour})
 	pub := &recorder{clock: c}
-	for name, o := range map[string]replay.Options{
-		"negative rate":        {Rate: -1},
-		"negative concurrency": {Concurrency: -1},
-		"negative max":         {Max: -1},
-		"negative retention":   {DefaultRetention: -time.Second},
-		"control byte in ID":   {ID: "run\n1"},
-		"ID too long":          {ID: strings.Repeat("r", idempotency.MaxKeyLen+1)},
-		"envelope key":         {NewKey: true, KeyMetadata: dlq.KeyReplayID},
+	for name, o := range map[string][]dlq.Option{
+		"negative rate":        {replay.WithRate(-1)},
+		"negative concurrency": {replay.WithConcurrency(-1)},
+		"negative max":         {replay.WithMax(-1)},
+		"negative retention":   {replay.WithDefaultRetention(-time.Second)},
+		"control byte in ID":   {replay.WithID("run\n1")},
+		"ID too long":          {replay.WithID(strings.Repeat("r", idempotency.MaxKeyLen+1))},
+		"envelope key":         {replay.WithNewKey(), replay.WithKeyMetadata(dlq.KeyReplayID)},
+		"empty target":         {replay.WithTarget("")},
+		"nil store":            {replay.WithStore(nil)},
+		"nil progress":         {replay.WithProgress(nil)},
+		"nil tracer provider":  {replay.WithTracerProvider(nil)},
+		"nil logger":           {dlq.WithLogger(nil)},
+		"an archive's option":  {dlq.WithRetention(time.Hour)},
 	} {
-		o.Clock = c
-		_, err := replay.Run(t.Context(), a, pub, o)
+		_, err := replay.Run(t.Context(), a, pub, archive.Filter{}, on(c, o...)...)
 		require.ErrorIs(t, err, dlq.ErrInvalidOption, name)
 	}
-	_, err := replay.Run(t.Context(), nil, pub, replay.Options{})
+	_, err := replay.Run(t.Context(), nil, pub, archive.Filter{})
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
-	_, err = replay.Run(t.Context(), a, nil, replay.Options{})
+	_, err = replay.Run(t.Context(), a, nil, archive.Filter{})
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
-	_, err = replay.Resume(t.Context(), a, pub, "", replay.Options{})
+	_, err = replay.Resume(t.Context(), a, pub, "")
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
+	// What the saved run fixes cannot be given to Resume.
+	for name, o := range map[string]dlq.Option{
+		"ID":      replay.WithID("other"),
+		"target":  replay.WithTarget("t"),
+		"new key": replay.WithNewKey(),
+		"force":   replay.WithForce(),
+	} {
+		_, err = replay.Resume(t.Context(), a, pub, "run-1", on(c, o)...)
+		require.ErrorIs(t, err, dlq.ErrInvalidOption, name)
+		require.ErrorContains(t, err, "replay.Resume does not take option", name)
+	}
 	require.Empty(t, pub.all())
 	_, err = a.LoadReplay(t.Context(), "run\n1")
-	require.ErrorIs(t, err, dlq.ErrReplayNotFound)
+	require.ErrorIs(t, err, archive.ErrReplayNotFound)
 }
 
 // Entries that cannot be replayed as they are get refused with a reason:
@@ -608,14 +637,14 @@ func TestRunRefusesIncompleteEntries(t *testing.T) {
 	require.NoError(t, a.Publish("dead-letters", noTopic))
 	var reasons []string
 	pub := &recorder{clock: c}
-	res, err := replay.Run(t.Context(), a, pub, replay.Options{Clock: c, Force: true,
-		Progress: func(p replay.Progress) { reasons = append(reasons, p.Reason) }})
+	res, err := replay.Run(t.Context(), a, pub, archive.Filter{},
+		on(c, replay.WithForce(), replay.WithProgress(func(p replay.Progress) { reasons = append(reasons, p.Reason) }))...)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Refused)
 	require.Contains(t, reasons[0], "no original topic")
 
-	res, err = replay.Run(t.Context(), a, pub, replay.Options{Clock: c, Force: true, Target: "t",
-		Progress: func(p replay.Progress) { reasons = append(reasons, p.Reason) }})
+	res, err = replay.Run(t.Context(), a, pub, archive.Filter{},
+		on(c, replay.WithForce(), replay.WithTarget("t"), replay.WithProgress(func(p replay.Progress) { reasons = append(reasons, p.Reason) }))...)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Refused)
 	require.Contains(t, reasons[1], "no original UUID")
@@ -624,9 +653,9 @@ func TestRunRefusesIncompleteEntries(t *testing.T) {
 
 // snapshot lists every entry of a without its message (whose channels
 // differ per copy): what a replay could change.
-func snapshot(t *testing.T, a dlq.Archive) []dlq.Entry {
+func snapshot(t *testing.T, a archive.Archive) []archive.Entry {
 	t.Helper()
-	es, err := a.List(t.Context(), dlq.Filter{}, dlq.Page{Limit: 1000})
+	es, err := a.List(t.Context(), archive.Filter{}, archive.Page{Limit: 1000})
 	require.NoError(t, err)
 	for i := range es {
 		es[i].Message = nil
@@ -659,9 +688,9 @@ func TestReplayReopensExhaustedRecord(t *testing.T) {
 	// The first delivery fails and spends the budget; the next one is
 	// refused as exhausted and dead-lettered into the archive.
 	src := source(7)
-	_, err = h(dlq.CopyMessage(src))
+	_, err = h(archive.CopyMessage(src))
 	require.Error(t, err)
-	_, err = h(dlq.CopyMessage(src))
+	_, err = h(archive.CopyMessage(src))
 	fe, final := dlq.AsFinal(err)
 	require.True(t, final)
 	require.Equal(t, dlq.ReasonExhausted, fe.Reason)
@@ -673,14 +702,14 @@ func TestReplayReopensExhaustedRecord(t *testing.T) {
 	failing = false
 	var results []error
 	deliver := func(p published) error {
-		_, err := h(dlq.CopyMessage(p.msg))
+		_, err := h(archive.CopyMessage(p.msg))
 		results = append(results, err)
 		return nil
 	}
 	res, err := replay.Run(t.Context(), a, &recorder{clock: c, hook: func(p published) error {
 		require.NoError(t, deliver(p))
 		return deliver(p) // and the broker delivers it a second time
-	}}, replay.Options{ID: "run-1", Clock: c})
+	}}, archive.Filter{}, on(c, replay.WithID("run-1"))...)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed)
 	require.Equal(t, []error{nil, nil}, results)
@@ -694,7 +723,8 @@ func TestReplayReopensExhaustedRecord(t *testing.T) {
 
 	// Replaying the completed operation again is a duplicate: acked, not run.
 	results = nil
-	_, err = replay.Run(t.Context(), a, &recorder{clock: c, hook: deliver}, replay.Options{ID: "run-2", Clock: c})
+	_, err = replay.Run(t.Context(), a, &recorder{clock: c, hook: deliver}, archive.Filter{},
+		on(c, replay.WithID("run-2"))...)
 	require.NoError(t, err)
 	require.Equal(t, []error{nil}, results)
 	require.Equal(t, 2, runs)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 )
@@ -17,7 +18,7 @@ import (
 // failedEntry archives one dead letter of op-0, dead-lettered at
 // deadLettered, whose last failed attempt ended at lastFailed (zero: no
 // history), with an envelope retention of retention; the run's clock is c.
-func failedEntry(t *testing.T, c *fakeClock, deadLettered, lastFailed time.Time, retention time.Duration) dlq.Archive {
+func failedEntry(t *testing.T, c *fakeClock, deadLettered, lastFailed time.Time, retention time.Duration) archive.Archive {
 	t.Helper()
 	var hist []idempotency.AttemptRecord
 	if !lastFailed.IsZero() {
@@ -35,17 +36,15 @@ func failedEntry(t *testing.T, c *fakeClock, deadLettered, lastFailed time.Time,
 }
 
 // guardReasons runs a dry run without a store and returns the refusals.
-func guardReasons(t *testing.T, c *fakeClock, a dlq.Archive) []string {
+func guardReasons(t *testing.T, c *fakeClock, a archive.Archive) []string {
 	t.Helper()
 	var reasons []string
-	_, err := replay.Run(context.Background(), a, &recorder{clock: c}, replay.Options{
-		Clock: c, DryRun: true,
-		Progress: func(p replay.Progress) {
+	_, err := replay.Run(context.Background(), a, &recorder{clock: c}, archive.Filter{},
+		on(c, replay.WithDryRun(), replay.WithProgress(func(p replay.Progress) {
 			if p.Reason != "" {
 				reasons = append(reasons, p.Reason)
 			}
-		},
-	})
+		}))...)
 	require.NoError(t, err)
 	return reasons
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
@@ -21,10 +22,10 @@ import (
 // dead-lettered at T (envelope retention 24h). The record expires at
 // T+23h. The archive holds the conflict's dead letter.
 type retentionSetup struct {
-	clock   *fakeClock
-	store   *memstore.Store
-	archive dlq.Archive
-	entry   string
+	clock *fakeClock
+	store *memstore.Store
+	arch  archive.Archive
+	entry string
 }
 
 func newRetentionSetup(t *testing.T, reason dlq.Reason, storeRetention time.Duration) retentionSetup {
@@ -49,7 +50,7 @@ func newRetentionSetup(t *testing.T, reason dlq.Reason, storeRetention time.Dura
 	}, nil, "host-1", "group-1")
 	a := newArchive(t, c)
 	require.NoError(t, a.Publish("dead-letters", env))
-	return retentionSetup{clock: c, store: st, archive: a, entry: env.UUID}
+	return retentionSetup{clock: c, store: st, arch: a, entry: env.UUID}
 }
 
 // replayAt runs a replay at T+d and returns the published count and the
@@ -59,14 +60,15 @@ func (s retentionSetup) replayAt(t *testing.T, d time.Duration, store idempotenc
 	s.clock.Advance(d - s.clock.Now().Sub(t0))
 	rec := &recorder{clock: s.clock}
 	var reasons []string
-	_, err := replay.Run(context.Background(), s.archive, rec, replay.Options{
-		Clock: s.clock, Store: store, DryRun: true,
-		Progress: func(p replay.Progress) {
-			if p.Reason != "" {
-				reasons = append(reasons, p.Reason)
-			}
-		},
-	})
+	opts := on(s.clock, replay.WithDryRun(), replay.WithProgress(func(p replay.Progress) {
+		if p.Reason != "" {
+			reasons = append(reasons, p.Reason)
+		}
+	}))
+	if store != nil {
+		opts = append(opts, replay.WithStore(store))
+	}
+	_, err := replay.Run(context.Background(), s.arch, rec, archive.Filter{}, opts...)
 	require.NoError(t, err)
 	return len(reasons), reasons
 }
@@ -116,7 +118,8 @@ func TestRetentionGuardWithStoreAndForce(t *testing.T) {
 	s := newRetentionSetup(t, dlq.ReasonConflict, 24*time.Hour)
 	s.clock.Advance(23*time.Hour + 30*time.Minute)
 	rec := &recorder{clock: s.clock}
-	res, err := replay.Run(context.Background(), s.archive, rec, replay.Options{Clock: s.clock, Store: s.store, Force: true})
+	res, err := replay.Run(context.Background(), s.arch, rec, archive.Filter{},
+		on(s.clock, replay.WithStore(s.store), replay.WithForce())...)
 	require.NoError(t, err)
 	assert.Equal(t, 1, res.Replayed)
 	assert.Len(t, rec.all(), 1)

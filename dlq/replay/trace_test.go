@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 )
 
@@ -26,11 +27,12 @@ func TestReplaySpansLinkToTheDeadLetterSpan(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	ids := archive(t, a, 0, 2, entrySpec{retention: time.Hour})
+	ids := deadLetters(t, a, 0, 2, entrySpec{retention: time.Hour})
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	pub := &ctxRecorder{}
-	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "traced", Clock: c, TracerProvider: tp})
+	res, err := replay.Run(t.Context(), a, pub, archive.Filter{},
+		on(c, replay.WithID("traced"), replay.WithTracerProvider(tp))...)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Replayed)
 
@@ -56,10 +58,10 @@ func TestReplaySpansLinkToTheDeadLetterSpan(t *testing.T) {
 	// A failing publish ends its span with an error.
 	rec2 := tracetest.NewSpanRecorder()
 	a2 := newArchive(t, c)
-	archive(t, a2, 0, 1, entrySpec{retention: time.Hour})
+	deadLetters(t, a2, 0, 1, entrySpec{retention: time.Hour})
 	failing := &recorder{clock: c, hook: func(published) error { return errors.New("broker down") }}
-	_, err = replay.Run(t.Context(), a2, failing, replay.Options{ID: "traced-fail", Clock: c,
-		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec2))})
+	_, err = replay.Run(t.Context(), a2, failing, archive.Filter{},
+		on(c, replay.WithID("traced-fail"), replay.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec2))))...)
 	require.Error(t, err)
 	require.Len(t, rec2.Ended(), 1)
 	require.Equal(t, codes.Error, rec2.Ended()[0].Status().Code)

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
 )
 
@@ -51,9 +52,9 @@ func newWatcher(r *runner) *watcher {
 // start skips the dead letters of this run archived before this call: an
 // earlier call counted them already.
 func (w *watcher) start(ctx context.Context) error {
-	f := dlq.Filter{ReplayID: w.r.run.ID}
+	f := archive.Filter{ReplayID: w.r.run.ID}
 	for {
-		page, err := w.r.archive.List(ctx, f, dlq.Page{After: w.cursor, Limit: pageSize})
+		page, err := w.r.archive.List(ctx, f, archive.Page{After: w.cursor, Limit: pageSize})
 		if err != nil {
 			return fmt.Errorf("replay: list re-failures: %w", err)
 		}
@@ -67,7 +68,7 @@ func (w *watcher) start(ctx context.Context) error {
 }
 
 // track follows a message the run just published.
-func (w *watcher) track(e dlq.Entry, msg *message.Message) {
+func (w *watcher) track(e archive.Entry, msg *message.Message) {
 	key := e.OperationKey
 	if w.r.o.NewKey {
 		key = msg.UUID
@@ -107,7 +108,7 @@ func (w *watcher) consecutiveNow() int {
 
 // check looks for new re-failures and confirmed successes and reports
 // whether the run must abort. For each followed message:
-//   - its dedup record (Options.Store) DONE is a success, EXHAUSTED and
+//   - its dedup record (WithStore) DONE is a success, EXHAUSTED and
 //     reopened by this run a re-failure;
 //   - else its dead letter in the archive is a re-failure: the dead letter
 //     of a replayed message has the UUID dlq.DeadLetterID(msg), derived
@@ -115,7 +116,7 @@ func (w *watcher) consecutiveNow() int {
 //
 // At most once per checkInterval, and on the final check, it also scans
 // the archive for new dead letters carrying this run's ID
-// (dlq.Filter.ReplayID): the re-failures of messages no longer followed.
+// (archive.Filter.ReplayID): the re-failures of messages no longer followed.
 func (w *watcher) check(ctx context.Context, final bool) (abort bool, err error) {
 	now := w.r.o.Clock.Now()
 	w.mu.Lock()
@@ -154,9 +155,9 @@ func (w *watcher) check(ctx context.Context, final bool) (abort bool, err error)
 		}
 	}
 	if scan {
-		f := dlq.Filter{ReplayID: w.r.run.ID}
+		f := archive.Filter{ReplayID: w.r.run.ID}
 		for {
-			page, lerr := w.r.archive.List(ctx, f, dlq.Page{After: cursor, Limit: pageSize})
+			page, lerr := w.r.archive.List(ctx, f, archive.Page{After: cursor, Limit: pageSize})
 			if lerr != nil {
 				err = fmt.Errorf("replay: list re-failures: %w", lerr)
 				break

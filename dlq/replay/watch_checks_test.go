@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
@@ -22,14 +23,12 @@ func TestRunChecksOncePerSecond(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	archive(t, a, 0, 4, entrySpec{retention: time.Hour})
+	deadLetters(t, a, 0, 4, entrySpec{retention: time.Hour})
 	pub := &recorder{clock: c}
 	pub.hook = refailing(t, a, func(published) bool { return true })
 	var refailed []int
-	_, err := replay.Run(t.Context(), a, pub, replay.Options{
-		Rate: 1, AbortAfter: 100, Clock: c,
-		Progress: func(p replay.Progress) { refailed = append(refailed, p.Refailed) },
-	})
+	_, err := replay.Run(t.Context(), a, pub, archive.Filter{},
+		on(c, replay.WithRate(1), replay.WithAbortAfter(100), replay.WithProgress(func(p replay.Progress) { refailed = append(refailed, p.Refailed) }))...)
 	require.NoError(t, err)
 	require.Equal(t, []int{0, 0, 2, 3}, refailed)
 }
@@ -74,12 +73,13 @@ func TestRunStoreOutcomesBetweenScans(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	archive(t, a, 0, 10, entrySpec{retention: time.Hour})
+	deadLetters(t, a, 0, 10, entrySpec{retention: time.Hour})
 	store, err := memstore.New()
 	require.NoError(t, err)
 	seedExhausted(t, store, 0, 10)
 	pub := &recorder{clock: c, hook: storeConsumer(store, func(n int32) bool { return n == 1 })}
-	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "stored", AbortAfter: 3, Store: store, Clock: c})
+	res, err := replay.Run(t.Context(), a, pub, archive.Filter{},
+		on(c, replay.WithID("stored"), replay.WithAbortAfter(3), replay.WithStore(store))...)
 	require.ErrorIs(t, err, replay.ErrAborted)
 	// After 3 publishes: one success, two re-failures; after 6: three more.
 	require.Equal(t, 6, res.Replayed)
@@ -92,12 +92,13 @@ func TestRunStoreSuccessBreaksRefailures(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	archive(t, a, 0, 9, entrySpec{retention: time.Hour})
+	deadLetters(t, a, 0, 9, entrySpec{retention: time.Hour})
 	store, err := memstore.New()
 	require.NoError(t, err)
 	seedExhausted(t, store, 0, 9)
 	pub := &recorder{clock: c, hook: storeConsumer(store, func(n int32) bool { return n == 4 || n == 5 })}
-	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "broken", AbortAfter: 4, Store: store, Clock: c})
+	res, err := replay.Run(t.Context(), a, pub, archive.Filter{},
+		on(c, replay.WithID("broken"), replay.WithAbortAfter(4), replay.WithStore(store))...)
 	require.NoError(t, err)
 	require.Equal(t, replay.StateDone, res.State)
 	require.Equal(t, 9, res.Replayed)
@@ -111,10 +112,10 @@ func TestRunRefailuresAddUpAcrossChecks(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	archive(t, a, 0, 6, entrySpec{retention: time.Hour})
+	deadLetters(t, a, 0, 6, entrySpec{retention: time.Hour})
 	pub := &recorder{clock: c}
 	pub.hook = refailing(t, a, func(published) bool { return true })
-	res, err := replay.Run(t.Context(), a, pub, replay.Options{Rate: 1, AbortAfter: 3, Clock: c})
+	res, err := replay.Run(t.Context(), a, pub, archive.Filter{}, on(c, replay.WithRate(1), replay.WithAbortAfter(3))...)
 	require.ErrorIs(t, err, replay.ErrAborted)
 	require.Equal(t, 3, res.Replayed)
 	require.Equal(t, 3, res.Refailed)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 )
@@ -31,8 +32,8 @@ func TestRunSkipsEarlierDeadLettersOfTheRunAcrossPages(t *testing.T) {
 		// Kept out of this call's selection: only the watcher sees it.
 		require.NoError(t, a.MarkReplayed(t.Context(), env.UUID, "run-1"))
 	}
-	archive(t, a, 200, 1, entrySpec{retention: time.Hour})
-	res, err := replay.Run(t.Context(), a, &recorder{clock: c}, replay.Options{ID: "run-1", Clock: c})
+	deadLetters(t, a, 200, 1, entrySpec{retention: time.Hour})
+	res, err := replay.Run(t.Context(), a, &recorder{clock: c}, archive.Filter{}, on(c, replay.WithID("run-1"))...)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed)
 	require.Zero(t, res.Refailed, "none of them is a re-failure of this call")
@@ -45,12 +46,13 @@ func TestRunAbortsOnFollowedRefailuresBetweenScans(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	archive(t, a, 0, 10, entrySpec{retention: time.Hour})
+	deadLetters(t, a, 0, 10, entrySpec{retention: time.Hour})
 	var publishes atomic.Int32
 	pub := &recorder{clock: c}
 	// The first replayed message succeeds, every later one fails again.
 	pub.hook = refailing(t, a, func(published) bool { return publishes.Add(1) > 1 })
-	res, err := replay.Run(t.Context(), a, pub, replay.Options{ID: "followed", AbortAfter: 3, Clock: c})
+	res, err := replay.Run(t.Context(), a, pub, archive.Filter{},
+		on(c, replay.WithID("followed"), replay.WithAbortAfter(3))...)
 	require.ErrorIs(t, err, replay.ErrAborted)
 	// The check after 3 publishes (a scan) finds 2 in a row, the one after
 	// 6 publishes (no scan) 3 more: abort before the 7th.

@@ -1,11 +1,11 @@
-// Package sqlarchive is a dlq.Archive on PostgreSQL, MySQL/MariaDB or
+// Package sqlarchive is an archive.Archive on PostgreSQL, MySQL/MariaDB or
 // SQLite, through database/sql.
 //
 //	db, err := sql.Open("pgx", "postgres://...") // yours: the archive never closes it
-//	archive, err := sqlarchive.New(db, sqlarchive.Postgres)
-//	err = archive.Migrate(ctx) // creates the tables unless they exist
+//	arch, err := sqlarchive.New(db, sqlarchive.Postgres)
+//	err = arch.Migrate(ctx) // creates the tables unless they exist
 //	h, err := handler.New(fn, handler.WithStore(store, "billing"),
-//		handler.WithDeadLetter(archive, "dead")) // the topic is ignored
+//		handler.WithDeadLetter(arch, "dead")) // the topic is ignored
 //
 // It imports no driver: open the *sql.DB with the driver of your choice
 // (tested with github.com/jackc/pgx/v5/stdlib, github.com/go-sql-driver/mysql
@@ -14,7 +14,7 @@
 //
 // # Tables
 //
-// WithPrefix (default "surely_dlq") names three tables (four on MySQL):
+// WithTablePrefix (default "surely_dlq") names three tables (four on MySQL):
 //
 //	<prefix>_entries   one row per entry: seq (auto-increment, the entry's
 //	                   Seq), id (unique), payload and metadata (binary,
@@ -39,7 +39,7 @@
 //
 // Publish stores a batch in one transaction and is idempotent by ID (ON
 // CONFLICT / ON DUPLICATE KEY counts a copy). Seq order is commit order,
-// as dlq.Entry.Seq promises to cursors (List After, replay runs, the
+// as archive.Entry.Seq promises to cursors (List After, replay runs, the
 // re-failure watch): each publish takes a lock held until it commits
 // before its rows take their Seqs, so a transaction that took a lower Seq
 // has always committed before a higher one is visible. Without it two
@@ -86,7 +86,7 @@
 //
 // # Retention
 //
-// Nothing is deleted unless asked: WithRetention(d) makes Prune delete the
+// Nothing is deleted unless asked: dlq.WithRetention(d) makes Prune delete the
 // entries dead-lettered more than d ago, in one transaction, and log how
 // many (slog, Info). Call it from a ticker of your own.
 package sqlarchive

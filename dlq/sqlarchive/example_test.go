@@ -11,11 +11,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 )
 
 // An archive on SQLite: Migrate creates its tables; dead letters go in
-// through Publish (or handler.WithDeadLetter / dlq.Ingest) and come out
+// through Publish (or handler.WithDeadLetter / archive.Ingest) and come out
 // filtered in SQL.
 func Example() {
 	ctx := context.Background()
@@ -28,12 +29,12 @@ func Example() {
 	}
 	defer func() { _ = db.Close() }() // yours: the archive never closes it
 
-	archive, err := sqlarchive.New(db, sqlarchive.SQLite)
+	arch, err := sqlarchive.New(db, sqlarchive.SQLite)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	if err := archive.Migrate(ctx); err != nil {
+	if err := arch.Migrate(ctx); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -41,12 +42,12 @@ func Example() {
 	for i, reason := range []dlq.Reason{dlq.ReasonExhausted, dlq.ReasonPermanent, dlq.ReasonExhausted} {
 		src := message.NewMessage(fmt.Sprintf("order-%d", i), []byte("{}"))
 		f := dlq.Failure{Reason: reason, Err: errors.New("warehouse unavailable"), Topic: "orders", Handler: "ship"}
-		_ = archive.Publish("dead", dlq.Envelope(src, f, nil, "", ""))
+		_ = arch.Publish("dead", dlq.Envelope(src, f, nil, "", ""))
 	}
 
-	st, _ := archive.Stats(ctx, dlq.Filter{Topic: "orders"})
+	st, _ := arch.Stats(ctx, archive.Filter{Topic: "orders"})
 	fmt.Println("total:", st.Total, "exhausted:", st.ByReason["exhausted"])
-	page, _ := archive.List(ctx, dlq.Filter{Reason: dlq.ReasonExhausted}, dlq.Page{Limit: 10})
+	page, _ := arch.List(ctx, archive.Filter{Reason: dlq.ReasonExhausted}, archive.Page{Limit: 10})
 	for _, e := range page {
 		fmt.Println(e.Seq, e.Message.Metadata.Get(dlq.KeyOriginalUUID), e.Error)
 	}

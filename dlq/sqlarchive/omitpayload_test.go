@@ -10,7 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
-	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/internal/testenv"
 	"github.com/surely-dev/surely/internal/testsql"
@@ -41,7 +41,7 @@ func TestListOmitPayloadTransfersNoPayload(t *testing.T) {
 	}
 
 	before := proxy.Sent()
-	bare, err := a.List(ctx, dlq.Filter{}, dlq.Page{Limit: n, OmitPayload: true})
+	bare, err := a.List(ctx, archive.Filter{}, archive.Page{Limit: n, OmitPayload: true})
 	require.NoError(t, err)
 	bareBytes := proxy.Sent() - before
 	require.Len(t, bare, n)
@@ -52,7 +52,7 @@ func TestListOmitPayloadTransfersNoPayload(t *testing.T) {
 	require.Less(t, bareBytes, int64(size), "a listing without payloads transferred %d bytes", bareBytes)
 
 	before = proxy.Sent()
-	full, err := a.List(ctx, dlq.Filter{}, dlq.Page{Limit: n})
+	full, err := a.List(ctx, archive.Filter{}, archive.Page{Limit: n})
 	require.NoError(t, err)
 	require.Len(t, full, n)
 	require.GreaterOrEqual(t, proxy.Sent()-before, int64(n*size), "the proxy counts what a full listing transfers")

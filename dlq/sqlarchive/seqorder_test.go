@@ -13,7 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
-	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 )
 
@@ -80,7 +80,7 @@ func testCursorSeesLateCommit(t *testing.T, b backend) {
 	seen := map[string]int64{}
 	cursor := int64(0)
 	read := func() {
-		page, err := a.List(ctx, dlq.Filter{}, dlq.Page{After: cursor, Limit: 100})
+		page, err := a.List(ctx, archive.Filter{}, archive.Page{After: cursor, Limit: 100})
 		require.NoError(t, err)
 		for _, e := range page {
 			seen[e.ID] = e.Seq

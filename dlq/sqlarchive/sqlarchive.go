@@ -16,18 +16,20 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/options"
 )
 
-// DefaultPrefix is the table name prefix unless WithPrefix is given: the
+// defaultPrefix is the table name prefix unless WithTablePrefix is given: the
 // tables are surely_dlq_entries, surely_dlq_replayed and surely_dlq_runs.
-const DefaultPrefix = "surely_dlq"
+const defaultPrefix = "surely_dlq"
 
 // batch bounds the IDs of one IN list (Delete, ReplayedBy lookups).
 const batch = 500
 
 var prefixRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 
-// Archive is a dlq.Archive on a SQL database. It is safe for concurrent use.
+// Archive is an archive.Archive on a SQL database. It is safe for concurrent use.
 type Archive struct {
 	db        *sql.DB
 	dialect   Dialect
@@ -41,74 +43,52 @@ type Archive struct {
 	retention time.Duration
 }
 
-var _ dlq.Archive = (*Archive)(nil)
+var _ archive.Archive = (*Archive)(nil)
 
-// Option configures an Archive.
-type Option func(*Archive) error
+// nameTablePrefix is the name WithTablePrefix records.
+const nameTablePrefix = "sqlarchive.WithTablePrefix"
 
-// WithPrefix sets the prefix of the table names (default DefaultPrefix).
-// It must match [a-z_][a-z0-9_]{0,39}: lower case, so it means the same
-// quoted and unquoted in every dialect, and short enough for index names.
-func WithPrefix(prefix string) Option {
-	return func(a *Archive) error {
+// WithTablePrefix sets the prefix of the table names (default
+// "surely_dlq"). It must match [a-z_][a-z0-9_]{0,39}: lower case, so it
+// means the same quoted and unquoted in every dialect, and short enough
+// for index names.
+func WithTablePrefix(prefix string) dlq.Option {
+	return func(s *options.Set) error {
 		if !prefixRE.MatchString(prefix) {
 			return fmt.Errorf("%w: sqlarchive: table prefix %q must match [a-z_][a-z0-9_]{0,39}", dlq.ErrInvalidOption, prefix)
 		}
-		a.prefix = prefix
-		return nil
-	}
-}
-
-// WithClock replaces the clock that stamps ArchivedAt and that Prune
-// measures age with.
-func WithClock(now func() time.Time) Option {
-	return func(a *Archive) error {
-		if now == nil {
-			return fmt.Errorf("%w: sqlarchive: nil clock", dlq.ErrInvalidOption)
-		}
-		a.now = now
-		return nil
-	}
-}
-
-// WithLogger sets the logger Prune reports to (default: discard).
-func WithLogger(l *slog.Logger) Option {
-	return func(a *Archive) error {
-		if l == nil {
-			return fmt.Errorf("%w: sqlarchive: nil logger", dlq.ErrInvalidOption)
-		}
-		a.log = l
-		return nil
-	}
-}
-
-// WithRetention makes Prune delete entries dead-lettered more than d ago.
-// Without it the archive keeps everything and Prune deletes nothing.
-func WithRetention(d time.Duration) Option {
-	return func(a *Archive) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: sqlarchive: retention must be positive, got %v", dlq.ErrInvalidOption, d)
-		}
-		a.retention = d
+		s.Put(nameTablePrefix, prefix)
 		return nil
 	}
 }
 
 // New returns an archive on db, a database of the given dialect. It
 // neither connects nor touches the schema: call Migrate first. It never
-// closes db.
-func New(db *sql.DB, dialect Dialect, opts ...Option) (*Archive, error) {
+// closes db. It takes WithTablePrefix, dlq.WithRetention (default: keep
+// everything, Prune deletes nothing), dlq.WithClock (stamps ArchivedAt and
+// the age Prune measures; default time.Now) and dlq.WithLogger (Prune's
+// reports; default: discard).
+func New(db *sql.DB, dialect Dialect, opts ...dlq.Option) (*Archive, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlarchive: nil *sql.DB", dlq.ErrInvalidOption)
 	}
 	if !dialect.valid() {
 		return nil, fmt.Errorf("%w: sqlarchive: unknown dialect %v", dlq.ErrInvalidOption, dialect)
 	}
-	a := &Archive{db: db, dialect: dialect, prefix: DefaultPrefix, now: time.Now, log: slog.New(slog.DiscardHandler)}
-	for _, o := range opts {
-		if err := o(a); err != nil {
-			return nil, err
-		}
+	s, err := options.Apply(dlq.ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Check(dlq.ErrInvalidOption, "sqlarchive.New", nameTablePrefix,
+		options.Retention, options.Clock, options.Logger); err != nil {
+		return nil, err
+	}
+	a := &Archive{
+		db: db, dialect: dialect,
+		prefix:    options.Get(s, nameTablePrefix, defaultPrefix),
+		now:       options.Get(s, options.Clock, time.Now),
+		log:       options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
+		retention: options.Get(s, options.Retention, time.Duration(0)),
 	}
 	a.entries = dialect.quote(a.prefix + "_entries")
 	a.replayed = dialect.quote(a.prefix + "_replayed")
@@ -152,12 +132,12 @@ func text(s string) string {
 // Publish stores the messages as entries in one transaction; the topic is
 // ignored. A message whose UUID is already archived increments that
 // entry's Copies. The statements use the first message's context. A
-// message without a UUID fails the whole call with dlq.ErrNoID before
+// message without a UUID fails the whole call with archive.ErrNoID before
 // anything is stored.
 func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 	for _, m := range msgs {
 		if m == nil || m.UUID == "" {
-			return fmt.Errorf("sqlarchive: publish: %w", dlq.ErrNoID)
+			return fmt.Errorf("sqlarchive: publish: %w", archive.ErrNoID)
 		}
 	}
 	if len(msgs) == 0 {
@@ -179,7 +159,7 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 		}
 		for _, m := range msgs {
 			now := a.now()
-			e := dlq.EntryFromMessage(m, now)
+			e := archive.EntryFromMessage(m, now)
 			payload := []byte(m.Payload)
 			if payload == nil {
 				payload = []byte{}
@@ -244,7 +224,7 @@ func (a *Archive) Close() error { return nil }
 
 // where renders f as a WHERE clause (with leading " WHERE", or "") and its
 // arguments, after the seq bound.
-func (a *Archive) where(f dlq.Filter, after int64) (string, []any) {
+func (a *Archive) where(f archive.Filter, after int64) (string, []any) {
 	conds := []string{"e.seq > ?"}
 	args := []any{after}
 	if len(f.IDs) > 0 {
@@ -297,14 +277,14 @@ const (
 	bareCols = "e.seq, e.id, e.metadata, e.copies, e.archived_at"
 )
 
-// Get returns one entry, or dlq.ErrEntryNotFound.
-func (a *Archive) Get(ctx context.Context, id string) (dlq.Entry, error) {
-	out, err := a.List(ctx, dlq.Filter{IDs: []string{id}}, dlq.Page{Limit: 1})
+// Get returns one entry, or archive.ErrEntryNotFound.
+func (a *Archive) Get(ctx context.Context, id string) (archive.Entry, error) {
+	out, err := a.List(ctx, archive.Filter{IDs: []string{id}}, archive.Page{Limit: 1})
 	if err != nil {
-		return dlq.Entry{}, err
+		return archive.Entry{}, err
 	}
 	if len(out) == 0 {
-		return dlq.Entry{}, fmt.Errorf("sqlarchive: %q: %w", id, dlq.ErrEntryNotFound)
+		return archive.Entry{}, fmt.Errorf("sqlarchive: %q: %w", id, archive.ErrEntryNotFound)
 	}
 	return out[0], nil
 }
@@ -312,19 +292,19 @@ func (a *Archive) Get(ctx context.Context, id string) (dlq.Entry, error) {
 // List returns one page of the entries f selects, in Seq order: one
 // query with the filter in SQL, one for the page's replay marks. With
 // p.OmitPayload the query does not select the payload column.
-func (a *Archive) List(ctx context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Entry, error) {
+func (a *Archive) List(ctx context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error) {
 	w, args := a.where(f, p.After)
 	cols := entryCols
 	if p.OmitPayload {
 		cols = bareCols
 	}
 	rows, err := a.db.QueryContext(ctx, a.q("SELECT "+cols+" FROM "+a.entries+" e"+w+" ORDER BY e.seq LIMIT ?"),
-		append(args, dlq.PageLimit(p))...)
+		append(args, archive.PageLimit(p))...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlarchive: list: %w", err)
 	}
 	defer func() { _ = rows.Close() }()
-	var out []dlq.Entry
+	var out []archive.Entry
 	for rows.Next() {
 		var (
 			seq, at       int64
@@ -345,7 +325,7 @@ func (a *Archive) List(ctx context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Ent
 		}
 		msg := message.NewMessage(id, payload)
 		msg.Metadata = md
-		e := dlq.EntryFromMessage(msg, time.Unix(0, at).UTC())
+		e := archive.EntryFromMessage(msg, time.Unix(0, at).UTC())
 		e.Message = msg
 		e.Seq, e.Copies = seq, copies
 		out = append(out, e)
@@ -361,7 +341,7 @@ func (a *Archive) List(ctx context.Context, f dlq.Filter, p dlq.Page) ([]dlq.Ent
 }
 
 // fillReplayedBy reads the replay marks of entries, oldest first.
-func (a *Archive) fillReplayedBy(ctx context.Context, entries []dlq.Entry) error {
+func (a *Archive) fillReplayedBy(ctx context.Context, entries []archive.Entry) error {
 	index := make(map[string]int, len(entries))
 	ids := make([]string, 0, len(entries))
 	for i, e := range entries {
@@ -398,22 +378,22 @@ func (a *Archive) fillReplayedBy(ctx context.Context, entries []dlq.Entry) error
 }
 
 // Stats summarises the entries f selects: one GROUP BY query.
-func (a *Archive) Stats(ctx context.Context, f dlq.Filter) (dlq.Stats, error) {
+func (a *Archive) Stats(ctx context.Context, f archive.Filter) (archive.Stats, error) {
 	w, args := a.where(f, 0)
 	rows, err := a.db.QueryContext(ctx, a.q("SELECT e.reason, e.original_topic, e.handler, e.error_type, COUNT(*), MIN(e.dead_lettered_at), MAX(e.dead_lettered_at) FROM "+
 		a.entries+" e"+w+" GROUP BY e.reason, e.original_topic, e.handler, e.error_type"), args...)
 	if err != nil {
-		return dlq.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
+		return archive.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
 	}
 	defer func() { _ = rows.Close() }()
-	s := dlq.NewStats()
+	s := archive.NewStats()
 	var oldest, newest int64
 	for rows.Next() {
 		var reason, topic, handler, etype string
 		var n int
 		var lo, hi int64
 		if err := rows.Scan(&reason, &topic, &handler, &etype, &n, &lo, &hi); err != nil {
-			return dlq.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
+			return archive.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
 		}
 		if s.Total == 0 || lo < oldest {
 			oldest = lo
@@ -428,7 +408,7 @@ func (a *Archive) Stats(ctx context.Context, f dlq.Filter) (dlq.Stats, error) {
 		s.ByErrorType[etype] += n
 	}
 	if err := rows.Err(); err != nil {
-		return dlq.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
+		return archive.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
 	}
 	if s.Total > 0 {
 		s.Oldest, s.Newest = time.Unix(0, oldest).UTC(), time.Unix(0, newest).UTC()
@@ -470,7 +450,7 @@ func (a *Archive) Delete(ctx context.Context, ids ...string) (int, error) {
 }
 
 // MarkReplayed records that replay run replayID republished entry id
-// (once per run), or returns dlq.ErrEntryNotFound.
+// (once per run), or returns archive.ErrEntryNotFound.
 func (a *Archive) MarkReplayed(ctx context.Context, id, replayID string) error {
 	if replayID == "" {
 		return fmt.Errorf("%w: sqlarchive: empty replay run ID", dlq.ErrInvalidOption)
@@ -497,7 +477,7 @@ func (a *Archive) MarkReplayed(ctx context.Context, id, replayID string) error {
 	var one int
 	err = a.db.QueryRowContext(ctx, a.q("SELECT 1 FROM "+a.entries+" WHERE id = ?"), id).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("sqlarchive: %q: %w", id, dlq.ErrEntryNotFound)
+		return fmt.Errorf("sqlarchive: %q: %w", id, archive.ErrEntryNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("sqlarchive: mark %q replayed: %w", id, err)
@@ -506,7 +486,7 @@ func (a *Archive) MarkReplayed(ctx context.Context, id, replayID string) error {
 }
 
 // SaveReplay stores (creates or updates) a replay run, as JSON.
-func (a *Archive) SaveReplay(ctx context.Context, run dlq.ReplayRun) error {
+func (a *Archive) SaveReplay(ctx context.Context, run archive.ReplayRun) error {
 	if run.ID == "" {
 		return fmt.Errorf("%w: sqlarchive: replay run without ID", dlq.ErrInvalidOption)
 	}
@@ -527,25 +507,25 @@ func (a *Archive) SaveReplay(ctx context.Context, run dlq.ReplayRun) error {
 	return nil
 }
 
-// LoadReplay reads a replay run back, or returns dlq.ErrReplayNotFound.
-func (a *Archive) LoadReplay(ctx context.Context, id string) (dlq.ReplayRun, error) {
+// LoadReplay reads a replay run back, or returns archive.ErrReplayNotFound.
+func (a *Archive) LoadReplay(ctx context.Context, id string) (archive.ReplayRun, error) {
 	var body string
 	err := a.db.QueryRowContext(ctx, a.q("SELECT body FROM "+a.runs+" WHERE id = ?"), id).Scan(&body)
 	if errors.Is(err, sql.ErrNoRows) {
-		return dlq.ReplayRun{}, fmt.Errorf("sqlarchive: replay %q: %w", id, dlq.ErrReplayNotFound)
+		return archive.ReplayRun{}, fmt.Errorf("sqlarchive: replay %q: %w", id, archive.ErrReplayNotFound)
 	}
 	if err != nil {
-		return dlq.ReplayRun{}, fmt.Errorf("sqlarchive: load replay %q: %w", id, err)
+		return archive.ReplayRun{}, fmt.Errorf("sqlarchive: load replay %q: %w", id, err)
 	}
-	var run dlq.ReplayRun
+	var run archive.ReplayRun
 	if err := json.Unmarshal([]byte(body), &run); err != nil {
-		return dlq.ReplayRun{}, fmt.Errorf("sqlarchive: replay %q is corrupt: %w", id, err)
+		return archive.ReplayRun{}, fmt.Errorf("sqlarchive: replay %q is corrupt: %w", id, err)
 	}
 	return run, nil
 }
 
 // Prune deletes the entries dead-lettered longer ago than the retention
-// (WithRetention) with their replay marks, in one transaction, logs how
+// (dlq.WithRetention) with their replay marks, in one transaction, logs how
 // many, and returns the count. Without a retention it deletes nothing.
 func (a *Archive) Prune(ctx context.Context) (int, error) {
 	if a.retention == 0 {

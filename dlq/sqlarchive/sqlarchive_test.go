@@ -16,6 +16,7 @@ import (
 	_ "modernc.org/sqlite" // driver "sqlite", pure Go
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/archivetest"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/internal/testsql"
@@ -49,13 +50,13 @@ func openSQLite(t testing.TB) *sql.DB {
 
 // setup returns a migrated archive on tables of the test's own, dropped
 // when the test ends.
-func setup(t testing.TB, b backend, opts ...sqlarchive.Option) *sqlarchive.Archive {
+func setup(t testing.TB, b backend, opts ...dlq.Option) *sqlarchive.Archive {
 	t.Helper()
 	db := b.open(t)
 	var r [5]byte
 	_, _ = rand.Read(r[:])
 	prefix := "dlqt_" + hex.EncodeToString(r[:])
-	a, err := sqlarchive.New(db, b.dialect, append([]sqlarchive.Option{sqlarchive.WithPrefix(prefix)}, opts...)...)
+	a, err := sqlarchive.New(db, b.dialect, append([]dlq.Option{sqlarchive.WithTablePrefix(prefix)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -76,7 +77,7 @@ func TestConformance(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			archivetest.Run(t, func(t *testing.T) dlq.Archive { return setup(t, b) })
+			archivetest.Run(t, func(t *testing.T) archive.Archive { return setup(t, b) })
 		})
 	}
 }
@@ -87,9 +88,9 @@ func TestPrune(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			archivetest.RunPrune(t, func(t *testing.T, retention time.Duration, log *slog.Logger) archivetest.PruneArchive {
-				opts := []sqlarchive.Option{sqlarchive.WithLogger(log)}
+				opts := []dlq.Option{dlq.WithLogger(log)}
 				if retention > 0 {
-					opts = append(opts, sqlarchive.WithRetention(retention))
+					opts = append(opts, dlq.WithRetention(retention))
 				}
 				return setup(t, b, opts...)
 			})
@@ -102,13 +103,15 @@ func TestOptions(t *testing.T) {
 	db, err := sql.Open("sqlite", ":memory:")
 	require.NoError(t, err)
 	defer func() { _ = db.Close() }()
-	for name, opt := range map[string]sqlarchive.Option{
-		"upper-case prefix": sqlarchive.WithPrefix("Dlq"),
-		"quote in prefix":   sqlarchive.WithPrefix(`a"b`),
-		"empty prefix":      sqlarchive.WithPrefix(""),
-		"zero retention":    sqlarchive.WithRetention(0),
-		"nil clock":         sqlarchive.WithClock(nil),
-		"nil logger":        sqlarchive.WithLogger(nil),
+	for name, opt := range map[string]dlq.Option{
+		"upper-case prefix": sqlarchive.WithTablePrefix("Dlq"),
+		"quote in prefix":   sqlarchive.WithTablePrefix(`a"b`),
+		"empty prefix":      sqlarchive.WithTablePrefix(""),
+		"zero retention":    dlq.WithRetention(0),
+		"nil clock":         dlq.WithClock(nil),
+		"nil logger":        dlq.WithLogger(nil),
+		// An option of another constructor of the family is refused.
+		"publisher option": dlq.WithHost("h"),
 	} {
 		_, err := sqlarchive.New(db, sqlarchive.SQLite, opt)
 		require.ErrorIs(t, err, dlq.ErrInvalidOption, name)
@@ -117,6 +120,8 @@ func TestOptions(t *testing.T) {
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
 	_, err = sqlarchive.New(db, sqlarchive.Dialect(42))
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
+	_, err = sqlarchive.New(db, sqlarchive.SQLite, dlq.WithHost("h"))
+	require.ErrorContains(t, err, "sqlarchive.New does not take option WithHost")
 }
 
 func TestWithoutMigrateIsAnError(t *testing.T) {
@@ -129,7 +134,7 @@ func TestWithoutMigrateIsAnError(t *testing.T) {
 func BenchmarkArchive(b *testing.B) {
 	for _, be := range backends {
 		b.Run(be.name, func(b *testing.B) {
-			archivetest.Bench(b, 10000, func(b *testing.B) dlq.Archive { return setup(b, be) })
+			archivetest.Bench(b, 10000, func(b *testing.B) archive.Archive { return setup(b, be) })
 		})
 	}
 }
@@ -137,7 +142,7 @@ func BenchmarkArchive(b *testing.B) {
 func TestCorruptRowIsAClearError(t *testing.T) {
 	t.Parallel()
 	db := openSQLite(t)
-	a, err := sqlarchive.New(db, sqlarchive.SQLite, sqlarchive.WithPrefix("corrupt"))
+	a, err := sqlarchive.New(db, sqlarchive.SQLite, sqlarchive.WithTablePrefix("corrupt"))
 	require.NoError(t, err)
 	require.NoError(t, a.Migrate(t.Context()))
 	require.NoError(t, a.Publish("dead", message.NewMessage("id-1", []byte("p"))))
@@ -145,6 +150,6 @@ func TestCorruptRowIsAClearError(t *testing.T) {
 	require.NoError(t, err)
 	_, err = a.Get(t.Context(), "id-1")
 	require.ErrorContains(t, err, `entry "id-1" is corrupt`)
-	_, err = a.List(t.Context(), dlq.Filter{}, dlq.Page{})
+	_, err = a.List(t.Context(), archive.Filter{}, archive.Page{})
 	require.ErrorContains(t, err, "corrupt")
 }

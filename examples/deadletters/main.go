@@ -41,7 +41,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/surely-dev/surely/adapters/redisstream"
-	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
@@ -102,18 +102,18 @@ func open(ctx context.Context, path string) (*sql.DB, *sqlstore.Store, *sqlarchi
 	if err == nil {
 		err = store.Migrate(ctx)
 	}
-	var archive *sqlarchive.Archive
+	var arch *sqlarchive.Archive
 	if err == nil {
-		archive, err = sqlarchive.New(db, sqlarchive.SQLite)
+		arch, err = sqlarchive.New(db, sqlarchive.SQLite)
 	}
 	if err == nil {
-		err = archive.Migrate(ctx)
+		err = arch.Migrate(ctx)
 	}
 	if err != nil {
 		_ = db.Close()
 		return nil, nil, nil, err
 	}
-	return db, store, archive, nil
+	return db, store, arch, nil
 }
 
 // charge is the business handler. While the gateway is down, orders
@@ -135,7 +135,7 @@ func charge(gatewayUp bool, charged *atomic.Int64) message.HandlerFunc {
 	}
 }
 
-func chain(store idempotency.Store, archive dlq.Archive, gatewayUp bool, charged *atomic.Int64) (message.HandlerFunc, error) {
+func chain(store idempotency.Store, arch archive.Archive, gatewayUp bool, charged *atomic.Int64) (message.HandlerFunc, error) {
 	policy, err := retry.NewPolicy(retry.WithMaxAttempts(3), retry.WithInProcessAttempts(3),
 		retry.WithBackoff(20*time.Millisecond, 100*time.Millisecond))
 	if err != nil {
@@ -143,7 +143,7 @@ func chain(store idempotency.Store, archive dlq.Archive, gatewayUp bool, charged
 	}
 	return handler.New(charge(gatewayUp, charged),
 		handler.WithStore(store, namespace),
-		handler.WithDeadLetter(archive, "dead-letters"),
+		handler.WithDeadLetter(arch, "dead-letters"),
 		handler.WithPolicy(policy),
 		handler.WithBreaker(nil),
 		handler.WithConsumerGroup("billing"))
@@ -153,13 +153,13 @@ func chain(store idempotency.Store, archive dlq.Archive, gatewayUp bool, charged
 // is down for some of them, and waits until each order is charged or
 // dead-lettered.
 func runOutage(ctx context.Context, path string) error {
-	db, store, archive, err := open(ctx, path)
+	db, store, arch, err := open(ctx, path)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = db.Close() }()
 	var charged atomic.Int64
-	h, err := chain(store, archive, false, &charged)
+	h, err := chain(store, arch, false, &charged)
 	if err != nil {
 		return err
 	}
@@ -174,7 +174,7 @@ func runOutage(ctx context.Context, path string) error {
 	defer func() { _ = router.Close() }()
 	<-router.Running()
 
-	before, err := archive.Stats(ctx, dlq.Filter{})
+	before, err := arch.Stats(ctx, archive.Filter{})
 	if err != nil {
 		return err
 	}
@@ -188,7 +188,7 @@ func runOutage(ctx context.Context, path string) error {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		st, err := archive.Stats(ctx, dlq.Filter{})
+		st, err := arch.Stats(ctx, archive.Filter{})
 		if err != nil {
 			return err
 		}
@@ -211,7 +211,7 @@ func runOutage(ctx context.Context, path string) error {
 // runConsume charges what arrives on the topic in Redis Streams, with the
 // gateway repaired, until n messages were handled.
 func runConsume(ctx context.Context, path, redisURL string, n int) error {
-	db, store, archive, err := open(ctx, path)
+	db, store, arch, err := open(ctx, path)
 	if err != nil {
 		return err
 	}
@@ -220,14 +220,13 @@ func runConsume(ctx context.Context, path, redisURL string, n int) error {
 	if err != nil {
 		return err
 	}
-	sub, err := redisstream.NewSubscriber(&redis.UniversalOptions{Addrs: []string{opts.Addr}, DB: opts.DB},
-		redisstream.Config{Group: "billing"}, nil)
+	sub, err := redisstream.NewSubscriber(&redis.UniversalOptions{Addrs: []string{opts.Addr}, DB: opts.DB}, "billing")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = sub.Close() }()
 	var charged atomic.Int64
-	h, err := chain(store, archive, true, &charged)
+	h, err := chain(store, arch, true, &charged)
 	if err != nil {
 		return err
 	}

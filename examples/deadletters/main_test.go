@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
 )
 
@@ -19,15 +20,15 @@ func TestOutageFillsTheArchive(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "billing.db")
 	require.NoError(t, runOutage(ctx, path))
 
-	db, store, archive, err := open(ctx, path)
+	db, store, ar, err := open(ctx, path)
 	require.NoError(t, err)
 	defer func() { _ = db.Close() }()
-	st, err := archive.Stats(ctx, dlq.Filter{})
+	st, err := ar.Stats(ctx, archive.Filter{})
 	require.NoError(t, err)
 	require.Equal(t, 3, st.Total)
 	require.Equal(t, map[string]int{"exhausted": 2, "permanent": 1}, st.ByReason)
 
-	es, err := archive.List(ctx, dlq.Filter{Key: "order-1003"}, dlq.Page{})
+	es, err := ar.List(ctx, archive.Filter{Key: "order-1003"}, archive.Page{})
 	require.NoError(t, err)
 	require.Len(t, es, 1)
 	require.Equal(t, 3, es[0].Attempts)

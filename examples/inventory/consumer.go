@@ -88,16 +88,16 @@ func runConsumer(ctx context.Context, n names, postgresURL, natsURL, crashAt str
 	}
 	c := &consumer{db: db, store: store, n: n, crashAt: crashAt}
 
-	sub, err := surelynats.NewSubscriber(natsURL, surelynats.Config{Consumer: n.consumer, AckWait: ackWait, Concurrency: concurrency}, nil)
+	sub, err := surelynats.NewSubscriber(natsURL, n.consumer, surelynats.WithAckWait(ackWait), surelynats.WithConcurrency(concurrency))
 	if err != nil {
 		return err
 	}
-	deadSub, err := surelynats.NewSubscriber(natsURL, surelynats.Config{Consumer: n.deadConsumer, AckWait: ackWait}, nil)
+	deadSub, err := surelynats.NewSubscriber(natsURL, n.deadConsumer, surelynats.WithAckWait(ackWait))
 	if err != nil {
 		_ = sub.Close()
 		return err
 	}
-	pub, err := surelynats.NewPublisher(natsURL, surelynats.PublisherConfig{}, nil)
+	pub, err := surelynats.NewPublisher(natsURL)
 	if err != nil {
 		_ = sub.Close()
 		_ = deadSub.Close()

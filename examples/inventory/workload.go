@@ -84,7 +84,7 @@ func (b batch) valid() int { return len(b.unique) - len(b.unknown) }
 // duplicates differ from their first copy only by the UUID, so JetStream
 // stores both and surely must tell them apart by the reservation id.
 func publish(ctx context.Context, natsURL, topic string, rs []reservation) error {
-	pub, err := surelynats.NewPublisher(natsURL, surelynats.PublisherConfig{}, nil)
+	pub, err := surelynats.NewPublisher(natsURL)
 	if err != nil {
 		return fmt.Errorf("publisher: %w", err)
 	}

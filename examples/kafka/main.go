@@ -52,6 +52,7 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, pure Go
 
 	surelykafka "github.com/surely-dev/surely/adapters/kafka"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
@@ -114,7 +115,7 @@ func run(ctx context.Context, w io.Writer) (summary, error) {
 
 	// One Kafka publisher (a synchronous, idempotent Sarama producer) serves
 	// the producer, through propagate, and the dead letters.
-	kpub, err := surelykafka.NewPublisher(brokers, surelykafka.PublisherConfig{}, nil)
+	kpub, err := surelykafka.NewPublisher(brokers)
 	if err != nil {
 		return summary{}, err
 	}
@@ -335,11 +336,11 @@ func startConsumer(ctx context.Context, brokers []string, deadPub message.Publis
 	if c.router, err = message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{}); err != nil {
 		return nil, err
 	}
-	sub, err := surelykafka.NewSubscriber(brokers, surelykafka.Config{ConsumerGroup: group, CloseTimeout: 5 * time.Second}, nil)
+	sub, err := surelykafka.NewSubscriber(brokers, group, delivery.WithCloseTimeout(5*time.Second))
 	if err != nil {
 		return nil, err
 	}
-	deadSub, err := surelykafka.NewSubscriber(brokers, surelykafka.Config{ConsumerGroup: deadGroup, CloseTimeout: 5 * time.Second}, nil)
+	deadSub, err := surelykafka.NewSubscriber(brokers, deadGroup, delivery.WithCloseTimeout(5*time.Second))
 	if err != nil {
 		_ = sub.Close()
 		return nil, err

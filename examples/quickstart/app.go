@@ -86,15 +86,15 @@ type consumer struct {
 // recorder until ctx ends or Close.
 func startConsumer(ctx context.Context, natsURL string, a *app) (*consumer, error) {
 	logger := watermill.NopLogger{}
-	sub, err := surelynats.NewSubscriber(natsURL, surelynats.Config{Consumer: consumerName, AckWait: 2 * time.Second, Concurrency: 4}, nil)
+	sub, err := surelynats.NewSubscriber(natsURL, consumerName, surelynats.WithAckWait(2*time.Second), surelynats.WithConcurrency(4))
 	if err != nil {
 		return nil, err
 	}
-	deadSub, err := surelynats.NewSubscriber(natsURL, surelynats.Config{Consumer: deadConsumer, AckWait: 2 * time.Second}, nil)
+	deadSub, err := surelynats.NewSubscriber(natsURL, deadConsumer, surelynats.WithAckWait(2*time.Second))
 	if err != nil {
 		return nil, err
 	}
-	pub, err := surelynats.NewPublisher(natsURL, surelynats.PublisherConfig{}, nil)
+	pub, err := surelynats.NewPublisher(natsURL)
 	if err != nil {
 		return nil, err
 	}

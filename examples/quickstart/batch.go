@@ -42,7 +42,7 @@ func makeBatch() []order {
 }
 
 func publish(ctx context.Context, natsURL string, batch []order) error {
-	pub, err := surelynats.NewPublisher(natsURL, surelynats.PublisherConfig{}, nil)
+	pub, err := surelynats.NewPublisher(natsURL)
 	if err != nil {
 		return err
 	}

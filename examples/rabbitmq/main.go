@@ -88,16 +88,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	pub, err := surelyamqp.NewPublisher(amqpURL, surelyamqp.PublisherConfig{}, nil)
+	pub, err := surelyamqp.NewPublisher(amqpURL)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = pub.Close() }()
-	sub, err := surelyamqp.NewSubscriber(amqpURL, surelyamqp.Config{Concurrency: 4}, nil)
+	sub, err := surelyamqp.NewSubscriber(amqpURL, surelyamqp.WithConcurrency(4))
 	if err != nil {
 		return err
 	}
-	deadSub, err := surelyamqp.NewSubscriber(amqpURL, surelyamqp.Config{}, nil)
+	deadSub, err := surelyamqp.NewSubscriber(amqpURL)
 	if err != nil {
 		return err
 	}

@@ -78,11 +78,11 @@ func runConsumerProcess() error {
 	defer func() { _ = db.Close() }()
 
 	natsURL := os.Getenv(envNATS)
-	sub, err := surelynats.NewSubscriber(natsURL, surelynats.Config{Consumer: group, AckWait: 2 * time.Second}, nil)
+	sub, err := surelynats.NewSubscriber(natsURL, group, surelynats.WithAckWait(2*time.Second))
 	if err != nil {
 		return err
 	}
-	pub, err := surelynats.NewPublisher(natsURL, surelynats.PublisherConfig{}, nil)
+	pub, err := surelynats.NewPublisher(natsURL)
 	if err != nil {
 		return err
 	}

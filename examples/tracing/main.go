@@ -170,7 +170,7 @@ func produce(ctx context.Context, natsURL, dir string) (string, error) {
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	natsPub, err := surelynats.NewPublisher(natsURL, surelynats.PublisherConfig{}, nil)
+	natsPub, err := surelynats.NewPublisher(natsURL)
 	if err != nil {
 		return "", err
 	}

@@ -55,3 +55,20 @@ func TestApplyRefusesNil(t *testing.T) {
 		t.Errorf("Apply with a nil option = %v, want an error wrapping the family's invalid-option error", err)
 	}
 }
+
+func TestGetAsRefusesAnotherType(t *testing.T) {
+	s, err := Apply(errInvalid, []option{with("WithM", 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := GetAs(s, errInvalid, "x.New", "WithM", 0); err != nil || got != 1 {
+		t.Errorf("GetAs int = %d, %v; want 1", got, err)
+	}
+	if got, err := GetAs(s, errInvalid, "x.New", "WithN", "def"); err != nil || got != "def" {
+		t.Errorf("GetAs unset = %q, %v; want the default", got, err)
+	}
+	got, err := GetAs(s, errInvalid, "x.New", "WithM", "def")
+	if !errors.Is(err, errInvalid) || got != "def" || !strings.Contains(err.Error(), "x.New: option WithM holds a int") {
+		t.Errorf("GetAs string of an int = %q, %v; want the default and an invalid-option error", got, err)
+	}
+}

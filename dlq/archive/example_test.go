@@ -1,4 +1,4 @@
-package dlq_test
+package archive_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/memarchive"
 )
 
@@ -22,18 +23,18 @@ func ExampleIngest() {
 	defer cancel()
 	broker := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	defer func() { _ = broker.Close() }()
-	archive, _ := memarchive.New() // tests and examples only: use redisarchive or sqlarchive
+	arch, _ := memarchive.New() // tests and examples only: use redisarchive or sqlarchive
 
 	src := message.NewMessage("order-7", []byte("{}"))
 	_ = broker.Publish("orders.dead", dlq.Envelope(src, dlq.Failure{Reason: dlq.ReasonExhausted, Topic: "orders", Attempts: 5}, nil, "", ""))
 
 	done := make(chan error, 1)
-	go func() { done <- dlq.Ingest(ctx, broker, "orders.dead", archive, dlq.WithIngestRetryDelay(time.Second)) }()
+	go func() { done <- archive.Ingest(ctx, broker, "orders.dead", arch, archive.WithRetryDelay(time.Second)) }()
 
-	var entries []dlq.Entry
+	var entries []archive.Entry
 	for len(entries) == 0 {
 		time.Sleep(10 * time.Millisecond) // Ingest runs in the background
-		entries, _ = archive.List(ctx, dlq.Filter{Topic: "orders"}, dlq.Page{})
+		entries, _ = arch.List(ctx, archive.Filter{Topic: "orders"}, archive.Page{})
 	}
 	cancel()
 	fmt.Println(<-done, entries[0].Reason, entries[0].Attempts, entries[0].Message.Metadata.Get(dlq.KeyOriginalUUID))
@@ -41,17 +42,17 @@ func ExampleIngest() {
 	// <nil> exhausted 5 order-7
 }
 
-// RegisterArchiveMetrics exports the archive's backlog for alerting (see
+// RegisterMetrics exports the archive's backlog for alerting (see
 // its doc for Prometheus rules); here read once through a ManualReader.
-func ExampleRegisterArchiveMetrics() {
-	archive, _ := memarchive.New() // tests and examples only
+func ExampleRegisterMetrics() {
+	arch, _ := memarchive.New() // tests and examples only
 	at := time.Now().Add(-2 * time.Hour)
-	_ = archive.Publish("dead", dlq.Envelope(message.NewMessage("m-1", nil), dlq.Failure{Reason: dlq.ReasonExhausted, Topic: "orders", At: at}, nil, "", ""))
+	_ = arch.Publish("dead", dlq.Envelope(message.NewMessage("m-1", nil), dlq.Failure{Reason: dlq.ReasonExhausted, Topic: "orders", At: at}, nil, "", ""))
 
 	reader := sdkmetric.NewManualReader()
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = provider.Shutdown(context.Background()) }()
-	reg, err := dlq.RegisterArchiveMetrics(provider.Meter("surely"), archive, dlq.WithMetricsInterval(time.Minute))
+	reg, err := archive.RegisterMetrics(provider.Meter("surely"), arch, archive.WithMetricsInterval(time.Minute))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -1,20 +1,16 @@
-package dlq
+package archive
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-)
 
-// ErrNoID is returned when a message given to an Archive has no UUID: it
-// cannot be stored idempotently. The archive stores nothing and returns
-// this error (wrapped); the caller keeps the message.
-var ErrNoID = errors.New("dlq: message has no UUID")
+	"github.com/surely-dev/surely/dlq"
+)
 
 // DefaultPageSize is the page size of Archive.List when Page.Limit <= 0.
 const DefaultPageSize = 100
@@ -41,7 +37,7 @@ func CopyMessage(msg *message.Message) *message.Message {
 // ID is msg.UUID, its Message a copy of msg (CopyMessage), and Reason to
 // DeadLetteredAt come from the surely_* metadata keys. A key that is missing
 // or does not parse leaves its field zero; a message that is not an
-// envelope at all (no KeyVersion) gives an entry with only ID and Message.
+// envelope at all (no dlq.KeyVersion) gives an entry with only ID and Message.
 // When the message carries no dead-lettering time, DeadLetteredAt is
 // archivedAt, so age windows, stats and retention still see the entry.
 // Seq, Copies and ReplayedBy are the archive's to fill.
@@ -52,44 +48,23 @@ func EntryFromMessage(msg *message.Message, archivedAt time.Time) Entry {
 		Message:        CopyMessage(msg),
 		ArchivedAt:     archivedAt,
 		Copies:         1,
-		Reason:         Reason(md.Get(KeyReason)),
-		OriginalTopic:  md.Get(KeyOriginalTopic),
-		Handler:        md.Get(KeyHandler),
-		ConsumerGroup:  md.Get(KeyConsumerGroup),
-		Namespace:      md.Get(KeyNamespace),
-		OperationKey:   md.Get(KeyOperationKey),
-		Error:          md.Get(KeyError),
-		ErrorTypes:     md.Get(KeyErrorTypes),
+		Reason:         dlq.Reason(md.Get(dlq.KeyReason)),
+		OriginalTopic:  md.Get(dlq.KeyOriginalTopic),
+		Handler:        md.Get(dlq.KeyHandler),
+		ConsumerGroup:  md.Get(dlq.KeyConsumerGroup),
+		Namespace:      md.Get(dlq.KeyNamespace),
+		OperationKey:   md.Get(dlq.KeyOperationKey),
+		Error:          md.Get(dlq.KeyError),
+		ErrorTypes:     md.Get(dlq.KeyErrorTypes),
 		DeadLetteredAt: archivedAt,
 	}
-	if n, err := strconv.Atoi(md.Get(KeyAttempts)); err == nil {
+	if n, err := strconv.Atoi(md.Get(dlq.KeyAttempts)); err == nil {
 		e.Attempts = n
 	}
-	if t, err := time.Parse(time.RFC3339Nano, md.Get(KeyDeadLetteredAt)); err == nil {
+	if t, err := time.Parse(time.RFC3339Nano, md.Get(dlq.KeyDeadLetteredAt)); err == nil {
 		e.DeadLetteredAt = t
 	}
 	return e
-}
-
-// RootErrorType returns the innermost type of an error type chain as
-// written to KeyErrorTypes ("*fmt.wrapError > *net.OpError" gives
-// "*net.OpError"): the root cause. A chain that ends in a join keeps the
-// join with its bracketed branches. Empty in, empty out.
-func RootErrorType(types string) string {
-	depth, last := 0, 0
-	for i := 0; i < len(types); i++ {
-		switch types[i] {
-		case '[':
-			depth++
-		case ']':
-			depth--
-		case '>':
-			if depth == 0 && i > 0 && types[i-1] == ' ' && i+1 < len(types) && types[i+1] == ' ' {
-				last = i + 2
-			}
-		}
-	}
-	return strings.TrimSpace(types[last:])
 }
 
 // Match reports whether the filter selects e. Archives that filter in
@@ -109,7 +84,7 @@ func (f Filter) Match(e Entry) bool {
 		f.NotReplayedBy != "" && slices.Contains(e.ReplayedBy, f.NotReplayedBy):
 		return false
 	case f.ReplayID != "":
-		return e.Message != nil && e.Message.Metadata.Get(KeyReplayID) == f.ReplayID
+		return e.Message != nil && e.Message.Metadata.Get(dlq.KeyReplayID) == f.ReplayID
 	}
 	return true
 }
@@ -134,7 +109,7 @@ func (s *Stats) Add(e Entry) {
 	s.ByReason[string(e.Reason)]++
 	s.ByTopic[e.OriginalTopic]++
 	s.ByHandler[e.Handler]++
-	s.ByErrorType[RootErrorType(e.ErrorTypes)]++
+	s.ByErrorType[dlq.RootErrorType(e.ErrorTypes)]++
 	if s.Oldest.IsZero() || e.DeadLetteredAt.Before(s.Oldest) {
 		s.Oldest = e.DeadLetteredAt
 	}

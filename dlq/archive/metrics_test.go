@@ -1,4 +1,4 @@
-package dlq_test
+package archive_test
 
 import (
 	"context"
@@ -14,24 +14,25 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/memarchive"
 )
 
 // countingArchive counts Stats calls and can fail them.
 type countingArchive struct {
-	dlq.Archive
+	archive.Archive
 	mu    sync.Mutex
 	stats int
 	fail  bool
 }
 
-func (c *countingArchive) Stats(ctx context.Context, f dlq.Filter) (dlq.Stats, error) {
+func (c *countingArchive) Stats(ctx context.Context, f archive.Filter) (archive.Stats, error) {
 	c.mu.Lock()
 	c.stats++
 	fail := c.fail
 	c.mu.Unlock()
 	if fail {
-		return dlq.Stats{}, errors.New("archive unreachable")
+		return archive.Stats{}, errors.New("archive unreachable")
 	}
 	return c.Archive.Stats(ctx, f)
 }
@@ -72,21 +73,21 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) map[[2]string]point {
 	require.NoError(t, r.Collect(t.Context(), &rm))
 	out := map[[2]string]point{}
 	key := func(s attribute.Set) [2]string {
-		topic, _ := s.Value(dlq.AttrTopic)
-		reason, _ := s.Value(dlq.AttrReason)
+		topic, _ := s.Value(archive.AttrTopic)
+		reason, _ := s.Value(archive.AttrReason)
 		return [2]string{topic.AsString(), reason.AsString()}
 	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			switch m.Name {
-			case dlq.MetricArchived:
+			case archive.MetricArchived:
 				require.Equal(t, "{message}", m.Unit)
 				for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
 					p := out[key(dp.Attributes)]
 					p.count = dp.Value
 					out[key(dp.Attributes)] = p
 				}
-			case dlq.MetricOldestAge:
+			case archive.MetricOldestAge:
 				require.Equal(t, "s", m.Unit)
 				for _, dp := range m.Data.(metricdata.Gauge[float64]).DataPoints {
 					p := out[key(dp.Attributes)]
@@ -102,13 +103,13 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) map[[2]string]point {
 func TestArchiveMetrics(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	mem, err := memarchive.New(memarchive.WithClock(clock.Now))
+	mem, err := memarchive.New(dlq.WithClock(clock.Now))
 	require.NoError(t, err)
-	archive := &countingArchive{Archive: mem}
+	ar := &countingArchive{Archive: mem}
 	dead := func(id, topic string, reason dlq.Reason, age time.Duration) *message.Message {
 		return dlq.Envelope(message.NewMessage(id, nil), dlq.Failure{Reason: reason, Err: errors.New("x"), Topic: topic, At: clock.Now().Add(-age)}, nil, "", "")
 	}
-	require.NoError(t, archive.Publish("dead",
+	require.NoError(t, ar.Publish("dead",
 		dead("a", "orders", dlq.ReasonExhausted, time.Hour),
 		dead("b", "orders", dlq.ReasonExhausted, 2*time.Hour),
 		dead("c", "orders", dlq.ReasonPermanent, time.Minute),
@@ -119,8 +120,8 @@ func TestArchiveMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	reg, err := dlq.RegisterArchiveMetrics(mp.Meter("surely"), archive,
-		dlq.WithMetricsInterval(time.Minute), dlq.WithMetricsClock(clock.Now))
+	reg, err := archive.RegisterMetrics(mp.Meter("surely"), ar,
+		archive.WithMetricsInterval(time.Minute), dlq.WithClock(clock.Now))
 	require.NoError(t, err)
 
 	want := map[[2]string]point{
@@ -130,32 +131,32 @@ func TestArchiveMetrics(t *testing.T) {
 		{"", ""}:                  {1, 7200}, // the widest selection's oldest: an upper bound
 	}
 	require.Equal(t, want, collect(t, reader))
-	queries := archive.calls()
+	queries := ar.calls()
 	require.Positive(t, queries)
 
 	// Within the interval a scrape reads the cache: no query, ages move on.
 	clock.Advance(30 * time.Second)
 	got := collect(t, reader)
-	require.Equal(t, queries, archive.calls(), "a scrape within the interval does not query the archive")
+	require.Equal(t, queries, ar.calls(), "a scrape within the interval does not query the archive")
 	require.InDelta(t, 7230, got[[2]string{"orders", "exhausted"}].age, 0.001)
 
 	// After the interval the next scrape refreshes once.
-	require.NoError(t, archive.Publish("dead", dead("e", "payments", dlq.ReasonConflict, 0)))
+	require.NoError(t, ar.Publish("dead", dead("e", "payments", dlq.ReasonConflict, 0)))
 	clock.Advance(31 * time.Second)
 	got = collect(t, reader)
-	require.Greater(t, archive.calls(), queries)
+	require.Greater(t, ar.calls(), queries)
 	require.Equal(t, point{1, 31}, got[[2]string{"payments", "conflict"}], "dead-lettered 31s before the scrape")
 
 	// A failing archive reports nothing (absent series), and is not
 	// queried again before the interval.
-	archive.mu.Lock()
-	archive.fail = true
-	archive.mu.Unlock()
+	ar.mu.Lock()
+	ar.fail = true
+	ar.mu.Unlock()
 	clock.Advance(time.Minute)
 	require.Empty(t, collect(t, reader))
-	failed := archive.calls()
+	failed := ar.calls()
 	require.Empty(t, collect(t, reader))
-	require.Equal(t, failed, archive.calls())
+	require.Equal(t, failed, ar.calls())
 
 	require.NoError(t, reg.Unregister())
 	clock.Advance(time.Hour)
@@ -167,18 +168,20 @@ func TestArchiveMetricsOptions(t *testing.T) {
 	mem, err := memarchive.New()
 	require.NoError(t, err)
 	meter := sdkmetric.NewMeterProvider().Meter("surely")
-	_, err = dlq.RegisterArchiveMetrics(nil, mem)
+	_, err = archive.RegisterMetrics(nil, mem)
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
-	_, err = dlq.RegisterArchiveMetrics(meter, nil)
+	_, err = archive.RegisterMetrics(meter, nil)
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
-	for name, o := range map[string]dlq.MetricsOption{
-		"interval":   dlq.WithMetricsInterval(0),
-		"timeout":    dlq.WithMetricsTimeout(-time.Second),
-		"max series": dlq.WithMetricsMaxSeries(0),
-		"logger":     dlq.WithMetricsLogger(nil),
-		"clock":      dlq.WithMetricsClock(nil),
+	for name, o := range map[string]dlq.Option{
+		"interval":   archive.WithMetricsInterval(0),
+		"timeout":    archive.WithMetricsTimeout(-time.Second),
+		"max series": archive.WithMetricsMaxSeries(0),
+		"logger":     dlq.WithLogger(nil),
+		"clock":      dlq.WithClock(nil),
+		// An option of another constructor of the family is refused.
+		"retry delay": archive.WithRetryDelay(time.Second),
 	} {
-		_, err := dlq.RegisterArchiveMetrics(meter, mem, o)
+		_, err := archive.RegisterMetrics(meter, mem, o)
 		require.ErrorIs(t, err, dlq.ErrInvalidOption, name)
 	}
 }
@@ -194,7 +197,7 @@ func TestArchiveMetricsMaxSeriesKeepsTheLargest(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	_, err = dlq.RegisterArchiveMetrics(mp.Meter("surely"), mem, dlq.WithMetricsMaxSeries(2))
+	_, err = archive.RegisterMetrics(mp.Meter("surely"), mem, archive.WithMetricsMaxSeries(2))
 	require.NoError(t, err)
 	got := collect(t, reader)
 	require.Len(t, got, 2)
@@ -204,13 +207,13 @@ func TestArchiveMetricsMaxSeriesKeepsTheLargest(t *testing.T) {
 
 // filterFailingArchive fails the Stats calls whose filter fails selects.
 type filterFailingArchive struct {
-	dlq.Archive
-	fails func(dlq.Filter) bool
+	archive.Archive
+	fails func(archive.Filter) bool
 }
 
-func (a filterFailingArchive) Stats(ctx context.Context, f dlq.Filter) (dlq.Stats, error) {
+func (a filterFailingArchive) Stats(ctx context.Context, f archive.Filter) (archive.Stats, error) {
 	if a.fails(f) {
-		return dlq.Stats{}, errors.New("archive unreachable")
+		return archive.Stats{}, errors.New("archive unreachable")
 	}
 	return a.Archive.Stats(ctx, f)
 }
@@ -218,22 +221,22 @@ func (a filterFailingArchive) Stats(ctx context.Context, f dlq.Filter) (dlq.Stat
 func TestArchiveMetricsSinglePairWithoutTopicNeedsOneQuery(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	mem, err := memarchive.New(memarchive.WithClock(clock.Now))
+	mem, err := memarchive.New(dlq.WithClock(clock.Now))
 	require.NoError(t, err)
-	archive := &countingArchive{Archive: mem}
+	ar := &countingArchive{Archive: mem}
 	for i, age := range []time.Duration{time.Minute, time.Hour} {
 		f := dlq.Failure{Reason: dlq.ReasonPermanent, At: clock.Now().Add(-age)}
 		m := dlq.Envelope(message.NewMessage(string(rune('a'+i)), nil), f, nil, "", "")
-		require.NoError(t, archive.Publish("dead", m))
+		require.NoError(t, ar.Publish("dead", m))
 	}
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	_, err = dlq.RegisterArchiveMetrics(mp.Meter("surely"), archive, dlq.WithMetricsClock(clock.Now))
+	_, err = archive.RegisterMetrics(mp.Meter("surely"), ar, dlq.WithClock(clock.Now))
 	require.NoError(t, err)
 
 	require.Equal(t, map[[2]string]point{{"", "permanent"}: {2, 3600}}, collect(t, reader))
-	require.Equal(t, 1, archive.calls(), "the archive's own Stats is the one pair's")
+	require.Equal(t, 1, ar.calls(), "the archive's own Stats is the one pair's")
 }
 
 func TestArchiveMetricsFailingNarrowQueryReportsNothing(t *testing.T) {
@@ -244,16 +247,16 @@ func TestArchiveMetricsFailingNarrowQueryReportsNothing(t *testing.T) {
 		m := dlq.Envelope(message.NewMessage(string(rune('a'+i)), nil), dlq.Failure{Reason: reason, Topic: "orders"}, nil, "", "")
 		require.NoError(t, mem.Publish("dead", m))
 	}
-	for name, fails := range map[string]func(dlq.Filter) bool{
-		"per topic": func(f dlq.Filter) bool { return f.Topic != "" && f.Reason == "" },
-		"per pair":  func(f dlq.Filter) bool { return f.Reason != "" },
+	for name, fails := range map[string]func(archive.Filter) bool{
+		"per topic": func(f archive.Filter) bool { return f.Topic != "" && f.Reason == "" },
+		"per pair":  func(f archive.Filter) bool { return f.Reason != "" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			reader := sdkmetric.NewManualReader()
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 			t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-			_, err := dlq.RegisterArchiveMetrics(mp.Meter("surely"), filterFailingArchive{Archive: mem, fails: fails})
+			_, err := archive.RegisterMetrics(mp.Meter("surely"), filterFailingArchive{Archive: mem, fails: fails})
 			require.NoError(t, err)
 			require.Empty(t, collect(t, reader), "a failed query reports no series, not partial ones")
 		})

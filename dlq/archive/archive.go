@@ -1,4 +1,4 @@
-package dlq
+package archive
 
 import (
 	"context"
@@ -6,19 +6,25 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/dlq"
 )
 
 // Errors of an Archive.
 var (
 	// ErrEntryNotFound: no archived dead letter has this ID.
-	ErrEntryNotFound = errors.New("dlq: archive entry not found")
+	ErrEntryNotFound = errors.New("archive: entry not found")
 	// ErrReplayNotFound: no replay run has this ID.
-	ErrReplayNotFound = errors.New("dlq: replay run not found")
+	ErrReplayNotFound = errors.New("archive: replay run not found")
+	// ErrNoID is returned when a message given to an Archive has no UUID:
+	// it cannot be stored idempotently. The archive stores nothing and
+	// returns this error (wrapped); the caller keeps the message.
+	ErrNoID = errors.New("archive: message has no UUID")
 )
 
 // Entry is one dead letter kept in an Archive.
 type Entry struct {
-	// ID is the dead letter's UUID: DeadLetterUUID of the source message, so
+	// ID is the dead letter's UUID: dlq.DeadLetterUUID of the source message, so
 	// every copy of one message's dead letter is one entry.
 	ID string
 	// Seq orders entries by their first arrival in the archive: increasing,
@@ -33,7 +39,7 @@ type Entry struct {
 	ArchivedAt time.Time
 	Copies     int
 	// Fields read from the envelope, for filtering and display.
-	Reason         Reason
+	Reason         dlq.Reason
 	OriginalTopic  string
 	Handler        string
 	ConsumerGroup  string
@@ -54,7 +60,7 @@ type Filter struct {
 	IDs []string
 	// Reason, Topic (the original topic), Handler and Key (the operation
 	// key) match exactly.
-	Reason  Reason
+	Reason  dlq.Reason
 	Topic   string
 	Handler string
 	Key     string
@@ -65,7 +71,7 @@ type Filter struct {
 	DeadLetteredAfter, DeadLetteredBefore time.Time
 	// ReplayID selects dead letters of messages that a replay run
 	// republished and that failed again (their metadata carries
-	// KeyReplayID = ReplayID).
+	// dlq.KeyReplayID = ReplayID).
 	ReplayID string
 	// NotReplayedBy excludes entries that this replay run already republished.
 	NotReplayedBy string
@@ -89,7 +95,7 @@ type Page struct {
 type Stats struct {
 	Total int
 	// Counts by reason, original topic, handler and error type (the
-	// innermost type of KeyErrorTypes, the root cause).
+	// innermost type of dlq.KeyErrorTypes, the root cause).
 	ByReason    map[string]int
 	ByTopic     map[string]int
 	ByHandler   map[string]int
@@ -121,7 +127,7 @@ type ReplayRun struct {
 
 // Archive keeps dead letters where an operator can list, query, replay and
 // purge them. It is a Watermill publisher: pass it (with any topic) to
-// NewPublisher or handler.WithDeadLetter and dead letters land in it
+// dlq.NewPublisher or handler.WithDeadLetter and dead letters land in it
 // directly; Publish is idempotent by message UUID (a second copy increments
 // Copies). Nothing is ever evicted except by Delete or by an explicit,
 // logged retention policy of the implementation.

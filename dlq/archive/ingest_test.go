@@ -1,4 +1,4 @@
-package dlq_test
+package archive_test
 
 import (
 	"context"
@@ -13,13 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/memarchive"
 )
 
 // flakyArchive fails the first failFirst publishes (or all while down) and
 // signals every stored message.
 type flakyArchive struct {
-	dlq.Archive
+	archive.Archive
 	mu        sync.Mutex
 	failFirst int
 	down      bool
@@ -71,11 +72,11 @@ func waitStored(t *testing.T, ch <-chan string) string {
 }
 
 // runIngest starts Ingest and returns a func that stops it and returns its error.
-func runIngest(t *testing.T, sub message.Subscriber, a dlq.Archive, opts ...dlq.IngestOption) func() error {
+func runIngest(t *testing.T, sub message.Subscriber, a archive.Archive, opts ...dlq.Option) func() error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- dlq.Ingest(ctx, sub, "dead", a, opts...) }()
+	go func() { done <- archive.Ingest(ctx, sub, "dead", a, opts...) }()
 	stopped := false
 	var err error
 	stop := func() error {
@@ -95,8 +96,8 @@ func TestIngestArchivesEveryMessageAndAcksAfterStoring(t *testing.T) {
 	// Persistent: the messages wait for Ingest's subscription.
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
-	archive := newFlaky(t, 0)
-	stop := runIngest(t, pubSub, archive)
+	ar := newFlaky(t, 0)
+	stop := runIngest(t, pubSub, ar)
 
 	src := message.NewMessage("src-1", []byte{0xff, 0x00, 'x'})
 	src.Metadata.Set("tenant", "acme")
@@ -105,30 +106,30 @@ func TestIngestArchivesEveryMessageAndAcksAfterStoring(t *testing.T) {
 	noID := message.NewMessage("", []byte("raw broker bytes"))
 	noID.Metadata.Set("k", "v")
 
-	for _, m := range []*message.Message{env, plain, noID, dlq.CopyMessage(env)} {
+	for _, m := range []*message.Message{env, plain, noID, archive.CopyMessage(env)} {
 		require.NoError(t, pubSub.Publish("dead", m))
 	}
 	for range 4 {
-		waitStored(t, archive.stored)
+		waitStored(t, ar.stored)
 	}
 	require.NoError(t, stop())
 
 	ctx := t.Context()
-	got, err := archive.Get(ctx, env.UUID)
+	got, err := ar.Get(ctx, env.UUID)
 	require.NoError(t, err)
 	require.Equal(t, dlq.ReasonExhausted, got.Reason)
 	require.Equal(t, "orders", got.OriginalTopic)
 	require.Equal(t, []byte(env.Payload), []byte(got.Message.Payload))
 	require.Equal(t, 2, got.Copies, "the redelivered copy is counted, not duplicated")
 
-	p, err := archive.Get(ctx, "plain-1")
+	p, err := ar.Get(ctx, "plain-1")
 	require.NoError(t, err)
 	require.Empty(t, p.Reason)
 
-	all, err := archive.List(ctx, dlq.Filter{}, dlq.Page{})
+	all, err := ar.List(ctx, archive.Filter{}, archive.Page{})
 	require.NoError(t, err)
 	require.Len(t, all, 3)
-	var derived dlq.Entry
+	var derived archive.Entry
 	for _, e := range all {
 		if e.ID != env.UUID && e.ID != "plain-1" {
 			derived = e
@@ -143,10 +144,10 @@ func TestIngestArchivesEveryMessageAndAcksAfterStoring(t *testing.T) {
 	again.Metadata.Set("k", "v")
 	other := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = other.Close() })
-	runIngest(t, other, archive)
+	runIngest(t, other, ar)
 	require.NoError(t, other.Publish("dead", again))
-	require.Equal(t, derived.ID, waitStored(t, archive.stored))
-	d, err := archive.Get(ctx, derived.ID)
+	require.Equal(t, derived.ID, waitStored(t, ar.stored))
+	d, err := ar.Get(ctx, derived.ID)
 	require.NoError(t, err)
 	require.Equal(t, 2, d.Copies)
 }
@@ -156,14 +157,14 @@ func TestIngestNacksWhileTheArchiveFails(t *testing.T) {
 	// Persistent: the message waits for Ingest's subscription.
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
-	archive := newFlaky(t, 3)
-	runIngest(t, pubSub, archive, dlq.WithIngestRetryDelay(time.Millisecond))
+	ar := newFlaky(t, 3)
+	runIngest(t, pubSub, ar, archive.WithRetryDelay(time.Millisecond))
 
 	m := message.NewMessage("m-1", []byte("keep me"))
 	require.NoError(t, pubSub.Publish("dead", m))
-	require.Equal(t, "m-1", waitStored(t, archive.stored))
-	require.Equal(t, 4, archive.Calls(), "three failures nacked and redelivered, the fourth stored")
-	got, err := archive.Get(t.Context(), "m-1")
+	require.Equal(t, "m-1", waitStored(t, ar.stored))
+	require.Equal(t, 4, ar.Calls(), "three failures nacked and redelivered, the fourth stored")
+	got, err := ar.Get(t.Context(), "m-1")
 	require.NoError(t, err)
 	require.Equal(t, 1, got.Copies)
 	require.Equal(t, "keep me", string(got.Message.Payload))
@@ -173,23 +174,23 @@ func TestIngestStoppedDuringAnOutageLosesNothing(t *testing.T) {
 	t.Parallel()
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
-	archive := newFlaky(t, 0)
-	archive.down = true
-	stop := runIngest(t, pubSub, archive, dlq.WithIngestRetryDelay(time.Millisecond))
+	ar := newFlaky(t, 0)
+	ar.down = true
+	stop := runIngest(t, pubSub, ar, archive.WithRetryDelay(time.Millisecond))
 	require.NoError(t, pubSub.Publish("dead", message.NewMessage("m-1", []byte("p"))))
-	for archive.Calls() < 3 {
+	for ar.Calls() < 3 {
 		time.Sleep(time.Millisecond)
 	}
 	require.NoError(t, stop(), "a stop is not an error")
-	_, err := archive.Get(t.Context(), "m-1")
-	require.ErrorIs(t, err, dlq.ErrEntryNotFound)
+	_, err := ar.Get(t.Context(), "m-1")
+	require.ErrorIs(t, err, archive.ErrEntryNotFound)
 
 	// The broker kept the message: the next run archives it.
-	archive.mu.Lock()
-	archive.down = false
-	archive.mu.Unlock()
-	runIngest(t, pubSub, archive)
-	require.Equal(t, "m-1", waitStored(t, archive.stored))
+	ar.mu.Lock()
+	ar.down = false
+	ar.mu.Unlock()
+	runIngest(t, pubSub, ar)
+	require.Equal(t, "m-1", waitStored(t, ar.stored))
 }
 
 func TestIngestOptions(t *testing.T) {
@@ -198,9 +199,14 @@ func TestIngestOptions(t *testing.T) {
 	t.Cleanup(func() { _ = pubSub.Close() })
 	a := newFlaky(t, 0)
 	ctx := t.Context()
-	require.ErrorIs(t, dlq.Ingest(ctx, nil, "dead", a), dlq.ErrInvalidOption)
-	require.ErrorIs(t, dlq.Ingest(ctx, pubSub, "", a), dlq.ErrInvalidOption)
-	require.ErrorIs(t, dlq.Ingest(ctx, pubSub, "dead", nil), dlq.ErrInvalidOption)
-	require.ErrorIs(t, dlq.Ingest(ctx, pubSub, "dead", a, dlq.WithIngestRetryDelay(-time.Second)), dlq.ErrInvalidOption)
-	require.ErrorIs(t, dlq.Ingest(ctx, pubSub, "dead", a, dlq.WithIngestLogger(nil)), dlq.ErrInvalidOption)
+	require.ErrorIs(t, archive.Ingest(ctx, nil, "dead", a), dlq.ErrInvalidOption)
+	require.ErrorIs(t, archive.Ingest(ctx, pubSub, "", a), dlq.ErrInvalidOption)
+	require.ErrorIs(t, archive.Ingest(ctx, pubSub, "dead", nil), dlq.ErrInvalidOption)
+	require.ErrorIs(t, archive.Ingest(ctx, pubSub, "dead", a, archive.WithRetryDelay(-time.Second)), dlq.ErrInvalidOption)
+	require.ErrorIs(t, archive.Ingest(ctx, pubSub, "dead", a, dlq.WithLogger(nil)), dlq.ErrInvalidOption)
+	// An option of another constructor of the family is refused, before
+	// anything is subscribed.
+	err := archive.Ingest(ctx, pubSub, "dead", a, archive.WithMetricsInterval(time.Minute))
+	require.ErrorIs(t, err, dlq.ErrInvalidOption)
+	require.ErrorContains(t, err, "archive.Ingest does not take option archive.WithMetricsInterval")
 }

@@ -1,8 +1,7 @@
-package dlq_test
+package archive_test
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -10,21 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 )
-
-func TestRootErrorType(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{
-		"":                    "",
-		"*errors.errorString": "*errors.errorString",
-		"*dlq.FinalError > *fmt.wrapError > *net.OpError":       "*net.OpError",
-		"*fmt.wrapError > *errors.joinError[*a.B > *a.C, *d.E]": "*errors.joinError[*a.B > *a.C, *d.E]",
-	} {
-		require.Equal(t, want, dlq.RootErrorType(in), in)
-	}
-	chain := dlq.ErrorTypes(fmt.Errorf("x: %w", errors.Join(errors.New("a"), errors.New("b"))))
-	require.Equal(t, "*errors.joinError[*errors.errorString, *errors.errorString]", dlq.RootErrorType(chain))
-}
 
 func TestEntryFromMessage(t *testing.T) {
 	t.Parallel()
@@ -33,7 +19,7 @@ func TestEntryFromMessage(t *testing.T) {
 	src := message.NewMessage("src", []byte{0xff})
 	env := dlq.Envelope(src, dlq.Failure{Reason: dlq.ReasonExhausted, Err: errors.New("boom"), Attempts: 4,
 		Topic: "orders", Handler: "ship", Namespace: "ns", OperationKey: "k", At: at}, nil, "", "g")
-	e := dlq.EntryFromMessage(env, archived)
+	e := archive.EntryFromMessage(env, archived)
 	require.Equal(t, env.UUID, e.ID)
 	require.Equal(t, dlq.ReasonExhausted, e.Reason)
 	require.Equal(t, 4, e.Attempts)
@@ -45,16 +31,16 @@ func TestEntryFromMessage(t *testing.T) {
 	bad := message.NewMessage("bad", nil)
 	bad.Metadata.Set(dlq.KeyAttempts, "many")
 	bad.Metadata.Set(dlq.KeyDeadLetteredAt, "yesterday")
-	e = dlq.EntryFromMessage(bad, archived)
+	e = archive.EntryFromMessage(bad, archived)
 	require.Zero(t, e.Attempts, "an unparsable key leaves its field zero")
 	require.True(t, archived.Equal(e.DeadLetteredAt), "an unparsable time falls back to ArchivedAt")
 }
 
 func TestStatsAddOnZeroValue(t *testing.T) {
 	t.Parallel()
-	var s dlq.Stats
-	s.Add(dlq.Entry{Reason: dlq.ReasonPanic, DeadLetteredAt: time.Unix(10, 0)})
-	s.Add(dlq.Entry{Reason: dlq.ReasonPanic, DeadLetteredAt: time.Unix(5, 0)})
+	var s archive.Stats
+	s.Add(archive.Entry{Reason: dlq.ReasonPanic, DeadLetteredAt: time.Unix(10, 0)})
+	s.Add(archive.Entry{Reason: dlq.ReasonPanic, DeadLetteredAt: time.Unix(5, 0)})
 	require.Equal(t, 2, s.Total)
 	require.Equal(t, 2, s.ByReason["panic"])
 	require.Equal(t, 2, s.ByTopic[""])

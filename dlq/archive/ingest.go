@@ -1,4 +1,4 @@
-package dlq
+package archive
 
 import (
 	"context"
@@ -12,44 +12,36 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/internal/options"
 )
 
-// DefaultIngestRetryDelay is how long Ingest holds a message whose archive
-// write failed before it nacks it, unless WithIngestRetryDelay is given.
-const DefaultIngestRetryDelay = time.Second
+// defaultRetryDelay is how long Ingest holds a message whose archive
+// write failed before it nacks it, unless WithRetryDelay is given.
+const defaultRetryDelay = time.Second
 
-// IngestOption configures Ingest.
-type IngestOption func(*ingestConfig) error
+// nameRetryDelay is the name WithRetryDelay records.
+const nameRetryDelay = "archive.WithRetryDelay"
 
-type ingestConfig struct {
+// WithRetryDelay sets how long Ingest waits after an archive error before
+// it nacks the message (default 1s), so a broker that
+// redelivers at once (GoChannel, Redis Streams, Kafka) does not spin
+// against an archive that is down. Zero nacks at once.
+func WithRetryDelay(d time.Duration) dlq.Option {
+	return func(s *options.Set) error {
+		if d < 0 {
+			return fmt.Errorf("%w: negative ingest retry delay %v", dlq.ErrInvalidOption, d)
+		}
+		s.Put(nameRetryDelay, d)
+		return nil
+	}
+}
+
+// ingester is the configuration of one Ingest call.
+type ingester struct {
 	log   *slog.Logger
 	delay time.Duration
-}
-
-// WithIngestLogger sets the logger of Ingest (default: discard). It logs
-// every archive error at Warn.
-func WithIngestLogger(l *slog.Logger) IngestOption {
-	return func(c *ingestConfig) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
-		}
-		c.log = l
-		return nil
-	}
-}
-
-// WithIngestRetryDelay sets how long Ingest waits after an archive error
-// before it nacks the message (default DefaultIngestRetryDelay), so a
-// broker that redelivers at once (GoChannel, Redis Streams, Kafka) does not
-// spin against an archive that is down. Zero nacks at once.
-func WithIngestRetryDelay(d time.Duration) IngestOption {
-	return func(c *ingestConfig) error {
-		if d < 0 {
-			return fmt.Errorf("%w: negative ingest retry delay %v", ErrInvalidOption, d)
-		}
-		c.delay = d
-		return nil
-	}
 }
 
 // Ingest moves the messages of a broker's dead-letter topic into an
@@ -64,22 +56,30 @@ func WithIngestRetryDelay(d time.Duration) IngestOption {
 // finds the same entry. A message that is not an envelope is archived as
 // it is, with an empty reason.
 //
+// It takes dlq.WithLogger (default: discard; every archive error is
+// logged at Warn) and WithRetryDelay.
+//
 // Ingest returns nil when ctx ends or the subscriber closes the
 // subscription, and an error when Subscribe fails or an option is invalid.
 // It never closes sub or a.
-func Ingest(ctx context.Context, sub message.Subscriber, topic string, a Archive, opts ...IngestOption) error {
+func Ingest(ctx context.Context, sub message.Subscriber, topic string, a Archive, opts ...dlq.Option) error {
 	if sub == nil || a == nil || topic == "" {
-		return fmt.Errorf("%w: ingest needs a subscriber, a topic and an archive", ErrInvalidOption)
+		return fmt.Errorf("%w: ingest needs a subscriber, a topic and an archive", dlq.ErrInvalidOption)
 	}
-	c := ingestConfig{log: slog.New(slog.DiscardHandler), delay: DefaultIngestRetryDelay}
-	for _, o := range opts {
-		if err := o(&c); err != nil {
-			return err
-		}
+	s, err := options.Apply(dlq.ErrInvalidOption, opts)
+	if err != nil {
+		return err
+	}
+	if err := s.Check(dlq.ErrInvalidOption, "archive.Ingest", options.Logger, nameRetryDelay); err != nil {
+		return err
+	}
+	c := ingester{
+		log:   options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
+		delay: options.Get(s, nameRetryDelay, defaultRetryDelay),
 	}
 	msgs, err := sub.Subscribe(ctx, topic)
 	if err != nil {
-		return fmt.Errorf("dlq: ingest: subscribe to %q: %w", topic, err)
+		return fmt.Errorf("archive: ingest: subscribe to %q: %w", topic, err)
 	}
 	for {
 		var msg *message.Message
@@ -97,7 +97,7 @@ func Ingest(ctx context.Context, sub message.Subscriber, topic string, a Archive
 }
 
 // ingest archives one message and acks it, or nacks it after the delay.
-func (c *ingestConfig) ingest(ctx context.Context, topic string, a Archive, msg *message.Message) {
+func (c *ingester) ingest(ctx context.Context, topic string, a Archive, msg *message.Message) {
 	entry := CopyMessage(msg)
 	if entry.UUID == "" {
 		entry.UUID = contentUUID(msg)
@@ -121,6 +121,11 @@ func (c *ingestConfig) ingest(ctx context.Context, topic string, a Archive, msg 
 	msg.Nack()
 }
 
+// contentSpace is the UUIDv5 namespace of contentUUID: the namespace of
+// dlq.DeadLetterUUID, with its own name prefix, so that entries archived
+// before the archive package existed keep their IDs.
+var contentSpace = uuid.MustParse("6f1b3c1e-52a4-4d52-9a63-1d9f2f0c8e77")
+
 // contentUUID derives a UUID from a message's payload and metadata.
 func contentUUID(msg *message.Message) string {
 	h := sha256.New()
@@ -133,5 +138,5 @@ func contentUUID(msg *message.Message) string {
 		field([]byte(k))
 		field([]byte(msg.Metadata[k]))
 	}
-	return uuid.NewSHA1(uuidSpace, append([]byte("surely-dlq-content:"), h.Sum(nil)...)).String()
+	return uuid.NewSHA1(contentSpace, append([]byte("surely-dlq-content:"), h.Sum(nil)...)).String()
 }

@@ -1,4 +1,4 @@
-package dlq
+package archive
 
 import (
 	"context"
@@ -11,9 +11,12 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/internal/options"
 )
 
-// Names of the archive gauges (RegisterArchiveMetrics). A Prometheus
+// Names of the archive gauges (RegisterMetrics). A Prometheus
 // exporter exposes them as surely_dlq_archived and
 // surely_dlq_oldest_age_seconds, with labels topic and reason.
 const (
@@ -32,71 +35,59 @@ const (
 	AttrReason = attribute.Key("reason")
 )
 
-// DefaultMetricsInterval is the least time between two archive queries of
+// defaultMetricsInterval is the least time between two archive queries of
 // the gauges, unless WithMetricsInterval is given.
-const DefaultMetricsInterval = 30 * time.Second
+const defaultMetricsInterval = 30 * time.Second
 
-// DefaultMetricsMaxSeries bounds the (topic, reason) pairs reported.
-const DefaultMetricsMaxSeries = 500
+// defaultMetricsTimeout bounds one refresh of the gauges, unless
+// WithMetricsTimeout is given.
+const defaultMetricsTimeout = 10 * time.Second
 
-// MetricsOption configures RegisterArchiveMetrics.
-type MetricsOption func(*archiveGauges) error
+// defaultMetricsMaxSeries bounds the (topic, reason) pairs reported,
+// unless WithMetricsMaxSeries is given.
+const defaultMetricsMaxSeries = 500
 
-// WithMetricsInterval sets the least time between two archive queries
-// (default DefaultMetricsInterval): collections within it report the
-// cached values, so frequent scrapes do not load the archive.
-func WithMetricsInterval(d time.Duration) MetricsOption {
-	return func(g *archiveGauges) error {
+// Names the options of RegisterMetrics record.
+const (
+	nameMetricsInterval  = "archive.WithMetricsInterval"
+	nameMetricsTimeout   = "archive.WithMetricsTimeout"
+	nameMetricsMaxSeries = "archive.WithMetricsMaxSeries"
+)
+
+// WithMetricsInterval sets the least time between two archive queries of
+// RegisterMetrics (default 30s): collections within it
+// report the cached values, so frequent scrapes do not load the archive.
+func WithMetricsInterval(d time.Duration) dlq.Option {
+	return func(s *options.Set) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: metrics interval must be positive, got %v", ErrInvalidOption, d)
+			return fmt.Errorf("%w: metrics interval must be positive, got %v", dlq.ErrInvalidOption, d)
 		}
-		g.interval = d
+		s.Put(nameMetricsInterval, d)
 		return nil
 	}
 }
 
-// WithMetricsTimeout bounds one refresh of the gauges (default 10s).
-func WithMetricsTimeout(d time.Duration) MetricsOption {
-	return func(g *archiveGauges) error {
+// WithMetricsTimeout bounds one refresh of RegisterMetrics' gauges
+// (default 10s).
+func WithMetricsTimeout(d time.Duration) dlq.Option {
+	return func(s *options.Set) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: metrics timeout must be positive, got %v", ErrInvalidOption, d)
+			return fmt.Errorf("%w: metrics timeout must be positive, got %v", dlq.ErrInvalidOption, d)
 		}
-		g.timeout = d
+		s.Put(nameMetricsTimeout, d)
 		return nil
 	}
 }
 
-// WithMetricsMaxSeries bounds the (topic, reason) pairs reported (default
-// DefaultMetricsMaxSeries); the pairs with the most dead letters are kept
-// and a warning is logged.
-func WithMetricsMaxSeries(n int) MetricsOption {
-	return func(g *archiveGauges) error {
+// WithMetricsMaxSeries bounds the (topic, reason) pairs RegisterMetrics
+// reports (default 500); the pairs with the most dead
+// letters are kept and a warning is logged.
+func WithMetricsMaxSeries(n int) dlq.Option {
+	return func(s *options.Set) error {
 		if n <= 0 {
-			return fmt.Errorf("%w: metrics max series must be positive, got %d", ErrInvalidOption, n)
+			return fmt.Errorf("%w: metrics max series must be positive, got %d", dlq.ErrInvalidOption, n)
 		}
-		g.maxSeries = n
-		return nil
-	}
-}
-
-// WithMetricsLogger sets the logger of refresh errors (default: discard).
-func WithMetricsLogger(l *slog.Logger) MetricsOption {
-	return func(g *archiveGauges) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
-		}
-		g.log = l
-		return nil
-	}
-}
-
-// WithMetricsClock replaces the clock of the cache and of the ages (tests).
-func WithMetricsClock(now func() time.Time) MetricsOption {
-	return func(g *archiveGauges) error {
-		if now == nil {
-			return fmt.Errorf("%w: nil clock", ErrInvalidOption)
-		}
-		g.now = now
+		s.Put(nameMetricsMaxSeries, n)
 		return nil
 	}
 }
@@ -121,7 +112,7 @@ type gaugeSeries struct {
 	oldest time.Time
 }
 
-// RegisterArchiveMetrics registers two observable gauges on meter, read
+// RegisterMetrics registers two observable gauges on meter, read
 // from a's Stats: MetricArchived (dead letters per original topic and
 // reason) and MetricOldestAge (seconds since the oldest of them was
 // dead-lettered). Each refresh costs 1 + T + P Stats queries (T topics, P
@@ -130,6 +121,10 @@ type gaugeSeries struct {
 // logged and no value is reported until one succeeds, so an alert on the
 // series' absence catches an archive that cannot be read. Unregister the
 // returned registration when done.
+//
+// It takes WithMetricsInterval, WithMetricsTimeout, WithMetricsMaxSeries,
+// dlq.WithLogger (refresh errors and the series cut; default: discard)
+// and dlq.WithClock (the cache and the ages; default time.Now).
 //
 // Dead letters without an original topic or reason (messages that were
 // not envelopes, see Ingest) are reported with an empty label. A Filter
@@ -166,28 +161,35 @@ type gaugeSeries struct {
 // An empty archive reports no series either; the third rule therefore
 // also fires for an archive that has stayed empty, which is why it is
 // a ticket rather than a page.
-func RegisterArchiveMetrics(meter metric.Meter, a Archive, opts ...MetricsOption) (metric.Registration, error) {
+func RegisterMetrics(meter metric.Meter, a Archive, opts ...dlq.Option) (metric.Registration, error) {
 	if meter == nil || a == nil {
-		return nil, fmt.Errorf("%w: archive metrics need a meter and an archive", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: archive metrics need a meter and an archive", dlq.ErrInvalidOption)
+	}
+	s, err := options.Apply(dlq.ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Check(dlq.ErrInvalidOption, "archive.RegisterMetrics", nameMetricsInterval, nameMetricsTimeout,
+		nameMetricsMaxSeries, options.Logger, options.Clock); err != nil {
+		return nil, err
 	}
 	g := &archiveGauges{
-		a: a, interval: DefaultMetricsInterval, timeout: 10 * time.Second,
-		maxSeries: DefaultMetricsMaxSeries, log: slog.New(slog.DiscardHandler), now: time.Now,
-	}
-	for _, o := range opts {
-		if err := o(g); err != nil {
-			return nil, err
-		}
+		a:         a,
+		interval:  options.Get(s, nameMetricsInterval, defaultMetricsInterval),
+		timeout:   options.Get(s, nameMetricsTimeout, defaultMetricsTimeout),
+		maxSeries: options.Get(s, nameMetricsMaxSeries, defaultMetricsMaxSeries),
+		log:       options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
+		now:       options.Get(s, options.Clock, time.Now),
 	}
 	count, err := meter.Int64ObservableGauge(MetricArchived, metric.WithUnit("{message}"),
 		metric.WithDescription("Dead letters in the archive, per original topic and reason."))
 	if err != nil {
-		return nil, fmt.Errorf("dlq: %s: %w", MetricArchived, err)
+		return nil, fmt.Errorf("archive: %s: %w", MetricArchived, err)
 	}
 	age, err := meter.Float64ObservableGauge(MetricOldestAge, metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest dead letter in the archive, per original topic and reason."))
 	if err != nil {
-		return nil, fmt.Errorf("dlq: %s: %w", MetricOldestAge, err)
+		return nil, fmt.Errorf("archive: %s: %w", MetricOldestAge, err)
 	}
 	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		series, ok := g.snapshot(ctx)
@@ -320,7 +322,7 @@ func (g *archiveGauges) oldest(ctx context.Context, all Stats, p gaugePair) (tim
 	case len(all.ByTopic) <= 1 && len(all.ByReason) <= 1:
 		return all.Oldest, nil
 	}
-	st, err := g.a.Stats(ctx, Filter{Topic: p.topic, Reason: Reason(p.reason)})
+	st, err := g.a.Stats(ctx, Filter{Topic: p.topic, Reason: dlq.Reason(p.reason)})
 	if err != nil {
 		return time.Time{}, err
 	}

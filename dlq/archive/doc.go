@@ -1,0 +1,27 @@
+// Package archive keeps dead letters where an operator can list, query,
+// replay and purge them (the surely CLI works on one).
+//
+// An Archive is a Watermill publisher: pass it to handler.WithDeadLetter
+// and dead letters land in it directly, or run Ingest to move a broker's
+// dead-letter topic into it (acking each message only after the archive
+// stored it). Three implementations run the conformance suite
+// dlq/archivetest: dlq/redisarchive (Redis, Sentinel, Cluster),
+// dlq/sqlarchive (PostgreSQL, MySQL/MariaDB, SQLite) and dlq/memarchive
+// (tests and examples only). Filter.Match is the reference of what a
+// Filter selects. Nothing is evicted unless a retention is configured
+// explicitly (dlq.WithRetention given to an implementation, applied by its
+// Prune, which logs what it deleted). Package dlq/replay republishes
+// archived entries with safety rails; its runs are kept in the archive
+// (ReplayRun).
+//
+// An entry is a dead letter as package dlq wrote it: EntryFromMessage
+// reads the envelope's surely_* keys into the Entry's fields.
+//
+// RegisterMetrics exports the backlog as two OTel gauges per original
+// topic and reason, MetricArchived and MetricOldestAge, read from Stats
+// at most once per interval; its doc has Prometheus alert rules.
+//
+// Ingest and RegisterMetrics take the family's options (dlq.Option): the
+// ones of this package (WithRetryDelay, WithMetricsInterval, ...) and
+// dlq.WithLogger, dlq.WithClock.
+package archive

@@ -1,0 +1,75 @@
+package dlq
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/surely-dev/surely/internal/options"
+)
+
+// ErrInvalidOption wraps every configuration error of the dead-letter
+// family: dlq, dlq/archive, dlq/memarchive, dlq/redisarchive,
+// dlq/sqlarchive and dlq/replay.
+var ErrInvalidOption = errors.New("dlq: invalid option")
+
+// Option configures a constructor of the dead-letter family: NewPublisher,
+// archive.Ingest, archive.RegisterMetrics, memarchive.New,
+// redisarchive.New, sqlarchive.New, replay.Run and replay.Resume. The
+// options common to several of them are defined here; those of one
+// package (redisarchive.WithKeyPrefix, replay.WithRate, ...) in that
+// package. A constructor given an option it does not use returns an error
+// wrapping ErrInvalidOption: an option that does not apply is never
+// silently ignored.
+type Option func(*options.Set) error
+
+// Names of the publisher's options, as the Set records them. The options
+// of one package record a name prefixed with the package
+// ("replay.WithRate").
+const (
+	nameRedactor      = "WithRedactor"
+	nameConsumerGroup = "WithConsumerGroup"
+	nameHost          = "WithHost"
+)
+
+// WithLogger sets the logger of a constructor of the family. What it logs,
+// and the default when the option is not given, is in each constructor's
+// doc.
+func WithLogger(l *slog.Logger) Option {
+	return func(s *options.Set) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
+		}
+		s.Put(options.Logger, l)
+		return nil
+	}
+}
+
+// WithClock replaces the time source (default time.Now), for
+// deterministic tests: an archive stamps ArchivedAt and measures the age
+// Prune deletes by with it, the archive gauges their cache and ages, a
+// replay run its retention guard, its rate limiter's schedule and its
+// saved times.
+func WithClock(now func() time.Time) Option {
+	return func(s *options.Set) error {
+		if now == nil {
+			return fmt.Errorf("%w: nil clock", ErrInvalidOption)
+		}
+		s.Put(options.Clock, now)
+		return nil
+	}
+}
+
+// WithRetention makes an archive's Prune (memarchive, redisarchive,
+// sqlarchive) delete the entries dead-lettered more than d ago. Without
+// it the archive keeps everything and Prune deletes nothing.
+func WithRetention(d time.Duration) Option {
+	return func(s *options.Set) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: retention must be positive, got %v", ErrInvalidOption, d)
+		}
+		s.Put(options.Retention, d)
+		return nil
+	}
+}

@@ -1,0 +1,4 @@
+package replay
+
+// WithSleep is withSleep, for the tests of package replay_test.
+var WithSleep = withSleep
