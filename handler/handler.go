@@ -254,15 +254,15 @@ func (c *config) dlqOptions() []dlq.Option {
 	return opts
 }
 
-func (c *config) dedupOptions() []middleware.DedupOption {
-	opts := []middleware.DedupOption{
+func (c *config) dedupOptions() []middleware.Option {
+	opts := []middleware.Option{
 		middleware.WithLease(c.lease), middleware.WithMaxAttempts(c.policy.MaxAttempts()),
 	}
 	if c.storeTO > 0 { // else middleware.DefaultStoreTimeout, or a third of a shorter lease
 		opts = append(opts, middleware.WithStoreTimeout(c.storeTO))
 	}
 	if c.logger != nil { // else Dedup's warnings go to slog.Default()
-		opts = append(opts, middleware.WithDedupLogger(c.logger))
+		opts = append(opts, middleware.WithLogger(c.logger))
 	}
 	if c.redact != nil {
 		opts = append(opts, middleware.WithHistoryRedactor(c.redact))
@@ -270,8 +270,8 @@ func (c *config) dedupOptions() []middleware.DedupOption {
 	return opts
 }
 
-func (c *config) observeOptions() []middleware.ObserveOption {
-	var opts []middleware.ObserveOption
+func (c *config) observeOptions() []middleware.Option {
+	var opts []middleware.Option
 	if c.logger != nil { // else a panicking OnOutcome is reported to slog.Default()
 		opts = append(opts, middleware.WithLogger(c.logger))
 	}
@@ -284,8 +284,8 @@ func (c *config) observeOptions() []middleware.ObserveOption {
 	return opts
 }
 
-func (c *config) traceOptions() []middleware.TraceOption {
-	opts := []middleware.TraceOption{middleware.WithConsumerGroup(c.group)}
+func (c *config) traceOptions() []middleware.Option {
+	opts := []middleware.Option{middleware.WithConsumerGroup(c.group)}
 	if c.prop != nil {
 		opts = append(opts, middleware.WithPropagator(c.prop))
 	}

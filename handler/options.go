@@ -219,7 +219,7 @@ func WithIdentity(ex *idempotency.Extractor, missing MissingKeyPolicy) Option {
 // WithLogger sets the structured logger. Without it, warnings that a
 // guarantee is weaker than expected for a message (a handler canceled for
 // outliving the longest lease hold, a lease lost, a Complete retried, a
-// replay ID ignored; see middleware.WithDedupLogger) and a panicking
+// replay ID ignored; see middleware.WithLogger) and a panicking
 // OnOutcome callback go to slog.Default(), and the per-delivery outcome
 // log is discarded. With it, the outcome of every delivery is logged too,
 // at debug level (retry at info; dead letters, pauses and lost leases at

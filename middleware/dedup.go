@@ -18,6 +18,7 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -43,31 +44,31 @@ type dedupConfig struct {
 	logger       *slog.Logger
 }
 
-// DedupOption configures Dedup.
-type DedupOption func(*dedupConfig) error
+// extension is the value of WithExtension.
+type extension struct{ every, maxHeld time.Duration }
 
 // WithLease sets the lease of a claim (default 30s, at least MinLease). The
 // lease is extended while the handler runs (see WithExtension); it bounds
-// how long a crashed owner blocks the operation.
-func WithLease(d time.Duration) DedupOption {
-	return func(c *dedupConfig) error {
+// how long a crashed owner blocks the operation. Taken by Dedup.
+func WithLease(d time.Duration) Option {
+	return func(s *options.Set) error {
 		if d < MinLease {
 			return fmt.Errorf("%w: lease must be at least %v, got %v", ErrInvalidOption, MinLease, d)
 		}
-		c.lease = d
+		s.Put(optLease, d)
 		return nil
 	}
 }
 
 // WithMaxAttempts sets the durable attempt budget (default
 // retry.DefaultMaxAttempts, 5), counted by the store across deliveries and
-// process crashes.
-func WithMaxAttempts(n int) DedupOption {
-	return func(c *dedupConfig) error {
+// process crashes. Taken by Dedup.
+func WithMaxAttempts(n int) Option {
+	return func(s *options.Set) error {
 		if n < 1 {
 			return fmt.Errorf("%w: max attempts must be at least 1, got %d", ErrInvalidOption, n)
 		}
-		c.maxAttempts = n
+		s.Put(optMaxAttempts, n)
 		return nil
 	}
 }
@@ -78,13 +79,13 @@ func WithMaxAttempts(n int) DedupOption {
 // canceled with cause ErrHandlerHung, and the lease is left to expire, so
 // another consumer may take the operation over. The attempt counts as a
 // failure (not a shutdown), so a message that hangs every time ends
-// EXHAUSTED and dead-lettered.
-func WithExtension(every, maxHeld time.Duration) DedupOption {
-	return func(c *dedupConfig) error {
+// EXHAUSTED and dead-lettered. Taken by Dedup.
+func WithExtension(every, maxHeld time.Duration) Option {
+	return func(s *options.Set) error {
 		if every <= 0 || maxHeld <= 0 {
 			return fmt.Errorf("%w: extension interval and max held time must be positive", ErrInvalidOption)
 		}
-		c.extendEvery, c.maxHeld = every, maxHeld
+		s.Put(optExtension, extension{every, maxHeld})
 		return nil
 	}
 }
@@ -95,42 +96,26 @@ func WithExtension(every, maxHeld time.Duration) DedupOption {
 // stops answering (database/sql has no timeout of its own) fails the call
 // instead of holding the message, and an Extend gives up before the lease
 // it extends runs out. d must be positive and shorter than the lease
-// (checked by Dedup).
-func WithStoreTimeout(d time.Duration) DedupOption {
-	return func(c *dedupConfig) error {
+// (checked by Dedup). Taken by Dedup.
+func WithStoreTimeout(d time.Duration) Option {
+	return func(s *options.Set) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: store timeout must be positive, got %v", ErrInvalidOption, d)
 		}
-		c.storeTimeout = d
+		s.Put(optStoreTimeout, d)
 		return nil
 	}
 }
 
 // WithHistoryRedactor passes every error text through r before it is stored
 // in the attempt history. A text on which r panics is stored as
-// dlq.RedactorPanicked, never unredacted.
-func WithHistoryRedactor(r dlq.Redactor) DedupOption {
-	return func(c *dedupConfig) error {
+// dlq.RedactorPanicked, never unredacted. Taken by Dedup.
+func WithHistoryRedactor(r dlq.Redactor) Option {
+	return func(s *options.Set) error {
 		if r == nil {
 			return fmt.Errorf("%w: nil redactor", ErrInvalidOption)
 		}
-		c.redact = r
-		return nil
-	}
-}
-
-// WithDedupLogger sets the logger of Dedup's warnings (default:
-// slog.Default(), read when a warning is logged): a handler canceled for
-// outliving the longest lease hold, a lease lost or not extended, a
-// Complete retried, a replay ID ignored. Each says that a guarantee is
-// weaker than expected for one message; Dedup logs nothing per message
-// otherwise.
-func WithDedupLogger(l *slog.Logger) DedupOption {
-	return func(c *dedupConfig) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
-		}
-		c.logger = l
+		s.Put(optRedactor, r)
 		return nil
 	}
 }
@@ -173,7 +158,10 @@ func WithDedupLogger(l *slog.Logger) DedupOption {
 // history and operation the dead letter needs go into a copy, which
 // dlq.AsFinal finds in the returned error (errors.Is still finds the
 // handler's). A package-level final error is safe to return.
-func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (message.HandlerMiddleware, error) {
+//
+// It takes WithLease, WithMaxAttempts, WithExtension, WithStoreTimeout,
+// WithHistoryRedactor and WithLogger.
+func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.HandlerMiddleware, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
 	}
@@ -183,13 +171,23 @@ func Dedup(store idempotency.Store, namespace string, opts ...DedupOption) (mess
 	if namespace == KeylessNamespace {
 		return nil, fmt.Errorf("%w: namespace %q is reserved for the attempt records of keyless messages", ErrInvalidOption, namespace)
 	}
-	c := dedupConfig{
-		lease: DefaultLease, maxAttempts: retry.DefaultMaxAttempts,
+	set, err := options.Apply(ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
 	}
-	for _, o := range opts {
-		if err := o(&c); err != nil {
-			return nil, err
-		}
+	if err := set.Check(ErrInvalidOption, "middleware.Dedup", optLease, optMaxAttempts, optExtension,
+		optStoreTimeout, optRedactor, options.Logger); err != nil {
+		return nil, err
+	}
+	ext := options.Get(set, optExtension, extension{})
+	c := dedupConfig{
+		lease:        options.Get(set, optLease, DefaultLease),
+		maxAttempts:  options.Get(set, optMaxAttempts, retry.DefaultMaxAttempts),
+		extendEvery:  ext.every,
+		maxHeld:      ext.maxHeld,
+		storeTimeout: options.Get(set, optStoreTimeout, time.Duration(0)),
+		redact:       options.Get[dlq.Redactor](set, optRedactor, nil),
+		logger:       options.Get[*slog.Logger](set, options.Logger, nil),
 	}
 	if c.extendEvery == 0 {
 		c.extendEvery, c.maxHeld = c.lease/3, 10*c.lease

@@ -109,7 +109,7 @@ func TestDedupInTxHandlerThatDidNotClaim(t *testing.T) {
 	require.NoError(t, err)
 	var logs bytes.Buffer
 	dedup, err := middleware.Dedup(store, "intx", middleware.WithMaxAttempts(2),
-		middleware.WithDedupLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		middleware.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	require.NoError(t, err)
 	fail := false
 	h := dedup(func(msg *message.Message) ([]*message.Message, error) {

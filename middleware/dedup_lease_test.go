@@ -36,7 +36,7 @@ func leaseMsg(uuid, key, payload string) *message.Message {
 	return m
 }
 
-func leaseDedup(t *testing.T, store idempotency.Store, fn message.HandlerFunc, opts ...middleware.DedupOption) message.HandlerFunc {
+func leaseDedup(t *testing.T, store idempotency.Store, fn message.HandlerFunc, opts ...middleware.Option) message.HandlerFunc {
 	t.Helper()
 	mw, err := middleware.Dedup(store, leaseNS, opts...)
 	require.NoError(t, err)
@@ -328,7 +328,7 @@ func TestDedupExtendsLeaseWhileRunning(t *testing.T) {
 			}
 			return nil, nil
 		}, middleware.WithLease(time.Second), middleware.WithExtension(100*time.Millisecond, time.Hour),
-			middleware.WithDedupLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			middleware.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		_, err := h(leaseMsg("u-1", "k-1", `{}`))
 		require.NoError(t, err)
 		assert.Empty(t, logs.String(), "no extension failed")

@@ -17,10 +17,10 @@ func TestDedupReleaseRedactsHistory(t *testing.T) {
 	fail := func(*message.Message) ([]*message.Message, error) { return nil, errors.New("card 4111 declined") }
 	for _, c := range []struct {
 		name string
-		opts []middleware.DedupOption
+		opts []middleware.Option
 		want string
 	}{
-		{"redactor", []middleware.DedupOption{middleware.WithHistoryRedactor(func(string) string { return "card [redacted] declined" })}, "card [redacted] declined"},
+		{"redactor", []middleware.Option{middleware.WithHistoryRedactor(func(string) string { return "card [redacted] declined" })}, "card [redacted] declined"},
 		{"none", nil, "card 4111 declined"},
 	} {
 		store := leaseStore(t)

@@ -24,7 +24,7 @@ func TestDedupReopensOncePerReplayRun(t *testing.T) {
 	require.NoError(t, err)
 	var logs bytes.Buffer
 	dedup, err := middleware.Dedup(store, "reopen", middleware.WithMaxAttempts(1),
-		middleware.WithDedupLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		middleware.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	require.NoError(t, err)
 	runs := 0
 	failing := errors.New("downstream down")

@@ -77,7 +77,7 @@ type leaseChain struct {
 	outcomes []middleware.Outcome
 }
 
-func newLeaseChain(t *testing.T, store idempotency.Store, ns string, h message.HandlerFunc, opts ...middleware.DedupOption) *leaseChain {
+func newLeaseChain(t *testing.T, store idempotency.Store, ns string, h message.HandlerFunc, opts ...middleware.Option) *leaseChain {
 	t.Helper()
 	c := &leaseChain{}
 	obs, err := middleware.Observe(middleware.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/propagate"
 )
 
@@ -76,17 +77,13 @@ func (m *metrics) attrs(topic, handler string, o Outcome) metric.MeasurementOpti
 // transient failures that were retried, the claims that took over an
 // expired lease, and records the time spent in the chain and, when the
 // producer stamped propagate.KeyPublishedAt, the end-to-end latency from
-// the first publish.
-func WithMeterProvider(mp metric.MeterProvider) ObserveOption {
-	return func(c *observeConfig) error {
+// the first publish. Taken by Observe.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(s *options.Set) error {
 		if mp == nil {
 			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
 		}
-		m, err := newMetrics(mp.Meter(ScopeName))
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
-		}
-		c.metrics = m
+		s.Put(options.MeterProvider, mp)
 		return nil
 	}
 }

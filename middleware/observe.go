@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/options"
 )
 
 // OutcomeParams describes one delivery's end, for an OnOutcome callback.
@@ -45,31 +47,17 @@ type observeConfig struct {
 	metrics   *metrics // nil: no metrics
 }
 
-// ObserveOption configures Observe.
-type ObserveOption func(*observeConfig) error
-
-// WithLogger sets the structured logger (default: discard). Records are
-// logged with the message context, so trace IDs correlate.
-func WithLogger(l *slog.Logger) ObserveOption {
-	return func(c *observeConfig) error {
-		if l == nil {
-			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
-		}
-		c.logger, c.loggerSet = l, true
-		return nil
-	}
-}
-
 // WithOnOutcome calls fn once per delivery with its outcome, after the
 // chain decided it. A panic in fn is recovered and logged at error level
 // (to slog.Default() without WithLogger); it changes nothing about the
-// delivery, which is acked or nacked as the chain decided.
-func WithOnOutcome(fn func(context.Context, OutcomeParams) OutcomeResult) ObserveOption {
-	return func(c *observeConfig) error {
+// delivery, which is acked or nacked as the chain decided. Taken by
+// Observe.
+func WithOnOutcome(fn func(context.Context, OutcomeParams) OutcomeResult) Option {
+	return func(s *options.Set) error {
 		if fn == nil {
 			return fmt.Errorf("%w: nil outcome callback", ErrInvalidOption)
 		}
-		c.onOutcome = fn
+		s.Put(optOnOutcome, fn)
 		return nil
 	}
 }
@@ -80,12 +68,24 @@ func WithOnOutcome(fn func(context.Context, OutcomeParams) OutcomeResult) Observ
 // (carrying the last attempt's span when Trace is outside it, so a slog
 // handler that reads the context can correlate trace IDs), records metrics
 // (WithMeterProvider) and calls the OnOutcome callback. It is the outermost
-// step after Trace.
-func Observe(opts ...ObserveOption) (message.HandlerMiddleware, error) {
-	c := observeConfig{logger: slog.New(slog.DiscardHandler)}
-	for _, o := range opts {
-		if err := o(&c); err != nil {
-			return nil, err
+// step after Trace. It takes WithLogger, WithOnOutcome and
+// WithMeterProvider.
+func Observe(opts ...Option) (message.HandlerMiddleware, error) {
+	set, err := options.Apply(ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := set.Check(ErrInvalidOption, "middleware.Observe", options.Logger, optOnOutcome, options.MeterProvider); err != nil {
+		return nil, err
+	}
+	c := observeConfig{
+		logger:    options.Get(set, options.Logger, slog.New(slog.DiscardHandler)),
+		loggerSet: set.Has(options.Logger),
+		onOutcome: options.Get[func(context.Context, OutcomeParams) OutcomeResult](set, optOnOutcome, nil),
+	}
+	if mp := options.Get[metric.MeterProvider](set, options.MeterProvider, nil); mp != nil {
+		if c.metrics, err = newMetrics(mp.Meter(ScopeName)); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 	}
 	return func(h message.HandlerFunc) message.HandlerFunc {

@@ -23,12 +23,12 @@ func TestDedupStoreCallsBoundedByDefault(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
-		opts  []middleware.DedupOption
+		opts  []middleware.Option
 		bound time.Duration
 	}{
 		{"default lease", nil, middleware.DefaultStoreTimeout},
-		{"short lease", []middleware.DedupOption{middleware.WithLease(900 * time.Millisecond)}, 300 * time.Millisecond},
-		{"explicit", []middleware.DedupOption{middleware.WithStoreTimeout(time.Second)}, time.Second},
+		{"short lease", []middleware.Option{middleware.WithLease(900 * time.Millisecond)}, 300 * time.Millisecond},
+		{"explicit", []middleware.Option{middleware.WithStoreTimeout(time.Second)}, time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -46,7 +46,7 @@ func TestDedupStoreCallsBoundedByDefault(t *testing.T) {
 					seen[method] = true
 					mu.Unlock()
 				}
-				opts := append([]middleware.DedupOption{middleware.WithExtension(10*time.Millisecond, time.Hour)}, tc.opts...)
+				opts := append([]middleware.Option{middleware.WithExtension(10*time.Millisecond, time.Hour)}, tc.opts...)
 				c := newLeaseChain(t, store, "bounded", func(msg *message.Message) ([]*message.Message, error) {
 					time.Sleep(15 * time.Millisecond) // fake time: one extension
 					if msg.Metadata.Get(idempotency.DefaultMetadataKey) == "fails" {

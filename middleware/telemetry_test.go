@@ -582,7 +582,7 @@ func TestTraceStandalone(t *testing.T) {
 	assert.Equal(t, "watermill", attr(spans[0], "messaging.system").AsString(), "the default system")
 	assert.Equal(t, codes.Error, spans[1].Status().Code, "a panic ends its span as an error")
 
-	for _, o := range []middleware.TraceOption{middleware.WithPropagator(nil), middleware.WithMessagingSystem("")} {
+	for _, o := range []middleware.Option{middleware.WithPropagator(nil), middleware.WithMessagingSystem("")} {
 		_, err := middleware.Trace(tp, o)
 		require.ErrorIs(t, err, middleware.ErrInvalidOption)
 	}

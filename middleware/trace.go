@@ -15,6 +15,7 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/options"
 )
 
 // ScopeName is the instrumentation scope of surely's tracer and meter.
@@ -54,37 +55,35 @@ type tracing struct {
 	group  string
 }
 
-// TraceOption configures Trace.
-type TraceOption func(*tracing) error
-
 // WithPropagator sets how the creation context is read from the metadata
 // (default propagation.TraceContext{}, W3C traceparent and tracestate). It
-// must match the producer's (see package propagate).
-func WithPropagator(p propagation.TextMapPropagator) TraceOption {
-	return func(t *tracing) error {
+// must match the producer's (see package propagate). Taken by Trace.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(s *options.Set) error {
 		if p == nil {
 			return fmt.Errorf("%w: nil propagator", ErrInvalidOption)
 		}
-		t.prop = p
+		s.Put(optPropagator, p)
 		return nil
 	}
 }
 
 // WithMessagingSystem sets messaging.system ("nats", "rabbitmq", "kafka",
-// "aws_sqs", ...; default "watermill").
-func WithMessagingSystem(name string) TraceOption {
-	return func(t *tracing) error {
+// "aws_sqs", ...; default "watermill"). Taken by Trace.
+func WithMessagingSystem(name string) Option {
+	return func(s *options.Set) error {
 		if name == "" {
 			return fmt.Errorf("%w: empty messaging system", ErrInvalidOption)
 		}
-		t.system = name
+		s.Put(optSystem, name)
 		return nil
 	}
 }
 
 // WithConsumerGroup sets messaging.consumer.group.name (default: none).
-func WithConsumerGroup(group string) TraceOption {
-	return func(t *tracing) error { t.group = group; return nil }
+// Taken by Trace.
+func WithConsumerGroup(group string) Option {
+	return func(s *options.Set) error { s.Put(optConsumerGroup, group); return nil }
 }
 
 // Trace is the outermost surely step: one "process <topic>" span of kind
@@ -119,19 +118,24 @@ func WithConsumerGroup(group string) TraceOption {
 // Trace shares the per-delivery report with Observe; put it outside
 // Observe (handler.New does). In-process attempts get spans of their own
 // only when Retry is in the chain; attempt attributes need Identity.
-func Trace(tp trace.TracerProvider, opts ...TraceOption) (message.HandlerMiddleware, error) {
+//
+// It takes WithPropagator, WithMessagingSystem and WithConsumerGroup.
+func Trace(tp trace.TracerProvider, opts ...Option) (message.HandlerMiddleware, error) {
 	if tp == nil {
 		return nil, fmt.Errorf("%w: nil tracer provider", ErrInvalidOption)
 	}
+	set, err := options.Apply(ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := set.Check(ErrInvalidOption, "middleware.Trace", optPropagator, optSystem, optConsumerGroup); err != nil {
+		return nil, err
+	}
 	t := &tracing{
 		tracer: tp.Tracer(ScopeName),
-		prop:   propagation.TraceContext{},
-		system: "watermill",
-	}
-	for _, o := range opts {
-		if err := o(t); err != nil {
-			return nil, err
-		}
+		prop:   options.Get[propagation.TextMapPropagator](set, optPropagator, propagation.TraceContext{}),
+		system: options.Get(set, optSystem, "watermill"),
+		group:  options.Get(set, optConsumerGroup, ""),
 	}
 	return t.middleware, nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/surely-dev/surely/internal/options"
 )
 
 // Breaker defaults.
@@ -149,29 +151,27 @@ type Breaker struct {
 	probeSince time.Time // when it was issued
 }
 
-// BreakerOption configures a [Breaker]. An option that rejects its value
-// returns an error wrapping [ErrInvalidOption], and [NewBreaker] fails with it.
-type BreakerOption func(*Breaker) error
-
 // NewBreaker returns a closed Breaker with the defaults (the last 20
 // results, at least 10 of them, 80% transient failures open it, cooldown
-// from 5s doubling up to 1m), changed by opts. Every error wraps
+// from 5s doubling up to 1m), changed by opts. It takes [WithWindow],
+// [WithMinSamples], [WithThreshold] and [WithCooldown]. Every error wraps
 // [ErrInvalidOption].
-func NewBreaker(opts ...BreakerOption) (*Breaker, error) {
-	b := &Breaker{
-		window:          DefaultWindow,
-		minSamples:      DefaultMinSamples,
-		threshold:       DefaultThreshold,
-		cooldownInitial: DefaultCooldownInitial,
-		cooldownMax:     DefaultCooldownMax,
+func NewBreaker(opts ...Option) (*Breaker, error) {
+	set, err := options.Apply(ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
 	}
-	for i, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("%w: breaker option %d is nil", ErrInvalidOption, i)
-		}
-		if err := opt(b); err != nil {
-			return nil, err
-		}
+	if err := set.Check(ErrInvalidOption, "retry.NewBreaker", optWindow, optMinSamples, optThreshold, optCooldown); err != nil {
+		return nil, err
+	}
+	cooldown := options.Get(set, optCooldown, bounds{DefaultCooldownInitial, DefaultCooldownMax})
+	b := &Breaker{
+		window:          options.Get(set, optWindow, DefaultWindow),
+		minSamples:      options.Get(set, optMinSamples, DefaultMinSamples),
+		minSamplesSet:   set.Has(optMinSamples),
+		threshold:       options.Get(set, optThreshold, DefaultThreshold),
+		cooldownInitial: cooldown.initial,
+		cooldownMax:     cooldown.max,
 	}
 	if !b.minSamplesSet {
 		b.minSamples = min(DefaultMinSamples, b.window)
@@ -185,38 +185,40 @@ func NewBreaker(opts ...BreakerOption) (*Breaker, error) {
 }
 
 // WithWindow sets how many recent results (successes and transient
-// failures) the breaker remembers while closed. Default 20; n >= 1.
-func WithWindow(n int) BreakerOption {
-	return func(b *Breaker) error {
+// failures) the breaker remembers while closed. Default 20; n >= 1. Taken
+// by [NewBreaker].
+func WithWindow(n int) Option {
+	return func(s *options.Set) error {
 		if n < 1 {
 			return fmt.Errorf("%w: WithWindow(%d): must be >= 1", ErrInvalidOption, n)
 		}
-		b.window = n
+		s.Put(optWindow, n)
 		return nil
 	}
 }
 
 // WithMinSamples sets how many results the window must hold before the
 // breaker may open, so that two failures out of two do not stop a consumer.
-// Default 10, or the window if it is smaller; 1 <= n <= window.
-func WithMinSamples(n int) BreakerOption {
-	return func(b *Breaker) error {
+// Default 10, or the window if it is smaller; 1 <= n <= window. Taken by
+// [NewBreaker].
+func WithMinSamples(n int) Option {
+	return func(s *options.Set) error {
 		if n < 1 {
 			return fmt.Errorf("%w: WithMinSamples(%d): must be >= 1", ErrInvalidOption, n)
 		}
-		b.minSamples, b.minSamplesSet = n, true
+		s.Put(optMinSamples, n)
 		return nil
 	}
 }
 
 // WithThreshold sets the ratio of transient failures in the window that
-// opens the breaker. Default 0.8; 0 < ratio <= 1.
-func WithThreshold(ratio float64) BreakerOption {
-	return func(b *Breaker) error {
+// opens the breaker. Default 0.8; 0 < ratio <= 1. Taken by [NewBreaker].
+func WithThreshold(ratio float64) Option {
+	return func(s *options.Set) error {
 		if !(ratio > 0 && ratio <= 1) { // also rejects NaN
 			return fmt.Errorf("%w: WithThreshold(%v): must be in (0, 1]", ErrInvalidOption, ratio)
 		}
-		b.threshold = ratio
+		s.Put(optThreshold, ratio)
 		return nil
 	}
 }
@@ -224,16 +226,16 @@ func WithThreshold(ratio float64) BreakerOption {
 // WithCooldown sets how long the breaker stays open before it lets a probe
 // through: initial the first time, doubled after each failed probe up to
 // max, back to initial when the breaker closes. Default 5s and 1m;
-// 0 < initial <= max.
+// 0 < initial <= max. Taken by [NewBreaker].
 //
 // A probe that is never recorded (a caller that lost its Permit) is given up
 // after max, so that a lost probe cannot keep the breaker half-open forever.
-func WithCooldown(initial, maxCooldown time.Duration) BreakerOption {
-	return func(b *Breaker) error {
+func WithCooldown(initial, maxCooldown time.Duration) Option {
+	return func(s *options.Set) error {
 		if initial <= 0 || maxCooldown < initial {
 			return fmt.Errorf("%w: WithCooldown(%v, %v): need 0 < initial <= max", ErrInvalidOption, initial, maxCooldown)
 		}
-		b.cooldownInitial, b.cooldownMax = initial, maxCooldown
+		s.Put(optCooldown, bounds{initial, maxCooldown})
 		return nil
 	}
 }

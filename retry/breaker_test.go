@@ -16,9 +16,9 @@ import (
 
 // setupBreaker returns a breaker with a window of 10, opening at 8 transient
 // failures out of at least 10, cooling down 5s then 10s, 20s... up to 40s.
-func setupBreaker(t *testing.T, opts ...retry.BreakerOption) *retry.Breaker {
+func setupBreaker(t *testing.T, opts ...retry.Option) *retry.Breaker {
 	t.Helper()
-	base := []retry.BreakerOption{
+	base := []retry.Option{
 		retry.WithWindow(10),
 		retry.WithMinSamples(10),
 		retry.WithThreshold(0.8),
@@ -440,21 +440,21 @@ func TestBreakerInvalidOptions(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		opts []retry.BreakerOption
+		opts []retry.Option
 	}{
-		{"window 0", []retry.BreakerOption{retry.WithWindow(0)}},
-		{"window negative", []retry.BreakerOption{retry.WithWindow(-1)}},
-		{"min samples 0", []retry.BreakerOption{retry.WithMinSamples(0)}},
-		{"min samples above default window", []retry.BreakerOption{retry.WithMinSamples(21)}},
-		{"min samples above window", []retry.BreakerOption{retry.WithMinSamples(5), retry.WithWindow(4)}},
-		{"threshold 0", []retry.BreakerOption{retry.WithThreshold(0)}},
-		{"threshold negative", []retry.BreakerOption{retry.WithThreshold(-0.5)}},
-		{"threshold above 1", []retry.BreakerOption{retry.WithThreshold(1.01)}},
-		{"threshold NaN", []retry.BreakerOption{retry.WithThreshold(math.NaN())}},
-		{"cooldown 0", []retry.BreakerOption{retry.WithCooldown(0, time.Second)}},
-		{"cooldown negative", []retry.BreakerOption{retry.WithCooldown(-time.Second, time.Second)}},
-		{"cooldown max below initial", []retry.BreakerOption{retry.WithCooldown(time.Second, time.Millisecond)}},
-		{"nil option", []retry.BreakerOption{nil}},
+		{"window 0", []retry.Option{retry.WithWindow(0)}},
+		{"window negative", []retry.Option{retry.WithWindow(-1)}},
+		{"min samples 0", []retry.Option{retry.WithMinSamples(0)}},
+		{"min samples above default window", []retry.Option{retry.WithMinSamples(21)}},
+		{"min samples above window", []retry.Option{retry.WithMinSamples(5), retry.WithWindow(4)}},
+		{"threshold 0", []retry.Option{retry.WithThreshold(0)}},
+		{"threshold negative", []retry.Option{retry.WithThreshold(-0.5)}},
+		{"threshold above 1", []retry.Option{retry.WithThreshold(1.01)}},
+		{"threshold NaN", []retry.Option{retry.WithThreshold(math.NaN())}},
+		{"cooldown 0", []retry.Option{retry.WithCooldown(0, time.Second)}},
+		{"cooldown negative", []retry.Option{retry.WithCooldown(-time.Second, time.Second)}},
+		{"cooldown max below initial", []retry.Option{retry.WithCooldown(time.Second, time.Millisecond)}},
+		{"nil option", []retry.Option{nil}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/surely-dev/surely/internal/options"
 )
 
 // ErrInvalidOption wraps every option error of this package, from both
@@ -30,32 +32,55 @@ type Policy struct {
 	rnd               func() float64
 }
 
-// Option configures a [Policy]. An Option that rejects its value returns an
-// error wrapping [ErrInvalidOption], and [NewPolicy] fails with it.
-type Option func(*Policy) error
+// Option configures a [Policy] (through [NewPolicy]) or a [Breaker]
+// (through [NewBreaker]): the two constructors take this one type, and each
+// option says which one takes it. An Option that rejects its value returns
+// an error wrapping [ErrInvalidOption], and so does a constructor given an
+// option it does not take (an option that does not apply is a
+// configuration error, never silently ignored).
+type Option func(*options.Set) error
+
+// Names of the options.
+const (
+	optMaxAttempts       = "WithMaxAttempts"
+	optInProcessAttempts = "WithInProcessAttempts"
+	optBackoff           = "WithBackoff"
+	optMaxInProcessTime  = "WithMaxInProcessTime"
+	optRand              = "WithRand"
+	optWindow            = "WithWindow"
+	optMinSamples        = "WithMinSamples"
+	optThreshold         = "WithThreshold"
+	optCooldown          = "WithCooldown"
+)
+
+// bounds is the value of WithBackoff and WithCooldown.
+type bounds struct{ initial, max time.Duration }
 
 // NewPolicy returns a Policy with the defaults (5 attempts in all, 3 per
 // delivery, backoff from 100ms to 10s doubling, 10s of in-process retrying
-// per delivery), changed by opts in order. Every error wraps
-// [ErrInvalidOption].
+// per delivery), changed by opts. It takes [WithMaxAttempts],
+// [WithInProcessAttempts], [WithBackoff], [WithMaxInProcessTime] and
+// [WithRand]. Every error wraps [ErrInvalidOption].
 func NewPolicy(opts ...Option) (*Policy, error) {
+	set, err := options.Apply(ErrInvalidOption, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := set.Check(ErrInvalidOption, "retry.NewPolicy",
+		optMaxAttempts, optInProcessAttempts, optBackoff, optMaxInProcessTime, optRand); err != nil {
+		return nil, err
+	}
+	backoff := options.Get(set, optBackoff, bounds{DefaultBackoffInitial, DefaultBackoffMax})
 	p := &Policy{
-		maxAttempts:       DefaultMaxAttempts,
-		inProcessAttempts: DefaultInProcessAttempts,
+		maxAttempts:       options.Get(set, optMaxAttempts, DefaultMaxAttempts),
+		inProcessAttempts: options.Get(set, optInProcessAttempts, DefaultInProcessAttempts),
 		backoff: Backoff{
-			Initial:    DefaultBackoffInitial,
-			Max:        DefaultBackoffMax,
+			Initial:    backoff.initial,
+			Max:        backoff.max,
 			Multiplier: DefaultMultiplier,
 		},
-		maxInProcessTime: DefaultMaxInProcessTime,
-	}
-	for i, opt := range opts {
-		if opt == nil {
-			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidOption, i)
-		}
-		if err := opt(p); err != nil {
-			return nil, err
-		}
+		maxInProcessTime: options.Get(set, optMaxInProcessTime, DefaultMaxInProcessTime),
+		rnd:              options.Get[func() float64](set, optRand, nil),
 	}
 	return p, nil
 }
@@ -63,12 +88,13 @@ func NewPolicy(opts ...Option) (*Policy, error) {
 // WithMaxAttempts sets the durable attempt budget of one message: attempts
 // counted across deliveries, consumers and crashes (the dedup store counts
 // them). When it is spent the message is dead-lettered. Default 5; n >= 1.
+// Taken by [NewPolicy].
 func WithMaxAttempts(n int) Option {
-	return func(p *Policy) error {
+	return func(s *options.Set) error {
 		if n < 1 {
 			return fmt.Errorf("%w: WithMaxAttempts(%d): must be >= 1", ErrInvalidOption, n)
 		}
-		p.maxAttempts = n
+		s.Put(optMaxAttempts, n)
 		return nil
 	}
 }
@@ -76,29 +102,31 @@ func WithMaxAttempts(n int) Option {
 // WithInProcessAttempts sets how many attempts one delivery makes, with
 // backoff in between, before it gives the message back to the broker (nack)
 // for a later redelivery. Default 3; n >= 1 (1: no in-process retry).
+// Taken by [NewPolicy].
 //
 // It is an upper bound: a delivery also stops when the durable budget
 // ([WithMaxAttempts]) or the in-process time ([WithMaxInProcessTime]) runs
 // out, so it may exceed MaxAttempts without harm.
 func WithInProcessAttempts(n int) Option {
-	return func(p *Policy) error {
+	return func(s *options.Set) error {
 		if n < 1 {
 			return fmt.Errorf("%w: WithInProcessAttempts(%d): must be >= 1", ErrInvalidOption, n)
 		}
-		p.inProcessAttempts = n
+		s.Put(optInProcessAttempts, n)
 		return nil
 	}
 }
 
 // WithBackoff sets the bounds of the exponential backoff (multiplier 2, equal
 // jitter, see [Backoff]). Default 100ms and 10s. It needs
-// 0 <= initial <= max; initial 0 retries without waiting.
+// 0 <= initial <= max; initial 0 retries without waiting. Taken by
+// [NewPolicy].
 func WithBackoff(initial, maxDelay time.Duration) Option {
-	return func(p *Policy) error {
+	return func(s *options.Set) error {
 		if initial < 0 || maxDelay < initial {
 			return fmt.Errorf("%w: WithBackoff(%v, %v): need 0 <= initial <= max", ErrInvalidOption, initial, maxDelay)
 		}
-		p.backoff.Initial, p.backoff.Max = initial, maxDelay
+		s.Put(optBackoff, bounds{initial, maxDelay})
 		return nil
 	}
 }
@@ -107,26 +135,26 @@ func WithBackoff(initial, maxDelay time.Duration) Option {
 // in-process retries, attempts and backoff sleeps included. When the next
 // backoff would cross it, the delivery nacks instead of sleeping, so a
 // message does not hold its broker lease (ack deadline, visibility timeout)
-// for long. Default 10s; d > 0.
+// for long. Default 10s; d > 0. Taken by [NewPolicy].
 func WithMaxInProcessTime(d time.Duration) Option {
-	return func(p *Policy) error {
+	return func(s *options.Set) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: WithMaxInProcessTime(%v): must be > 0", ErrInvalidOption, d)
 		}
-		p.maxInProcessTime = d
+		s.Put(optMaxInProcessTime, d)
 		return nil
 	}
 }
 
 // WithRand replaces the jitter source, for deterministic tests. rnd must
 // return a float in [0, 1) and be safe for concurrent use; it must not be
-// nil. Default: math/rand/v2's Float64.
+// nil. Default: math/rand/v2's Float64. Taken by [NewPolicy].
 func WithRand(rnd func() float64) Option {
-	return func(p *Policy) error {
+	return func(s *options.Set) error {
 		if rnd == nil {
 			return fmt.Errorf("%w: WithRand(nil)", ErrInvalidOption)
 		}
-		p.rnd = rnd
+		s.Put(optRand, rnd)
 		return nil
 	}
 }
