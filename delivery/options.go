@@ -27,8 +27,9 @@ const DefaultCloseTimeout = 30 * time.Second
 // ErrInvalidOption.
 type Option func(*options.Set) error
 
-// WithLogger sets the adapter's logger (default: none, the adapter logs
-// nothing).
+// WithLogger sets the adapter's logger. By default an adapter logs its
+// warnings (messages still in flight at close, a guarantee weaker than
+// configured) and errors to slog.Default(), and nothing else.
 func WithLogger(l *slog.Logger) Option {
 	return func(s *options.Set) error { return s.PutLogger(ErrInvalidOption, l) }
 }

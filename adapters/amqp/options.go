@@ -119,7 +119,7 @@ func newSubscriberConfig(opts []delivery.Option) (subscriberConfig, error) {
 		concurrency:  options.Get(s, optConcurrency, 1),
 		marshaler:    options.Get[wmamqp.Marshaler](s, optMarshaler, DefaultMarshaler()),
 		amqpConfig:   options.Get[*amqp.Config](s, optAMQPConfig, nil),
-		logger:       options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
+		logger:       options.Get(s, options.Logger, options.Warnings()),
 		closeTimeout: options.Get(s, options.CloseTimeout, delivery.DefaultCloseTimeout),
 	}
 	if c.concurrency > maxConcurrency {
@@ -150,7 +150,7 @@ func newPublisherConfig(opts []delivery.Option) (publisherConfig, error) {
 		channels:   options.Get(s, optChannels, 8),
 		marshaler:  options.Get[wmamqp.Marshaler](s, optMarshaler, DefaultMarshaler()),
 		amqpConfig: options.Get[*amqp.Config](s, optAMQPConfig, nil),
-		logger:     options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
+		logger:     options.Get(s, options.Logger, options.Warnings()),
 	}
 	switch m := c.marshaler.(type) {
 	case wmamqp.DefaultMarshaler:

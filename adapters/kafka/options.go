@@ -104,7 +104,7 @@ func newSubscriberConfig(group string, opts []delivery.Option) (subscriberConfig
 		return c, fmt.Errorf("%w: %s: Sarama config: %w", delivery.ErrInvalidOption, who, err)
 	}
 	c.closeTimeout = options.Get(s, options.CloseTimeout, delivery.DefaultCloseTimeout)
-	c.logger = options.Get(s, options.Logger, slog.New(slog.DiscardHandler))
+	c.logger = options.Get(s, options.Logger, options.Warnings())
 	return c, nil
 }
 
@@ -147,7 +147,7 @@ func newPublisherConfig(opts []delivery.Option) (publisherConfig, error) {
 	if err := c.sarama.Validate(); err != nil {
 		return c, fmt.Errorf("%w: %s: Sarama config: %w", delivery.ErrInvalidOption, who, err)
 	}
-	c.logger = options.Get(s, options.Logger, slog.New(slog.DiscardHandler))
+	c.logger = options.Get(s, options.Logger, options.Warnings())
 	return c, nil
 }
 

@@ -120,7 +120,7 @@ func newSubscriberConfig(consumer string, opts []delivery.Option) (subscriberCon
 		concurrency:  options.Get(s, optConcurrency, 1),
 		marshaler:    options.Get[wmnats.MarshalerUnmarshaler](s, optMarshaler, &wmnats.NATSMarshaler{}),
 		natsOptions:  options.Get[[]nats.Option](s, optNATSOptions, nil),
-		logger:       options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
+		logger:       options.Get(s, options.Logger, options.Warnings()),
 		closeTimeout: options.Get(s, options.CloseTimeout, delivery.DefaultCloseTimeout),
 	}, nil
 }
@@ -144,6 +144,6 @@ func newPublisherConfig(opts []delivery.Option) (publisherConfig, error) {
 	return publisherConfig{
 		marshaler:   options.Get[wmnats.MarshalerUnmarshaler](s, optMarshaler, &wmnats.NATSMarshaler{}),
 		natsOptions: options.Get[[]nats.Option](s, optNATSOptions, nil),
-		logger:      options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
+		logger:      options.Get(s, options.Logger, options.Warnings()),
 	}, nil
 }

@@ -147,7 +147,7 @@ func newSubscriberConfig(group string, opts []delivery.Option) (subscriberConfig
 		maxIdleTime:     options.Get(s, optAckWait, 30*time.Second),
 		nackResendSleep: options.Get(s, optResendInterval, 100*time.Millisecond),
 		unmarshaler:     options.Get[wmredis.Unmarshaller](s, optUnmarshaler, wmredis.DefaultMarshallerUnmarshaller{}),
-		logger:          options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
+		logger:          options.Get(s, options.Logger, options.Warnings()),
 		closeTimeout:    options.Get(s, options.CloseTimeout, delivery.DefaultCloseTimeout),
 	}
 	c.claimInterval = options.Get(s, optClaimInterval, c.maxIdleTime/4)
@@ -181,6 +181,6 @@ func newPublisherConfig(opts []delivery.Option) (publisherConfig, error) {
 	}
 	return publisherConfig{
 		marshaler: options.Get[wmredis.Marshaller](s, optMarshaler, wmredis.DefaultMarshallerUnmarshaller{}),
-		logger:    options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
+		logger:    options.Get(s, options.Logger, options.Warnings()),
 	}, nil
 }

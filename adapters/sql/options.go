@@ -135,7 +135,7 @@ func newSubscriberConfig(group string, opts []delivery.Option) (subscriberConfig
 	c.resendInterval = options.Get(s, optResendInterval, 100*time.Millisecond)
 	c.batchSize = options.Get(s, optBatchSize, batchSize)
 	c.closeTimeout = options.Get(s, options.CloseTimeout, delivery.DefaultCloseTimeout)
-	c.logger = options.Get(s, options.Logger, slog.New(slog.DiscardHandler))
+	c.logger = options.Get(s, options.Logger, options.Warnings())
 	return c, nil
 }
 

@@ -3,7 +3,6 @@ package sql
 import (
 	stdsql "database/sql"
 	"fmt"
-	"log/slog"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
@@ -38,7 +37,7 @@ func NewPublisher(db *stdsql.DB, opts ...delivery.Option) (*Publisher, error) {
 	if err := s.Check(delivery.ErrInvalidOption, who, options.Logger); err != nil {
 		return nil, err
 	}
-	logger := options.Get(s, options.Logger, slog.New(slog.DiscardHandler))
+	logger := options.Get(s, options.Logger, options.Warnings())
 	inner, err := wmsql.NewPublisher(wmsql.BeginnerFromStdSQL(db), wmsql.PublisherConfig{
 		SchemaAdapter: newSchema(batchSize),
 	}, watermill.NewSlogLogger(logger))

@@ -177,7 +177,7 @@ func newSubscriberConfig(cfg aws.Config, opts []delivery.Option) (subscriberConf
 		c.unmarshaler = m
 	}
 	c.closeTimeout = options.Get(s, options.CloseTimeout, delivery.DefaultCloseTimeout)
-	c.logger = options.Get(s, options.Logger, slog.New(slog.DiscardHandler))
+	c.logger = options.Get(s, options.Logger, options.Warnings())
 	return c, nil
 }
 
@@ -233,6 +233,6 @@ func newPublisherConfig(cfg aws.Config, opts []delivery.Option) (publisherConfig
 	if m != nil {
 		c.marshaler = m
 	}
-	c.logger = options.Get(s, options.Logger, slog.New(slog.DiscardHandler))
+	c.logger = options.Get(s, options.Logger, options.Warnings())
 	return c, nil
 }
