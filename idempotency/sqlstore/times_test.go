@@ -1,0 +1,68 @@
+package sqlstore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/surely-dev/surely/idempotency"
+)
+
+// Durations are stored in whole milliseconds, rounded up and never
+// lengthened otherwise: a lease runs exactly its length from the attempt's
+// start, a record is retained exactly the retention after its lease or its
+// end, and a retry-after delay starts at the attempt's end.
+func TestDurationsInWholeMilliseconds(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		const retention = time.Hour
+		s := newStore(t, b.open(t), b.dialect, idempotency.WithRetention(retention))
+		ctx := t.Context()
+		for _, tc := range []struct {
+			lease, want time.Duration
+		}{
+			{time.Second, time.Second},
+			{time.Millisecond, time.Millisecond},
+			{1500 * time.Microsecond, 2 * time.Millisecond},
+		} {
+			key := "k-" + randomHex(4)
+			res, err := s.Claim(ctx, idempotency.ClaimRequest{Namespace: "ns", Key: key, Fingerprint: "fp", Lease: tc.lease, MaxAttempts: 5})
+			require.NoError(t, err)
+			require.Equal(t, idempotency.Acquired, res.Status)
+			rec, err := s.Get(ctx, "ns", key)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, rec.LeaseUntil.Sub(rec.History[0].Started), "lease %v", tc.lease)
+			require.Equal(t, res.Lease.Until, rec.LeaseUntil)
+			require.Equal(t, retention, rec.ExpiresAt.Sub(rec.LeaseUntil), "lease %v", tc.lease)
+
+			require.NoError(t, s.Release(ctx, res.Lease, idempotency.Failure{Error: "x", RetryAfter: time.Second}))
+			rec, err = s.Get(ctx, "ns", key)
+			require.NoError(t, err)
+			require.Equal(t, time.Second, rec.NotBefore.Sub(rec.History[0].Ended))
+			require.Equal(t, retention, rec.ExpiresAt.Sub(rec.NotBefore))
+		}
+	})
+}
+
+// A row whose history column is empty (written by hand, not by the store)
+// reads as a record without attempts.
+func TestEmptyHistoryColumn(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		db := b.open(t)
+		s := newStore(t, db, b.dialect)
+		_, err := db.ExecContext(t.Context(), rebind(b.dialect, "INSERT INTO "+quote(b.dialect, s.Table())+
+			" (namespace, op_key, state, fingerprint, token, attempts, canceled, lease_until_ms, expires_at_ms, updated_at_ms, outcome, history)"+
+			" VALUES ('ns', 'k', 'failed', 'fp', 't', 1, 0, 0, ?, 1, NULL, '')"), time.Now().Add(time.Hour).UnixMilli())
+		require.NoError(t, err)
+		rec, err := s.Get(t.Context(), "ns", "k")
+		require.NoError(t, err)
+		require.Equal(t, idempotency.StateFailed, rec.State)
+		require.Empty(t, rec.History)
+
+		res, err := s.Claim(t.Context(), idempotency.ClaimRequest{Namespace: "ns", Key: "k", Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 5})
+		require.NoError(t, err)
+		require.Equal(t, idempotency.Acquired, res.Status)
+		require.Equal(t, 2, res.Lease.Attempt)
+		require.Equal(t, idempotency.PreviousNone, res.Previous.Result, "no attempt to tell of")
+	})
+}
