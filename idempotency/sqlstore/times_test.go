@@ -45,24 +45,36 @@ func TestDurationsInWholeMilliseconds(t *testing.T) {
 }
 
 // A row whose history column is empty (written by hand, not by the store)
-// reads as a record without attempts.
+// reads as a record without attempts, and is claimed like one: a failed
+// one with no previous attempt to tell of, one whose lease expired with
+// an unknown previous outcome.
 func TestEmptyHistoryColumn(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
 		db := b.open(t)
 		s := newStore(t, db, b.dialect)
-		_, err := db.ExecContext(t.Context(), rebind(b.dialect, "INSERT INTO "+quote(b.dialect, s.Table())+
-			" (namespace, op_key, state, fingerprint, token, attempts, canceled, lease_until_ms, expires_at_ms, updated_at_ms, outcome, history)"+
-			" VALUES ('ns', 'k', 'failed', 'fp', 't', 1, 0, 0, ?, 1, NULL, '')"), time.Now().Add(time.Hour).UnixMilli())
-		require.NoError(t, err)
-		rec, err := s.Get(t.Context(), "ns", "k")
-		require.NoError(t, err)
-		require.Equal(t, idempotency.StateFailed, rec.State)
-		require.Empty(t, rec.History)
+		for state, prev := range map[idempotency.State]idempotency.PreviousResult{
+			idempotency.StateFailed:     idempotency.PreviousNone,
+			idempotency.StateInProgress: idempotency.PreviousUnknown,
+		} {
+			key := string(state)
+			_, err := db.ExecContext(t.Context(), rebind(b.dialect, "INSERT INTO "+quote(b.dialect, s.Table())+
+				" (namespace, op_key, state, fingerprint, token, attempts, canceled, lease_until_ms, expires_at_ms, updated_at_ms, outcome, history)"+
+				" VALUES ('ns', ?, ?, 'fp', 't', 1, 0, 1, ?, 1, NULL, '')"), key, key, time.Now().Add(time.Hour).UnixMilli())
+			require.NoError(t, err)
+			rec, err := s.Get(t.Context(), "ns", key)
+			require.NoError(t, err)
+			require.Equal(t, state, rec.State)
+			require.Empty(t, rec.History)
 
-		res, err := s.Claim(t.Context(), idempotency.ClaimRequest{Namespace: "ns", Key: "k", Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 5})
-		require.NoError(t, err)
-		require.Equal(t, idempotency.Acquired, res.Status)
-		require.Equal(t, 2, res.Lease.Attempt)
-		require.Equal(t, idempotency.PreviousNone, res.Previous.Result, "no attempt to tell of")
+			res, err := s.Claim(t.Context(), idempotency.ClaimRequest{Namespace: "ns", Key: key, Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 5})
+			require.NoError(t, err)
+			require.Equal(t, idempotency.Acquired, res.Status, "%s", state)
+			require.Equal(t, 2, res.Lease.Attempt, "%s", state)
+			require.Equal(t, prev, res.Previous.Result, "%s", state)
+			rec, err = s.Get(t.Context(), "ns", key)
+			require.NoError(t, err)
+			require.Len(t, rec.History, 1, "%s: the new attempt", state)
+			require.Equal(t, 2, rec.History[0].Attempt)
+		}
 	})
 }
