@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 )
 
 // Durations are stored in whole milliseconds, rounded up and never
@@ -40,6 +41,17 @@ func TestDurationsInWholeMilliseconds(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, time.Second, rec.NotBefore.Sub(rec.History[0].Ended))
 			require.Equal(t, retention, rec.ExpiresAt.Sub(rec.NotBefore))
+
+			// The key has a row now: the claim's other path.
+			sqlstore.AdvanceClock(s, time.Second)
+			res, err = s.Claim(ctx, idempotency.ClaimRequest{Namespace: "ns", Key: key, Fingerprint: "fp", Lease: tc.lease, MaxAttempts: 5})
+			require.NoError(t, err)
+			require.Equal(t, idempotency.Acquired, res.Status)
+			rec, err = s.Get(ctx, "ns", key)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, rec.LeaseUntil.Sub(rec.History[1].Started), "lease %v, again", tc.lease)
+			require.Equal(t, res.Lease.Until, rec.LeaseUntil)
+			require.Equal(t, retention, rec.ExpiresAt.Sub(rec.LeaseUntil), "lease %v, again", tc.lease)
 		}
 	})
 }
