@@ -38,3 +38,30 @@ func TestRefusedClaimWaitsPositive(t *testing.T) {
 		untilClaimed("retry-after delay")
 	})
 }
+
+// A record whose retention ends with its lease (a row written so by hand)
+// is forgotten from that millisecond on: the first claim that gets it
+// makes attempt 1 of a new record, never a takeover of the old lease.
+// Claims in a tight loop across the end cover that millisecond.
+func TestRecordForgottenWhenRetentionEnds(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		db := b.open(t)
+		s := newStore(t, db, b.dialect)
+		end := time.Now().Add(30 * time.Millisecond).UnixMilli()
+		_, err := db.ExecContext(t.Context(), rebind(b.dialect, "INSERT INTO "+quote(b.dialect, s.Table())+
+			" (namespace, op_key, state, fingerprint, token, attempts, canceled, lease_until_ms, expires_at_ms, updated_at_ms, outcome, history)"+
+			" VALUES ('ns', 'k', 'in_progress', 'fp', 't', 1, 0, ?, ?, 1, NULL, '[]')"), end, end)
+		require.NoError(t, err)
+		req := idempotency.ClaimRequest{Namespace: "ns", Key: "k", Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 5}
+		for {
+			res, err := s.Claim(t.Context(), req)
+			require.NoError(t, err)
+			if res.Status == idempotency.Acquired {
+				require.Equal(t, 1, res.Lease.Attempt, "a new record")
+				require.Equal(t, idempotency.PreviousNone, res.Previous.Result)
+				return
+			}
+			require.Equal(t, idempotency.InProgress, res.Status)
+		}
+	})
+}
