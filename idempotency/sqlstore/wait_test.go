@@ -19,6 +19,7 @@ func TestRefusedClaimWaitsPositive(t *testing.T) {
 		ctx := t.Context()
 		const hold = 30 * time.Millisecond
 		req := idempotency.ClaimRequest{Namespace: "ns", Key: "k", Fingerprint: "fp", Lease: hold, MaxAttempts: 5}
+		var until time.Time // when the lease or the delay ends
 		untilClaimed := func(what string) idempotency.ClaimResult {
 			for {
 				res, err := s.Claim(ctx, req)
@@ -28,13 +29,19 @@ func TestRefusedClaimWaitsPositive(t *testing.T) {
 				}
 				require.Equal(t, idempotency.InProgress, res.Status, what)
 				require.Positive(t, res.Wait, "%s: refused with wait %v until %v", what, res.Wait, res.Until)
+				require.LessOrEqual(t, res.Wait, hold, "%s: the wait is what is left of the hold", what)
+				require.Equal(t, until, res.Until, what)
 			}
 		}
 		res, err := s.Claim(ctx, req)
 		require.NoError(t, err)
 		require.Equal(t, idempotency.Acquired, res.Status)
+		until = res.Lease.Until
 		res = untilClaimed("live lease")
 		require.NoError(t, s.Release(ctx, res.Lease, idempotency.Failure{Error: "x", RetryAfter: hold}))
+		rec, err := s.Get(ctx, "ns", "k")
+		require.NoError(t, err)
+		until = rec.NotBefore
 		untilClaimed("retry-after delay")
 	})
 }
