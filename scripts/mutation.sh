@@ -45,7 +45,7 @@
 # does not make); docs/MUTATION.md gives the reasons:
 #   idempotency/redisstore  redisstore.go only; GOFLAGS -skip TestSentinel,
 #                           TestCluster
-#   idempotency/sqlstore    sqlstore.go only; GOFLAGS -skip TestCrash*
+#   idempotency/sqlstore    sqlstore.go, fast.go, inbox_deferred.go; GOFLAGS -skip TestCrash*
 #                           (child processes killed with SIGKILL, 5 s each;
 #                           the conformance and inbox suites assert the
 #                           state machine)
