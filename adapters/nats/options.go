@@ -52,11 +52,7 @@ func WithConcurrency(n int) delivery.Option {
 // only.
 func WithAckWait(d time.Duration) delivery.Option {
 	return func(s *options.Set) error {
-		if d < minAckWait {
-			return fmt.Errorf("%w: ack wait %v is shorter than %v", delivery.ErrInvalidOption, d, minAckWait)
-		}
-		s.Put(optAckWait, d)
-		return nil
+		return s.PutAtLeast(delivery.ErrInvalidOption, optAckWait, "ack wait", d, minAckWait)
 	}
 }
 

@@ -52,11 +52,7 @@ func WithConsumer(name string) delivery.Option {
 // is also how long a crashed consumer's entries wait. Subscriber only.
 func WithAckWait(d time.Duration) delivery.Option {
 	return func(s *options.Set) error {
-		if d < minAckWait {
-			return fmt.Errorf("%w: ack wait %v is shorter than %v", delivery.ErrInvalidOption, d, minAckWait)
-		}
-		s.Put(optAckWait, d)
-		return nil
+		return s.PutAtLeast(delivery.ErrInvalidOption, optAckWait, "ack wait", d, minAckWait)
 	}
 }
 
@@ -65,11 +61,7 @@ func WithAckWait(d time.Duration) delivery.Option {
 // quarter of it. Subscriber only.
 func WithClaimInterval(d time.Duration) delivery.Option {
 	return func(s *options.Set) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: claim interval %v is not positive", delivery.ErrInvalidOption, d)
-		}
-		s.Put(optClaimInterval, d)
-		return nil
+		return s.PutPositive(delivery.ErrInvalidOption, optClaimInterval, "claim interval", d)
 	}
 }
 
@@ -80,11 +72,7 @@ func WithClaimInterval(d time.Duration) delivery.Option {
 // loop without it. Subscriber only.
 func WithResendInterval(d time.Duration) delivery.Option {
 	return func(s *options.Set) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: resend interval %v is not positive", delivery.ErrInvalidOption, d)
-		}
-		s.Put(optResendInterval, d)
-		return nil
+		return s.PutPositive(delivery.ErrInvalidOption, optResendInterval, "resend interval", d)
 	}
 }
 

@@ -50,11 +50,7 @@ const (
 // longest handler, only the gap between two extensions.
 func WithAckWait(d time.Duration) delivery.Option {
 	return func(s *options.Set) error {
-		if d < minAckWait {
-			return fmt.Errorf("%w: sql.WithAckWait: %v is shorter than %v", delivery.ErrInvalidOption, d, minAckWait)
-		}
-		s.Put(optAckWait, d)
-		return nil
+		return s.PutAtLeast(delivery.ErrInvalidOption, optAckWait, "sql.WithAckWait", d, minAckWait)
 	}
 }
 
@@ -63,11 +59,7 @@ func WithAckWait(d time.Duration) delivery.Option {
 // message published to an idle topic.
 func WithPollInterval(d time.Duration) delivery.Option {
 	return func(s *options.Set) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: sql.WithPollInterval: %v is shorter than 1ms", delivery.ErrInvalidOption, d)
-		}
-		s.Put(optPollInterval, d)
-		return nil
+		return s.PutAtLeast(delivery.ErrInvalidOption, optPollInterval, "sql.WithPollInterval", d, time.Millisecond)
 	}
 }
 
@@ -76,11 +68,7 @@ func WithPollInterval(d time.Duration) delivery.Option {
 // already waited (its backoff) before it nacked.
 func WithResendInterval(d time.Duration) delivery.Option {
 	return func(s *options.Set) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("%w: sql.WithResendInterval: %v is shorter than 1ms", delivery.ErrInvalidOption, d)
-		}
-		s.Put(optResendInterval, d)
-		return nil
+		return s.PutAtLeast(delivery.ErrInvalidOption, optResendInterval, "sql.WithResendInterval", d, time.Millisecond)
 	}
 }
 

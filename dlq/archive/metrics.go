@@ -59,11 +59,7 @@ const (
 // report the cached values, so frequent scrapes do not load the archive.
 func WithMetricsInterval(d time.Duration) dlq.Option {
 	return func(s *options.Set) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: metrics interval must be positive, got %v", dlq.ErrInvalidOption, d)
-		}
-		s.Put(nameMetricsInterval, d)
-		return nil
+		return s.PutPositive(dlq.ErrInvalidOption, nameMetricsInterval, "metrics interval", d)
 	}
 }
 
@@ -71,11 +67,7 @@ func WithMetricsInterval(d time.Duration) dlq.Option {
 // (default 10s).
 func WithMetricsTimeout(d time.Duration) dlq.Option {
 	return func(s *options.Set) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: metrics timeout must be positive, got %v", dlq.ErrInvalidOption, d)
-		}
-		s.Put(nameMetricsTimeout, d)
-		return nil
+		return s.PutPositive(dlq.ErrInvalidOption, nameMetricsTimeout, "metrics timeout", d)
 	}
 }
 
