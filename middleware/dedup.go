@@ -555,27 +555,10 @@ func (d *dedup) runDeferred(ctx context.Context, h message.HandlerFunc, msg *mes
 func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult, dc *idempotency.DeferredClaim) ([]*message.Message, error) {
 	lease := res.Lease
 	op.Attempt, op.Token, op.Previous, op.Committed = lease.Attempt, lease.Token, res.Previous, false
-	if r := reportFrom(ctx); r != nil && dc == nil {
-		r.claimed(ctx, d.store, op)
+	if rep := reportFrom(ctx); rep != nil && dc == nil {
+		rep.claimed(ctx, d.store, op)
 	}
-
-	// The handler's context is canceled when it outlives the longest lease
-	// hold (see WithExtension): a hung attempt ends as a charged failure,
-	// so a message that hangs every time is dead-lettered. It is also
-	// canceled with the message context while the handler runs, but not
-	// when the handler returns: messages it produced with it stay
-	// publishable. It costs one allocation unless the handler waits on it
-	// (see attemptCtx).
-	hctx := newAttemptCtx(ctx)
-	msg.SetContext(hctx)
-	ext := d.startExtender(ctx, lease, hctx)
-	msgs, herr := runHandler(h, msg)
-	lease = ext.stop()
-	hctx.stop()
-	msg.SetContext(ctx)
-	if herr != nil && errors.Is(hctx.cause(), ErrHandlerHung) {
-		herr = fmt.Errorf("%w: %w", ErrHandlerHung, herr)
-	}
+	r := d.attempt(ctx, h, msg, lease)
 	if dc != nil {
 		op.Deferred = nil
 		var (
@@ -583,46 +566,97 @@ func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message
 			done bool
 			err  error
 		)
-		if lease, out, done, err = d.settle(ctx, h, msg, op, dc, herr); done {
+		if r.lease, out, done, err = d.settle(ctx, h, msg, op, dc, r.err); done {
 			return out, err
 		}
 	}
+	return d.finish(ctx, op, r)
+}
 
-	if herr == nil && d.kl == nil { // d keeps keyless attempt records: a success closes one uncharged
-		d.closeKeyless(ctx, lease)
+// ran is what one run of the handler left.
+type ran struct {
+	msgs []*message.Message
+	err  error // the handler's
+	// cause is the cause of the handler context's cancellation:
+	// ErrHandlerHung, idempotency.ErrLeaseLost, or nil.
+	cause error
+	lease idempotency.Lease // as the last extension left it
+}
+
+// attempt runs the handler under lease, extending the lease meanwhile.
+//
+// The handler's context is canceled when it outlives the longest lease
+// hold (10 leases by default): a hung attempt ends as a charged failure, so a
+// message that hangs every time is dead-lettered. It is also canceled
+// with the message context while the handler runs, but not when the
+// handler returns: messages it produced with it stay publishable. It
+// costs one allocation unless the handler waits on it (see attemptCtx).
+func (d *dedup) attempt(ctx context.Context, h message.HandlerFunc, msg *message.Message, lease idempotency.Lease) ran {
+	hctx := newAttemptCtx(ctx)
+	msg.SetContext(hctx)
+	ext := d.startExtender(ctx, lease, hctx)
+	var r ran
+	r.msgs, r.err = runHandler(h, msg)
+	r.lease = ext.stop()
+	hctx.stop()
+	msg.SetContext(ctx)
+	r.cause = hctx.cause()
+	if r.err != nil && errors.Is(r.cause, ErrHandlerHung) {
+		r.err = fmt.Errorf("%w: %w", ErrHandlerHung, r.err)
+	}
+	return r
+}
+
+// finish completes or releases the attempt r ran.
+func (d *dedup) finish(ctx context.Context, op *idempotency.Operation, r ran) ([]*message.Message, error) {
+	switch {
+	case r.err == nil && d.kl == nil: // d keeps keyless attempt records: a success closes one uncharged
+		d.closeKeyless(ctx, r.lease)
 		setOutcome(ctx, OutcomeUnprocessed)
-		return msgs, nil
-	}
-	if herr == nil && op.Committed {
+		return r.msgs, nil
+	case r.err == nil && op.Committed:
 		setOutcome(ctx, OutcomeProcessed)
-		return msgs, nil
+		return r.msgs, nil
+	case errors.Is(r.cause, idempotency.ErrLeaseLost):
+		return nil, lostWhileRunning(ctx, op, r.err)
+	case r.err == nil:
+		return d.succeeded(ctx, op, r.lease, r.msgs)
+	default:
+		return nil, d.failed(ctx, op, r.lease, r.err)
 	}
-	if errors.Is(hctx.cause(), idempotency.ErrLeaseLost) {
-		// An extension found the lease taken over: the handler was
-		// canceled, and the new owner decides the record. Neither
-		// Complete nor Release (both would be refused), no dead letter,
-		// whatever the handler returned: nack. Its error is kept as text
-		// so that no classification of it (permanent, canceled) applies.
-		setOutcome(ctx, OutcomeLeaseLost)
-		lost := fmt.Errorf("extend: %w", idempotency.ErrLeaseLost)
-		if herr != nil {
-			lost = fmt.Errorf("%w; the canceled handler returned %q", lost, herr.Error())
-		}
-		return nil, &LeaseLostError{Key: op.Key, Err: lost}
-	}
-	if herr == nil {
-		outcome := idempotency.Outcome{Messages: store(msgs)}
-		if err := d.complete(ctx, lease, outcome); err != nil {
-			if errors.Is(err, idempotency.ErrLeaseLost) {
-				setOutcome(ctx, OutcomeLeaseLost)
-				return nil, &LeaseLostError{Key: op.Key, Err: err}
-			}
-			return nil, fmt.Errorf("%w: complete %q: %w", ErrStoreUnavailable, op.Key, err)
-		}
-		setOutcome(ctx, OutcomeProcessed)
-		return msgs, nil
-	}
+}
 
+// lostWhileRunning is the error of an attempt whose lease an extension
+// found taken over: the handler was canceled, and the new owner decides
+// the record. Neither Complete nor Release (both would be refused), no
+// dead letter, whatever the handler returned: nack. Its error is kept as
+// text so that no classification of it (permanent, canceled) applies.
+func lostWhileRunning(ctx context.Context, op *idempotency.Operation, herr error) error {
+	setOutcome(ctx, OutcomeLeaseLost)
+	lost := fmt.Errorf("extend: %w", idempotency.ErrLeaseLost)
+	if herr != nil {
+		lost = fmt.Errorf("%w; the canceled handler returned %q", lost, herr.Error())
+	}
+	return &LeaseLostError{Key: op.Key, Err: lost}
+}
+
+// succeeded completes the attempt with the messages it produced.
+func (d *dedup) succeeded(ctx context.Context, op *idempotency.Operation, lease idempotency.Lease, msgs []*message.Message) ([]*message.Message, error) {
+	outcome := idempotency.Outcome{Messages: store(msgs)}
+	if err := d.complete(ctx, lease, outcome); err != nil {
+		if errors.Is(err, idempotency.ErrLeaseLost) {
+			setOutcome(ctx, OutcomeLeaseLost)
+			return nil, &LeaseLostError{Key: op.Key, Err: err}
+		}
+		return nil, fmt.Errorf("%w: complete %q: %w", ErrStoreUnavailable, op.Key, err)
+	}
+	setOutcome(ctx, OutcomeProcessed)
+	return msgs, nil
+}
+
+// failed releases the attempt that failed with herr and returns the
+// delivery's error.
+func (d *dedup) failed(ctx context.Context, op *idempotency.Operation, lease idempotency.Lease, herr error) error {
 	f := d.failure(ctx, herr)
 	sctx := d.storeCtx(ctx)
 	rerr := d.store.Release(sctx.ctx, lease, f)
@@ -633,53 +667,57 @@ func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message
 	switch {
 	case f.Canceled:
 		setOutcome(ctx, OutcomeCanceled)
-		return nil, errors.Join(herr, rerr)
+		return errors.Join(herr, rerr)
 	case errors.Is(rerr, idempotency.ErrLeaseLost):
 		// Another owner took the operation over and decides its record:
 		// this stale attempt's verdict, even a permanent error, neither
 		// dead-letters nor acks the message. Nack; the redelivery's claim
 		// finds the new owner's state (in progress, done or exhausted).
 		setOutcome(ctx, OutcomeLeaseLost)
-		return nil, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("release after %q: %w", herr.Error(), rerr)}
+		return &LeaseLostError{Key: op.Key, Err: fmt.Errorf("release after %q: %w", herr.Error(), rerr)}
 	case f.Final && rerr == nil:
-		// The handler's own FinalError is never written (see finalCopy).
-		fe, ok := dlq.AsFinal(herr)
-		if !ok {
-			fe = dlq.Final(dlq.ReasonPermanent, herr)
-		}
-		var history []idempotency.AttemptRecord
-		if fe.History == nil {
-			gctx := d.storeCtx(ctx)
-			if got, err := d.store.Get(gctx.ctx, d.ns, op.Key); err == nil {
-				history = got.History
-			}
-			gctx.stop()
-		}
-		set := func(cp *dlq.FinalError) {
-			if cp.Attempts == 0 {
-				cp.Attempts = lease.Attempt
-			}
-			if cp.History == nil {
-				cp.History = history
-			}
-		}
-		if !ok {
-			set(fe)
-			return nil, fe
-		}
-		return nil, editFinal(herr, fe, set)
+		return d.final(ctx, op, lease, herr)
+	case f.Final:
+		// The store did not record the final verdict, so the record
+		// is still claimable: nack, and let the redelivery record it.
+		// The verdict is kept as text only, so that no step
+		// dead-letters (and acks) the message meanwhile.
+		return fmt.Errorf("final failure not recorded (%s): %w", herr.Error(), rerr)
+	case rerr != nil:
+		return errors.Join(herr, rerr)
 	}
-	if rerr != nil {
-		if f.Final {
-			// The store did not record the final verdict, so the record
-			// is still claimable: nack, and let the redelivery record it.
-			// The verdict is kept as text only, so that no step
-			// dead-letters (and acks) the message meanwhile.
-			return nil, fmt.Errorf("final failure not recorded (%s): %w", herr.Error(), rerr)
-		}
-		return nil, errors.Join(herr, rerr)
+	return herr
+}
+
+// final is the dead letter's error of an attempt whose final failure herr
+// the store recorded: a *dlq.FinalError with the attempts and history.
+// The handler's own FinalError is never written (see finalCopy).
+func (d *dedup) final(ctx context.Context, op *idempotency.Operation, lease idempotency.Lease, herr error) error {
+	fe, ok := dlq.AsFinal(herr)
+	if !ok {
+		fe = dlq.Final(dlq.ReasonPermanent, herr)
 	}
-	return nil, herr
+	var history []idempotency.AttemptRecord
+	if fe.History == nil {
+		gctx := d.storeCtx(ctx)
+		if got, err := d.store.Get(gctx.ctx, d.ns, op.Key); err == nil {
+			history = got.History
+		}
+		gctx.stop()
+	}
+	set := func(cp *dlq.FinalError) {
+		if cp.Attempts == 0 {
+			cp.Attempts = lease.Attempt
+		}
+		if cp.History == nil {
+			cp.History = history
+		}
+	}
+	if !ok {
+		set(fe)
+		return fe
+	}
+	return editFinal(herr, fe, set)
 }
 
 // closeKeyless ends the claim of a keyless record whose attempt

@@ -302,33 +302,42 @@ func (b *Breaker) Record(p Permit, r Result) {
 	defer b.mu.Unlock()
 	now := time.Now()
 	b.advance(now)
-
 	if p.Probe {
-		if b.state != BreakerHalfOpen || !b.probing || p.ticket != b.probe {
-			return // stale probe
-		}
-		b.probing = false
-		switch r {
-		case ResultSuccess:
-			b.close()
-		case ResultTransient:
-			b.cooldown = doubled(b.cooldown, b.cooldownMax)
-			b.open(now)
-		}
+		b.recordProbe(p, r, now)
 		return
 	}
-
 	if b.state != BreakerClosed || p.ticket != b.epoch {
 		return // admitted in an earlier period
 	}
-	var transient bool
 	switch r {
 	case ResultSuccess:
+		b.count(false, now)
 	case ResultTransient:
-		transient = true
-	default:
-		return
+		b.count(true, now)
 	}
+}
+
+// recordProbe records the result of the probe p: a success closes the
+// breaker, a transient failure opens it again with the cooldown doubled,
+// a neutral result only frees the probe slot.
+func (b *Breaker) recordProbe(p Permit, r Result, now time.Time) {
+	if b.state != BreakerHalfOpen || !b.probing || p.ticket != b.probe {
+		return // stale probe
+	}
+	b.probing = false
+	switch r {
+	case ResultSuccess:
+		b.close()
+	case ResultTransient:
+		b.cooldown = doubled(b.cooldown, b.cooldownMax)
+		b.open(now)
+	}
+}
+
+// count enters a result of the closed period into the window (true: a
+// transient failure) and opens the breaker when the window holds enough
+// results and the transient ratio reaches the threshold.
+func (b *Breaker) count(transient bool, now time.Time) {
 	if b.samples == b.window {
 		if b.ring[b.next] {
 			b.transient--
