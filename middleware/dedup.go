@@ -18,20 +18,10 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/retry"
-)
-
-// Dedup defaults and bounds. The attempt budget's default is
-// retry.DefaultMaxAttempts, defined once there.
-const (
-	DefaultLease = 30 * time.Second
-	// MinLease is the shortest lease WithLease accepts.
-	MinLease = 10 * time.Millisecond
-	// DefaultStoreTimeout bounds every store call unless WithStoreTimeout
-	// says otherwise; a lease shorter than three times it lowers the bound
-	// to a third of the lease.
-	DefaultStoreTimeout = 5 * time.Second
 )
 
 type dedupConfig struct {
@@ -44,24 +34,25 @@ type dedupConfig struct {
 	logger       *slog.Logger
 }
 
-// extension is the value of WithExtension.
+// extension is the value of withExtension.
 type extension struct{ every, maxHeld time.Duration }
 
-// WithLease sets the lease of a claim (default 30s, at least MinLease). The
-// lease is extended while the handler runs (see WithExtension); it bounds
-// how long a crashed owner blocks the operation. Taken by Dedup.
+// WithLease sets the lease of a claim (default 30s, at least 10ms). The
+// lease is extended every third of it while the handler runs, for at most
+// 10 leases in all (past that the handler is deemed hung: its context is
+// canceled with cause ErrHandlerHung, and the lease is left to expire, so
+// another consumer may take the operation over; the attempt counts as a
+// failure, so a message that hangs every time ends EXHAUSTED and
+// dead-lettered). The lease bounds how long a crashed owner blocks the
+// operation. Taken by Dedup.
 func WithLease(d time.Duration) Option {
 	return func(s *options.Set) error {
-		if d < MinLease {
-			return fmt.Errorf("%w: lease must be at least %v, got %v", ErrInvalidOption, MinLease, d)
-		}
-		s.Put(optLease, d)
-		return nil
+		return s.PutAtLeast(ErrInvalidOption, optLease, "lease", d, defaults.MinLease)
 	}
 }
 
-// WithMaxAttempts sets the durable attempt budget (default
-// retry.DefaultMaxAttempts, 5), counted by the store across deliveries and
+// WithMaxAttempts sets the durable attempt budget (default 5, as
+// retry.WithMaxAttempts), counted by the store across deliveries and
 // process crashes. Taken by Dedup.
 func WithMaxAttempts(n int) Option {
 	return func(s *options.Set) error {
@@ -73,14 +64,11 @@ func WithMaxAttempts(n int) Option {
 	}
 }
 
-// WithExtension sets how often the lease is extended while the handler runs
-// (default lease/3) and the longest total time one attempt may hold it
-// (default 10×lease). Past that the handler is deemed hung: its context is
-// canceled with cause ErrHandlerHung, and the lease is left to expire, so
-// another consumer may take the operation over. The attempt counts as a
-// failure (not a shutdown), so a message that hangs every time ends
-// EXHAUSTED and dead-lettered. Taken by Dedup.
-func WithExtension(every, maxHeld time.Duration) Option {
+// withExtension sets how often the lease is extended while the handler
+// runs (default lease/3) and the longest total time one attempt may hold
+// it (default 10×lease; see WithLease). The tests shorten them; no user
+// needs to.
+func withExtension(every, maxHeld time.Duration) Option {
 	return func(s *options.Set) error {
 		if every <= 0 || maxHeld <= 0 {
 			return fmt.Errorf("%w: extension interval and max held time must be positive", ErrInvalidOption)
@@ -91,19 +79,15 @@ func WithExtension(every, maxHeld time.Duration) Option {
 }
 
 // WithStoreTimeout bounds each store call: Claim, Complete (each of its
-// retries), Release, Extend and Get. The default is DefaultStoreTimeout
-// (5s), or a third of the lease when that is shorter, so that a store that
-// stops answering (database/sql has no timeout of its own) fails the call
-// instead of holding the message, and an Extend gives up before the lease
-// it extends runs out. d must be positive and shorter than the lease
+// retries), Release, Extend and Get. The default is 5s, or a third of the
+// lease when that is shorter, so that a store that stops answering
+// (database/sql has no timeout of its own) fails the call instead of
+// holding the message, and an Extend gives up before the lease it extends
+// runs out. d must be positive and shorter than the lease
 // (checked by Dedup). Taken by Dedup.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(s *options.Set) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: store timeout must be positive, got %v", ErrInvalidOption, d)
-		}
-		s.Put(optStoreTimeout, d)
-		return nil
+		return s.PutPositive(ErrInvalidOption, optStoreTimeout, "store timeout", d)
 	}
 }
 
@@ -146,12 +130,12 @@ func WithHistoryRedactor(r dlq.Redactor) Option {
 // idempotency.ErrLeaseLost and returns a *LeaseLostError, as a Complete
 // refused by fencing does.
 //
-// A message without a key (ProcessWithoutDedup) has no dedup record and
+// A message without a key (handler.ProcessWithoutDedup) has no dedup record and
 // is never skipped as a duplicate, but it has a bounded number of
 // attempts: those that ran the handler are charged to an attempt record
-// under its UUID in KeylessNamespace, except the first attempt of a
+// under its UUID in the reserved namespace "surely.keyless", except the first attempt of a
 // delivery the broker numbers as the first (delivery.Info.Count 1), which
-// costs no store call unless it fails (see ProcessWithoutDedup). A message
+// costs no store call unless it fails (see handler.ProcessWithoutDedup). A message
 // without a UUID is bounded by the broker's count, else gets one attempt.
 //
 // A *dlq.FinalError the handler returns is never written: the attempts,
@@ -159,7 +143,7 @@ func WithHistoryRedactor(r dlq.Redactor) Option {
 // dlq.AsFinal finds in the returned error (errors.Is still finds the
 // handler's). A package-level final error is safe to return.
 //
-// It takes WithLease, WithMaxAttempts, WithExtension, WithStoreTimeout,
+// It takes WithLease, WithMaxAttempts, WithStoreTimeout,
 // WithHistoryRedactor and WithLogger.
 func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.HandlerMiddleware, error) {
 	if store == nil {
@@ -168,7 +152,7 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 	if err := idempotency.ValidateNamespace(namespace); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	if namespace == KeylessNamespace {
+	if namespace == chain.KeylessNamespace {
 		return nil, fmt.Errorf("%w: namespace %q is reserved for the attempt records of keyless messages", ErrInvalidOption, namespace)
 	}
 	set, err := options.Apply(ErrInvalidOption, opts)
@@ -181,8 +165,8 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 	}
 	ext := options.Get(set, optExtension, extension{})
 	c := dedupConfig{
-		lease:        options.Get(set, optLease, DefaultLease),
-		maxAttempts:  options.Get(set, optMaxAttempts, retry.DefaultMaxAttempts),
+		lease:        options.Get(set, optLease, defaults.Lease),
+		maxAttempts:  options.Get(set, optMaxAttempts, defaults.MaxAttempts),
 		extendEvery:  ext.every,
 		maxHeld:      ext.maxHeld,
 		storeTimeout: options.Get(set, optStoreTimeout, time.Duration(0)),
@@ -196,7 +180,7 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 		return nil, fmt.Errorf("%w: extension interval %v must be shorter than the lease %v", ErrInvalidOption, c.extendEvery, c.lease)
 	}
 	if c.storeTimeout == 0 {
-		c.storeTimeout = min(DefaultStoreTimeout, c.lease/3)
+		c.storeTimeout = min(defaults.StoreTimeout, c.lease/3)
 	}
 	if c.storeTimeout >= c.lease {
 		return nil, fmt.Errorf("%w: store timeout %v must be shorter than the lease %v", ErrInvalidOption, c.storeTimeout, c.lease)
@@ -209,14 +193,14 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 	if rr, ok := store.(idempotency.RetentionReporter); ok {
 		d.retention = rr.Retention()
 	}
-	d.kl = &dedup{store: store, ns: KeylessNamespace, cfg: c, ex: ex, retention: d.retention}
+	d.kl = &dedup{store: store, ns: chain.KeylessNamespace, cfg: c, ex: ex, retention: d.retention}
 	return d.middleware, nil
 }
 
 type dedup struct {
 	store     idempotency.Store
 	ns        string
-	kl        *dedup // keeps the attempt records of keyless messages, in KeylessNamespace
+	kl        *dedup // keeps the attempt records of keyless messages, in chain.KeylessNamespace
 	cfg       dedupConfig
 	ex        *idempotency.Extractor
 	extenders sync.Pool
@@ -267,7 +251,7 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 			defer msg.SetContext(orig)
 			defer func() { err = annotate(err, op) }()
 		}
-		if op.Key == "" { // ProcessWithoutDedup
+		if op.Key == "" { // handler.ProcessWithoutDedup
 			return d.keyless(ctx, h, msg, op)
 		}
 		op.InTx, op.Deferred = inTx, nil
@@ -306,10 +290,10 @@ func (d *dedup) claimed(ctx context.Context, h message.HandlerFunc, msg *message
 	case idempotency.Acquired:
 		return d.run(ctx, h, msg, op, res)
 	case idempotency.Completed:
-		setOutcome(ctx, OutcomeDuplicate)
+		setOutcome(ctx, chain.OutcomeDuplicate)
 		return replay(res.Outcome), nil
 	case idempotency.InProgress:
-		setOutcome(ctx, OutcomeInProgress)
+		setOutcome(ctx, chain.OutcomeInProgress)
 		return nil, &InProgressError{Key: op.Key, Until: res.Until, Wait: res.Wait}
 	case idempotency.Conflict:
 		return nil, dlq.Final(dlq.ReasonConflict, fmt.Errorf("%w: key %q, stored fingerprint %s, message fingerprint %s",
@@ -388,11 +372,11 @@ func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
 	return fe
 }
 
-// keyless runs a message without an operation key (ProcessWithoutDedup)
+// keyless runs a message without an operation key (handler.ProcessWithoutDedup)
 // within the attempt budget. It has no dedup record: nothing is ever
 // skipped as a duplicate. Only attempts that ran the handler are charged,
 // to an attempt record under the message UUID, in the store, in the
-// reserved namespace KeylessNamespace with the key "<namespace>/<UUID>"
+// reserved namespace "surely.keyless" with the key "<namespace>/<UUID>"
 // (the UUID's SHA-256 when it is no valid key), so it never meets an
 // operation key:
 //
@@ -434,7 +418,7 @@ func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message
 	r.attempt = 1
 	msgs, err := runHandler(h, msg)
 	if err == nil {
-		setOutcome(ctx, OutcomeUnprocessed)
+		setOutcome(ctx, chain.OutcomeUnprocessed)
 		return msgs, nil
 	}
 	if retry.Classify(ctx, err) == retry.ClassCanceled {
@@ -469,7 +453,7 @@ func (d *dedup) keylessRecord(ctx context.Context, h message.HandlerFunc, msg *m
 	}
 	switch res.Status {
 	case idempotency.InProgress:
-		setOutcome(ctx, OutcomeInProgress)
+		setOutcome(ctx, chain.OutcomeInProgress)
 		return nil, &InProgressError{Key: rec.Key, Until: res.Until, Wait: res.Wait}
 	case idempotency.Exhausted:
 		return nil, exhaustedError(rec.Key, res)
@@ -498,7 +482,7 @@ func (d *dedup) keylessCounted(ctx context.Context, h message.HandlerFunc, msg *
 	}
 	msgs, err := runHandler(h, msg)
 	if err == nil {
-		setOutcome(ctx, OutcomeUnprocessed)
+		setOutcome(ctx, chain.OutcomeUnprocessed)
 		return msgs, nil
 	}
 	if _, final := dlq.AsFinal(err); final || count < budget ||
@@ -518,7 +502,7 @@ func (d *dedup) keylessCounted(ctx context.Context, h message.HandlerFunc, msg *
 }
 
 // keylessKey is the key of the attempt record of a keyless message in
-// KeylessNamespace: the handler's namespace (which has no "/"), a "/" and
+// "surely.keyless": the handler's namespace (which has no "/"), a "/" and
 // the message UUID, or "sha256:" and its hex digest when the UUID is no
 // valid key.
 func keylessKey(ns, uuid string) string {
@@ -612,10 +596,10 @@ func (d *dedup) finish(ctx context.Context, op *idempotency.Operation, r ran) ([
 	switch {
 	case r.err == nil && d.kl == nil: // d keeps keyless attempt records: a success closes one uncharged
 		d.closeKeyless(ctx, r.lease)
-		setOutcome(ctx, OutcomeUnprocessed)
+		setOutcome(ctx, chain.OutcomeUnprocessed)
 		return r.msgs, nil
 	case r.err == nil && op.Committed:
-		setOutcome(ctx, OutcomeProcessed)
+		setOutcome(ctx, chain.OutcomeProcessed)
 		return r.msgs, nil
 	case errors.Is(r.cause, idempotency.ErrLeaseLost):
 		return nil, lostWhileRunning(ctx, op, r.err)
@@ -632,7 +616,7 @@ func (d *dedup) finish(ctx context.Context, op *idempotency.Operation, r ran) ([
 // dead letter, whatever the handler returned: nack. Its error is kept as
 // text so that no classification of it (permanent, canceled) applies.
 func lostWhileRunning(ctx context.Context, op *idempotency.Operation, herr error) error {
-	setOutcome(ctx, OutcomeLeaseLost)
+	setOutcome(ctx, chain.OutcomeLeaseLost)
 	lost := fmt.Errorf("extend: %w", idempotency.ErrLeaseLost)
 	if herr != nil {
 		lost = fmt.Errorf("%w; the canceled handler returned %q", lost, herr.Error())
@@ -645,12 +629,12 @@ func (d *dedup) succeeded(ctx context.Context, op *idempotency.Operation, lease 
 	outcome := idempotency.Outcome{Messages: store(msgs)}
 	if err := d.complete(ctx, lease, outcome); err != nil {
 		if errors.Is(err, idempotency.ErrLeaseLost) {
-			setOutcome(ctx, OutcomeLeaseLost)
+			setOutcome(ctx, chain.OutcomeLeaseLost)
 			return nil, &LeaseLostError{Key: op.Key, Err: err}
 		}
 		return nil, fmt.Errorf("%w: complete %q: %w", ErrStoreUnavailable, op.Key, err)
 	}
-	setOutcome(ctx, OutcomeProcessed)
+	setOutcome(ctx, chain.OutcomeProcessed)
 	return msgs, nil
 }
 
@@ -666,14 +650,14 @@ func (d *dedup) failed(ctx context.Context, op *idempotency.Operation, lease ide
 	}
 	switch {
 	case f.Canceled:
-		setOutcome(ctx, OutcomeCanceled)
+		setOutcome(ctx, chain.OutcomeCanceled)
 		return errors.Join(herr, rerr)
 	case errors.Is(rerr, idempotency.ErrLeaseLost):
 		// Another owner took the operation over and decides its record:
 		// this stale attempt's verdict, even a permanent error, neither
 		// dead-letters nor acks the message. Nack; the redelivery's claim
 		// finds the new owner's state (in progress, done or exhausted).
-		setOutcome(ctx, OutcomeLeaseLost)
+		setOutcome(ctx, chain.OutcomeLeaseLost)
 		return &LeaseLostError{Key: op.Key, Err: fmt.Errorf("release after %q: %w", herr.Error(), rerr)}
 	case f.Final && rerr == nil:
 		return d.final(ctx, op, lease, herr)
@@ -766,7 +750,7 @@ func (d *dedup) settle(ctx context.Context, h message.HandlerFunc, msg *message.
 		if herr != nil && !late {
 			// The attempt failed and rolled its claim back; meanwhile the
 			// record became another owner's (or done): it decides.
-			setOutcome(ctx, OutcomeLeaseLost)
+			setOutcome(ctx, chain.OutcomeLeaseLost)
 			return lease, nil, true, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("attempt failed (%s); the record is no longer claimable (status %v): %w",
 				herr.Error(), res.Status, idempotency.ErrLeaseLost)}
 		}
