@@ -20,6 +20,7 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/faults"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
@@ -74,7 +75,7 @@ type poisonRun struct {
 	processed  map[string]int         // successful runs per message UUID
 	deliveries map[string][]time.Time // chain entries per message UUID
 	acked      map[string][]bool      // per delivery: the chain returned nil (the router acks)
-	outcomes   map[middleware.Outcome]int
+	outcomes   map[handler.Outcome]int
 }
 
 func (r *poisonRun) snapshot(uuid string) (runs, processed int, deliveries []time.Time) {
@@ -120,7 +121,7 @@ func poisonCases(t *testing.T) []poisonCase {
 	require.NoError(t, err)
 	jsonField, err := idempotency.NewExtractor(idempotency.WithSources(idempotency.FromJSONField("order_id")))
 	require.NoError(t, err)
-	strictKeys := handler.WithIdentity(onlyMetadata, middleware.RejectMissingKey)
+	strictKeys := handler.WithIdentity(onlyMetadata, handler.RejectMissingKey)
 	// Raw bytes that are neither UTF-8 nor JSON, with every byte value.
 	raw := make([]byte, 256)
 	for i := range raw {
@@ -172,7 +173,7 @@ func poisonCases(t *testing.T) []poisonCase {
 		},
 		{
 			name: "payload not JSON for a JSON key field", msg: keyed("", "\xff{not json"),
-			opts:   []handler.Option{handler.WithIdentity(jsonField, middleware.RejectMissingKey)},
+			opts:   []handler.Option{handler.WithIdentity(jsonField, handler.RejectMissingKey)},
 			reason: dlq.ReasonNoKey, runs: 0, attempts: "0", errContains: "not a JSON object",
 		},
 		{
@@ -237,12 +238,12 @@ func poisonCases(t *testing.T) []poisonCase {
 				_, _, at := r.snapshot(dead.Metadata.Get(dlq.KeyOriginalUUID))
 				require.Len(t, at, 3, "two nacks, then the publish that worked")
 				for i := 1; i < len(at); i++ {
-					require.GreaterOrEqual(t, at[i].Sub(at[i-1]), middleware.DefaultDeadLetterRetryWait,
+					require.GreaterOrEqual(t, at[i].Sub(at[i-1]), defaults.DeadLetterRetryWait,
 						"the nacks are spaced: a broken dead letter does not spin")
 				}
 				r.mu.Lock()
 				defer r.mu.Unlock()
-				require.Equal(t, 2, r.outcomes[middleware.OutcomeDeadLetterFailed])
+				require.Equal(t, 2, r.outcomes[handler.OutcomeDeadLetterFailed])
 			},
 		},
 		{
@@ -279,7 +280,7 @@ func runPoison(t *testing.T, tc poisonCase) {
 	require.NoError(t, err)
 	r := &poisonRun{
 		mem: mem, runs: map[string]int{}, processed: map[string]int{},
-		deliveries: map[string][]time.Time{}, acked: map[string][]bool{}, outcomes: map[middleware.Outcome]int{},
+		deliveries: map[string][]time.Time{}, acked: map[string][]bool{}, outcomes: map[handler.Outcome]int{},
 	}
 	poison := tc.msg()
 	sent := poison.Copy() // what the producer sent, to compare the dead letter with
@@ -311,11 +312,11 @@ func runPoison(t *testing.T, tc poisonCase) {
 		handler.WithPolicy(policy),
 		handler.WithBreaker(nil),
 		handler.WithLease(5 * time.Second),
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			r.mu.Lock()
 			r.outcomes[p.Outcome]++
 			r.mu.Unlock()
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	}, tc.opts...)
 	h, err := handler.New(business, opts...)
@@ -413,8 +414,8 @@ func runPoison(t *testing.T, tc poisonCase) {
 	require.NotEmpty(t, acks)
 	require.True(t, acks[len(acks)-1], "the poison message is acked, after its dead letter was published")
 	require.NotContains(t, acks[:len(acks)-1], true, "and not before")
-	require.Equal(t, 1, r.outcomes[middleware.OutcomeDeadLettered])
-	require.Equal(t, 1+len(tc.before), r.outcomes[middleware.OutcomeProcessed])
+	require.Equal(t, 1, r.outcomes[handler.OutcomeDeadLettered])
+	require.Equal(t, 1+len(tc.before), r.outcomes[handler.OutcomeProcessed])
 	r.mu.Unlock()
 	if tc.check != nil {
 		tc.check(t, r, d)
@@ -444,7 +445,7 @@ func TestStaleOwnersPermanentErrorIsNotDeadLettered(t *testing.T) {
 		calls.Add(1)
 		releaseA := make(chan struct{})
 		var n int
-		var outcomes []middleware.Outcome
+		var outcomes []handler.Outcome
 		h, err := handler.New(func(msg *message.Message) ([]*message.Message, error) {
 			mu.Lock()
 			n++
@@ -462,11 +463,11 @@ func TestStaleOwnersPermanentErrorIsNotDeadLettered(t *testing.T) {
 			handler.WithPolicy(mustPolicy(t, retry.WithMaxInProcessTime(time.Second))),
 			handler.WithBreaker(nil),
 			handler.WithLease(5*time.Second),
-			handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+			handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 				mu.Lock()
 				outcomes = append(outcomes, p.Outcome)
 				mu.Unlock()
-				return middleware.OutcomeResult{}
+				return handler.OutcomeResult{}
 			}),
 		)
 		require.NoError(t, err)
@@ -497,7 +498,7 @@ func TestStaleOwnersPermanentErrorIsNotDeadLettered(t *testing.T) {
 		require.Empty(t, dead.Published(poisonDead))
 		mu.Lock()
 		defer mu.Unlock()
-		require.Equal(t, []middleware.Outcome{middleware.OutcomeProcessed, middleware.OutcomeLeaseLost, middleware.OutcomeDuplicate}, outcomes)
+		require.Equal(t, []handler.Outcome{handler.OutcomeProcessed, handler.OutcomeLeaseLost, handler.OutcomeDuplicate}, outcomes)
 	})
 }
 

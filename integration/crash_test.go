@@ -177,7 +177,7 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 	require.Equal(t, 2, done.Attempts)
 
 	require.NoError(t, hung.Cmd.Process.Signal(syscall.SIGCONT))
-	// Reported after the chain's delayed nack (middleware.MaxInProgressWait).
+	// Reported after the chain's delayed nack (defaults.MaxInProgressWait).
 	hung.WaitFor(t, 15*time.Second, "OUTCOME lease_lost "+key)
 
 	rec := s.record(t, key)

@@ -25,7 +25,6 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/childproc"
-	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -129,9 +128,9 @@ func runPoisonChild() error {
 		handler.WithLease(time.Second),
 		handler.WithConsumerGroup(n.Group()),
 		handler.WithStoreTimeout(900*time.Millisecond), // shorter than the lease
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			say("OUTCOME %s %s %d %s", p.Outcome, p.Msg.Metadata.Get(idempotency.DefaultMetadataKey), p.Attempt, p.Reason)
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	)
 	if err != nil {

@@ -18,20 +18,10 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/retry"
-)
-
-// Dedup defaults and bounds. The attempt budget's default is
-// retry.DefaultMaxAttempts, defined once there.
-const (
-	DefaultLease = 30 * time.Second
-	// MinLease is the shortest lease WithLease accepts.
-	MinLease = 10 * time.Millisecond
-	// DefaultStoreTimeout bounds every store call unless WithStoreTimeout
-	// says otherwise; a lease shorter than three times it lowers the bound
-	// to a third of the lease.
-	DefaultStoreTimeout = 5 * time.Second
 )
 
 type dedupConfig struct {
@@ -44,24 +34,25 @@ type dedupConfig struct {
 	logger       *slog.Logger
 }
 
-// extension is the value of WithExtension.
+// extension is the value of withExtension.
 type extension struct{ every, maxHeld time.Duration }
 
-// WithLease sets the lease of a claim (default 30s, at least MinLease). The
-// lease is extended while the handler runs (see WithExtension); it bounds
-// how long a crashed owner blocks the operation. Taken by Dedup.
+// WithLease sets the lease of a claim (default 30s, at least 10ms). The
+// lease is extended every third of it while the handler runs, for at most
+// 10 leases in all (past that the handler is deemed hung: its context is
+// canceled with cause ErrHandlerHung, and the lease is left to expire, so
+// another consumer may take the operation over; the attempt counts as a
+// failure, so a message that hangs every time ends EXHAUSTED and
+// dead-lettered). The lease bounds how long a crashed owner blocks the
+// operation. Taken by Dedup.
 func WithLease(d time.Duration) Option {
 	return func(s *options.Set) error {
-		if d < MinLease {
-			return fmt.Errorf("%w: lease must be at least %v, got %v", ErrInvalidOption, MinLease, d)
-		}
-		s.Put(optLease, d)
-		return nil
+		return s.PutAtLeast(ErrInvalidOption, optLease, "lease", d, defaults.MinLease)
 	}
 }
 
-// WithMaxAttempts sets the durable attempt budget (default
-// retry.DefaultMaxAttempts, 5), counted by the store across deliveries and
+// WithMaxAttempts sets the durable attempt budget (default 5, as
+// retry.WithMaxAttempts), counted by the store across deliveries and
 // process crashes. Taken by Dedup.
 func WithMaxAttempts(n int) Option {
 	return func(s *options.Set) error {
@@ -73,14 +64,11 @@ func WithMaxAttempts(n int) Option {
 	}
 }
 
-// WithExtension sets how often the lease is extended while the handler runs
-// (default lease/3) and the longest total time one attempt may hold it
-// (default 10×lease). Past that the handler is deemed hung: its context is
-// canceled with cause ErrHandlerHung, and the lease is left to expire, so
-// another consumer may take the operation over. The attempt counts as a
-// failure (not a shutdown), so a message that hangs every time ends
-// EXHAUSTED and dead-lettered. Taken by Dedup.
-func WithExtension(every, maxHeld time.Duration) Option {
+// withExtension sets how often the lease is extended while the handler
+// runs (default lease/3) and the longest total time one attempt may hold
+// it (default 10×lease; see WithLease). The tests shorten them; no user
+// needs to.
+func withExtension(every, maxHeld time.Duration) Option {
 	return func(s *options.Set) error {
 		if every <= 0 || maxHeld <= 0 {
 			return fmt.Errorf("%w: extension interval and max held time must be positive", ErrInvalidOption)
@@ -91,19 +79,15 @@ func WithExtension(every, maxHeld time.Duration) Option {
 }
 
 // WithStoreTimeout bounds each store call: Claim, Complete (each of its
-// retries), Release, Extend and Get. The default is DefaultStoreTimeout
-// (5s), or a third of the lease when that is shorter, so that a store that
-// stops answering (database/sql has no timeout of its own) fails the call
-// instead of holding the message, and an Extend gives up before the lease
-// it extends runs out. d must be positive and shorter than the lease
+// retries), Release, Extend and Get. The default is 5s, or a third of the
+// lease when that is shorter, so that a store that stops answering
+// (database/sql has no timeout of its own) fails the call instead of
+// holding the message, and an Extend gives up before the lease it extends
+// runs out. d must be positive and shorter than the lease
 // (checked by Dedup). Taken by Dedup.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(s *options.Set) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: store timeout must be positive, got %v", ErrInvalidOption, d)
-		}
-		s.Put(optStoreTimeout, d)
-		return nil
+		return s.PutPositive(ErrInvalidOption, optStoreTimeout, "store timeout", d)
 	}
 }
 
@@ -146,12 +130,12 @@ func WithHistoryRedactor(r dlq.Redactor) Option {
 // idempotency.ErrLeaseLost and returns a *LeaseLostError, as a Complete
 // refused by fencing does.
 //
-// A message without a key (ProcessWithoutDedup) has no dedup record and
+// A message without a key (handler.ProcessWithoutDedup) has no dedup record and
 // is never skipped as a duplicate, but it has a bounded number of
 // attempts: those that ran the handler are charged to an attempt record
-// under its UUID in KeylessNamespace, except the first attempt of a
+// under its UUID in the reserved namespace "surely.keyless", except the first attempt of a
 // delivery the broker numbers as the first (delivery.Info.Count 1), which
-// costs no store call unless it fails (see ProcessWithoutDedup). A message
+// costs no store call unless it fails (see handler.ProcessWithoutDedup). A message
 // without a UUID is bounded by the broker's count, else gets one attempt.
 //
 // A *dlq.FinalError the handler returns is never written: the attempts,
@@ -159,7 +143,7 @@ func WithHistoryRedactor(r dlq.Redactor) Option {
 // dlq.AsFinal finds in the returned error (errors.Is still finds the
 // handler's). A package-level final error is safe to return.
 //
-// It takes WithLease, WithMaxAttempts, WithExtension, WithStoreTimeout,
+// It takes WithLease, WithMaxAttempts, WithStoreTimeout,
 // WithHistoryRedactor and WithLogger.
 func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.HandlerMiddleware, error) {
 	if store == nil {
@@ -168,7 +152,7 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 	if err := idempotency.ValidateNamespace(namespace); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	if namespace == KeylessNamespace {
+	if namespace == chain.KeylessNamespace {
 		return nil, fmt.Errorf("%w: namespace %q is reserved for the attempt records of keyless messages", ErrInvalidOption, namespace)
 	}
 	set, err := options.Apply(ErrInvalidOption, opts)
@@ -181,8 +165,8 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 	}
 	ext := options.Get(set, optExtension, extension{})
 	c := dedupConfig{
-		lease:        options.Get(set, optLease, DefaultLease),
-		maxAttempts:  options.Get(set, optMaxAttempts, retry.DefaultMaxAttempts),
+		lease:        options.Get(set, optLease, defaults.Lease),
+		maxAttempts:  options.Get(set, optMaxAttempts, defaults.MaxAttempts),
 		extendEvery:  ext.every,
 		maxHeld:      ext.maxHeld,
 		storeTimeout: options.Get(set, optStoreTimeout, time.Duration(0)),
@@ -196,7 +180,7 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 		return nil, fmt.Errorf("%w: extension interval %v must be shorter than the lease %v", ErrInvalidOption, c.extendEvery, c.lease)
 	}
 	if c.storeTimeout == 0 {
-		c.storeTimeout = min(DefaultStoreTimeout, c.lease/3)
+		c.storeTimeout = min(defaults.StoreTimeout, c.lease/3)
 	}
 	if c.storeTimeout >= c.lease {
 		return nil, fmt.Errorf("%w: store timeout %v must be shorter than the lease %v", ErrInvalidOption, c.storeTimeout, c.lease)
@@ -209,14 +193,14 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 	if rr, ok := store.(idempotency.RetentionReporter); ok {
 		d.retention = rr.Retention()
 	}
-	d.kl = &dedup{store: store, ns: KeylessNamespace, cfg: c, ex: ex, retention: d.retention}
+	d.kl = &dedup{store: store, ns: chain.KeylessNamespace, cfg: c, ex: ex, retention: d.retention}
 	return d.middleware, nil
 }
 
 type dedup struct {
 	store     idempotency.Store
 	ns        string
-	kl        *dedup // keeps the attempt records of keyless messages, in KeylessNamespace
+	kl        *dedup // keeps the attempt records of keyless messages, in chain.KeylessNamespace
 	cfg       dedupConfig
 	ex        *idempotency.Extractor
 	extenders sync.Pool
@@ -267,7 +251,7 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 			defer msg.SetContext(orig)
 			defer func() { err = annotate(err, op) }()
 		}
-		if op.Key == "" { // ProcessWithoutDedup
+		if op.Key == "" { // handler.ProcessWithoutDedup
 			return d.keyless(ctx, h, msg, op)
 		}
 		op.InTx, op.Deferred = inTx, nil
@@ -306,10 +290,10 @@ func (d *dedup) claimed(ctx context.Context, h message.HandlerFunc, msg *message
 	case idempotency.Acquired:
 		return d.run(ctx, h, msg, op, res)
 	case idempotency.Completed:
-		setOutcome(ctx, OutcomeDuplicate)
+		setOutcome(ctx, chain.OutcomeDuplicate)
 		return replay(res.Outcome), nil
 	case idempotency.InProgress:
-		setOutcome(ctx, OutcomeInProgress)
+		setOutcome(ctx, chain.OutcomeInProgress)
 		return nil, &InProgressError{Key: op.Key, Until: res.Until, Wait: res.Wait}
 	case idempotency.Conflict:
 		return nil, dlq.Final(dlq.ReasonConflict, fmt.Errorf("%w: key %q, stored fingerprint %s, message fingerprint %s",
@@ -388,11 +372,11 @@ func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
 	return fe
 }
 
-// keyless runs a message without an operation key (ProcessWithoutDedup)
+// keyless runs a message without an operation key (handler.ProcessWithoutDedup)
 // within the attempt budget. It has no dedup record: nothing is ever
 // skipped as a duplicate. Only attempts that ran the handler are charged,
 // to an attempt record under the message UUID, in the store, in the
-// reserved namespace KeylessNamespace with the key "<namespace>/<UUID>"
+// reserved namespace "surely.keyless" with the key "<namespace>/<UUID>"
 // (the UUID's SHA-256 when it is no valid key), so it never meets an
 // operation key:
 //
@@ -434,7 +418,7 @@ func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message
 	r.attempt = 1
 	msgs, err := runHandler(h, msg)
 	if err == nil {
-		setOutcome(ctx, OutcomeUnprocessed)
+		setOutcome(ctx, chain.OutcomeUnprocessed)
 		return msgs, nil
 	}
 	if retry.Classify(ctx, err) == retry.ClassCanceled {
@@ -469,7 +453,7 @@ func (d *dedup) keylessRecord(ctx context.Context, h message.HandlerFunc, msg *m
 	}
 	switch res.Status {
 	case idempotency.InProgress:
-		setOutcome(ctx, OutcomeInProgress)
+		setOutcome(ctx, chain.OutcomeInProgress)
 		return nil, &InProgressError{Key: rec.Key, Until: res.Until, Wait: res.Wait}
 	case idempotency.Exhausted:
 		return nil, exhaustedError(rec.Key, res)
@@ -498,7 +482,7 @@ func (d *dedup) keylessCounted(ctx context.Context, h message.HandlerFunc, msg *
 	}
 	msgs, err := runHandler(h, msg)
 	if err == nil {
-		setOutcome(ctx, OutcomeUnprocessed)
+		setOutcome(ctx, chain.OutcomeUnprocessed)
 		return msgs, nil
 	}
 	if _, final := dlq.AsFinal(err); final || count < budget ||
@@ -518,7 +502,7 @@ func (d *dedup) keylessCounted(ctx context.Context, h message.HandlerFunc, msg *
 }
 
 // keylessKey is the key of the attempt record of a keyless message in
-// KeylessNamespace: the handler's namespace (which has no "/"), a "/" and
+// "surely.keyless": the handler's namespace (which has no "/"), a "/" and
 // the message UUID, or "sha256:" and its hex digest when the UUID is no
 // valid key.
 func keylessKey(ns, uuid string) string {
@@ -555,27 +539,10 @@ func (d *dedup) runDeferred(ctx context.Context, h message.HandlerFunc, msg *mes
 func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult, dc *idempotency.DeferredClaim) ([]*message.Message, error) {
 	lease := res.Lease
 	op.Attempt, op.Token, op.Previous, op.Committed = lease.Attempt, lease.Token, res.Previous, false
-	if r := reportFrom(ctx); r != nil && dc == nil {
-		r.claimed(ctx, d.store, op)
+	if rep := reportFrom(ctx); rep != nil && dc == nil {
+		rep.claimed(ctx, d.store, op)
 	}
-
-	// The handler's context is canceled when it outlives the longest lease
-	// hold (see WithExtension): a hung attempt ends as a charged failure,
-	// so a message that hangs every time is dead-lettered. It is also
-	// canceled with the message context while the handler runs, but not
-	// when the handler returns: messages it produced with it stay
-	// publishable. It costs one allocation unless the handler waits on it
-	// (see attemptCtx).
-	hctx := newAttemptCtx(ctx)
-	msg.SetContext(hctx)
-	ext := d.startExtender(ctx, lease, hctx)
-	msgs, herr := runHandler(h, msg)
-	lease = ext.stop()
-	hctx.stop()
-	msg.SetContext(ctx)
-	if herr != nil && errors.Is(hctx.cause(), ErrHandlerHung) {
-		herr = fmt.Errorf("%w: %w", ErrHandlerHung, herr)
-	}
+	r := d.attempt(ctx, h, msg, lease)
 	if dc != nil {
 		op.Deferred = nil
 		var (
@@ -583,46 +550,97 @@ func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message
 			done bool
 			err  error
 		)
-		if lease, out, done, err = d.settle(ctx, h, msg, op, dc, herr); done {
+		if r.lease, out, done, err = d.settle(ctx, h, msg, op, dc, r.err); done {
 			return out, err
 		}
 	}
+	return d.finish(ctx, op, r)
+}
 
-	if herr == nil && d.kl == nil { // d keeps keyless attempt records: a success closes one uncharged
-		d.closeKeyless(ctx, lease)
-		setOutcome(ctx, OutcomeUnprocessed)
-		return msgs, nil
-	}
-	if herr == nil && op.Committed {
-		setOutcome(ctx, OutcomeProcessed)
-		return msgs, nil
-	}
-	if errors.Is(hctx.cause(), idempotency.ErrLeaseLost) {
-		// An extension found the lease taken over: the handler was
-		// canceled, and the new owner decides the record. Neither
-		// Complete nor Release (both would be refused), no dead letter,
-		// whatever the handler returned: nack. Its error is kept as text
-		// so that no classification of it (permanent, canceled) applies.
-		setOutcome(ctx, OutcomeLeaseLost)
-		lost := fmt.Errorf("extend: %w", idempotency.ErrLeaseLost)
-		if herr != nil {
-			lost = fmt.Errorf("%w; the canceled handler returned %q", lost, herr.Error())
-		}
-		return nil, &LeaseLostError{Key: op.Key, Err: lost}
-	}
-	if herr == nil {
-		outcome := idempotency.Outcome{Messages: store(msgs)}
-		if err := d.complete(ctx, lease, outcome); err != nil {
-			if errors.Is(err, idempotency.ErrLeaseLost) {
-				setOutcome(ctx, OutcomeLeaseLost)
-				return nil, &LeaseLostError{Key: op.Key, Err: err}
-			}
-			return nil, fmt.Errorf("%w: complete %q: %w", ErrStoreUnavailable, op.Key, err)
-		}
-		setOutcome(ctx, OutcomeProcessed)
-		return msgs, nil
-	}
+// ran is what one run of the handler left.
+type ran struct {
+	msgs []*message.Message
+	err  error // the handler's
+	// cause is the cause of the handler context's cancellation:
+	// ErrHandlerHung, idempotency.ErrLeaseLost, or nil.
+	cause error
+	lease idempotency.Lease // as the last extension left it
+}
 
+// attempt runs the handler under lease, extending the lease meanwhile.
+//
+// The handler's context is canceled when it outlives the longest lease
+// hold (10 leases by default): a hung attempt ends as a charged failure, so a
+// message that hangs every time is dead-lettered. It is also canceled
+// with the message context while the handler runs, but not when the
+// handler returns: messages it produced with it stay publishable. It
+// costs one allocation unless the handler waits on it (see attemptCtx).
+func (d *dedup) attempt(ctx context.Context, h message.HandlerFunc, msg *message.Message, lease idempotency.Lease) ran {
+	hctx := newAttemptCtx(ctx)
+	msg.SetContext(hctx)
+	ext := d.startExtender(ctx, lease, hctx)
+	var r ran
+	r.msgs, r.err = runHandler(h, msg)
+	r.lease = ext.stop()
+	hctx.stop()
+	msg.SetContext(ctx)
+	r.cause = hctx.cause()
+	if r.err != nil && errors.Is(r.cause, ErrHandlerHung) {
+		r.err = fmt.Errorf("%w: %w", ErrHandlerHung, r.err)
+	}
+	return r
+}
+
+// finish completes or releases the attempt r ran.
+func (d *dedup) finish(ctx context.Context, op *idempotency.Operation, r ran) ([]*message.Message, error) {
+	switch {
+	case r.err == nil && d.kl == nil: // d keeps keyless attempt records: a success closes one uncharged
+		d.closeKeyless(ctx, r.lease)
+		setOutcome(ctx, chain.OutcomeUnprocessed)
+		return r.msgs, nil
+	case r.err == nil && op.Committed:
+		setOutcome(ctx, chain.OutcomeProcessed)
+		return r.msgs, nil
+	case errors.Is(r.cause, idempotency.ErrLeaseLost):
+		return nil, lostWhileRunning(ctx, op, r.err)
+	case r.err == nil:
+		return d.succeeded(ctx, op, r.lease, r.msgs)
+	default:
+		return nil, d.failed(ctx, op, r.lease, r.err)
+	}
+}
+
+// lostWhileRunning is the error of an attempt whose lease an extension
+// found taken over: the handler was canceled, and the new owner decides
+// the record. Neither Complete nor Release (both would be refused), no
+// dead letter, whatever the handler returned: nack. Its error is kept as
+// text so that no classification of it (permanent, canceled) applies.
+func lostWhileRunning(ctx context.Context, op *idempotency.Operation, herr error) error {
+	setOutcome(ctx, chain.OutcomeLeaseLost)
+	lost := fmt.Errorf("extend: %w", idempotency.ErrLeaseLost)
+	if herr != nil {
+		lost = fmt.Errorf("%w; the canceled handler returned %q", lost, herr.Error())
+	}
+	return &LeaseLostError{Key: op.Key, Err: lost}
+}
+
+// succeeded completes the attempt with the messages it produced.
+func (d *dedup) succeeded(ctx context.Context, op *idempotency.Operation, lease idempotency.Lease, msgs []*message.Message) ([]*message.Message, error) {
+	outcome := idempotency.Outcome{Messages: store(msgs)}
+	if err := d.complete(ctx, lease, outcome); err != nil {
+		if errors.Is(err, idempotency.ErrLeaseLost) {
+			setOutcome(ctx, chain.OutcomeLeaseLost)
+			return nil, &LeaseLostError{Key: op.Key, Err: err}
+		}
+		return nil, fmt.Errorf("%w: complete %q: %w", ErrStoreUnavailable, op.Key, err)
+	}
+	setOutcome(ctx, chain.OutcomeProcessed)
+	return msgs, nil
+}
+
+// failed releases the attempt that failed with herr and returns the
+// delivery's error.
+func (d *dedup) failed(ctx context.Context, op *idempotency.Operation, lease idempotency.Lease, herr error) error {
 	f := d.failure(ctx, herr)
 	sctx := d.storeCtx(ctx)
 	rerr := d.store.Release(sctx.ctx, lease, f)
@@ -632,54 +650,58 @@ func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message
 	}
 	switch {
 	case f.Canceled:
-		setOutcome(ctx, OutcomeCanceled)
-		return nil, errors.Join(herr, rerr)
+		setOutcome(ctx, chain.OutcomeCanceled)
+		return errors.Join(herr, rerr)
 	case errors.Is(rerr, idempotency.ErrLeaseLost):
 		// Another owner took the operation over and decides its record:
 		// this stale attempt's verdict, even a permanent error, neither
 		// dead-letters nor acks the message. Nack; the redelivery's claim
 		// finds the new owner's state (in progress, done or exhausted).
-		setOutcome(ctx, OutcomeLeaseLost)
-		return nil, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("release after %q: %w", herr.Error(), rerr)}
+		setOutcome(ctx, chain.OutcomeLeaseLost)
+		return &LeaseLostError{Key: op.Key, Err: fmt.Errorf("release after %q: %w", herr.Error(), rerr)}
 	case f.Final && rerr == nil:
-		// The handler's own FinalError is never written (see finalCopy).
-		fe, ok := dlq.AsFinal(herr)
-		if !ok {
-			fe = dlq.Final(dlq.ReasonPermanent, herr)
-		}
-		var history []idempotency.AttemptRecord
-		if fe.History == nil {
-			gctx := d.storeCtx(ctx)
-			if got, err := d.store.Get(gctx.ctx, d.ns, op.Key); err == nil {
-				history = got.History
-			}
-			gctx.stop()
-		}
-		set := func(cp *dlq.FinalError) {
-			if cp.Attempts == 0 {
-				cp.Attempts = lease.Attempt
-			}
-			if cp.History == nil {
-				cp.History = history
-			}
-		}
-		if !ok {
-			set(fe)
-			return nil, fe
-		}
-		return nil, editFinal(herr, fe, set)
+		return d.final(ctx, op, lease, herr)
+	case f.Final:
+		// The store did not record the final verdict, so the record
+		// is still claimable: nack, and let the redelivery record it.
+		// The verdict is kept as text only, so that no step
+		// dead-letters (and acks) the message meanwhile.
+		return fmt.Errorf("final failure not recorded (%s): %w", herr.Error(), rerr)
+	case rerr != nil:
+		return errors.Join(herr, rerr)
 	}
-	if rerr != nil {
-		if f.Final {
-			// The store did not record the final verdict, so the record
-			// is still claimable: nack, and let the redelivery record it.
-			// The verdict is kept as text only, so that no step
-			// dead-letters (and acks) the message meanwhile.
-			return nil, fmt.Errorf("final failure not recorded (%s): %w", herr.Error(), rerr)
-		}
-		return nil, errors.Join(herr, rerr)
+	return herr
+}
+
+// final is the dead letter's error of an attempt whose final failure herr
+// the store recorded: a *dlq.FinalError with the attempts and history.
+// The handler's own FinalError is never written (see finalCopy).
+func (d *dedup) final(ctx context.Context, op *idempotency.Operation, lease idempotency.Lease, herr error) error {
+	fe, ok := dlq.AsFinal(herr)
+	if !ok {
+		fe = dlq.Final(dlq.ReasonPermanent, herr)
 	}
-	return nil, herr
+	var history []idempotency.AttemptRecord
+	if fe.History == nil {
+		gctx := d.storeCtx(ctx)
+		if got, err := d.store.Get(gctx.ctx, d.ns, op.Key); err == nil {
+			history = got.History
+		}
+		gctx.stop()
+	}
+	set := func(cp *dlq.FinalError) {
+		if cp.Attempts == 0 {
+			cp.Attempts = lease.Attempt
+		}
+		if cp.History == nil {
+			cp.History = history
+		}
+	}
+	if !ok {
+		set(fe)
+		return fe
+	}
+	return editFinal(herr, fe, set)
 }
 
 // closeKeyless ends the claim of a keyless record whose attempt
@@ -728,7 +750,7 @@ func (d *dedup) settle(ctx context.Context, h message.HandlerFunc, msg *message.
 		if herr != nil && !late {
 			// The attempt failed and rolled its claim back; meanwhile the
 			// record became another owner's (or done): it decides.
-			setOutcome(ctx, OutcomeLeaseLost)
+			setOutcome(ctx, chain.OutcomeLeaseLost)
 			return lease, nil, true, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("attempt failed (%s); the record is no longer claimable (status %v): %w",
 				herr.Error(), res.Status, idempotency.ErrLeaseLost)}
 		}

@@ -23,7 +23,7 @@ var (
 	// (delivery.KeyDecodeError); it is dead-lettered with its raw bytes.
 	ErrUndecodable = errors.New("surely: message could not be decoded")
 	// ErrHandlerHung is the cause of the handler context's cancellation when
-	// an attempt outlived the longest lease hold (WithExtension), and wraps
+	// an attempt outlived the longest lease hold (see WithLease), and wraps
 	// the attempt's error: a charged failure, retried, then dead-lettered.
 	ErrHandlerHung = errors.New("surely: handler exceeded the longest lease hold")
 	// ErrPaused means the outage breaker held the message back without an attempt.

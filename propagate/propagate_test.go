@@ -81,7 +81,7 @@ func TestBadKeysAreRejectedAndNothingIsPublished(t *testing.T) {
 	for name, tc := range map[string]struct {
 		key  string
 		uuid string
-		fn   propagate.KeyFunc
+		fn   func(*message.Message) (string, error)
 	}{
 		"empty UUID":        {uuid: ""},
 		"too long key":      {uuid: "u", key: strings.Repeat("k", idempotency.MaxKeyLen+1)},

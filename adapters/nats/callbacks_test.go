@@ -17,8 +17,8 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/testbroker"
-	"github.com/surely-dev/surely/middleware"
 )
 
 // settled waits (at most 30 s) until the consumer has nothing pending nor
@@ -40,7 +40,7 @@ func TestPanickingOnOutcomeSettlesOnNATS(t *testing.T) {
 	e := setup(t, testbroker.NATS(t))
 	var panics, runs atomic.Int64
 	h := e.chain(t, func(*message.Message) ([]*message.Message, error) { runs.Add(1); return nil, nil },
-		handler.WithOnOutcome(func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(context.Context, handler.OutcomeParams) handler.OutcomeResult {
 			panics.Add(1)
 			panic("dashboard client is nil")
 		}))
@@ -70,7 +70,7 @@ func TestKeylessMessagesBoundedByTheDeliveryCountOnNATS(t *testing.T) {
 	h := e.chain(t, func(*message.Message) ([]*message.Message, error) {
 		runs.Add(1)
 		return nil, errors.New("inventory 503")
-	}, handler.WithIdentity(ex, middleware.ProcessWithoutDedup))
+	}, handler.WithIdentity(ex, handler.ProcessWithoutDedup))
 	e.consume(t, []delivery.Option{surelynats.WithAckWait(5 * time.Second)}, h)
 	const n = 10
 	for range n {
@@ -85,7 +85,7 @@ func TestKeylessMessagesBoundedByTheDeliveryCountOnNATS(t *testing.T) {
 		require.Equal(t, string(dlq.ReasonExhausted), d.Metadata.Get(dlq.KeyReason))
 		require.Equal(t, "5", d.Metadata.Get(dlq.KeyAttempts))
 	}
-	rec, err := e.store.Get(t.Context(), middleware.KeylessNamespace, "orders/"+dead[0].Metadata.Get(dlq.KeyOriginalUUID))
+	rec, err := e.store.Get(t.Context(), chain.KeylessNamespace, "orders/"+dead[0].Metadata.Get(dlq.KeyOriginalUUID))
 	require.NoError(t, err)
 	require.Equal(t, idempotency.StateExhausted, rec.State)
 }

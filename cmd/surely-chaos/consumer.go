@@ -27,7 +27,6 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
-	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -292,22 +291,22 @@ func (c *consumer) chain(store idempotency.Store, fn message.HandlerFunc, pub me
 		handler.WithStore(store, c.n.namespace),
 		handler.WithDeadLetter(pub, c.n.deadTopic),
 		handler.WithPolicy(policy),
-		handler.WithIdentity(extractor, middleware.RejectMissingKey),
+		handler.WithIdentity(extractor, handler.RejectMissingKey),
 		handler.WithLease(lease),
 		handler.WithStoreTimeout(consumerStoreTimeout),
 		handler.WithConsumerGroup(c.n.group),
 		handler.WithLogger(c.logger()),
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			token, ran := c.tokens.LoadAndDelete(p.Msg)
 			switch p.Outcome {
-			case middleware.OutcomeLeaseLost:
+			case handler.OutcomeLeaseLost:
 				c.fenced(p.Msg)
-			case middleware.OutcomeProcessed:
+			case handler.OutcomeProcessed:
 				if ran {
 					c.acked(p.Msg, token.(string))
 				}
 			}
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	)
 }

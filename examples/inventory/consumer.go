@@ -19,7 +19,6 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
-	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -133,16 +132,16 @@ func (c *consumer) router(sub, deadSub message.Subscriber, pub message.Publisher
 		handler.WithStore(c.store, namespace),
 		handler.WithDeadLetter(pub, c.n.deadTopic),
 		handler.WithPolicy(policy),
-		handler.WithIdentity(extractor, middleware.RejectMissingKey),
+		handler.WithIdentity(extractor, handler.RejectMissingKey),
 		handler.WithLease(lease),
 		handler.WithStoreTimeout(time.Second), // shorter than the lease
 		handler.WithConsumerGroup(c.n.consumer),
 		handler.WithLogger(slog.New(slog.DiscardHandler)),
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
-			if p.Outcome == middleware.OutcomeProcessed {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
+			if p.Outcome == handler.OutcomeProcessed {
 				c.committed.Store(p.Msg, struct{}{})
 			}
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	)
 	if err != nil {

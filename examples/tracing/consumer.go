@@ -18,7 +18,6 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
-	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -142,9 +141,9 @@ func newHandler(tp *sdktrace.TracerProvider, store idempotency.Store, dead messa
 		handler.WithConsumerGroup(group),
 		handler.WithTracerProvider(tp),
 		handler.WithMessagingSystem("nats"),
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			fmt.Printf("%s%s attempt=%d\n", markOutcome, p.Outcome, p.Attempt)
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	)
 }

@@ -39,7 +39,6 @@ import (
 	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/faults"
 	"github.com/surely-dev/surely/internal/testsql"
-	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -159,7 +158,7 @@ func crashChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	var outcome middleware.Outcome
+	var outcome handler.Outcome
 	h, err := handler.New(s.Inbox(pay),
 		handler.WithStore(s, crashNamespace),
 		handler.WithDeadLetter(faults.NewPublisher(0), deadTopic),
@@ -170,9 +169,9 @@ func crashChild() int {
 		// third of it): a claim that times out on a loaded machine after
 		// it committed would count an attempt that no crash took.
 		handler.WithStoreTimeout(crashLease*9/10),
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			outcome = p.Outcome
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	)
 	if err != nil {
@@ -331,7 +330,7 @@ func TestCrashInsideTransaction(t *testing.T) {
 		require.Equal(t, 1, rec.Attempts, "the crashed attempt is counted")
 
 		outcome := c.runChild(t, key, "pay 10", "")
-		require.Equal(t, string(middleware.OutcomeProcessed), outcome)
+		require.Equal(t, string(handler.OutcomeProcessed), outcome)
 		require.Equal(t, 1, c.count(t, key), "effect exactly once")
 		rec = c.record(t, key)
 		require.Equal(t, idempotency.StateDone, rec.State)
@@ -352,7 +351,7 @@ func TestCrashAfterCommit(t *testing.T) {
 		require.Equal(t, idempotency.StateDone, c.record(t, key).State, "with its DONE mark")
 
 		outcome := c.runChild(t, key, "pay 10", "")
-		require.Equal(t, string(middleware.OutcomeDuplicate), outcome)
+		require.Equal(t, string(handler.OutcomeDuplicate), outcome)
 		require.Equal(t, 1, c.count(t, key), "effect exactly once")
 		rec := c.record(t, key)
 		require.Equal(t, idempotency.StateDone, rec.State)

@@ -104,7 +104,7 @@
 //     with the INSERT again, the inbox with its INSERT or its fenced
 //     UPDATE; a claim of a new key, Complete, Release and Extend are a
 //     single statement and need no transaction. Only the inbox
-//     of a message without a record (middleware.ProcessWithoutDedup),
+//     of a message without a record (handler.ProcessWithoutDedup),
 //     which has no row to write, begins with an UPDATE that matches no row
 //     (modernc.org/sqlite sets BEGIN IMMEDIATE only for a whole DSN,
 //     _txlock=immediate, which the store does not own). Concurrent writers

@@ -70,7 +70,7 @@ type TxHandler func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*m
 // step 3 stops it. The DONE record's times are those of step 3.
 //
 // A message without an operation key, processed under
-// middleware.ProcessWithoutDedup, has no record: fn then runs in a
+// handler.ProcessWithoutDedup, has no record: fn then runs in a
 // transaction of its own, committed when fn returns nil.
 func (s *Store) Inbox(fn TxHandler) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {

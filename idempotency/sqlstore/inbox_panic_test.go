@@ -12,7 +12,6 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
-	"github.com/surely-dev/surely/middleware"
 )
 
 // TestInboxPanickingTxHandlerIsBounded: a TxHandler that panics on every
@@ -34,7 +33,7 @@ func TestInboxPanickingTxHandlerIsBounded(t *testing.T) {
 					tc.key, string(msg.Payload))
 				require.NoError(t, err)
 				panic("nil map in the pricing code")
-			}, handler.WithIdentity(mustExtractor(t), middleware.ProcessWithoutDedup))
+			}, handler.WithIdentity(mustExtractor(t), handler.ProcessWithoutDedup))
 			src := message.NewMessage(watermill.NewUUID(), []byte("pay 10"))
 			if tc.key != "" {
 				src.Metadata.Set("idempotency_key", tc.key)

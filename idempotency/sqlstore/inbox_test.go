@@ -386,7 +386,7 @@ func TestInboxWithoutKey(t *testing.T) {
 	h := e.chain(t, func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error) {
 		_, err := tx.ExecContext(ctx, "INSERT INTO "+quote(e.b.dialect, e.effects)+" (op_key, payload, attempt) VALUES ('', ?, 0)", string(msg.Payload))
 		return nil, err
-	}, handler.WithIdentity(mustExtractor(t), middleware.ProcessWithoutDedup))
+	}, handler.WithIdentity(mustExtractor(t), handler.ProcessWithoutDedup))
 	_, err := h(message.NewMessage(watermill.NewUUID(), []byte("no key")))
 	require.NoError(t, err)
 	require.Equal(t, 1, e.count(t, ""))
