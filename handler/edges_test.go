@@ -132,11 +132,11 @@ func TestOutcomeParamsCarryTheOperation(t *testing.T) {
 		want := []struct {
 			outcome  middleware.Outcome
 			attempt  int
-			previous idempotency.PreviousResult
+			previous idempotency.AttemptResult
 		}{
-			{middleware.OutcomeRetry, 1, idempotency.PreviousNone},
-			{middleware.OutcomeProcessed, 2, idempotency.PreviousFailed},
-			{middleware.OutcomeDuplicate, 0, idempotency.PreviousNone},
+			{middleware.OutcomeRetry, 1, idempotency.AttemptResult("")},
+			{middleware.OutcomeProcessed, 2, idempotency.ResultFailed},
+			{middleware.OutcomeDuplicate, 0, idempotency.AttemptResult("")},
 		}
 		for i, w := range want {
 			p := got[i]

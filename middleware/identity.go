@@ -9,6 +9,7 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/opctx"
 )
 
 // MissingKeyPolicy says what happens to a message without an operation key.
@@ -35,7 +36,7 @@ const (
 )
 
 // Identity extracts the operation identity of each message and puts it in
-// the message context as an *idempotency.Operation (see
+// the message context (the handler reads it with
 // idempotency.OperationFrom), where Dedup finds it. A message without a key
 // follows policy; an invalid key is a final failure with reason no_key. A
 // message an adapter marked undecodable (delivery.KeyDecodeError) is a final
@@ -62,13 +63,13 @@ func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.Handl
 				}
 			}
 			ctx := msg.Context()
-			var op *idempotency.Operation
+			var op *opctx.Op
 			if r := reportFrom(ctx); r != nil {
 				op = &r.op
 			} else {
-				op = new(idempotency.Operation)
+				op = new(opctx.Op)
 			}
-			*op = idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
+			*op = opctx.Op{Operation: idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}}
 			switch {
 			case err == nil:
 			case errors.Is(err, idempotency.ErrNoKey) && policy == ProcessWithoutDedup:
@@ -76,7 +77,7 @@ func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.Handl
 			default:
 				return nil, dlq.Final(dlq.ReasonNoKey, err)
 			}
-			msg.SetContext(idempotency.WithOperation(ctx, op))
+			msg.SetContext(opctx.With(ctx, op))
 			defer msg.SetContext(ctx)
 			msgs, err := h(msg)
 			return msgs, annotate(err, op)
@@ -88,7 +89,7 @@ func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.Handl
 // runs outside this step (where the operation is no longer in the context).
 // It returns err with a copy of its *dlq.FinalError (see finalCopy), never
 // writing the handler's.
-func annotate(err error, op *idempotency.Operation) error {
+func annotate(err error, op *opctx.Op) error {
 	if err == nil {
 		return nil
 	}

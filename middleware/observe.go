@@ -27,8 +27,8 @@ type OutcomeParams struct {
 	// decoded): the same key the handler got from idempotency.KeyFrom.
 	Key, Namespace string
 	// Previous is how the attempt before the last one ended, as its claim
-	// reported (idempotency.PreviousNone when no claim was acquired).
-	Previous idempotency.PreviousResult
+	// reported ("" when no claim was acquired).
+	Previous idempotency.AttemptResult
 	// Reason is the dead-letter reason, for OutcomeDeadLettered.
 	Reason string
 	// Err is what the chain returned (nil when it acked).
@@ -107,7 +107,7 @@ func Observe(opts ...Option) (message.HandlerMiddleware, error) {
 				c.callOnOutcome(lctx, OutcomeParams{
 					Msg: msg, Outcome: rep.outcome, Attempts: rep.attempts, Attempt: rep.attempt,
 					Reason: rep.reason, Err: err, Duration: d,
-					Key: rep.op.Key, Namespace: rep.op.Namespace, Previous: rep.op.Previous.Result,
+					Key: rep.op.Key, Namespace: rep.op.Namespace, Previous: rep.op.Previous,
 				})
 			}
 			return msgs, err

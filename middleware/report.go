@@ -6,6 +6,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/opctx"
 )
 
 // Outcome is how one delivery of a message ended in the surely chain.
@@ -42,7 +43,7 @@ const (
 // fill it. Steps used without either find none and skip reporting.
 type report struct {
 	// op is the operation slot Identity fills, saving it an allocation.
-	op       idempotency.Operation
+	op       opctx.Op
 	outcome  Outcome
 	attempts int // attempts run in this delivery
 	attempt  int // durable attempt number of the last one
@@ -78,9 +79,9 @@ func setOutcome(ctx context.Context, o Outcome) {
 }
 
 // claimed records an Acquired claim: Dedup calls it before the handler runs.
-func (r *report) claimed(ctx context.Context, store idempotency.Store, op *idempotency.Operation) {
+func (r *report) claimed(ctx context.Context, store idempotency.Store, op *opctx.Op) {
 	r.attempt = op.Attempt
-	if op.Previous.Result == idempotency.PreviousUnknown {
+	if op.Previous == idempotency.ResultUnknown {
 		r.takeovers++
 	}
 	if r.trace != nil {

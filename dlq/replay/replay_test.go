@@ -20,6 +20,7 @@ import (
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 )
 
@@ -593,7 +594,7 @@ func TestRunInvalidOptions(t *testing.T) {
 		"negative max":         {replay.WithMax(-1)},
 		"negative retention":   {replay.WithDefaultRetention(-time.Second)},
 		"control byte in ID":   {replay.WithID("run\n1")},
-		"ID too long":          {replay.WithID(strings.Repeat("r", idempotency.MaxKeyLen+1))},
+		"ID too long":          {replay.WithID(strings.Repeat("r", idem.MaxKeyLen+1))},
 		"envelope key":         {replay.WithNewKey(), replay.WithKeyMetadata(dlq.KeyReplayID)},
 		"empty target":         {replay.WithTarget("")},
 		"nil store":            {replay.WithStore(nil)},
