@@ -127,8 +127,8 @@ func TestEnvelopeBoundsOneHugeEntry(t *testing.T) {
 		"type":     {Type: huge},
 		"reason":   {Reason: huge},
 		"trace id": {TraceID: huge, SpanID: huge},
-		"result":   {Result: huge},
-		"all":      {Result: huge, Error: huge, Type: huge, Reason: huge, Stack: huge, TraceID: huge, SpanID: huge},
+		"result":   {Result: idempotency.AttemptResult(huge)},
+		"all":      {Result: idempotency.AttemptResult(huge), Error: huge, Type: huge, Reason: huge, Stack: huge, TraceID: huge, SpanID: huge},
 	} {
 		e.Attempt = 7
 		env := dlq.Envelope(message.NewMessage("u", []byte("p")), dlq.Failure{Reason: dlq.ReasonExhausted, History: []idempotency.AttemptRecord{e}}, nil, "", "")

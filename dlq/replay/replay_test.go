@@ -696,7 +696,7 @@ func TestReplayReopensExhaustedRecord(t *testing.T) {
 	require.True(t, final)
 	require.Equal(t, dlq.ReasonExhausted, fe.Reason)
 	require.NoError(t, a.Publish("dead-letters", dlq.Envelope(src, dlq.Failure{Reason: dlq.ReasonExhausted, Err: fe.Err,
-		Topic: "orders", Namespace: "reserve", OperationKey: "op-7", Retention: memstore.DefaultRetention, At: t0}, nil, "", "")))
+		Topic: "orders", Namespace: "reserve", OperationKey: "op-7", Retention: idem.DefaultRetention, At: t0}, nil, "", "")))
 	require.Equal(t, 1, runs)
 
 	// The downstream is back. The replayed message runs again, once.
