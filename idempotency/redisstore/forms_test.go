@@ -135,7 +135,7 @@ func TestRecordForms(t *testing.T) {
 				require.Equal(t, out, *rec.Outcome)
 				require.Len(t, rec.History, 1)
 				h := rec.History[0]
-				require.Equal(t, "done", h.Result)
+				require.Equal(t, idempotency.ResultDone, h.Result)
 				require.Equal(t, trace, h.TraceID)
 				require.Equal(t, l.Until.Add(-time.Minute), h.Started)
 				require.False(t, h.Ended.Before(h.Started), "ended %v, started %v", h.Ended, h.Started)
