@@ -76,7 +76,7 @@ func (s *store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	now := s.now()
 	k := recordKey{req.Namespace, req.Key}
 	s.seq++
-	res, next := record.Claim(s.get(k, now), req, strconv.FormatUint(s.seq, 36), now, s.retention)
+	res, next := record.Claim(s.get(k, now), req, "mem."+strconv.FormatUint(s.seq, 36), now, s.retention)
 	if next != nil {
 		s.records[k] = next
 	}
