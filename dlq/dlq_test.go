@@ -15,6 +15,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/faults"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 func TestEnvelopeKeepsOriginalBytesAndAddsContext(t *testing.T) {
@@ -87,16 +88,16 @@ func TestEnvelopeWritesOptionalKeysOnlyWhenSet(t *testing.T) {
 func TestHistoryIsBounded(t *testing.T) {
 	t.Parallel()
 	var hist []idempotency.AttemptRecord
-	for i := range idempotency.MaxHistory {
+	for i := range idem.MaxHistory {
 		hist = append(hist, idempotency.AttemptRecord{Attempt: i + 1, Result: idempotency.ResultFailed,
-			Error: strings.Repeat("e", idempotency.MaxErrorLen), Stack: strings.Repeat("s", idempotency.MaxStackLen)})
+			Error: strings.Repeat("e", idem.MaxErrorLen), Stack: strings.Repeat("s", idem.MaxStackLen)})
 	}
 	env := dlq.Envelope(message.NewMessage("u", nil), dlq.Failure{Reason: dlq.ReasonPanic, Err: errors.New("boom"), History: hist}, nil, "", "")
 	require.LessOrEqual(t, len(env.Metadata.Get(dlq.KeyHistory)), dlq.MaxHistoryBytes)
 	got, err := dlq.ParseHistory(env.Metadata)
 	require.NoError(t, err)
 	require.NotEmpty(t, got)
-	require.Equal(t, idempotency.MaxHistory, got[len(got)-1].Attempt, "the newest attempt is kept")
+	require.Equal(t, idem.MaxHistory, got[len(got)-1].Attempt, "the newest attempt is kept")
 	require.NotEmpty(t, got[len(got)-1].Stack, "the newest stack is kept")
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/options"
 )
 
@@ -154,7 +155,7 @@ func Envelope(msg *message.Message, f Failure, redact Redactor, host, group stri
 	md[KeyVersion] = Version
 	md[KeyOriginalUUID] = msg.UUID
 	md[KeyReason] = string(f.Reason)
-	md[KeyError] = idempotency.Truncate(errText, idempotency.MaxErrorLen)
+	md[KeyError] = idem.Truncate(errText, idem.MaxErrorLen)
 	md[KeyErrorTypes] = f.ErrorTypes
 	if f.ErrorTypes == "" {
 		md[KeyErrorTypes] = ErrorTypes(f.Err)
@@ -278,9 +279,10 @@ func historyJSON(h []idempotency.AttemptRecord, redact Redactor) string {
 			shrunk = true
 			e := &h[0]
 			e.Stack = ""
-			e.Error = idempotency.Truncate(e.Error, 512)
-			for _, s := range []*string{&e.Result, &e.Type, &e.Reason, &e.TraceID, &e.SpanID} {
-				*s = idempotency.Truncate(*s, 256)
+			e.Error = idem.Truncate(e.Error, 512)
+			e.Result = idempotency.AttemptResult(idem.Truncate(string(e.Result), 256))
+			for _, s := range []*string{&e.Type, &e.Reason, &e.TraceID, &e.SpanID} {
+				*s = idem.Truncate(*s, 256)
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 // FuzzEnvelope builds the dead letter of an arbitrary message and failure,
@@ -36,7 +37,7 @@ func FuzzEnvelope(f *testing.F) {
 		msg.Metadata.Set(mdKey, mdValue)
 		msg.Metadata.Set("fixed", "kept")
 		start := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
-		hist := make([]idempotency.AttemptRecord, int(n)%(idempotency.MaxHistory+5))
+		hist := make([]idempotency.AttemptRecord, int(n)%(idem.MaxHistory+5))
 		for i := range hist {
 			hist[i] = idempotency.AttemptRecord{
 				Attempt: i + 1, Started: start.Add(time.Duration(i) * time.Second),
@@ -62,7 +63,7 @@ func FuzzEnvelope(f *testing.F) {
 		if env.Metadata.Get(dlq.KeyReason) != string(dlq.ReasonExhausted) || env.Metadata.Get(dlq.KeyOriginalUUID) != "uuid-1" {
 			t.Fatal("surely_ keys missing")
 		}
-		if len(env.Metadata.Get(dlq.KeyError)) > idempotency.MaxErrorLen {
+		if len(env.Metadata.Get(dlq.KeyError)) > idem.MaxErrorLen {
 			t.Fatalf("error text of %d bytes", len(env.Metadata.Get(dlq.KeyError)))
 		}
 		raw := env.Metadata.Get(dlq.KeyHistory)
@@ -126,8 +127,8 @@ func TestEnvelopeBoundsOneHugeEntry(t *testing.T) {
 		"type":     {Type: huge},
 		"reason":   {Reason: huge},
 		"trace id": {TraceID: huge, SpanID: huge},
-		"result":   {Result: huge},
-		"all":      {Result: huge, Error: huge, Type: huge, Reason: huge, Stack: huge, TraceID: huge, SpanID: huge},
+		"result":   {Result: idempotency.AttemptResult(huge)},
+		"all":      {Result: idempotency.AttemptResult(huge), Error: huge, Type: huge, Reason: huge, Stack: huge, TraceID: huge, SpanID: huge},
 	} {
 		e.Attempt = 7
 		env := dlq.Envelope(message.NewMessage("u", []byte("p")), dlq.Failure{Reason: dlq.ReasonExhausted, History: []idempotency.AttemptRecord{e}}, nil, "", "")

@@ -51,7 +51,7 @@ func TestPanickingKeySourceIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e := setup(t, 0)
-		ex, err := idempotency.NewExtractor(idempotency.WithSources(idempotency.FromFunc(func(msg *message.Message) (string, error) {
+		ex, err := idempotency.NewExtractor(idempotency.WithSources(idempotency.KeySource(func(msg *message.Message) (string, error) {
 			var tenants []string
 			return tenants[len(msg.Metadata.Get("tenant"))], nil // index out of range
 		})))

@@ -132,11 +132,11 @@ func TestOutcomeParamsCarryTheOperation(t *testing.T) {
 		want := []struct {
 			outcome  handler.Outcome
 			attempt  int
-			previous idempotency.PreviousResult
+			previous idempotency.AttemptResult
 		}{
-			{handler.OutcomeRetry, 1, idempotency.PreviousNone},
-			{handler.OutcomeProcessed, 2, idempotency.PreviousFailed},
-			{handler.OutcomeDuplicate, 0, idempotency.PreviousNone},
+			{handler.OutcomeRetry, 1, idempotency.AttemptResult("")},
+			{handler.OutcomeProcessed, 2, idempotency.ResultFailed},
+			{handler.OutcomeDuplicate, 0, idempotency.AttemptResult("")},
 		}
 		for i, w := range want {
 			p := got[i]

@@ -24,6 +24,7 @@ import (
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/faults"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -37,7 +38,7 @@ const deadTopic = "dead"
 
 type env struct {
 	store    *faults.Store
-	mem      *memstore.Store
+	mem      idempotency.Store
 	dead     *faults.Publisher
 	outcomes sync.Map // handler.Outcome → *atomic.Int64
 }
@@ -292,7 +293,7 @@ func TestPermanentErrorIsDeadLetteredOnce(t *testing.T) {
 		require.NotEmpty(t, md.Get(dlq.KeyFingerprint))
 		for _, d := range dead {
 			require.Equal(t, "orders", d.Metadata.Get(dlq.KeyNamespace), "inspect and replay find the record by it")
-			require.Equal(t, memstore.DefaultRetention.String(), d.Metadata.Get(dlq.KeyRetention))
+			require.Equal(t, idem.DefaultRetention.String(), d.Metadata.Get(dlq.KeyRetention))
 		}
 		require.EqualValues(t, 2, e.count(handler.OutcomeDeadLettered))
 		require.EqualValues(t, 0, e.count(handler.OutcomeProcessed), "a dead letter is not reported as processed")
@@ -330,7 +331,7 @@ func TestMissingAndInvalidKeys(t *testing.T) {
 	}{
 		{"missing key rejected by default", "", handler.RejectMissingKey, false, dlq.ReasonNoKey},
 		{"missing key processed on opt-in", "", handler.ProcessWithoutDedup, true, ""},
-		{"oversized key", strings.Repeat("k", idempotency.MaxKeyLen+1), handler.ProcessWithoutDedup, false, dlq.ReasonNoKey},
+		{"oversized key", strings.Repeat("k", idem.MaxKeyLen+1), handler.ProcessWithoutDedup, false, dlq.ReasonNoKey},
 		{"control bytes", "order\x00-1", handler.ProcessWithoutDedup, false, dlq.ReasonNoKey},
 	}
 	for _, tc := range cases {
@@ -410,7 +411,7 @@ func TestHandlerSeesOperationAndPreviousAttempt(t *testing.T) {
 			op, ok := idempotency.OperationFrom(msg.Context())
 			require.True(t, ok)
 			require.Equal(t, op.Key, idempotency.KeyFrom(msg.Context()))
-			seen = append(seen, *op)
+			seen = append(seen, op)
 			if len(seen) == 1 {
 				return nil, errors.New("gateway 502")
 			}
@@ -433,10 +434,10 @@ func TestHandlerSeesOperationAndPreviousAttempt(t *testing.T) {
 
 		require.Len(t, seen, 2)
 		require.Equal(t, 2, seen[0].Attempt, "the crashed attempt was counted")
-		require.Equal(t, idempotency.PreviousUnknown, seen[0].Previous.Result, "its lease expired: the effect may have happened")
+		require.Equal(t, idempotency.ResultUnknown, seen[0].Previous, "its lease expired: the effect may have happened")
 		require.Equal(t, 3, seen[1].Attempt)
-		require.Equal(t, idempotency.PreviousFailed, seen[1].Previous.Result)
-		require.Equal(t, "gateway 502", seen[1].Previous.Error)
+		require.Equal(t, idempotency.ResultFailed, seen[1].Previous)
+		require.Equal(t, "gateway 502", seen[1].PreviousError)
 		require.NotEqual(t, seen[0].Token, seen[1].Token)
 		require.Equal(t, "orders", seen[0].Namespace)
 	})
@@ -446,7 +447,9 @@ func fingerprint(t *testing.T, payload string) string {
 	t.Helper()
 	ex, err := idempotency.NewExtractor()
 	require.NoError(t, err)
-	return ex.Fingerprint(message.NewMessage("x", []byte(payload)))
+	id, err := ex.Extract(message.NewMessage("x", []byte(payload)))
+	require.NoError(t, err)
+	return id.Fingerprint
 }
 
 func TestStoreOutageNacksWithoutChargingAndBreakerPauses(t *testing.T) {

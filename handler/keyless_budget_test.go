@@ -224,13 +224,13 @@ func TestKeylessHandlerSeesAttemptAndPrevious(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := setup(t, 0)
 				var seen []int
-				var prev []idempotency.PreviousResult
+				var prev []idempotency.AttemptResult
 				h := keylessChain(t, e, func(m *message.Message) ([]*message.Message, error) {
 					op, ok := idempotency.OperationFrom(m.Context())
 					require.True(t, ok)
 					require.Empty(t, op.Key)
 					seen = append(seen, op.Attempt)
-					prev = append(prev, op.Previous.Result)
+					prev = append(prev, op.Previous)
 					return nil, errors.New("inventory 503")
 				})
 				src := delivery("", "p")
@@ -241,7 +241,7 @@ func TestKeylessHandlerSeesAttemptAndPrevious(t *testing.T) {
 				}
 				deliverContained(t, h, next, 100)
 				require.Equal(t, []int{1, 2, 3}, seen)
-				require.Equal(t, []idempotency.PreviousResult{idempotency.PreviousNone, idempotency.PreviousFailed, idempotency.PreviousFailed}, prev)
+				require.Equal(t, []idempotency.AttemptResult{idempotency.AttemptResult(""), idempotency.ResultFailed, idempotency.ResultFailed}, prev)
 			})
 		})
 	}

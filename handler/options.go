@@ -15,6 +15,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -163,7 +164,7 @@ func WithStore(store idempotency.Store, namespace string) Option {
 		if store == nil {
 			return invalid("nil store")
 		}
-		if err := idempotency.ValidateNamespace(namespace); err != nil {
+		if err := idem.ValidateNamespace(namespace); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 		if namespace == chain.KeylessNamespace {

@@ -22,6 +22,7 @@ import (
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/faults"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -69,7 +70,7 @@ type poisonCase struct {
 
 // poisonRun is one row's router, store and observations.
 type poisonRun struct {
-	mem        *memstore.Store
+	mem        idempotency.Store
 	mu         sync.Mutex
 	runs       map[string]int         // handler runs per message UUID
 	processed  map[string]int         // successful runs per message UUID
@@ -160,7 +161,7 @@ func poisonCases(t *testing.T) []poisonCase {
 			reason: dlq.ReasonNoKey, runs: 0, attempts: "0", errContains: "no operation key",
 		},
 		{
-			name: "oversized key", msg: keyed(strings.Repeat("k", idempotency.MaxKeyLen+1), "pay 10"),
+			name: "oversized key", msg: keyed(strings.Repeat("k", idem.MaxKeyLen+1), "pay 10"),
 			reason: dlq.ReasonNoKey, runs: 0, attempts: "0", errContains: "the limit is 512",
 		},
 		{

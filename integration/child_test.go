@@ -142,7 +142,7 @@ func runChild() error {
 		if !ok {
 			return nil, errors.New("no operation in the context")
 		}
-		prev := string(op.Previous.Result)
+		prev := string(op.Previous)
 		if prev == "" {
 			prev = "none"
 		}

@@ -65,7 +65,7 @@ func TestCrashPoints(t *testing.T) {
 				// Release: the second attempt is told the effect may have
 				// happened. In (a) it had not, in (b) it had: the store
 				// cannot tell, which is why the handler must reconcile.
-				require.Equal(t, string(idempotency.PreviousUnknown), s.previous(t, key, 2),
+				require.Equal(t, string(idempotency.ResultUnknown), s.previous(t, key, 2),
 					"the second attempt's handler saw Previous.Result")
 				require.Len(t, rec.History, 2)
 				require.Equal(t, idempotency.ResultUnknown, rec.History[0].Result)
@@ -187,7 +187,7 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 	require.Len(t, rec.History, 2)
 	require.Equal(t, idempotency.ResultUnknown, rec.History[0].Result, "the hung attempt's lease expired")
 	require.Equal(t, idempotency.ResultDone, rec.History[1].Result)
-	require.Equal(t, string(idempotency.PreviousUnknown), s.previous(t, key, 2))
+	require.Equal(t, string(idempotency.ResultUnknown), s.previous(t, key, 2))
 	effects := s.effects(t, key)
 	require.True(t, effects == 1 || effects == 2, "the successor's effect, and the stale one's unless its lost lease canceled it first: %d", effects)
 	require.Empty(t, s.deadLetters(t))

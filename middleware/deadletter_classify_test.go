@@ -14,6 +14,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/faults"
+	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -120,12 +121,12 @@ func TestDeadLetterPublishFailureKeepsBothErrors(t *testing.T) {
 // carries them.
 func TestDeadLetterOperationFields(t *testing.T) {
 	t.Parallel()
-	op := &idempotency.Operation{Namespace: "orders", Key: "op-key", Fingerprint: "op-fp", Retention: time.Hour}
+	op := &opctx.Op{Operation: idempotency.Operation{Namespace: "orders", Key: "op-key", Fingerprint: "op-fp", Retention: time.Hour}}
 	run := func(err error) message.Metadata {
 		t.Helper()
 		h, sink := deadLetterStep(t, 0, failWith(err))
 		msg := message.NewMessage("m-1", []byte("{}"))
-		msg.SetContext(idempotency.WithOperation(msg.Context(), op))
+		msg.SetContext(opctx.With(msg.Context(), op))
 		_, herr := h(msg)
 		require.NoError(t, herr)
 		published := sink.Published(classifyTopic)

@@ -20,6 +20,8 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
+	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/retry"
 )
@@ -149,7 +151,7 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
 	}
-	if err := idempotency.ValidateNamespace(namespace); err != nil {
+	if err := idem.ValidateNamespace(namespace); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	if namespace == chain.KeylessNamespace {
@@ -221,10 +223,10 @@ func (c *dedupConfig) log() *slog.Logger {
 func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 	// The offer to h of claiming inside its own transaction: accepted by
 	// the SQL inbox on its first call (see idempotency.InTxClaims).
-	inTx := idempotency.NewInTxClaims(d.store)
+	inTx := opctx.NewInTxClaims(d.store)
 	return func(msg *message.Message) (_ []*message.Message, err error) {
 		ctx := msg.Context()
-		op, ok := idempotency.OperationFrom(ctx)
+		op, ok := opctx.From(ctx)
 		if !ok {
 			if text, bad := msg.Metadata[delivery.KeyDecodeError]; bad {
 				return nil, dlq.Final(dlq.ReasonDecode, fmt.Errorf("%w: %s", ErrUndecodable, text))
@@ -241,12 +243,12 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 			if r := reportFrom(ctx); r != nil {
 				op = &r.op // the outcome report reads it
 			} else {
-				op = new(idempotency.Operation)
+				op = new(opctx.Op)
 			}
-			*op = idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
+			*op = opctx.Op{Operation: idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}}
 			// The handler's context derives from ctx: it must carry op.
 			orig := ctx
-			ctx = idempotency.WithOperation(ctx, op)
+			ctx = opctx.With(ctx, op)
 			msg.SetContext(ctx)
 			defer msg.SetContext(orig)
 			defer func() { err = annotate(err, op) }()
@@ -273,7 +275,7 @@ func (d *dedup) claimCtx(ctx context.Context) storeCall {
 	return boundCall(ctx, d.cfg.storeTimeout, &d.waits)
 }
 
-func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
+func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op) ([]*message.Message, error) {
 	if op.InTx != nil && op.InTx.Accepted() {
 		return d.runDeferred(ctx, h, msg, op, d.request(ctx, msg, op, ""))
 	}
@@ -285,7 +287,7 @@ func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.
 }
 
 // claimed acts on the result of a claim: runs the handler when Acquired.
-func (d *dedup) claimed(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult) ([]*message.Message, error) {
+func (d *dedup) claimed(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op, res idempotency.ClaimResult) ([]*message.Message, error) {
 	switch res.Status {
 	case idempotency.Acquired:
 		return d.run(ctx, h, msg, op, res)
@@ -307,7 +309,7 @@ func (d *dedup) claimed(ctx context.Context, h message.HandlerFunc, msg *message
 
 // claim claims op's record. reopen, when set, is a fresh budget's ID
 // (ClaimRequest.Reopen); else a replayed message's run ID reopens it.
-func (d *dedup) claim(ctx context.Context, msg *message.Message, op *idempotency.Operation, reopen string) (idempotency.ClaimResult, error) {
+func (d *dedup) claim(ctx context.Context, msg *message.Message, op *opctx.Op, reopen string) (idempotency.ClaimResult, error) {
 	req := d.request(ctx, msg, op, reopen)
 	sctx := d.claimCtx(ctx)
 	res, err := d.store.Claim(sctx.ctx, req)
@@ -320,7 +322,7 @@ func (d *dedup) claim(ctx context.Context, msg *message.Message, op *idempotency
 
 // request is the claim of op (see claim), and sets op's namespace and
 // retention.
-func (d *dedup) request(ctx context.Context, msg *message.Message, op *idempotency.Operation, reopen string) idempotency.ClaimRequest {
+func (d *dedup) request(ctx context.Context, msg *message.Message, op *opctx.Op, reopen string) idempotency.ClaimRequest {
 	op.Namespace = d.ns
 	op.Retention = d.retention
 	req := idempotency.ClaimRequest{
@@ -333,7 +335,7 @@ func (d *dedup) request(ctx context.Context, msg *message.Message, op *idempoten
 	// A replayed message reopens an EXHAUSTED record once per replay run.
 	// A malformed run ID is ignored (no reopen), never stored.
 	if id := msg.Metadata.Get(dlq.KeyReplayID); id != "" && reopen == "" {
-		if err := idempotency.ValidateKey(id); err != nil {
+		if err := idem.ValidateKey(id); err != nil {
 			d.cfg.log().WarnContext(ctx, "surely: ignoring an invalid replay ID; the record is not reopened",
 				"key", op.Key, "error", err)
 		} else {
@@ -358,7 +360,7 @@ func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
 			// handler returned: the dead letter keeps it.
 			reason = dlq.Reason(h.Reason)
 		}
-		last = h.Result
+		last = string(h.Result)
 		if h.Error != "" {
 			last += ": " + h.Error
 		}
@@ -398,7 +400,7 @@ func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
 //
 // The handler sees the operation with an empty key, and its attempt
 // number and how the previous attempt ended, as for a keyed message.
-func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
+func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op) ([]*message.Message, error) {
 	info, counted := delivery.InfoFrom(ctx)
 	counted = counted && info.Count > 0
 	if msg.UUID == "" {
@@ -407,14 +409,14 @@ func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message
 		}
 		return d.keylessCounted(ctx, h, msg, op, 1, 1)
 	}
-	rec := &idempotency.Operation{Key: keylessKey(d.ns, msg.UUID)}
+	rec := &opctx.Op{Operation: idempotency.Operation{Key: keylessKey(d.ns, msg.UUID)}}
 	r := reportFrom(ctx)
 	if !counted || info.Count != 1 || r == nil || r.attempts > 1 {
 		// Without the report, an in-process retry could not be told
 		// from the first attempt: claim.
 		return d.keylessRecord(ctx, h, msg, op, rec, "")
 	}
-	op.Attempt, op.Previous = 1, idempotency.Previous{}
+	op.Attempt, op.Previous, op.PreviousError = 1, "", ""
 	r.attempt = 1
 	msgs, err := runHandler(h, msg)
 	if err == nil {
@@ -435,12 +437,12 @@ func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message
 // reopen, when set, gives the record a fresh budget, and h only reports
 // the failure of an attempt that already ran: when the record cannot be
 // claimed, that failure is returned as it is, not recorded.
-func (d *dedup) keylessRecord(ctx context.Context, h message.HandlerFunc, msg *message.Message, op, rec *idempotency.Operation, reopen string) ([]*message.Message, error) {
+func (d *dedup) keylessRecord(ctx context.Context, h message.HandlerFunc, msg *message.Message, op, rec *opctx.Op, reopen string) ([]*message.Message, error) {
 	res, err := d.kl.claim(ctx, msg, rec, reopen)
 	if err == nil && res.Status == idempotency.Acquired {
 		// The handler reads the message's operation, not rec.
 		seen := func(m *message.Message) ([]*message.Message, error) {
-			op.Attempt, op.Previous = rec.Attempt, rec.Previous
+			op.Attempt, op.Previous, op.PreviousError = rec.Attempt, rec.Previous, rec.PreviousError
 			return h(m)
 		}
 		return d.kl.run(ctx, seen, msg, rec, res)
@@ -469,7 +471,7 @@ func (d *dedup) keylessRecord(ctx context.Context, h message.HandlerFunc, msg *m
 
 // keylessCounted runs attempt count (of budget) of a keyless message
 // counted without a record.
-func (d *dedup) keylessCounted(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, count, budget int) ([]*message.Message, error) {
+func (d *dedup) keylessCounted(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op, count, budget int) ([]*message.Message, error) {
 	if count > budget {
 		fe := dlq.Final(dlq.ReasonExhausted, fmt.Errorf("%w: message %q without an operation key was delivered %d times; the budget is %d",
 			ErrExhausted, msg.UUID, count, budget))
@@ -507,14 +509,14 @@ func (d *dedup) keylessCounted(ctx context.Context, h message.HandlerFunc, msg *
 // valid key.
 func keylessKey(ns, uuid string) string {
 	key := ns + "/" + uuid
-	if idempotency.ValidateKey(key) != nil {
+	if idem.ValidateKey(key) != nil {
 		sum := sha256.Sum256([]byte(uuid))
 		key = ns + "/sha256:" + hex.EncodeToString(sum[:])
 	}
 	return key
 }
 
-func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult) ([]*message.Message, error) {
+func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op, res idempotency.ClaimResult) ([]*message.Message, error) {
 	return d.runWith(ctx, h, msg, op, res, nil)
 }
 
@@ -522,8 +524,8 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 // claim inside its own transaction (op.InTx): on a first delivery from a
 // broker that counts deliveries, the claim, the effect and the DONE mark
 // then commit together; otherwise the handler commits the claim first.
-func (d *dedup) runDeferred(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, req idempotency.ClaimRequest) ([]*message.Message, error) {
-	dc := &idempotency.DeferredClaim{Request: req, Durable: true}
+func (d *dedup) runDeferred(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op, req idempotency.ClaimRequest) ([]*message.Message, error) {
+	dc := &opctx.DeferredClaim{Request: req, Durable: true}
 	if info, ok := delivery.InfoFrom(ctx); ok && info.Count > 0 {
 		dc.PriorDeliveries = info.Count - 1
 		// A replay reopens a record: that goes through a committed claim.
@@ -536,9 +538,9 @@ func (d *dedup) runDeferred(ctx context.Context, h message.HandlerFunc, msg *mes
 // runWith runs the handler under the claim res, or, with dc, under the
 // claim the handler makes (see runDeferred), and completes or releases
 // the attempt.
-func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult, dc *idempotency.DeferredClaim) ([]*message.Message, error) {
+func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op, res idempotency.ClaimResult, dc *opctx.DeferredClaim) ([]*message.Message, error) {
 	lease := res.Lease
-	op.Attempt, op.Token, op.Previous, op.Committed = lease.Attempt, lease.Token, res.Previous, false
+	op.Attempt, op.Token, op.Previous, op.PreviousError, op.Committed = lease.Attempt, lease.Token, res.Previous, res.PreviousError, false
 	if rep := reportFrom(ctx); rep != nil && dc == nil {
 		rep.claimed(ctx, d.store, op)
 	}
@@ -592,7 +594,7 @@ func (d *dedup) attempt(ctx context.Context, h message.HandlerFunc, msg *message
 }
 
 // finish completes or releases the attempt r ran.
-func (d *dedup) finish(ctx context.Context, op *idempotency.Operation, r ran) ([]*message.Message, error) {
+func (d *dedup) finish(ctx context.Context, op *opctx.Op, r ran) ([]*message.Message, error) {
 	switch {
 	case r.err == nil && d.kl == nil: // d keeps keyless attempt records: a success closes one uncharged
 		d.closeKeyless(ctx, r.lease)
@@ -615,7 +617,7 @@ func (d *dedup) finish(ctx context.Context, op *idempotency.Operation, r ran) ([
 // the record. Neither Complete nor Release (both would be refused), no
 // dead letter, whatever the handler returned: nack. Its error is kept as
 // text so that no classification of it (permanent, canceled) applies.
-func lostWhileRunning(ctx context.Context, op *idempotency.Operation, herr error) error {
+func lostWhileRunning(ctx context.Context, op *opctx.Op, herr error) error {
 	setOutcome(ctx, chain.OutcomeLeaseLost)
 	lost := fmt.Errorf("extend: %w", idempotency.ErrLeaseLost)
 	if herr != nil {
@@ -625,7 +627,7 @@ func lostWhileRunning(ctx context.Context, op *idempotency.Operation, herr error
 }
 
 // succeeded completes the attempt with the messages it produced.
-func (d *dedup) succeeded(ctx context.Context, op *idempotency.Operation, lease idempotency.Lease, msgs []*message.Message) ([]*message.Message, error) {
+func (d *dedup) succeeded(ctx context.Context, op *opctx.Op, lease idempotency.Lease, msgs []*message.Message) ([]*message.Message, error) {
 	outcome := idempotency.Outcome{Messages: store(msgs)}
 	if err := d.complete(ctx, lease, outcome); err != nil {
 		if errors.Is(err, idempotency.ErrLeaseLost) {
@@ -640,7 +642,7 @@ func (d *dedup) succeeded(ctx context.Context, op *idempotency.Operation, lease 
 
 // failed releases the attempt that failed with herr and returns the
 // delivery's error.
-func (d *dedup) failed(ctx context.Context, op *idempotency.Operation, lease idempotency.Lease, herr error) error {
+func (d *dedup) failed(ctx context.Context, op *opctx.Op, lease idempotency.Lease, herr error) error {
 	f := d.failure(ctx, herr)
 	sctx := d.storeCtx(ctx)
 	rerr := d.store.Release(sctx.ctx, lease, f)
@@ -676,7 +678,7 @@ func (d *dedup) failed(ctx context.Context, op *idempotency.Operation, lease ide
 // final is the dead letter's error of an attempt whose final failure herr
 // the store recorded: a *dlq.FinalError with the attempts and history.
 // The handler's own FinalError is never written (see finalCopy).
-func (d *dedup) final(ctx context.Context, op *idempotency.Operation, lease idempotency.Lease, herr error) error {
+func (d *dedup) final(ctx context.Context, op *opctx.Op, lease idempotency.Lease, herr error) error {
 	fe, ok := dlq.AsFinal(herr)
 	if !ok {
 		fe = dlq.Final(dlq.ReasonPermanent, herr)
@@ -722,7 +724,7 @@ func (d *dedup) closeKeyless(ctx context.Context, lease idempotency.Lease) {
 // settle resolves the claim the handler was left (dc) after it returned
 // herr: done is true when that ends the delivery (out, err), else the
 // attempt ran under lease and is completed or released as usual.
-func (d *dedup) settle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, dc *idempotency.DeferredClaim, herr error) (lease idempotency.Lease, out []*message.Message, done bool, err error) {
+func (d *dedup) settle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op, dc *opctx.DeferredClaim, herr error) (lease idempotency.Lease, out []*message.Message, done bool, err error) {
 	late := !dc.Made
 	if late {
 		// The handler returned before it claimed (code around the inbox
@@ -758,7 +760,7 @@ func (d *dedup) settle(ctx context.Context, h message.HandlerFunc, msg *message.
 		return lease, out, true, err
 	}
 	lease = res.Lease
-	op.Attempt, op.Token, op.Previous = lease.Attempt, lease.Token, res.Previous
+	op.Attempt, op.Token, op.Previous, op.PreviousError = lease.Attempt, lease.Token, res.Previous, res.PreviousError
 	if r := reportFrom(ctx); r != nil {
 		r.claimed(ctx, d.store, op)
 	}
@@ -827,10 +829,10 @@ func runHandler(h message.HandlerFunc, msg *message.Message) (msgs []*message.Me
 // extract runs the key sources of ex, turning a panic of one into a final
 // failure with reason panic: a message without an identity has no budget
 // to retry against.
-func extract(ex *idempotency.Extractor, msg *message.Message) (id idempotency.Identity, err error) {
+func extract(ex *idempotency.Extractor, msg *message.Message) (id idempotency.Operation, err error) {
 	defer func() {
 		if pe := recovered(recover(), "key source"); pe != nil {
-			id, err = idempotency.Identity{}, dlq.Final(dlq.ReasonPanic, pe)
+			id, err = idempotency.Operation{}, dlq.Final(dlq.ReasonPanic, pe)
 		}
 	}()
 	return ex.Extract(msg)

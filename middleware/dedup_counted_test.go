@@ -16,13 +16,15 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
+	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
 // claimCounter is a memstore that counts its claims.
 type claimCounter struct {
-	*memstore.Store
+	idempotency.Store
 	claims atomic.Int32
 }
 
@@ -68,7 +70,7 @@ func TestDedupKeylessFirstCountedDeliveryCostsNoClaim(t *testing.T) {
 	_, err = h(counted(message.NewMessage("u-first", []byte(`{}`)), 1))
 	require.NoError(t, err)
 	require.Equal(t, int32(0), store.claims.Load(), "a first delivery from a counting broker claims nothing")
-	_, err = store.Get(t.Context(), middleware.KeylessNamespace, "kl/u-first")
+	_, err = store.Get(t.Context(), chain.KeylessNamespace, "kl/u-first")
 	require.ErrorIs(t, err, idempotency.ErrNotFound, "its success leaves no record")
 
 	_, err = h(counted(message.NewMessage("u-again", []byte(`{}`)), 2))
@@ -115,7 +117,7 @@ func TestDedupDeferredClaimFollowsBrokerCount(t *testing.T) {
 	}
 	var got []seen
 	h := dedup(func(msg *message.Message) ([]*message.Message, error) {
-		op, _ := idempotency.OperationFrom(msg.Context())
+		op, _ := opctx.From(msg.Context())
 		require.NotNil(t, op.InTx)
 		op.InTx.Accept()
 		dc := op.Deferred
@@ -143,7 +145,7 @@ func TestDedupDeferredClaimFollowsBrokerCount(t *testing.T) {
 }
 
 // releaseFails is a memstore whose Release fails.
-type releaseFails struct{ *memstore.Store }
+type releaseFails struct{ idempotency.Store }
 
 func (releaseFails) Release(context.Context, idempotency.Lease, idempotency.Failure) error {
 	return errors.New("store unreachable")

@@ -6,7 +6,7 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 var (
@@ -93,7 +93,7 @@ func recovered(v any, where string) *PanicError {
 	if v == nil {
 		return nil
 	}
-	return &PanicError{Value: v, Stack: idempotency.Truncate(string(debug.Stack()), idempotency.MaxStackLen), Where: where}
+	return &PanicError{Value: v, Stack: idem.Truncate(string(debug.Stack()), idem.MaxStackLen), Where: where}
 }
 
 // Unwrap returns the panic value when it is an error.

@@ -10,10 +10,11 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/opctx"
 )
 
 // Identity extracts the operation identity of each message and puts it in
-// the message context as an *idempotency.Operation (see
+// the message context (the handler reads it with
 // idempotency.OperationFrom), where Dedup finds it. A message without a key
 // follows policy (handler.RejectMissingKey or handler.ProcessWithoutDedup;
 // see the package doc); an invalid key is a final failure with reason
@@ -41,13 +42,13 @@ func Identity(ex *idempotency.Extractor, policy chain.MissingKeyPolicy) (message
 				}
 			}
 			ctx := msg.Context()
-			var op *idempotency.Operation
+			var op *opctx.Op
 			if r := reportFrom(ctx); r != nil {
 				op = &r.op
 			} else {
-				op = new(idempotency.Operation)
+				op = new(opctx.Op)
 			}
-			*op = idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
+			*op = opctx.Op{Operation: idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}}
 			switch {
 			case err == nil:
 			case errors.Is(err, idempotency.ErrNoKey) && policy == chain.ProcessWithoutDedup:
@@ -55,7 +56,7 @@ func Identity(ex *idempotency.Extractor, policy chain.MissingKeyPolicy) (message
 			default:
 				return nil, dlq.Final(dlq.ReasonNoKey, err)
 			}
-			msg.SetContext(idempotency.WithOperation(ctx, op))
+			msg.SetContext(opctx.With(ctx, op))
 			defer msg.SetContext(ctx)
 			msgs, err := h(msg)
 			return msgs, annotate(err, op)
@@ -67,7 +68,7 @@ func Identity(ex *idempotency.Extractor, policy chain.MissingKeyPolicy) (message
 // runs outside this step (where the operation is no longer in the context).
 // It returns err with a copy of its *dlq.FinalError (see finalCopy), never
 // writing the handler's.
-func annotate(err error, op *idempotency.Operation) error {
+func annotate(err error, op *opctx.Op) error {
 	if err == nil {
 		return nil
 	}

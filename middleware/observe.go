@@ -83,7 +83,7 @@ func Observe(opts ...Option) (message.HandlerMiddleware, error) {
 				c.callOnOutcome(lctx, chain.OutcomeParams{
 					Msg: msg, Outcome: rep.outcome, Attempts: rep.attempts, Attempt: rep.attempt,
 					Reason: rep.reason, Cause: rep.cause, Err: err, Duration: d,
-					Key: rep.op.Key, Namespace: rep.op.Namespace, Previous: rep.op.Previous.Result,
+					Key: rep.op.Key, Namespace: rep.op.Namespace, Previous: rep.op.Previous,
 				})
 			}
 			return msgs, err

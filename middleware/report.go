@@ -7,6 +7,7 @@ import (
 
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/opctx"
 )
 
 // report is shared by the steps of one delivery through the message context.
@@ -14,7 +15,7 @@ import (
 // fill it. Steps used without either find none and skip reporting.
 type report struct {
 	// op is the operation slot Identity fills, saving it an allocation.
-	op       idempotency.Operation
+	op       opctx.Op
 	outcome  chain.Outcome
 	attempts int // attempts run in this delivery
 	attempt  int // durable attempt number of the last one
@@ -51,9 +52,9 @@ func setOutcome(ctx context.Context, o chain.Outcome) {
 }
 
 // claimed records an Acquired claim: Dedup calls it before the handler runs.
-func (r *report) claimed(ctx context.Context, store idempotency.Store, op *idempotency.Operation) {
+func (r *report) claimed(ctx context.Context, store idempotency.Store, op *opctx.Op) {
 	r.attempt = op.Attempt
-	if op.Previous.Result == idempotency.PreviousUnknown {
+	if op.Previous == idempotency.ResultUnknown {
 		r.takeovers++
 	}
 	if r.trace != nil {

@@ -38,7 +38,7 @@ type rig struct {
 	tp     *sdktrace.TracerProvider
 	reader *sdkmetric.ManualReader
 	mp     *sdkmetric.MeterProvider
-	store  *memstore.Store
+	store  idempotency.Store
 	dead   *faults.Publisher
 	logs   *ctxLog
 	h      message.HandlerFunc

@@ -16,6 +16,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/internal/options"
 )
 
@@ -263,11 +264,11 @@ func (ts *traceState) runAttempt(h message.HandlerFunc, msg *message.Message) ([
 
 // claimed annotates the current span with the claim Dedup acquired and,
 // on a redelivery, links it to the previous attempt's span from the ledger.
-func (ts *traceState) claimed(ctx context.Context, store idempotency.Store, op *idempotency.Operation) {
+func (ts *traceState) claimed(ctx context.Context, store idempotency.Store, op *opctx.Op) {
 	ts.attempt = op.Attempt
 	ts.span.SetAttributes(chain.AttrOperationKey.String(op.Key), chain.AttrAttempt.Int(op.Attempt))
-	if op.Previous.Result != idempotency.PreviousNone {
-		ts.span.SetAttributes(chain.AttrPrevious.String(string(op.Previous.Result)))
+	if op.Previous != "" {
+		ts.span.SetAttributes(chain.AttrPrevious.String(string(op.Previous)))
 	}
 	if op.Attempt <= 1 || (ts.prev.IsValid() && ts.prevAttempt == op.Attempt-1) {
 		return // first attempt, or the previous one ran in this delivery (linked at start)
@@ -290,7 +291,7 @@ func (ts *traceState) claimed(ctx context.Context, store idempotency.Store, op *
 		}
 		la := []attribute.KeyValue{chain.AttrLink.String(chain.LinkPreviousAttempt), chain.AttrAttempt.Int(a.Attempt)}
 		if a.Result != "" {
-			la = append(la, chain.AttrPrevious.String(a.Result))
+			la = append(la, chain.AttrPrevious.String(string(a.Result)))
 		}
 		ts.span.AddLink(trace.Link{SpanContext: sc, Attributes: la})
 		return

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 // KeyPublishedAt is the metadata entry holding the time of a message's first
@@ -129,7 +130,7 @@ func (p *Publisher) Stamp(msg *message.Message) error {
 			return fmt.Errorf("%w: message %q: %w", ErrInvalidKey, msg.UUID, err)
 		}
 	}
-	if err := idempotency.ValidateKey(key); err != nil {
+	if err := idem.ValidateKey(key); err != nil {
 		return fmt.Errorf("%w: message %q, %s: %w", ErrInvalidKey, msg.UUID, p.field, err)
 	}
 	if msg.Metadata == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 // recordJSON is a store record in inspect --json.
@@ -97,7 +98,7 @@ The store is chosen by --store or SURELY_STORE_URL:
   SURELY_STORE_URL=sqlite:./app.db surely inspect order-42 --namespace charge-payments --json`,
 		Args: exactArgs(1, "one operation key"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := idempotency.ValidateNamespace(namespace); err != nil {
+			if err := idem.ValidateNamespace(namespace); err != nil {
 				return usageErr("--namespace: %w", err)
 			}
 			st, err := a.openStore(cmd)
@@ -177,7 +178,7 @@ func printLedger(w io.Writer, h []idempotency.AttemptRecord) error {
 	fprintln(tw, "  ATTEMPT\tSTARTED\tENDED\tRESULT\tREASON\tTRACE ID\tSPAN ID\tERROR")
 	for _, r := range h {
 		fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Attempt, stampMilli(r.Started), stampMilli(r.Ended),
-			orDash(r.Result), orDash(r.Reason), orDash(r.TraceID), orDash(r.SpanID), orDash(clip(r.Error, 200)))
+			orDash(string(r.Result)), orDash(r.Reason), orDash(r.TraceID), orDash(r.SpanID), orDash(clip(r.Error, 200)))
 	}
 	return tw.Flush()
 }

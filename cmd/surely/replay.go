@@ -15,6 +15,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 // exitInterrupted is the status of a replay stopped by Ctrl-C (SIGINT),
@@ -158,7 +159,7 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
 		if rf.ff.any() || rf.target != "" || rf.newKey || rf.force {
 			return usageErr("--resume continues the saved run with its own filter, --target, --new-key and --force: do not pass them")
 		}
-		if err := idempotency.ValidateKey(rf.resume); err != nil {
+		if err := idem.ValidateKey(rf.resume); err != nil {
 			return usageErr("--resume %q: %w", rf.resume, err)
 		}
 	}

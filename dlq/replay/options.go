@@ -83,7 +83,7 @@ func put(name string, v any) dlq.Option {
 }
 
 // WithID names a new run (Run; default: a new random UUID). The ID is at
-// most idempotency.MaxKeyLen bytes without control characters: the dedup
+// most 512 bytes without control characters: the dedup
 // step uses it as ClaimRequest.Reopen.
 func WithID(id string) dlq.Option { return put(nameID, id) }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 // Errors of a run.
@@ -208,7 +209,7 @@ func (o config) withDefaults() (config, error) {
 		return bad("default retention must not be negative, got %v", o.DefaultRetention)
 	}
 	if o.ID != "" {
-		if err := idempotency.ValidateKey(o.ID); err != nil {
+		if err := idem.ValidateKey(o.ID); err != nil {
 			return bad("run ID: %w", err)
 		}
 	}

@@ -23,7 +23,7 @@ import (
 // T+23h. The archive holds the conflict's dead letter.
 type retentionSetup struct {
 	clock *fakeClock
-	store *memstore.Store
+	store idempotency.Store
 	arch  archive.Archive
 	entry string
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/faults"
+	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/internal/testsql"
 	"github.com/surely-dev/surely/retry"
 )
@@ -136,7 +137,7 @@ func crashChild() int {
 	effect := rebind(dialect, "INSERT INTO "+quote(dialect, table+"_fx")+" (op_key, payload, attempt) VALUES (?, ?, ?)")
 	key := os.Getenv(crashKeyEnv)
 	pay := func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error) {
-		op, _ := idempotency.OperationFrom(ctx)
+		op, _ := opctx.From(ctx)
 		if op.Key == key && (op.Deferred != nil) != inTx {
 			// The dedup step left the claim to the inbox (op.Deferred)
 			// exactly when the store claims in its transaction: the
@@ -287,7 +288,7 @@ func setupCrash(t *testing.T, b backend, path crashPath) *crashEnv {
 		c.childEnv = append(c.childEnv, crashDialectEnv+"=mysql")
 	}
 	c.inboxEnv = setupInbox(t, b)
-	c.childEnv = append(c.childEnv, crashTableEnv+"="+c.store.Table())
+	c.childEnv = append(c.childEnv, crashTableEnv+"="+sqlstore.Table(c.store))
 	return c
 }
 

@@ -53,8 +53,8 @@ type OutcomeParams struct {
 	// decoded): the same key the handler got from idempotency.KeyFrom.
 	Key, Namespace string
 	// Previous is how the attempt before the last one ended, as its claim
-	// reported (idempotency.PreviousNone when no claim was acquired).
-	Previous idempotency.PreviousResult
+	// reported ("" when no claim was acquired).
+	Previous idempotency.AttemptResult
 	// Reason is the dead-letter reason, for OutcomeDeadLettered.
 	Reason string
 	// Cause is the failure that was dead-lettered, as the dead letter's
