@@ -1,0 +1,284 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/surely-dev/surely/dlq/archive"
+)
+
+// server serves the console's pages over a source.
+type server struct {
+	src   source
+	c     config
+	pages map[string]*template.Template
+}
+
+// pageSize is the entries of one list page; scanBudget bounds the entries
+// one list request reads when the console filters by error type itself.
+const (
+	pageSize   = 50
+	scanBudget = 5000
+)
+
+func newServer(src source, c config) (http.Handler, error) {
+	s := &server{src: src, c: c, pages: map[string]*template.Template{}}
+	for _, p := range []string{"overview", "list", "entry", "dryrun", "run", "error"} {
+		t, err := template.New("layout.html").Funcs(funcs(c)).ParseFS(assets, "templates/layout.html", "templates/"+p+".html")
+		if err != nil {
+			return nil, fmt.Errorf("console: template %s: %w", p, err)
+		}
+		s.pages[p] = t
+	}
+	static, err := fs.Sub(assets, "static")
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", s.overview)
+	mux.HandleFunc("GET /list", s.list)
+	mux.HandleFunc("GET /entry", s.entry)
+	mux.HandleFunc("GET /run", s.run)
+	mux.HandleFunc("POST /dry-run", s.action(s.dryRun))
+	mux.HandleFunc("POST /replay", s.action(s.replay))
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	return secure(c, mux), nil
+}
+
+// page is what every template gets.
+type page struct {
+	Title    string
+	Who      string
+	ReadOnly bool
+	Data     any
+}
+
+// render writes template name with data, or a 500 when it fails (the
+// page is rendered into a buffer first, so no half page is sent).
+func (s *server) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
+	var buf bytes.Buffer
+	err := s.pages[name].Execute(&buf, page{Title: title, Who: whoOf(r), ReadOnly: s.c.readOnly, Data: data})
+	if err != nil {
+		s.c.log.ErrorContext(r.Context(), "console: rendering a page", "page", name, "error", err)
+		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// fail renders the error page: status and a message for the operator;
+// err, when not nil, is logged and its (redacted) text shown.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, status int, msg string, err error) {
+	if err != nil {
+		s.c.log.ErrorContext(r.Context(), "console: "+msg, "error", err)
+		msg += ": " + s.redact(err.Error())
+	}
+	s.render(w, r, status, "error", http.StatusText(status), msg)
+}
+
+// action wraps a POST handler: refused in read-only mode.
+func (s *server) action(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.c.readOnly {
+			s.fail(w, r, http.StatusForbidden, "the console is read-only", nil)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+		if err := r.ParseForm(); err != nil {
+			s.fail(w, r, http.StatusBadRequest, "the form could not be read", err)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// count is one row of a breakdown.
+type count struct {
+	Name string
+	N    int
+}
+
+func sorted(m map[string]int) []count {
+	out := make([]count, 0, len(m))
+	for k, n := range m {
+		out = append(out, count{k, n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].N != out[j].N {
+			return out[i].N > out[j].N
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+type overviewData struct {
+	Stats                                archive.Stats
+	OldestAge                            string
+	Reasons, Topics, Handlers, ErrTypes []count
+	Chart                                chart
+}
+
+func (s *server) overview(w http.ResponseWriter, r *http.Request) {
+	st, err := s.src.stats(r.Context(), archive.Filter{})
+	if err != nil {
+		s.fail(w, r, http.StatusBadGateway, "the archive could not be read", err)
+		return
+	}
+	now := s.c.now()
+	ch, err := s.arrivals(r.Context(), now)
+	if err != nil {
+		s.fail(w, r, http.StatusBadGateway, "the archive could not be read", err)
+		return
+	}
+	d := overviewData{
+		Stats: st, Reasons: sorted(st.ByReason), Topics: sorted(st.ByTopic),
+		Handlers: sorted(st.ByHandler), ErrTypes: sorted(st.ByErrorType), Chart: ch,
+	}
+	if st.Total > 0 {
+		d.OldestAge = age(now.Sub(st.Oldest))
+	}
+	s.render(w, r, http.StatusOK, "overview", "Dead letters", d)
+}
+
+// chartWindow and chartBuckets shape the arrivals chart: the last 24
+// hours by hour; chartBudget bounds the entries read for it.
+const (
+	chartWindow  = 24 * time.Hour
+	chartBuckets = 24
+	chartBudget  = 20000
+)
+
+// arrivals counts the entries dead-lettered in the last chartWindow, by
+// bucket, reading at most chartBudget entries without payloads.
+func (s *server) arrivals(ctx context.Context, now time.Time) (chart, error) {
+	start := now.Add(-chartWindow)
+	counts := make([]int, chartBuckets)
+	f := archive.Filter{DeadLetteredAfter: start}
+	p := archive.Page{Limit: 1000, OmitPayload: true}
+	read := 0
+	for read < chartBudget {
+		es, err := s.src.list(ctx, f, p)
+		if err != nil {
+			return chart{}, err
+		}
+		for _, e := range es {
+			i := int(e.DeadLetteredAt.Sub(start) * chartBuckets / chartWindow)
+			if i >= 0 && i < chartBuckets {
+				counts[i]++
+			}
+		}
+		read += len(es)
+		if len(es) < p.Limit {
+			return newChart(start, counts, false), nil
+		}
+		p.After = es[len(es)-1].Seq
+	}
+	return newChart(start, counts, true), nil
+}
+
+type listData struct {
+	Query   query
+	Entries []archive.Entry
+	Next    int64
+	Scanned int
+	Err     string
+	First   bool
+}
+
+func (s *server) list(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r.URL.Query())
+	if err != nil {
+		s.render(w, r, http.StatusBadRequest, "list", "Dead letters", listData{Query: q, Err: err.Error()})
+		return
+	}
+	d := listData{Query: q, First: q.After == 0}
+	p := archive.Page{After: q.After, Limit: pageSize, OmitPayload: true}
+	end := false
+	for !end && len(d.Entries) < pageSize && d.Scanned < scanBudget {
+		es, err := s.src.list(r.Context(), q.filter, p)
+		if err != nil {
+			s.fail(w, r, http.StatusBadGateway, "the archive could not be read", err)
+			return
+		}
+		used := 0
+		for _, e := range es {
+			used++
+			p.After = e.Seq
+			if q.matches(e) {
+				d.Entries = append(d.Entries, e)
+				if len(d.Entries) == pageSize {
+					break
+				}
+			}
+		}
+		d.Scanned += used
+		end = len(es) < p.Limit && used == len(es)
+	}
+	if !end {
+		d.Next = p.After
+	}
+	s.render(w, r, http.StatusOK, "list", "Dead letters", d)
+}
+
+func (s *server) entry(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("id")
+	if err := checkField(id); err != nil || id == "" {
+		s.fail(w, r, http.StatusBadRequest, "the entry ID is missing or not valid", nil)
+		return
+	}
+	e, err := s.src.get(r.Context(), id)
+	switch {
+	case errors.Is(err, errNotFound):
+		s.fail(w, r, http.StatusNotFound, "no archived dead letter has this ID (it may have been purged)", nil)
+		return
+	case err != nil:
+		s.fail(w, r, http.StatusBadGateway, "the archive could not be read", err)
+		return
+	}
+	show := !s.c.hiddenPayloads || r.URL.Query().Get("payload") == "1"
+	s.render(w, r, http.StatusOK, "entry", "Dead letter "+e.ID, s.entryView(e, show))
+}
+
+func (s *server) run(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("id")
+	if err := checkField(id); err != nil || id == "" {
+		s.fail(w, r, http.StatusBadRequest, "the run ID is missing or not valid", nil)
+		return
+	}
+	run, err := s.src.loadRun(r.Context(), id)
+	switch {
+	case errors.Is(err, errNotFound):
+		s.fail(w, r, http.StatusNotFound, "no replay run has this ID", nil)
+		return
+	case err != nil:
+		s.fail(w, r, http.StatusBadGateway, "the archive could not be read", err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "run", "Replay run "+run.ID, run)
+}
+
+// whoOf is the caller as the authorization named it.
+func whoOf(r *http.Request) string {
+	who, _ := r.Context().Value(whoKey{}).(string)
+	return who
+}
+
+func withWho(r *http.Request, who string) context.Context {
+	return context.WithValue(r.Context(), whoKey{}, who)
+}
+
+// audit writes the audit line of an action.
+func (s *server) audit(r *http.Request, action string, attrs ...any) {
+	s.c.log.InfoContext(r.Context(), "console: "+action, append([]any{slog.String("who", whoOf(r))}, attrs...)...)
+}

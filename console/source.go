@@ -1,0 +1,53 @@
+package console
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/dlq/replay"
+)
+
+// source is everything the console asks of the archive and of a replay:
+// one small interface, so the archive contract can change behind it.
+type source interface {
+	get(ctx context.Context, id string) (archive.Entry, error)
+	list(ctx context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error)
+	stats(ctx context.Context, f archive.Filter) (archive.Stats, error)
+	loadRun(ctx context.Context, id string) (archive.ReplayRun, error)
+	replay(ctx context.Context, pub message.Publisher, f archive.Filter, opts ...dlq.Option) (replay.Result, error)
+}
+
+// archiveSource is the source over an archive.Archive as it is.
+type archiveSource struct{ ar archive.Archive }
+
+func (s archiveSource) get(ctx context.Context, id string) (archive.Entry, error) {
+	e, err := s.ar.Get(ctx, id)
+	if errors.Is(err, archive.ErrEntryNotFound) {
+		return e, errNotFound
+	}
+	return e, err
+}
+
+func (s archiveSource) list(ctx context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error) {
+	return s.ar.List(ctx, f, p)
+}
+
+func (s archiveSource) stats(ctx context.Context, f archive.Filter) (archive.Stats, error) {
+	return s.ar.Stats(ctx, f)
+}
+
+func (s archiveSource) loadRun(ctx context.Context, id string) (archive.ReplayRun, error) {
+	r, err := s.ar.LoadReplay(ctx, id)
+	if errors.Is(err, archive.ErrReplayNotFound) {
+		return r, errNotFound
+	}
+	return r, err
+}
+
+func (s archiveSource) replay(ctx context.Context, pub message.Publisher, f archive.Filter, opts ...dlq.Option) (replay.Result, error) {
+	return replay.Run(ctx, s.ar, pub, f, opts...)
+}
