@@ -123,10 +123,10 @@ func sorted(m map[string]int) []count {
 }
 
 type overviewData struct {
-	Stats                                archive.Stats
-	OldestAge                            string
+	Stats                               archive.Stats
+	OldestAge                           string
 	Reasons, Topics, Handlers, ErrTypes []count
-	Chart                                chart
+	Chart                               chart
 }
 
 func (s *server) overview(w http.ResponseWriter, r *http.Request) {
