@@ -163,6 +163,7 @@ the dedup store's record of one operation (its attempt ledger and trace IDs).
   surely dlq replay [filters]         republish them, rate limited, resumable (--dry-run first)
   surely dlq purge [filters] --yes    delete them
   surely inspect KEY --namespace NS   the dedup record of one operation and its attempt ledger
+  surely console                      a web page over the archive (loopback unless authenticated)
 
 Every setting can come from a flag or from a SURELY_* environment variable;
 the flag wins. Read commands print JSON with --json.
@@ -186,7 +187,7 @@ the flag wins. Read commands print JSON with --json.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &codeError{code: exitUsage, err: err}
 	})
-	root.AddCommand(a.dlqCmd(), a.inspectCmd())
+	root.AddCommand(a.dlqCmd(), a.inspectCmd(), a.consoleCmd())
 	return root
 }
 
