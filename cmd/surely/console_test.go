@@ -47,7 +47,9 @@ func TestConsoleServesWithATokenUntilTheContextEnds(t *testing.T) {
 	a.stdout = &stickyWriter{w: out}
 	ctx, cancel := context.WithCancel(context.Background())
 	codes := make(chan int, 1)
-	go func() { codes <- execute(ctx, a, []string{"console", "--archive", "mem:fixture", "--listen", "127.0.0.1:0"}) }()
+	go func() {
+		codes <- execute(ctx, a, []string{"console", "--archive", "mem:fixture", "--listen", "127.0.0.1:0"})
+	}()
 	var line string
 	select {
 	case line = <-out.lines:
