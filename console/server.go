@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +10,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/surely-dev/surely/dlq/archive"
@@ -108,17 +110,13 @@ type count struct {
 	N    int
 }
 
+// sorted lists m's counts, largest first, then by name.
 func sorted(m map[string]int) []count {
 	out := make([]count, 0, len(m))
 	for k, n := range m {
 		out = append(out, count{k, n})
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].N != out[j].N {
-			return out[i].N > out[j].N
-		}
-		return out[i].Name < out[j].Name
-	})
+	slices.SortFunc(out, func(a, b count) int { return cmp.Or(cmp.Compare(b.N, a.N), strings.Compare(a.Name, b.Name)) })
 	return out
 }
 
@@ -232,18 +230,12 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) entry(w http.ResponseWriter, r *http.Request) {
-	id := r.URL.Query().Get("id")
-	if err := checkField(id); err != nil || id == "" {
-		s.fail(w, r, http.StatusBadRequest, "the entry ID is missing or not valid", nil)
+	id, ok := s.id(w, r, "entry")
+	if !ok {
 		return
 	}
 	e, err := s.src.get(r.Context(), id)
-	switch {
-	case errors.Is(err, errNotFound):
-		s.fail(w, r, http.StatusNotFound, "no archived dead letter has this ID (it may have been purged)", nil)
-		return
-	case err != nil:
-		s.fail(w, r, http.StatusBadGateway, "the archive could not be read", err)
+	if !s.found(w, r, err, "archived dead letter (it may have been purged)") {
 		return
 	}
 	show := !s.c.hiddenPayloads || r.URL.Query().Get("payload") == "1"
@@ -251,21 +243,40 @@ func (s *server) entry(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) run(w http.ResponseWriter, r *http.Request) {
-	id := r.URL.Query().Get("id")
-	if err := checkField(id); err != nil || id == "" {
-		s.fail(w, r, http.StatusBadRequest, "the run ID is missing or not valid", nil)
+	id, ok := s.id(w, r, "run")
+	if !ok {
 		return
 	}
 	run, err := s.src.loadRun(r.Context(), id)
-	switch {
-	case errors.Is(err, errNotFound):
-		s.fail(w, r, http.StatusNotFound, "no replay run has this ID", nil)
-		return
-	case err != nil:
-		s.fail(w, r, http.StatusBadGateway, "the archive could not be read", err)
+	if !s.found(w, r, err, "replay run") {
 		return
 	}
 	s.render(w, r, http.StatusOK, "run", "Replay run "+run.ID, run)
+}
+
+// id reads the id parameter; when it is missing or invalid, it renders
+// 400 and returns false.
+func (s *server) id(w http.ResponseWriter, r *http.Request, what string) (string, bool) {
+	id := r.URL.Query().Get("id")
+	if err := checkField(id); err != nil || id == "" {
+		s.fail(w, r, http.StatusBadRequest, "the "+what+" ID is missing or not valid", nil)
+		return "", false
+	}
+	return id, true
+}
+
+// found renders 404 (no what has this ID) or 502 (the archive failed)
+// for a lookup's err, and returns whether it succeeded.
+func (s *server) found(w http.ResponseWriter, r *http.Request, err error, what string) bool {
+	switch {
+	case errors.Is(err, errNotFound):
+		s.fail(w, r, http.StatusNotFound, "no "+what+" has this ID", nil)
+		return false
+	case err != nil:
+		s.fail(w, r, http.StatusBadGateway, "the archive could not be read", err)
+		return false
+	}
+	return true
 }
 
 // whoOf is the caller as the authorization named it.

@@ -136,20 +136,14 @@ func open(ctx context.Context, path string) (*sql.DB, *sqlstore.Store, *sqlarchi
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	store, err := sqlstore.New(db, sqlstore.SQLite)
+	store, errStore := sqlstore.New(db, sqlstore.SQLite)
+	arch, errArch := sqlarchive.New(db, sqlarchive.SQLite)
+	err = errors.Join(errStore, errArch)
 	if err == nil {
-		err = store.Migrate(ctx)
-	}
-	var arch *sqlarchive.Archive
-	if err == nil {
-		arch, err = sqlarchive.New(db, sqlarchive.SQLite)
-	}
-	if err == nil {
-		err = arch.Migrate(ctx)
+		err = errors.Join(store.Migrate(ctx), arch.Migrate(ctx))
 	}
 	if err != nil {
-		_ = db.Close()
-		return nil, nil, nil, err
+		return nil, nil, nil, errors.Join(err, db.Close())
 	}
 	return db, store, arch, nil
 }
