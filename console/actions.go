@@ -1,11 +1,13 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -126,32 +128,112 @@ func (s *server) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := uuid.NewString()
-	opts := append(append([]dlq.Option{}, s.c.replayOpts...), replay.WithID(id), replay.WithRate(rate), replay.WithMax(maxN))
 	s.audit(r, "replay started", "run", id, "filter", q.values().Encode(), "rate", rate, "max", maxN)
+	err = s.start(r, id, func(ctx context.Context, progress dlq.Option) (replay.Result, error) {
+		opts := append(append([]dlq.Option{}, s.c.replayOpts...), replay.WithID(id), replay.WithRate(rate), replay.WithMax(maxN), progress)
+		return s.src.replay(ctx, s.c.pub, q.filter, opts...)
+	})
+	if err != nil {
+		bad(s.redact(err.Error()))
+		return
+	}
+	s.toRun(w, id)
+}
+
+// resume continues an interrupted run at a rate, up to a maximum.
+func (s *server) resume(w http.ResponseWriter, r *http.Request) {
+	id := r.PostForm.Get("id")
+	rate, rerr := strconv.ParseFloat(r.PostForm.Get("rate"), 64)
+	maxN, merr := strconv.Atoi(cmp.Or(r.PostForm.Get("max"), "0"))
+	switch {
+	case checkField(id) != nil || id == "":
+		s.fail(w, r, http.StatusBadRequest, "the run ID is missing or not valid", nil)
+		return
+	case rerr != nil || rate <= 0 || rate > 100000 || merr != nil || maxN < 0:
+		s.fail(w, r, http.StatusBadRequest, "rate and maximum: a number of messages per second between 0 and 100000, and a count", nil)
+		return
+	}
+	if _, err := s.src.loadRun(r.Context(), id); !s.found(w, r, err, "replay run") {
+		return
+	}
+	s.audit(r, "replay resumed", "run", id, "rate", rate, "max", maxN)
+	err := s.start(r, id, func(ctx context.Context, progress dlq.Option) (replay.Result, error) {
+		opts := append(append([]dlq.Option{}, s.c.replayOpts...), replay.WithRate(rate), replay.WithMax(maxN), progress)
+		return s.src.resume(ctx, s.c.pub, id, opts...)
+	})
+	if err != nil {
+		s.fail(w, r, http.StatusConflict, "the run could not be resumed", err)
+		return
+	}
+	s.toRun(w, id)
+}
+
+// cancel stops a run this console is running; it stays resumable.
+func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PostForm.Get("id")
+	s.mu.Lock()
+	stop, ok := s.running[id]
+	s.mu.Unlock()
+	if !ok {
+		s.fail(w, r, http.StatusConflict, "this run is not running in this console", nil)
+		return
+	}
+	s.audit(r, "replay canceled", "run", id)
+	stop()
+	s.toRun(w, id)
+}
+
+// start runs a replay call in the background, under a context the
+// console can cancel, and returns once the run is saved (its first
+// decision) or the call ended; err is the call's error if it ended at
+// once.
+func (s *server) start(r *http.Request, id string, call func(context.Context, dlq.Option) (replay.Result, error)) error {
+	s.mu.Lock()
+	if _, busy := s.running[id]; busy {
+		s.mu.Unlock()
+		return fmt.Errorf("run %s is running already", id)
+	}
+	ctx, stop := context.WithCancel(context.WithoutCancel(r.Context()))
+	s.running[id] = stop
+	s.mu.Unlock()
 	started := make(chan error, 1)
-	ctx := context.WithoutCancel(r.Context())
-	go func() {
-		res, err := s.src.replay(ctx, s.c.pub, q.filter, append(opts, replay.WithProgress(func(replay.Progress) {
-			select {
-			case started <- nil:
-			default:
-			}
-		}))...)
+	signal := func(err error) {
 		select {
 		case started <- err:
 		default:
 		}
+	}
+	go func() {
+		defer func() {
+			s.mu.Lock()
+			delete(s.running, id)
+			s.mu.Unlock()
+			stop()
+		}()
+		res, err := call(ctx, replay.WithProgress(func(replay.Progress) { signal(nil) }))
+		signal(err)
 		attrs := []any{"run", id, "replayed", res.Replayed, "refused", res.Refused, "failed_again", res.Refailed, "state", res.State}
 		if err != nil {
 			attrs = append(attrs, "error", s.redact(err.Error()))
 		}
 		s.audit(r, "replay finished", attrs...)
 	}()
-	// Wait until the run is saved (its first decision) or failed to start.
-	if err := <-started; err != nil {
-		bad(s.redact(err.Error()))
-		return
+	// A first publish may take long (a slow broker): the run's page
+	// shows a run that is starting.
+	select {
+	case err := <-started:
+		return err
+	case <-time.After(startWait):
+		return nil
 	}
+}
+
+// startWait bounds how long an action waits for its run's first
+// decision before it shows the run's page.
+const startWait = time.Second
+
+// toRun redirects to a run's page.
+func (s *server) toRun(w http.ResponseWriter, id string) {
 	// Relative, so it stays under the prefix (http.Redirect would make it
 	// absolute).
 	w.Header().Set("Location", "run?id="+url.QueryEscape(id))

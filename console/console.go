@@ -15,6 +15,8 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/dlq/replay"
+	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/options"
 )
 
@@ -32,12 +34,15 @@ const (
 	nameTraceURL       = "console.WithTraceURL"
 	nameReplayOptions  = "console.WithReplayOptions"
 	nameRedactor       = "WithRedactor"
+	// nameReplayStore is the name replay.WithStore records: New takes
+	// that option as it is (one name, one meaning).
+	nameReplayStore = "replay.WithStore"
 )
 
 // used lists every option New takes.
 var used = []string{
 	nameAuthorize, nameWithoutAuth, nameReadOnly, namePublisher, nameHiddenPayloads,
-	nameTraceURL, nameReplayOptions, nameRedactor, options.Logger, options.Clock,
+	nameTraceURL, nameReplayOptions, nameRedactor, nameReplayStore, options.Logger, options.Clock,
 }
 
 // CSP is the Content-Security-Policy of every response: no inline script
@@ -54,6 +59,7 @@ type config struct {
 	hiddenPayloads bool
 	traceURL       string
 	replayOpts     []dlq.Option
+	store          idempotency.Store
 	redact         dlq.Redactor
 	log            *slog.Logger
 	now            func() time.Time
@@ -119,12 +125,13 @@ func WithTraceURL(tmpl string) dlq.Option {
 	}
 }
 
-// WithReplayOptions passes options to every replay.Run the console
-// starts, after the console's own (replay.WithID, WithRate, WithMax,
-// WithDryRun, WithProgress): replay.WithStore to settle entries whose
-// operation already completed, replay.WithDefaultRetention for the
-// retention guard, replay.WithNewKey, ... They are checked when a dry run
-// starts; an error there is shown on the page.
+// WithReplayOptions passes options to every replay.Run and Resume the
+// console starts, before the console's own (replay.WithID, WithRate,
+// WithMax, WithDryRun, WithProgress, which win):
+// replay.WithDefaultRetention for the retention guard,
+// replay.WithConcurrency, ... They are checked when a dry run starts; an
+// error there is shown on the page. replay.WithStore is better given to
+// New itself: the console then also shows each operation's record.
 func WithReplayOptions(opts ...dlq.Option) dlq.Option {
 	return func(s *options.Set) error {
 		prev := options.Get[[]dlq.Option](s, nameReplayOptions, nil)
@@ -139,8 +146,10 @@ func WithReplayOptions(opts ...dlq.Option) dlq.Option {
 // New requires an explicit choice of authorization: WithAuthorize or
 // WithoutAuth; without one (or with both) it returns an error wrapping
 // dlq.ErrInvalidOption. It takes the options of this package and
-// dlq.WithRedactor (applied to payloads, error texts and metadata values
-// before they are shown; default: none), dlq.WithLogger (the audit log:
+// replay.WithStore (the dedup store: the operation page shows an
+// operation's record, and every replay reads it, as replay.WithStore
+// says), dlq.WithRedactor (applied to payloads, error texts and metadata
+// values before they are shown; default: none), dlq.WithLogger (the audit log:
 // one line per action with who and what; default: slog.Default()) and
 // dlq.WithClock.
 func New(ar archive.Archive, opts ...dlq.Option) (http.Handler, error) {
@@ -161,6 +170,7 @@ func New(ar archive.Archive, opts ...dlq.Option) (http.Handler, error) {
 		hiddenPayloads: options.Get(s, nameHiddenPayloads, false),
 		traceURL:       options.Get(s, nameTraceURL, ""),
 		replayOpts:     options.Get[[]dlq.Option](s, nameReplayOptions, nil),
+		store:          options.Get[idempotency.Store](s, nameReplayStore, nil),
 		redact:         options.Get[dlq.Redactor](s, nameRedactor, nil),
 		log:            options.Get(s, options.Logger, slog.Default()),
 		now:            options.Get(s, options.Clock, time.Now),
@@ -176,6 +186,9 @@ func New(ar archive.Archive, opts ...dlq.Option) (http.Handler, error) {
 	}
 	if c.pub == nil {
 		c.readOnly = true
+	}
+	if c.store != nil {
+		c.replayOpts = append(c.replayOpts, replay.WithStore(c.store))
 	}
 	return newServer(archiveSource{ar}, c)
 }

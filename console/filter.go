@@ -16,6 +16,7 @@ import (
 // query is a list or replay selection as the page's form gives it.
 type query struct {
 	Reason, Topic, Handler, ErrType, Key, Text string
+	Replay                                     string // the re-failures of this replay run
 	From, To                                   string // "2006-01-02T15:04" (UTC) or RFC 3339
 	IDs                                        []string
 	After                                      int64
@@ -35,9 +36,9 @@ func parseQuery(v url.Values) (query, error) {
 	q := query{
 		Reason: v.Get("reason"), Topic: v.Get("topic"), Handler: v.Get("handler"),
 		ErrType: v.Get("errtype"), Key: v.Get("key"), Text: v.Get("q"),
-		From: v.Get("from"), To: v.Get("to"), IDs: v["id"],
+		From: v.Get("from"), To: v.Get("to"), IDs: v["id"], Replay: v.Get("replay"),
 	}
-	for name, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "key": q.Key, "q": q.Text} {
+	for name, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "key": q.Key, "q": q.Text, "replay": q.Replay} {
 		if err := checkField(s); err != nil {
 			return q, fmt.Errorf("filter %s: %w", name, err)
 		}
@@ -61,7 +62,7 @@ func parseQuery(v url.Values) (query, error) {
 	}
 	q.filter = archive.Filter{
 		IDs: q.IDs, Reason: dlq.Reason(q.Reason), Topic: q.Topic, Handler: q.Handler,
-		Key: q.Key, ErrorContains: q.Text,
+		Key: q.Key, ErrorContains: q.Text, ReplayID: q.Replay,
 	}
 	if q.filter.DeadLetteredAfter, err = parseTime("from", q.From); err != nil {
 		return q, err
@@ -106,7 +107,7 @@ func parseTime(name, s string) (time.Time, error) {
 // values is the selection as URL values, without the cursor.
 func (q query) values() url.Values {
 	v := url.Values{}
-	for k, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "key": q.Key, "q": q.Text, "from": q.From, "to": q.To} {
+	for k, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "key": q.Key, "q": q.Text, "from": q.From, "to": q.To, "replay": q.Replay} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -124,7 +125,7 @@ func (q query) Encode() template.URL { return template.URL(q.values().Encode()) 
 // Fields lists the selection as name/value pairs (for hidden form fields).
 func (q query) Fields() [][2]string {
 	var out [][2]string
-	for _, k := range []string{"reason", "topic", "handler", "errtype", "key", "q", "from", "to"} {
+	for _, k := range []string{"reason", "topic", "handler", "errtype", "key", "q", "from", "to", "replay"} {
 		if s := q.values().Get(k); s != "" {
 			out = append(out, [2]string{k, s})
 		}

@@ -126,15 +126,7 @@ func (s *server) entryView(e archive.Entry, show bool) entryData {
 	if err != nil {
 		d.HistoryErr = s.redact(err.Error())
 	}
-	for _, h := range hist {
-		h.Error = s.redact(h.Error)
-		h.Stack = s.redact(h.Stack)
-		a := attempt{AttemptRecord: h, TraceURL: s.traceLink(h.TraceID, h.SpanID)}
-		if !h.Ended.IsZero() && !h.Started.IsZero() {
-			a.Duration = h.Ended.Sub(h.Started).Round(time.Millisecond).String()
-		}
-		d.Attempts = append(d.Attempts, a)
-	}
+	d.Attempts = s.timeline(hist)
 	d.PayloadSize = len(e.Message.Payload)
 	if show {
 		d.PayloadKind, d.Payload, d.PayloadCut = s.payload(e.Message.Payload)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/surely-dev/surely/dlq/archive"
@@ -22,6 +23,9 @@ type server struct {
 	src   source
 	c     config
 	pages map[string]*template.Template
+
+	mu      sync.Mutex
+	running map[string]context.CancelFunc // the runs this console is running, by ID
 }
 
 // pageSize is the entries of one list page; scanBudget bounds the entries
@@ -32,9 +36,9 @@ const (
 )
 
 func newServer(src source, c config) (http.Handler, error) {
-	s := &server{src: src, c: c, pages: map[string]*template.Template{}}
-	for _, p := range []string{"overview", "list", "entry", "dryrun", "run", "error"} {
-		t, err := template.New("layout.html").Funcs(funcs(c)).ParseFS(assets, "templates/layout.html", "templates/"+p+".html")
+	s := &server{src: src, c: c, pages: map[string]*template.Template{}, running: map[string]context.CancelFunc{}}
+	for _, p := range []string{"overview", "list", "entry", "operation", "dryrun", "run", "error"} {
+		t, err := template.New("layout.html").Funcs(funcs(c)).ParseFS(assets, "templates/layout.html", "templates/timeline.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", p, err)
 		}
@@ -48,9 +52,12 @@ func newServer(src source, c config) (http.Handler, error) {
 	mux.HandleFunc("GET /{$}", s.overview)
 	mux.HandleFunc("GET /list", s.list)
 	mux.HandleFunc("GET /entry", s.entry)
+	mux.HandleFunc("GET /operation", s.operation)
 	mux.HandleFunc("GET /run", s.run)
 	mux.HandleFunc("POST /dry-run", s.action(s.dryRun))
 	mux.HandleFunc("POST /replay", s.action(s.replay))
+	mux.HandleFunc("POST /resume", s.action(s.resume))
+	mux.HandleFunc("POST /cancel", s.action(s.cancel))
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	return secure(c, mux), nil
 }
@@ -242,16 +249,40 @@ func (s *server) entry(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "entry", "Dead letter "+e.ID, s.entryView(e, show))
 }
 
+// runData is a run as its page shows it.
+type runData struct {
+	archive.ReplayRun
+	Active    bool   // running in this console: it can be canceled here
+	Remaining int    // entries not replayed yet (about: refused ones are left out)
+	Rate      string // replays per second since the start
+}
+
 func (s *server) run(w http.ResponseWriter, r *http.Request) {
 	id, ok := s.id(w, r, "run")
 	if !ok {
 		return
 	}
+	s.mu.Lock()
+	_, active := s.running[id]
+	s.mu.Unlock()
 	run, err := s.src.loadRun(r.Context(), id)
+	if errors.Is(err, errNotFound) && active {
+		// Started, not saved yet.
+		run, err = archive.ReplayRun{ID: id, State: "running"}, nil
+	}
 	if !s.found(w, r, err, "replay run") {
 		return
 	}
-	s.render(w, r, http.StatusOK, "run", "Replay run "+run.ID, run)
+	d := runData{ReplayRun: run, Active: active}
+	f := run.Filter
+	f.NotReplayedBy = run.ID
+	if st, err := s.src.stats(r.Context(), f); err == nil {
+		d.Remaining = max(0, st.Total-run.Refused)
+	}
+	if secs := run.Updated.Sub(run.Started).Seconds(); secs > 0 && run.Replayed > 0 {
+		d.Rate = fmt.Sprintf("%.1f/s", float64(run.Replayed)/secs)
+	}
+	s.render(w, r, http.StatusOK, "run", "Replay run "+run.ID, d)
 }
 
 // id reads the id parameter; when it is missing or invalid, it renders

@@ -19,6 +19,7 @@ type source interface {
 	stats(ctx context.Context, f archive.Filter) (archive.Stats, error)
 	loadRun(ctx context.Context, id string) (archive.ReplayRun, error)
 	replay(ctx context.Context, pub message.Publisher, f archive.Filter, opts ...dlq.Option) (replay.Result, error)
+	resume(ctx context.Context, pub message.Publisher, id string, opts ...dlq.Option) (replay.Result, error)
 }
 
 // archiveSource is the source over an archive.Archive as it is.
@@ -50,4 +51,8 @@ func (s archiveSource) loadRun(ctx context.Context, id string) (archive.ReplayRu
 
 func (s archiveSource) replay(ctx context.Context, pub message.Publisher, f archive.Filter, opts ...dlq.Option) (replay.Result, error) {
 	return replay.Run(ctx, s.ar, pub, f, opts...)
+}
+
+func (s archiveSource) resume(ctx context.Context, pub message.Publisher, id string, opts ...dlq.Option) (replay.Result, error) {
+	return replay.Resume(ctx, s.ar, pub, id, opts...)
 }
