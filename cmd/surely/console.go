@@ -57,7 +57,7 @@ On loopback without them, anyone on this machine can use the page.`,
 	fl.StringVar(&cf.listen, "listen", "127.0.0.1:8080", "address to listen on (not loopback: needs authentication)")
 	fl.StringVar(&cf.broker, "broker", "", "broker URL replays publish to: nats://, amqp://, redis:// (none: read-only)")
 	envFlag(cmd, "broker", "SURELY_BROKER_URL")
-	fl.StringVar(&cf.store, "store", "", "idempotency store URL: the replay's retention guard reads the records (optional)")
+	fl.StringVar(&cf.store, "store", "", "idempotency store URL: the operation page shows its records; replays read them (optional)")
 	envFlag(cmd, "store", "SURELY_STORE_URL")
 	fl.String("store-prefix", "", `key prefix of the Redis store (default "surely:")`)
 	fl.String("store-table", "", `table of the SQL store (default "surely_inbox")`)
@@ -143,7 +143,7 @@ func (a *app) runConsole(cmd *cobra.Command, cf *consoleFlags) error {
 			return err
 		}
 		defer st.close()
-		opts = append(opts, console.WithReplayOptions(replay.WithStore(st.Store)))
+		opts = append(opts, replay.WithStore(st.Store))
 	}
 	h, err := console.New(conn.Archive, opts...)
 	if err != nil {

@@ -122,7 +122,7 @@ func run(ctx context.Context, path, listen string, out io.Writer) error {
 	h, err := console.New(arch,
 		console.WithoutAuth(), // loopback only, checked above
 		console.WithPublisher(pubSub),
-		console.WithReplayOptions(replay.WithStore(store)),
+		replay.WithStore(store), // the operation page; replays settle done operations
 		dlq.WithRedactor(func(s string) string { return strings.ReplaceAll(s, "10.20.0.7", "[gateway]") }))
 	if err != nil {
 		return err
