@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,9 @@ import (
 
 	"github.com/surely-dev/surely/console"
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/replay"
+	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/idempotency/memstore"
 )
 
 // chromium is where Debian's package installs the browser.
@@ -121,7 +126,21 @@ func TestBrowser(t *testing.T) {
 	}
 	pub := &recorder{}
 	ar := newArchive(t, outage()...)
-	srv := serve(t, ar, console.WithoutAuth(), console.WithPublisher(pub),
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for attempt := range 2 {
+		cr, err := store.Claim(t.Context(), idempotency.ClaimRequest{Namespace: "ns", Key: "order-1001", Lease: time.Minute, MaxAttempts: 2,
+			TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: fmt.Sprintf("00f067aa0ba902b%d", attempt)})
+		if err != nil || cr.Status != idempotency.Acquired {
+			t.Fatalf("claim: %v %v", cr.Status, err)
+		}
+		if err := store.Release(t.Context(), cr.Lease, idempotency.Failure{Error: (&gatewayError{}).Error(), ErrorType: "*main.gatewayError", Reason: "error"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := serve(t, ar, console.WithoutAuth(), console.WithPublisher(pub), replay.WithStore(store),
 		console.WithTraceURL("http://localhost:16686/trace/{trace_id}?uiFind={span_id}"))
 
 	// Overview.
@@ -169,4 +188,29 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("the dry run said %q, the run replayed %s (published %d)", would, replayed, pub.count("orders"))
 	}
 	screenshot(t, ctx, dir, "run")
+
+	// The operation page: the record and the redelivery chain.
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/operation?ns=ns&key=order-1001"), chromedp.WaitVisible(chromedp.CSS("#chain"))); err != nil {
+		t.Fatal(err)
+	}
+	waitText(t, ctx, "#chain", "replayed")
+	screenshot(t, ctx, dir, "operation")
+
+	// A form on another origin that posts a replay to the console: the
+	// browser marks it cross-site, the console refuses it.
+	before := pub.count("orders")
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = fmt.Fprintf(w, `<form method="post" action="%s/replay"><input type="hidden" name="rate" value="1000">`+
+			`<input type="hidden" name="confirm" value="yes"><button id="go" type="submit">win a prize</button></form>`, srv.URL)
+	}))
+	defer evil.Close()
+	if err := chromedp.Do(ctx, chromedp.Navigate(evil.URL), chromedp.Click(chromedp.CSS("#go")),
+		chromedp.WaitVisible(chromedp.CSS("body"))); err != nil {
+		t.Fatal(err)
+	}
+	waitText(t, ctx, "body", "cross-origin request detected")
+	if n := pub.count("orders"); n != before {
+		t.Errorf("a cross-origin form replayed %d messages", n-before)
+	}
 }

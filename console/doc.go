@@ -5,6 +5,7 @@
 //	h, err := console.New(ar,
 //		console.WithAuthorize(func(r *http.Request) (string, bool) { ... }),
 //		console.WithPublisher(pub),
+//		replay.WithStore(store),
 //		dlq.WithRedactor(redact))
 //	mux.Handle("/ops/dlq/", http.StripPrefix("/ops/dlq", h))
 //
@@ -12,10 +13,14 @@
 // oldest age, arrivals of the last 24 hours as a server-rendered SVG,
 // failure groups by error type linking to their entries), a list with
 // filters and keyset pagination, an entry (payload as JSON, text or hex;
-// metadata; envelope; the attempt timeline with trace links), and a
-// replay: a dry run first (the count and every entry the retention guard
-// refuses, and why), then rate, maximum and confirmation, and the run's
-// page.
+// metadata; envelope; the attempt timeline with trace links), an
+// operation (its record in the dedup store, its dead letters and their
+// replays), and a replay: a dry run first (the count and every entry the
+// retention guard refuses, and why), then rate, maximum and confirmation,
+// and the run's page with its progress, cancel and resume.
+//
+// Every use of the archive and of dlq/replay goes through one small
+// internal interface (source.go).
 //
 // Safety: New requires WithAuthorize or WithoutAuth; WithReadOnly (or no
 // WithPublisher) hides every action; actions are POSTs behind
