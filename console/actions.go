@@ -129,7 +129,7 @@ func (s *server) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	id := uuid.NewString()
 	s.audit(r, "replay started", "run", id, "filter", q.values().Encode(), "rate", rate, "max", maxN)
-	err = s.start(r, id, func(ctx context.Context, progress dlq.Option) (replay.Result, error) {
+	err = s.start(r, id, func(ctx context.Context, progress dlq.Option) (result, error) {
 		opts := append(append([]dlq.Option{}, s.c.replayOpts...), replay.WithID(id), replay.WithRate(rate), replay.WithMax(maxN), progress)
 		return s.src.replay(ctx, s.c.pub, q.filter, opts...)
 	})
@@ -157,7 +157,7 @@ func (s *server) resume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.audit(r, "replay resumed", "run", id, "rate", rate, "max", maxN)
-	err := s.start(r, id, func(ctx context.Context, progress dlq.Option) (replay.Result, error) {
+	err := s.start(r, id, func(ctx context.Context, progress dlq.Option) (result, error) {
 		opts := append(append([]dlq.Option{}, s.c.replayOpts...), replay.WithRate(rate), replay.WithMax(maxN), progress)
 		return s.src.resume(ctx, s.c.pub, id, opts...)
 	})
@@ -187,7 +187,7 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 // console can cancel, and returns once the run is saved (its first
 // decision) or the call ended; err is the call's error if it ended at
 // once.
-func (s *server) start(r *http.Request, id string, call func(context.Context, dlq.Option) (replay.Result, error)) error {
+func (s *server) start(r *http.Request, id string, call func(context.Context, dlq.Option) (result, error)) error {
 	s.mu.Lock()
 	if _, busy := s.running[id]; busy {
 		s.mu.Unlock()

@@ -13,7 +13,6 @@ import (
 
 	"github.com/surely-dev/surely/console"
 	"github.com/surely-dev/surely/dlq"
-	"github.com/surely-dev/surely/dlq/replay"
 )
 
 func TestNewRequiresAnAuthorizationChoice(t *testing.T) {
@@ -360,7 +359,7 @@ func TestReplayDryRunThenRun(t *testing.T) {
 	runID := strings.TrimPrefix(loc, "run?id=")
 	waitFor(t, "the run to finish", func() bool {
 		run, err := ar.LoadReplay(context.Background(), runID)
-		return err == nil && run.State == replay.StateDone
+		return err == nil && string(run.State) == "done"
 	})
 	if n := pub.count("orders"); n != 2 {
 		t.Errorf("the run published %d messages, want 2", n)

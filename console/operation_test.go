@@ -93,7 +93,7 @@ func TestCancelAndResumeARun(t *testing.T) {
 	close(pub.open)
 	waitFor(t, "the run to stop", func() bool {
 		run, err := ar.LoadReplay(ctx, runID)
-		return err == nil && run.State == replay.StateInterrupted
+		return err == nil && string(run.State) == "interrupted"
 	})
 	if resp := post(t, srv, "/cancel", url.Values{"id": {runID}}); resp.StatusCode != http.StatusConflict {
 		t.Errorf("cancel of a stopped run: %d, want 409", resp.StatusCode)
@@ -113,7 +113,7 @@ func TestCancelAndResumeARun(t *testing.T) {
 	}
 	waitFor(t, "the resumed run to finish", func() bool {
 		run, err := ar.LoadReplay(ctx, runID)
-		return err == nil && run.State == replay.StateDone
+		return err == nil && string(run.State) == "done"
 	})
 	if n := pub.count("orders"); n != 3 {
 		t.Errorf("published %d, want each of the 3 entries once", n)

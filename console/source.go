@@ -18,8 +18,18 @@ type source interface {
 	list(ctx context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error)
 	stats(ctx context.Context, f archive.Filter) (archive.Stats, error)
 	loadRun(ctx context.Context, id string) (archive.ReplayRun, error)
-	replay(ctx context.Context, pub message.Publisher, f archive.Filter, opts ...dlq.Option) (replay.Result, error)
-	resume(ctx context.Context, pub message.Publisher, id string, opts ...dlq.Option) (replay.Result, error)
+	replay(ctx context.Context, pub message.Publisher, f archive.Filter, opts ...dlq.Option) (result, error)
+	resume(ctx context.Context, pub message.Publisher, id string, opts ...dlq.Option) (result, error)
+}
+
+// result is what the console reads of a replay call's summary.
+type result struct {
+	State                                    string
+	Replayed, Refused, WouldReplay, Refailed int
+}
+
+func resultOf(r replay.Result) result {
+	return result{State: string(r.State), Replayed: r.Replayed, Refused: r.Refused, WouldReplay: r.WouldReplay, Refailed: r.Refailed}
 }
 
 // archiveSource is the source over an archive.Archive as it is.
@@ -49,10 +59,12 @@ func (s archiveSource) loadRun(ctx context.Context, id string) (archive.ReplayRu
 	return r, err
 }
 
-func (s archiveSource) replay(ctx context.Context, pub message.Publisher, f archive.Filter, opts ...dlq.Option) (replay.Result, error) {
-	return replay.Run(ctx, s.ar, pub, f, opts...)
+func (s archiveSource) replay(ctx context.Context, pub message.Publisher, f archive.Filter, opts ...dlq.Option) (result, error) {
+	r, err := replay.Run(ctx, s.ar, pub, f, opts...)
+	return resultOf(r), err
 }
 
-func (s archiveSource) resume(ctx context.Context, pub message.Publisher, id string, opts ...dlq.Option) (replay.Result, error) {
-	return replay.Resume(ctx, s.ar, pub, id, opts...)
+func (s archiveSource) resume(ctx context.Context, pub message.Publisher, id string, opts ...dlq.Option) (result, error) {
+	r, err := replay.Resume(ctx, s.ar, pub, id, opts...)
+	return resultOf(r), err
 }
