@@ -93,7 +93,7 @@ type config struct {
 	missingKey MissingKeyPolicy
 	logger     *slog.Logger
 	onOutcome  func(context.Context, OutcomeParams) OutcomeResult
-	redact     dlq.Redactor
+	redact     func(text string) string
 	group      string
 	storeTO    time.Duration
 	tracer     trace.TracerProvider

@@ -15,6 +15,7 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/options"
 )
 
@@ -101,7 +102,7 @@ func WithConsumerGroup(group string) Option {
 //     ledger is read with one Store.Get, only on redeliveries whose span
 //     is recording, i.e. sampled);
 //   - on the first attempt of a replayed message, the dead-letter span of
-//     the message it replays (dlq.KeyReplayLink).
+//     the message it replays (surely_replay_link).
 //
 // The span carries surely.outcome (processed, duplicate, in_progress, retry,
 // dead_lettered, conflict, lease_lost, and paused, canceled,
@@ -113,7 +114,7 @@ func WithConsumerGroup(group string) Option {
 //
 // Publishing a dead letter gets its own span, a child of the attempt span,
 // whose traceparent DeadLetter writes into the envelope
-// (dlq.KeyDeadLetterTraceparent).
+// (surely_dlq_traceparent).
 //
 // Trace shares the per-delivery report with Observe; put it outside
 // Observe (handler.New does). In-process attempts get spans of their own
@@ -158,7 +159,7 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 		base, rep := withReport(ctx)
 		ts := &traceState{t: t, msg: msg, parent: trace.SpanFromContext(ctx), topic: message.SubscribeTopicFromCtx(ctx)}
 		ts.creation = t.creation(msg)
-		if v := msg.Metadata.Get(dlq.KeyReplayLink); v != "" {
+		if v := msg.Metadata.Get(envelope.KeyReplayLink); v != "" {
 			ts.replay = ParseTraceparent(v)
 		}
 		rep.trace = ts
@@ -206,7 +207,7 @@ type traceState struct {
 	topic    string
 	parent   trace.Span        // the span of the delivery's context (may be a no-op)
 	creation trace.SpanContext // extracted from the metadata
-	replay   trace.SpanContext // dlq.KeyReplayLink
+	replay   trace.SpanContext // surely_replay_link
 
 	span        trace.Span
 	ctx         context.Context // the delivery's context with span
@@ -402,7 +403,7 @@ func startDeadLetter(ctx context.Context, msg *message.Message, f *dlq.Failure, 
 			semconv.MessagingDestinationName(topic),
 			semconv.MessagingOperationTypeSend,
 			semconv.MessagingOperationName("dead_letter"),
-			semconv.MessagingMessageID(dlq.DeadLetterUUID(msg.UUID)),
+			semconv.MessagingMessageID(envelope.DeadLetterUUID(msg.UUID)),
 			AttrDeadLetterReason.String(string(f.Reason)),
 		))
 	f.Traceparent = Traceparent(span.SpanContext())
