@@ -38,14 +38,14 @@ func PutNotNil[T comparable](s *Set, invalid error, name string, v T) error {
 	return nil
 }
 
-// Within returns the value option name recorded, or def when it was not
-// applied. A value outside lo..hi is an error wrapping invalid that names
+// Within returns the value option name recorded, or def (unchecked) when
+// it was not applied. A recorded value outside lo..hi is an error wrapping invalid that names
 // who and the option: an option a family defines once (delivery.WithAckWait)
 // checks only what holds everywhere, and each constructor that takes it
 // checks its own bounds with Within or AtLeast.
 func Within[T cmp.Ordered](s *Set, invalid error, who, name string, def, lo, hi T) (T, error) {
 	v := Get(s, name, def)
-	if v < lo || v > hi {
+	if s.Has(name) && (v < lo || v > hi) {
 		return def, fmt.Errorf("%w: %s: %s(%v) is not in %v..%v", invalid, who, name, v, lo, hi)
 	}
 	return v, nil
@@ -54,7 +54,7 @@ func Within[T cmp.Ordered](s *Set, invalid error, who, name string, def, lo, hi 
 // AtLeast is Within without an upper bound.
 func AtLeast[T cmp.Ordered](s *Set, invalid error, who, name string, def, lo T) (T, error) {
 	v := Get(s, name, def)
-	if v < lo {
+	if s.Has(name) && v < lo {
 		return def, fmt.Errorf("%w: %s: %s(%v) is below %v", invalid, who, name, v, lo)
 	}
 	return v, nil
