@@ -264,3 +264,19 @@ func TestOptionValidation(t *testing.T) {
 	require.Equal(t, 30*time.Second, got.closeTimeout)
 	require.Equal(t, 1, got.concurrency)
 }
+
+// The default marshaler sends the payload and the metadata as SQS text:
+// what SQS would refuse (or an emulator change) is refused before sending.
+func TestSQSText(t *testing.T) {
+	for s, ok := range map[string]bool{
+		`{"order":1}`: true, "tab\tnew\nline\r": true, "évènement €": true, "\U0001F600": true, "": true,
+		"\x00": false, "\x1f": false, "\xff\xfe": false, "\uFFFE": false,
+	} {
+		require.Equal(t, ok, isSQSText(s), "%q", s)
+	}
+	require.NoError(t, sqsText(message.NewMessage("u", []byte("pay")).Copy()))
+	require.ErrorContains(t, sqsText(message.NewMessage("u", []byte{0, 0xff})), "payload is not text")
+	m := message.NewMessage("u", []byte("pay"))
+	m.Metadata.Set("k", "\x01")
+	require.ErrorContains(t, sqsText(m), `metadata "k"`)
+}
