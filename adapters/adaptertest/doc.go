@@ -97,7 +97,8 @@
 //     result unknown.
 //   - CloseTimeout (with Features.CloseTimeout): a subscriber's Close,
 //     with a message handed out and never settled, returns no sooner than
-//     the close timeout and well before 30s (the default an adapter would
+//     the close timeout (or AckWait, when the delivery ends there) and
+//     well before 30s (the default an adapter would
 //     fall back to), cancels the message's context, and the broker hands
 //     the message to another subscriber of the group.
 //   - WatermillPubSub (with Features.PubSub): Watermill's universal
