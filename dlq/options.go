@@ -29,7 +29,6 @@ type Option func(*options.Set) error
 const (
 	nameRedactor      = "WithRedactor"
 	nameConsumerGroup = "WithConsumerGroup"
-	nameHost          = "WithHost"
 )
 
 // WithLogger sets the logger of a constructor of the family. What it logs,

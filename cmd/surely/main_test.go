@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 		// The embedded NATS server and the SQLite driver keep these until exit.
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"),
 		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
+		// Sarama's metrics (go-metrics) start a ticker goroutine per
+		// process that never ends (a replay to kafka://).
+		goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
 	)
 }
 

@@ -124,7 +124,7 @@ which resets the count of consecutive re-failures.`,
 	fl.DurationVar(&rf.defaultRetention, "default-retention", 0, "dedup retention of entries whose envelope has none (0: unknown, refused unless --force)")
 	fl.BoolVar(&rf.newKey, "new-key", false, "give each message a new operation key (its old record is ignored)")
 	fl.StringVar(&rf.target, "target", "", "republish every message to this topic instead of its original one")
-	fl.StringVar(&rf.broker, "broker", "", "broker URL: nats://, amqp://, redis:// (Redis Streams)")
+	fl.StringVar(&rf.broker, "broker", "", "broker URL: "+brokerSchemes)
 	envFlag(cmd, "broker", "SURELY_BROKER_URL")
 	fl.StringVar(&rf.store, "store", "", "idempotency store URL: the retention guard reads the records, replayed messages are confirmed done (optional)")
 	envFlag(cmd, "store", "SURELY_STORE_URL")

@@ -29,6 +29,7 @@ import (
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/internal/testenv"
 )
@@ -249,7 +250,7 @@ func TestReplayAbortsOnRefailures(t *testing.T) {
 	// step archives its envelope, a new entry carrying the run's ID.
 	rec := &recorder{}
 	rec.onPublish = func(_ int, topic string, m *message.Message) {
-		env := dlq.Envelope(m, dlq.Failure{
+		env := dlq.Wrap(m, dlq.Failure{
 			Reason: dlq.ReasonExhausted, Err: errors.New("charge: still failing"), Attempts: 3,
 			OperationKey: m.Metadata.Get(idempotency.DefaultMetadataKey), Topic: topic,
 			Handler: "charge-payments", Retention: 24 * time.Hour, At: fixedNow,
@@ -349,8 +350,8 @@ func TestReplayNATS(t *testing.T) {
 		require.True(t, ok, "original UUID %s kept", f.uuid)
 		assert.Equal(t, f.key, m.Metadata.Get(idempotency.DefaultMetadataKey), "operation key kept")
 		assert.Equal(t, f.payload, []byte(m.Payload))
-		assert.Equal(t, "run-0002", m.Metadata.Get(dlq.KeyReplayID))
-		assert.Equal(t, dlq.DeadLetterUUID(f.uuid), m.Metadata.Get(dlq.KeyReplayOf))
+		assert.Equal(t, "run-0002", m.Metadata.Get(envelope.KeyReplayID))
+		assert.Equal(t, envelope.DeadLetterUUID(f.uuid), m.Metadata.Get(envelope.KeyReplayOf))
 		assert.Empty(t, m.Metadata.Get(dlq.KeyReason), "no envelope keys")
 	}
 }

@@ -24,7 +24,7 @@ var (
 
 // Entry is one dead letter kept in an Archive.
 type Entry struct {
-	// ID is the dead letter's UUID: dlq.DeadLetterUUID of the source message, so
+	// ID is the dead letter's UUID: dlq's derived UUID of the source message, so
 	// every copy of one message's dead letter is one entry.
 	ID string
 	// Seq orders entries by their first arrival in the archive: increasing,
@@ -71,7 +71,7 @@ type Filter struct {
 	DeadLetteredAfter, DeadLetteredBefore time.Time
 	// ReplayID selects dead letters of messages that a replay run
 	// republished and that failed again (their metadata carries
-	// dlq.KeyReplayID = ReplayID).
+	// surely_replay_id = ReplayID).
 	ReplayID string
 	// NotReplayedBy excludes entries that this replay run already republished.
 	NotReplayedBy string
@@ -95,7 +95,7 @@ type Page struct {
 type Stats struct {
 	Total int
 	// Counts by reason, original topic, handler and error type (the
-	// innermost type of dlq.KeyErrorTypes, the root cause).
+	// innermost type of surely_error_types, the root cause).
 	ByReason    map[string]int
 	ByTopic     map[string]int
 	ByHandler   map[string]int

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // DefaultPageSize is the page size of Archive.List when Page.Limit <= 0.
@@ -37,7 +38,7 @@ func CopyMessage(msg *message.Message) *message.Message {
 // ID is msg.UUID, its Message a copy of msg (CopyMessage), and Reason to
 // DeadLetteredAt come from the surely_* metadata keys. A key that is missing
 // or does not parse leaves its field zero; a message that is not an
-// envelope at all (no dlq.KeyVersion) gives an entry with only ID and Message.
+// envelope at all (no surely_dlq_version) gives an entry with only ID and Message.
 // When the message carries no dead-lettering time, DeadLetteredAt is
 // archivedAt, so age windows, stats and retention still see the entry.
 // Seq, Copies and ReplayedBy are the archive's to fill.
@@ -49,19 +50,19 @@ func EntryFromMessage(msg *message.Message, archivedAt time.Time) Entry {
 		ArchivedAt:     archivedAt,
 		Copies:         1,
 		Reason:         dlq.Reason(md.Get(dlq.KeyReason)),
-		OriginalTopic:  md.Get(dlq.KeyOriginalTopic),
-		Handler:        md.Get(dlq.KeyHandler),
-		ConsumerGroup:  md.Get(dlq.KeyConsumerGroup),
-		Namespace:      md.Get(dlq.KeyNamespace),
+		OriginalTopic:  md.Get(envelope.KeyOriginalTopic),
+		Handler:        md.Get(envelope.KeyHandler),
+		ConsumerGroup:  md.Get(envelope.KeyConsumerGroup),
+		Namespace:      md.Get(envelope.KeyNamespace),
 		OperationKey:   md.Get(dlq.KeyOperationKey),
 		Error:          md.Get(dlq.KeyError),
-		ErrorTypes:     md.Get(dlq.KeyErrorTypes),
+		ErrorTypes:     md.Get(envelope.KeyErrorTypes),
 		DeadLetteredAt: archivedAt,
 	}
-	if n, err := strconv.Atoi(md.Get(dlq.KeyAttempts)); err == nil {
+	if n, err := strconv.Atoi(md.Get(envelope.KeyAttempts)); err == nil {
 		e.Attempts = n
 	}
-	if t, err := time.Parse(time.RFC3339Nano, md.Get(dlq.KeyDeadLetteredAt)); err == nil {
+	if t, err := time.Parse(time.RFC3339Nano, md.Get(envelope.KeyDeadLetteredAt)); err == nil {
 		e.DeadLetteredAt = t
 	}
 	return e
@@ -84,7 +85,7 @@ func (f Filter) Match(e Entry) bool {
 		f.NotReplayedBy != "" && slices.Contains(e.ReplayedBy, f.NotReplayedBy):
 		return false
 	case f.ReplayID != "":
-		return e.Message != nil && e.Message.Metadata.Get(dlq.KeyReplayID) == f.ReplayID
+		return e.Message != nil && e.Message.Metadata.Get(envelope.KeyReplayID) == f.ReplayID
 	}
 	return true
 }
@@ -109,7 +110,7 @@ func (s *Stats) Add(e Entry) {
 	s.ByReason[string(e.Reason)]++
 	s.ByTopic[e.OriginalTopic]++
 	s.ByHandler[e.Handler]++
-	s.ByErrorType[dlq.RootErrorType(e.ErrorTypes)]++
+	s.ByErrorType[envelope.RootErrorType(e.ErrorTypes)]++
 	if s.Oldest.IsZero() || e.DeadLetteredAt.Before(s.Oldest) {
 		s.Oldest = e.DeadLetteredAt
 	}

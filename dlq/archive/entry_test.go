@@ -10,6 +10,7 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 func TestEntryFromMessage(t *testing.T) {
@@ -17,7 +18,7 @@ func TestEntryFromMessage(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	archived := at.Add(time.Hour)
 	src := message.NewMessage("src", []byte{0xff})
-	env := dlq.Envelope(src, dlq.Failure{Reason: dlq.ReasonExhausted, Err: errors.New("boom"), Attempts: 4,
+	env := dlq.Wrap(src, dlq.Failure{Reason: dlq.ReasonExhausted, Err: errors.New("boom"), Attempts: 4,
 		Topic: "orders", Handler: "ship", Namespace: "ns", OperationKey: "k", At: at}, nil, "", "g")
 	e := archive.EntryFromMessage(env, archived)
 	require.Equal(t, env.UUID, e.ID)
@@ -29,8 +30,8 @@ func TestEntryFromMessage(t *testing.T) {
 	require.Equal(t, byte(0xff), e.Message.Payload[0])
 
 	bad := message.NewMessage("bad", nil)
-	bad.Metadata.Set(dlq.KeyAttempts, "many")
-	bad.Metadata.Set(dlq.KeyDeadLetteredAt, "yesterday")
+	bad.Metadata.Set(envelope.KeyAttempts, "many")
+	bad.Metadata.Set(envelope.KeyDeadLetteredAt, "yesterday")
 	e = archive.EntryFromMessage(bad, archived)
 	require.Zero(t, e.Attempts, "an unparsable key leaves its field zero")
 	require.True(t, archived.Equal(e.DeadLetteredAt), "an unparsable time falls back to ArchivedAt")

@@ -101,7 +101,7 @@ func TestIngestArchivesEveryMessageAndAcksAfterStoring(t *testing.T) {
 
 	src := message.NewMessage("src-1", []byte{0xff, 0x00, 'x'})
 	src.Metadata.Set("tenant", "acme")
-	env := dlq.Envelope(src, dlq.Failure{Reason: dlq.ReasonExhausted, Err: errors.New("boom"), Attempts: 3, Topic: "orders", Handler: "ship"}, nil, "h", "g")
+	env := dlq.Wrap(src, dlq.Failure{Reason: dlq.ReasonExhausted, Err: errors.New("boom"), Attempts: 3, Topic: "orders", Handler: "ship"}, nil, "h", "g")
 	plain := message.NewMessage("plain-1", []byte("not an envelope"))
 	noID := message.NewMessage("", []byte("raw broker bytes"))
 	noID.Metadata.Set("k", "v")

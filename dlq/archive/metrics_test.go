@@ -107,7 +107,7 @@ func TestArchiveMetrics(t *testing.T) {
 	require.NoError(t, err)
 	ar := &countingArchive{Archive: mem}
 	dead := func(id, topic string, reason dlq.Reason, age time.Duration) *message.Message {
-		return dlq.Envelope(message.NewMessage(id, nil), dlq.Failure{Reason: reason, Err: errors.New("x"), Topic: topic, At: clock.Now().Add(-age)}, nil, "", "")
+		return dlq.Wrap(message.NewMessage(id, nil), dlq.Failure{Reason: reason, Err: errors.New("x"), Topic: topic, At: clock.Now().Add(-age)}, nil, "", "")
 	}
 	require.NoError(t, ar.Publish("dead",
 		dead("a", "orders", dlq.ReasonExhausted, time.Hour),
@@ -191,7 +191,7 @@ func TestArchiveMetricsMaxSeriesKeepsTheLargest(t *testing.T) {
 	mem, err := memarchive.New()
 	require.NoError(t, err)
 	for i, topic := range []string{"a", "b", "b", "c", "c", "c"} {
-		m := dlq.Envelope(message.NewMessage(string(rune('0'+i)), nil), dlq.Failure{Reason: dlq.ReasonPermanent, Topic: topic}, nil, "", "")
+		m := dlq.Wrap(message.NewMessage(string(rune('0'+i)), nil), dlq.Failure{Reason: dlq.ReasonPermanent, Topic: topic}, nil, "", "")
 		require.NoError(t, mem.Publish("dead", m))
 	}
 	reader := sdkmetric.NewManualReader()
@@ -226,7 +226,7 @@ func TestArchiveMetricsSinglePairWithoutTopicNeedsOneQuery(t *testing.T) {
 	ar := &countingArchive{Archive: mem}
 	for i, age := range []time.Duration{time.Minute, time.Hour} {
 		f := dlq.Failure{Reason: dlq.ReasonPermanent, At: clock.Now().Add(-age)}
-		m := dlq.Envelope(message.NewMessage(string(rune('a'+i)), nil), f, nil, "", "")
+		m := dlq.Wrap(message.NewMessage(string(rune('a'+i)), nil), f, nil, "", "")
 		require.NoError(t, ar.Publish("dead", m))
 	}
 	reader := sdkmetric.NewManualReader()
@@ -244,7 +244,7 @@ func TestArchiveMetricsFailingNarrowQueryReportsNothing(t *testing.T) {
 	mem, err := memarchive.New()
 	require.NoError(t, err)
 	for i, reason := range []dlq.Reason{dlq.ReasonPermanent, dlq.ReasonExhausted, dlq.ReasonPermanent} {
-		m := dlq.Envelope(message.NewMessage(string(rune('a'+i)), nil), dlq.Failure{Reason: reason, Topic: "orders"}, nil, "", "")
+		m := dlq.Wrap(message.NewMessage(string(rune('a'+i)), nil), dlq.Failure{Reason: reason, Topic: "orders"}, nil, "", "")
 		require.NoError(t, mem.Publish("dead", m))
 	}
 	for name, fails := range map[string]func(archive.Filter) bool{

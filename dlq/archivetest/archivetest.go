@@ -13,6 +13,7 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	dlqenv "github.com/surely-dev/surely/internal/envelope"
 )
 
 // Run runs every conformance test as a parallel subtest; newArchive is
@@ -71,7 +72,7 @@ func envelope(l letter) *message.Message {
 	fe.Attempts, fe.OperationKey, fe.Fingerprint = l.attempts, l.key, "fp-"+l.key
 	f := dlq.FailureFrom(fe)
 	f.Topic, f.Handler, f.Namespace, f.At = l.topic, l.handler, l.namespace, l.at
-	return dlq.Envelope(src, f, nil, "host-1", "group-1")
+	return dlq.Wrap(src, f, nil, "host-1", "group-1")
 }
 
 func (e *env) publish(msgs ...*message.Message) {
@@ -172,7 +173,7 @@ func testPublishStoresEnvelope(t *testing.T, e *env) {
 	after := time.Now()
 
 	got := e.get(env.UUID)
-	require.Equal(t, dlq.DeadLetterUUID("src-1"), got.ID)
+	require.Equal(t, dlqenv.DeadLetterUUID("src-1"), got.ID)
 	requireSameMessage(t, env, got.Message)
 	require.Positive(t, got.Seq)
 	require.Equal(t, 1, got.Copies)
@@ -305,11 +306,11 @@ func (e *env) fixtures() []*message.Message {
 		{source: "f0", reason: dlq.ReasonExhausted, topic: "orders", handler: "ship", key: "k0", err: "db timeout", attempts: 5, at: base},
 		{source: "f1", reason: dlq.ReasonPermanent, topic: "orders", handler: "bill", key: "k1", err: "card declined", attempts: 1, at: base.Add(time.Minute)},
 		{source: "f2", reason: dlq.ReasonExhausted, topic: "payments", handler: "ship", key: "k2", err: "db refused", attempts: 5, at: base.Add(2 * time.Minute),
-			md: map[string]string{dlq.KeyReplayID: "run-1", dlq.KeyReplayOf: "x"}},
+			md: map[string]string{dlqenv.KeyReplayID: "run-1", dlqenv.KeyReplayOf: "x"}},
 		{source: "f3", reason: dlq.ReasonConflict, topic: "payments", handler: "bill", key: "k0", err: "Timeout 100%_ [x]", attempts: 1, at: base.Add(3 * time.Minute),
-			md: map[string]string{dlq.KeyReplayID: "run-2"}},
+			md: map[string]string{dlqenv.KeyReplayID: "run-2"}},
 		{source: "f4", reason: dlq.ReasonExhausted, topic: "orders", handler: "ship", key: "k4", err: "db timeout", attempts: 5, at: base.Add(4 * time.Minute),
-			md: map[string]string{dlq.KeyReplayID: "run-1"}},
+			md: map[string]string{dlqenv.KeyReplayID: "run-1"}},
 	}
 	var out []*message.Message
 	for _, l := range letters {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/internal/redispersist"
 )
@@ -241,8 +242,8 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 		args := make([]any, 0, 20+2*len(m.Metadata))
 		args = append(args, m.UUID, strconv.FormatInt(now.UnixNano(), 10), "p", []byte(m.Payload),
 			"x:r", string(e.Reason), "x:t", e.OriginalTopic, "x:h", e.Handler, "x:k", e.OperationKey,
-			"x:e", e.Error, "x:y", dlq.RootErrorType(e.ErrorTypes),
-			"x:d", strconv.FormatInt(e.DeadLetteredAt.UnixNano(), 10), "x:p", m.Metadata.Get(dlq.KeyReplayID))
+			"x:e", e.Error, "x:y", envelope.RootErrorType(e.ErrorTypes),
+			"x:d", strconv.FormatInt(e.DeadLetteredAt.UnixNano(), 10), "x:p", m.Metadata.Get(envelope.KeyReplayID))
 		for k, v := range m.Metadata {
 			args = append(args, "m:"+k, v)
 		}
@@ -418,7 +419,7 @@ func (a *Archive) summaries(ctx context.Context, ids []string) ([]archive.Entry,
 		}
 		msg := message.NewMessage(ids[i], nil)
 		if r := str(9); r != "" {
-			msg.Metadata[dlq.KeyReplayID] = r
+			msg.Metadata[envelope.KeyReplayID] = r
 		}
 		e := archive.Entry{
 			ID: ids[i], Seq: seq, Message: msg,

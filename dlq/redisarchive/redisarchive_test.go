@@ -84,7 +84,7 @@ func TestOptions(t *testing.T) {
 		"nil clock":      dlq.WithClock(nil),
 		"nil logger":     dlq.WithLogger(nil),
 		// An option of another constructor of the family is refused.
-		"publisher option": dlq.WithHost("h"),
+		"publisher option": dlq.WithConsumerGroup("g"),
 	} {
 		_, err := redisarchive.New(rdb, opt)
 		require.ErrorIs(t, err, dlq.ErrInvalidOption, name)

@@ -18,10 +18,10 @@
 //
 // Each selected entry, in Seq order, is republished to its original topic
 // (or WithTarget) as the original message: its payload, its original
-// UUID (dlq.KeyOriginalUUID) and its original metadata, without the
+// UUID (surely_original_uuid) and its original metadata, without the
 // envelope's surely_* keys, plus three keys of the replay:
-// dlq.KeyReplayOf (the entry ID), dlq.KeyReplayID (the run ID) and
-// dlq.KeyReplayLink (the dead-letter span's traceparent, when the envelope
+// surely_replay_of (the entry ID), surely_replay_id (the run ID) and
+// surely_replay_link (the dead-letter span's traceparent, when the envelope
 // has one). The operation key therefore stays the same: the handler's
 // dedup record is found again.
 //
@@ -43,7 +43,7 @@
 //
 // A dead letter of reason exhausted has an EXHAUSTED dedup record: its
 // budget is spent, and a plain redelivery would be dead-lettered again
-// without running. The dedup step passes a message's dlq.KeyReplayID to
+// without running. The dedup step passes a message's surely_replay_id to
 // the store as idempotency.ClaimRequest.Reopen, and the store gives an
 // EXHAUSTED (or FAILED) record a fresh attempt budget once per replay run:
 // the attempts counter keeps growing (the history shows every attempt), the
@@ -76,7 +76,7 @@
 //     for a conflict that write is the other payload's DONE, possibly a
 //     whole retention before the dead letter.
 //     With WithStore (the CLI's --store) the guard reads the record
-//     of the entry's operation (dlq.KeyNamespace, dlq.KeyOperationKey):
+//     of the entry's operation (surely_namespace, dlq.KeyOperationKey):
 //     a record whose ExpiresAt has passed, or that is gone
 //     (idempotency.ErrNotFound: it expired), is refused, and so is an
 //     entry whose record cannot be read; a retention shortened since the
@@ -86,8 +86,8 @@
 //     not seen.)
 //     Without a Store (or for an entry with no operation key) the guard
 //     takes the earliest moment the record can expire: the retention (the
-//     envelope's dlq.KeyRetention, else WithDefaultRetention) counted
-//     from the earlier of the last failure (dlq.KeyLastFailureAt) and the
+//     envelope's surely_dedup_retention, else WithDefaultRetention) counted
+//     from the earlier of the last failure (surely_last_failure_at) and the
 //     dead letter. A conflict is refused outright: its record's last
 //     write is unknown. An entry whose retention is unknown (neither is
 //     set) is refused too.
@@ -117,13 +117,13 @@
 //   - a success is a dedup record (only with WithStore) that is DONE;
 //   - a re-failure is a dedup record that is EXHAUSTED and was reopened by
 //     this run, or the message's dead letter in the archive. A replayed
-//     message is dead-lettered under dlq.DeadLetterID: derived from its
+//     message is dead-lettered under dlq's derived UUID: derived from its
 //     UUID and this run's ID, so its re-failure is a new archive entry
-//     carrying this run's dlq.KeyReplayID, never a copy of the entry it
+//     carrying this run's surely_replay_id, never a copy of the entry it
 //     replays.
 //
 // At most once a second, and when the run ends, it also lists the new
-// archive entries carrying this run's dlq.KeyReplayID (archive.Filter.ReplayID),
+// archive entries carrying this run's surely_replay_id (archive.Filter.ReplayID),
 // which catches the re-failures of messages no longer followed one by
 // one. Each entry's re-failure is counted once.
 //

@@ -129,7 +129,7 @@ func WithDryRun() dlq.Option { return put(nameDryRun, true) }
 func WithForce() dlq.Option { return put(nameForce, true) }
 
 // WithDefaultRetention is the dedup retention of the entries whose
-// envelope has no (valid) dlq.KeyRetention. Without it (or 0) it is
+// envelope has no (valid) surely_dedup_retention. Without it (or 0) it is
 // unknown, and such entries are refused unless WithForce.
 func WithDefaultRetention(d time.Duration) dlq.Option { return put(nameDefaultRetention, d) }
 
@@ -173,9 +173,9 @@ func WithProgress(fn func(Progress)) dlq.Option {
 
 // WithTracerProvider gives each publish a "replay <topic>" span (kind
 // producer) linked to the entry's dead-letter span (the envelope's
-// dlq.KeyDeadLetterTraceparent); default: no spans. The replayed
+// surely_dlq_traceparent); default: no spans. The replayed
 // message's first attempt links to the dead-letter span too
-// (dlq.KeyReplayLink).
+// (surely_replay_link).
 func WithTracerProvider(tp trace.TracerProvider) dlq.Option {
 	return func(s *options.Set) error {
 		if tp == nil {

@@ -23,7 +23,7 @@ func TestRunReplaysPastAFullPage(t *testing.T) {
 	n := archive.DefaultPageSize + 1
 	for i := range n {
 		src := source(i)
-		require.NoError(t, a.Publish("dead-letters", dlq.Envelope(src, dlq.Failure{
+		require.NoError(t, a.Publish("dead-letters", dlq.Wrap(src, dlq.Failure{
 			Reason: dlq.ReasonPermanent, Err: assert.AnError, Attempts: 1,
 			OperationKey: src.UUID, Topic: "orders", Handler: "reserve", Namespace: "reserve",
 			Retention: 24 * time.Hour, At: t0,

@@ -21,6 +21,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/middleware"
 )
 
@@ -51,9 +52,9 @@ func TestRunRepublishesTheOriginal(t *testing.T) {
 		want := message.Metadata{
 			idempotency.DefaultMetadataKey: src.Metadata.Get(idempotency.DefaultMetadataKey),
 			"tenant":                       "acme",
-			dlq.KeyReplayOf:                ids[i],
-			dlq.KeyReplayID:                "run-1",
-			dlq.KeyReplayLink:              "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			envelope.KeyReplayOf:           ids[i],
+			envelope.KeyReplayID:           "run-1",
+			envelope.KeyReplayLink:         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		}
 		require.Equal(t, want, p.msg.Metadata, "original metadata without the envelope, plus the replay's keys")
 
@@ -80,7 +81,7 @@ func TestRunRepublishesTheOriginal(t *testing.T) {
 	require.Equal(t, 1, res.Replayed)
 	got = pub.all()
 	require.Equal(t, "orders-retry", got[3].topic)
-	require.Equal(t, "run-2", got[3].msg.Metadata.Get(dlq.KeyReplayID))
+	require.Equal(t, "run-2", got[3].msg.Metadata.Get(envelope.KeyReplayID))
 }
 
 // NewKey mints a new UUID, written as the key in the metadata the default
@@ -193,7 +194,7 @@ func TestRunRetentionGuard(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed)
 	require.Equal(t, 2, res.Refused)
-	require.Equal(t, fresh[0], pub.all()[0].msg.Metadata.Get(dlq.KeyReplayOf))
+	require.Equal(t, fresh[0], pub.all()[0].msg.Metadata.Get(envelope.KeyReplayOf))
 	require.Len(t, progress, 3)
 	byID := map[string]replay.Progress{}
 	for _, p := range progress {
@@ -375,7 +376,7 @@ func TestRunCursorWaitsForSlowPublish(t *testing.T) {
 	require.NoError(t, err)
 	release := make(chan struct{})
 	pub := &recorder{clock: c, hook: func(p published) error {
-		if p.msg.Metadata.Get(dlq.KeyReplayOf) == ids[1] {
+		if p.msg.Metadata.Get(envelope.KeyReplayOf) == ids[1] {
 			<-release
 		}
 		return nil
@@ -471,7 +472,7 @@ func refailing(t *testing.T, a archive.Archive, fail func(p published) bool) fun
 		if !fail(p) {
 			return nil
 		}
-		env := dlq.Envelope(p.msg, dlq.Failure{
+		env := dlq.Wrap(p.msg, dlq.Failure{
 			Reason: dlq.ReasonExhausted, Err: errors.New("still down"), Topic: p.topic,
 			OperationKey: p.msg.Metadata.Get(idempotency.DefaultMetadataKey), Namespace: "reserve",
 			Retention: time.Hour, At: t0,
@@ -537,7 +538,7 @@ func TestRunSuccessResetsConsecutiveRefailures(t *testing.T) {
 	dead := refailing(t, a, func(published) bool { return true })
 	consume := func(p published) error {
 		req := idempotency.ClaimRequest{Namespace: "reserve", Key: p.msg.Metadata.Get(idempotency.DefaultMetadataKey),
-			Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 1, Reopen: p.msg.Metadata.Get(dlq.KeyReplayID)}
+			Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 1, Reopen: p.msg.Metadata.Get(envelope.KeyReplayID)}
 		res, err := store.Claim(context.Background(), req)
 		if err != nil || res.Status != idempotency.Acquired {
 			return fmt.Errorf("claim: %v: %w", res.Status, err)
@@ -595,7 +596,7 @@ func TestRunInvalidOptions(t *testing.T) {
 		"negative retention":   {replay.WithDefaultRetention(-time.Second)},
 		"control byte in ID":   {replay.WithID("run\n1")},
 		"ID too long":          {replay.WithID(strings.Repeat("r", idem.MaxKeyLen+1))},
-		"envelope key":         {replay.WithNewKey(), replay.WithKeyMetadata(dlq.KeyReplayID)},
+		"envelope key":         {replay.WithNewKey(), replay.WithKeyMetadata(envelope.KeyReplayID)},
 		"empty target":         {replay.WithTarget("")},
 		"nil store":            {replay.WithStore(nil)},
 		"nil progress":         {replay.WithProgress(nil)},
@@ -695,7 +696,7 @@ func TestReplayReopensExhaustedRecord(t *testing.T) {
 	fe, final := dlq.AsFinal(err)
 	require.True(t, final)
 	require.Equal(t, dlq.ReasonExhausted, fe.Reason)
-	require.NoError(t, a.Publish("dead-letters", dlq.Envelope(src, dlq.Failure{Reason: dlq.ReasonExhausted, Err: fe.Err,
+	require.NoError(t, a.Publish("dead-letters", dlq.Wrap(src, dlq.Failure{Reason: dlq.ReasonExhausted, Err: fe.Err,
 		Topic: "orders", Namespace: "reserve", OperationKey: "op-7", Retention: idem.DefaultRetention, At: t0}, nil, "", "")))
 	require.Equal(t, 1, runs)
 

@@ -8,9 +8,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // checkInterval is the longest a running replay goes without looking for
@@ -77,7 +77,7 @@ func (w *watcher) track(e archive.Entry, msg *message.Message) {
 	defer w.mu.Unlock()
 	w.sinceCheck++
 	w.pending = append(w.pending, tracked{entryID: e.ID, namespace: e.Namespace, key: key,
-		deadLetter: dlq.DeadLetterID(msg)})
+		deadLetter: envelope.DeadLetterID(msg)})
 	if limit := watchWindow * max(w.abortAfter, DefaultAbortAfter); len(w.pending) > limit {
 		w.pending = append(w.pending[:0:0], w.pending[len(w.pending)-limit:]...)
 	}
@@ -111,7 +111,7 @@ func (w *watcher) consecutiveNow() int {
 //   - its dedup record (WithStore) DONE is a success, EXHAUSTED and
 //     reopened by this run a re-failure;
 //   - else its dead letter in the archive is a re-failure: the dead letter
-//     of a replayed message has the UUID dlq.DeadLetterID(msg), derived
+//     of a replayed message has the UUID dlq's derived UUID(msg), derived
 //     from its UUID and this run's ID, so it is a new entry.
 //
 // At most once per checkInterval, and on the final check, it also scans
@@ -165,8 +165,8 @@ func (w *watcher) check(ctx context.Context, final bool) (abort bool, err error)
 			for _, e := range page {
 				cursor = e.Seq
 				id := e.ID
-				if e.Message != nil && e.Message.Metadata.Get(dlq.KeyReplayOf) != "" {
-					id = e.Message.Metadata.Get(dlq.KeyReplayOf)
+				if e.Message != nil && e.Message.Metadata.Get(envelope.KeyReplayOf) != "" {
+					id = e.Message.Metadata.Get(envelope.KeyReplayOf)
 				}
 				refailedIDs = append(refailedIDs, id)
 				resolved[id] = true

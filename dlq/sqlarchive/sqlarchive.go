@@ -17,6 +17,7 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/options"
 )
 
@@ -166,7 +167,7 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 			}
 			_, err := tx.ExecContext(ctx, stmt, m.UUID, payload, encodeMetadata(m.Metadata), now.UnixNano(),
 				text(string(e.Reason)), text(e.OriginalTopic), text(e.Handler), text(e.OperationKey), text(e.Error),
-				text(dlq.RootErrorType(e.ErrorTypes)), e.DeadLetteredAt.UnixNano(), text(m.Metadata.Get(dlq.KeyReplayID)))
+				text(envelope.RootErrorType(e.ErrorTypes)), e.DeadLetteredAt.UnixNano(), text(m.Metadata.Get(envelope.KeyReplayID)))
 			if err != nil {
 				return fmt.Errorf("sqlarchive: publish %q: %w", m.UUID, err)
 			}

@@ -111,7 +111,7 @@ func TestOptions(t *testing.T) {
 		"nil clock":         dlq.WithClock(nil),
 		"nil logger":        dlq.WithLogger(nil),
 		// An option of another constructor of the family is refused.
-		"publisher option": dlq.WithHost("h"),
+		"publisher option": dlq.WithConsumerGroup("g"),
 	} {
 		_, err := sqlarchive.New(db, sqlarchive.SQLite, opt)
 		require.ErrorIs(t, err, dlq.ErrInvalidOption, name)
@@ -120,8 +120,8 @@ func TestOptions(t *testing.T) {
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
 	_, err = sqlarchive.New(db, sqlarchive.Dialect(42))
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
-	_, err = sqlarchive.New(db, sqlarchive.SQLite, dlq.WithHost("h"))
-	require.ErrorContains(t, err, "sqlarchive.New does not take option WithHost")
+	_, err = sqlarchive.New(db, sqlarchive.SQLite, dlq.WithConsumerGroup("g"))
+	require.ErrorContains(t, err, "sqlarchive.New does not take option WithConsumerGroup")
 }
 
 func TestWithoutMigrateIsAnError(t *testing.T) {
