@@ -11,8 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/envelope"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/options"
 )
 

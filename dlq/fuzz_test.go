@@ -12,8 +12,8 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/envelope"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 // FuzzEnvelope builds the dead letter of an arbitrary message and failure,

@@ -20,9 +20,9 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/opctx"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/retry"
 )

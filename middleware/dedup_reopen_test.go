@@ -13,8 +13,8 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
-	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/envelope"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 )
 

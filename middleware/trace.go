@@ -16,8 +16,8 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/chain"
-	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/internal/envelope"
+	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/internal/options"
 )
 

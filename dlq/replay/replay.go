@@ -21,8 +21,8 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/envelope"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 // Errors of a run.
