@@ -127,7 +127,7 @@ func testArchiveCommands(t *testing.T, c archiveCase) {
 	assert.Equal(t, []string{"order-1", "order-3"}, keys(lsJSON{Entries: pr.Entries}))
 	assert.Equal(t, []string{"order-2", "parcel-9"}, keys(ls()))
 	_, err := ar.Get(ctx, first.ID)
-	require.ErrorIs(t, err, archive.ErrEntryNotFound)
+	require.ErrorIs(t, err, archive.ErrNotFound)
 	// by ID
 	out, stderr, code = run(t, a, "dlq", "purge", "--archive", url, "--yes", bin.ID)
 	require.Equal(t, 0, code, stderr)
@@ -153,7 +153,7 @@ func sqliteCase() archiveCase {
 		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = db.Close() })
-		ar, err := sqlarchive.New(db, sqlarchive.SQLite, sqlarchive.WithTablePrefix("cli_dlq"))
+		ar, err := sqlarchive.New(db, sqlarchive.SQLite, archive.WithPrefix("cli_dlq"))
 		require.NoError(t, err)
 		require.NoError(t, ar.Migrate(context.Background()))
 		return "sqlite:" + path + "?prefix=cli_dlq", ar
@@ -172,7 +172,7 @@ func redisCase() archiveCase {
 				client.Del(ctx, keys...)
 			}
 		})
-		ar, err := redisarchive.New(client, redisarchive.WithKeyPrefix(prefix))
+		ar, err := redisarchive.New(client, archive.WithPrefix(prefix))
 		require.NoError(t, err)
 		return url + "?prefix=" + prefix, ar
 	}}
@@ -183,11 +183,11 @@ func postgresCase() archiveCase {
 		db := testsql.Postgres(t)
 		url := testenv.URL(t, "SURELY_POSTGRES_URL")
 		prefix := "cli_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
-		ar, err := sqlarchive.New(db, sqlarchive.Postgres, sqlarchive.WithTablePrefix(prefix))
+		ar, err := sqlarchive.New(db, sqlarchive.Postgres, archive.WithPrefix(prefix))
 		require.NoError(t, err)
 		require.NoError(t, ar.Migrate(context.Background()))
 		t.Cleanup(func() {
-			for _, tbl := range ar.Tables() {
+			for _, tbl := range []string{prefix + "_entries", prefix + "_replayed", prefix + "_runs"} {
 				_, _ = db.ExecContext(context.Background(), `DROP TABLE IF EXISTS "`+tbl+`"`)
 			}
 		})

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 )
@@ -118,7 +119,7 @@ which resets the count of consecutive re-failures.`,
 	fl.IntVar(&rf.max, "max", 0, "publish at most this many messages in this call (0: no limit)")
 	fl.IntVar(&rf.concurrency, "concurrency", 1, "publishes in flight")
 	fl.StringVar(&rf.resume, "resume", "", "continue the interrupted run RUN_ID (its saved filter, target and key choice apply)")
-	fl.IntVar(&rf.abortAfter, "abort-after", replay.DefaultAbortAfter, "stop after this many consecutive re-failures (-1: never)")
+	fl.IntVar(&rf.abortAfter, "abort-after", 10, "stop after this many consecutive re-failures (-1: never)")
 	fl.BoolVar(&rf.force, "force", false, "replay entries older than their dedup retention too")
 	fl.DurationVar(&rf.defaultRetention, "default-retention", 0, "dedup retention of entries whose envelope has none (0: unknown, refused unless --force)")
 	fl.BoolVar(&rf.newKey, "new-key", false, "give each message a new operation key (its old record is ignored)")
@@ -216,7 +217,7 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
 		opts = append(opts, replay.WithStore(store))
 	}
 	ctx := cmd.Context()
-	var res replay.Result
+	var res replay.Summary
 	if rf.resume != "" {
 		res, err = replay.Resume(ctx, ar, pub, rf.resume, opts...)
 	} else {
@@ -225,7 +226,7 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
 			opts = append(opts, replay.WithTarget(rf.target))
 		}
 		if rf.newKey {
-			opts = append(opts, replay.WithNewKey())
+			opts = append(opts, replay.WithNewKey(""))
 		}
 		if rf.force {
 			opts = append(opts, replay.WithForce())
@@ -234,17 +235,15 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
 	}
 	prog.finish()
 
-	out.State, out.Replayed, out.WouldReplay = res.State, res.Replayed, res.WouldReplay
+	out.State, out.Replayed, out.WouldReplay = string(res.State), res.Replayed, res.WouldReplay
 	out.Refused, out.Refailed, out.After, out.Rate = res.Refused, res.Refailed, res.After, res.Rate
 	resume := fmt.Sprintf("surely dlq replay --resume %s (with the same --archive and --broker)", runID)
 	interrupted := ctx.Err() != nil
 	code := exitOK
 	switch {
-	case err == nil && res.State == replay.StateInterrupted:
+	case err == nil && res.State == archive.RunInterrupted:
 		out.Resume = resume
 	case err == nil:
-	case errors.Is(err, replay.ErrRunExists):
-		return usageErr("%w: continue it with --resume %s", err, runID)
 	case errors.Is(err, dlq.ErrInvalidOption):
 		return withCode(exitUsage, err)
 	case errors.Is(err, replay.ErrAborted):
@@ -252,7 +251,7 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
 	case interrupted:
 		code, out.Resume = exitInterrupted, resume
 	default:
-		if res.State == replay.StateInterrupted {
+		if res.State == archive.RunInterrupted {
 			out.Resume = resume
 		}
 		code = exitCode(err)
@@ -304,7 +303,7 @@ func (a *app) printReplaySummary(out replayJSON, rf *replayFlags) {
 	if out.Resume != "" {
 		fprintf(w, "resume with: %s\n", out.Resume)
 	}
-	if rf.max > 0 && out.State == replay.StateInterrupted && out.Error == "" {
+	if rf.max > 0 && out.State == string(archive.RunInterrupted) && out.Error == "" {
 		fprintf(w, "stopped after --max %d\n", rf.max)
 	}
 }

@@ -65,7 +65,7 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &ce):
 		return ce.code
-	case errors.Is(err, archive.ErrEntryNotFound), errors.Is(err, archive.ErrReplayNotFound), errors.Is(err, idempotency.ErrNotFound):
+	case errors.Is(err, archive.ErrNotFound), errors.Is(err, idempotency.ErrNotFound):
 		return exitNotFound
 	}
 	return exitError

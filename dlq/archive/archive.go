@@ -12,10 +12,9 @@ import (
 
 // Errors of an Archive.
 var (
-	// ErrEntryNotFound: no archived dead letter has this ID.
-	ErrEntryNotFound = errors.New("archive: entry not found")
-	// ErrReplayNotFound: no replay run has this ID.
-	ErrReplayNotFound = errors.New("archive: replay run not found")
+	// ErrNotFound: no archived dead letter (Get, MarkReplayed) or replay
+	// run (LoadReplay) has this ID.
+	ErrNotFound = errors.New("archive: not found")
 	// ErrNoID is returned when a message given to an Archive has no UUID:
 	// it cannot be stored idempotently. The archive stores nothing and
 	// returns this error (wrapped); the caller keeps the message.
@@ -78,7 +77,7 @@ type Filter struct {
 }
 
 // Page asks for at most Limit entries with Seq > After, in Seq order.
-// Limit <= 0 means the archive's default page size (100).
+// Limit <= 0 means the default page size, 100.
 type Page struct {
 	After int64
 	Limit int
@@ -112,18 +111,39 @@ type ReplayRun struct {
 	// Target overrides the topic messages are republished to (default: each
 	// entry's original topic).
 	Target string
-	// NewKey: replayed messages get a fresh operation key (a deliberate choice).
-	NewKey bool
+	// NewKey: replayed messages get a fresh operation key (a deliberate
+	// choice), written into the metadata key KeyMetadata.
+	NewKey      bool
+	KeyMetadata string
 	// Force: the retention guard was overridden.
 	Force bool
 	// After is the cursor: the Seq of the last entry handled.
 	After int64
 	// Counters of the run so far.
 	Replayed, Refused, Refailed int
-	// State: running, interrupted, aborted, done.
-	State            string
+	// State is where the run stands.
+	State            RunState
 	Started, Updated time.Time
 }
+
+// RunState is where a replay run stands (ReplayRun.State).
+type RunState string
+
+// The states of a replay run.
+const (
+	// RunRunning: a Run or Resume call is working on it (or the process
+	// running it died: nothing else marks a run that stopped unannounced).
+	RunRunning RunState = "running"
+	// RunInterrupted: it stopped with entries left (its context ended, a
+	// publish, mark or save failed, or the call's Max was reached); Resume
+	// continues it.
+	RunInterrupted RunState = "interrupted"
+	// RunAborted: it stopped itself after too many consecutive
+	// re-failures; Resume continues it.
+	RunAborted RunState = "aborted"
+	// RunDone: every selected entry was handled.
+	RunDone RunState = "done"
+)
 
 // Archive keeps dead letters where an operator can list, query, replay and
 // purge them. It is a Watermill publisher: pass it (with any topic) to
@@ -133,7 +153,7 @@ type ReplayRun struct {
 // logged retention policy of the implementation.
 type Archive interface {
 	message.Publisher
-	// Get returns one entry, or ErrEntryNotFound.
+	// Get returns one entry, or ErrNotFound.
 	Get(ctx context.Context, id string) (Entry, error)
 	// List returns the entries the filter selects, one page in Seq order.
 	List(ctx context.Context, f Filter, p Page) ([]Entry, error)
@@ -144,7 +164,7 @@ type Archive interface {
 	// MarkReplayed records that replay run replayID republished entry id.
 	MarkReplayed(ctx context.Context, id, replayID string) error
 	// SaveReplay stores (creates or updates) a replay run; LoadReplay reads
-	// it back, or ErrReplayNotFound.
+	// it back, or ErrNotFound.
 	SaveReplay(ctx context.Context, run ReplayRun) error
 	LoadReplay(ctx context.Context, id string) (ReplayRun, error)
 }

@@ -14,7 +14,6 @@ package memarchive
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sort"
 	"sync"
@@ -24,41 +23,37 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/archivekit"
 	"github.com/surely-dev/surely/internal/options"
 )
 
 // Archive is an in-memory archive.Archive. The zero value is not usable; call New.
 type Archive struct {
-	mu        sync.Mutex
-	now       func() time.Time
-	log       *slog.Logger
-	retention time.Duration
-	seq       int64
-	entries   map[string]*archive.Entry
-	order     []*archive.Entry // by Seq; deleted entries are removed
-	runs      map[string]archive.ReplayRun
+	mu      sync.Mutex
+	now     func() time.Time
+	seq     int64
+	entries map[string]*archive.Entry
+	order   []*archive.Entry // by Seq; deleted entries are removed
+	runs    map[string]archive.ReplayRun
 }
 
 var _ archive.Archive = (*Archive)(nil)
 
-// New returns an empty archive. It takes dlq.WithClock (stamps ArchivedAt
-// and the age Prune measures; default time.Now), dlq.WithLogger (Prune's
-// reports; default: discard) and dlq.WithRetention (default: keep
-// everything, Prune deletes nothing).
+// New returns an empty archive. It takes dlq.WithClock (stamps ArchivedAt;
+// default time.Now). It has no retention: it keeps every entry until
+// Delete, or until the process ends.
 func New(opts ...dlq.Option) (*Archive, error) {
 	s, err := options.Apply(dlq.ErrInvalidOption, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Check(dlq.ErrInvalidOption, "memarchive.New", options.Clock, options.Logger, options.Retention); err != nil {
+	if err := s.Check(dlq.ErrInvalidOption, "memarchive.New", options.Clock); err != nil {
 		return nil, err
 	}
 	return &Archive{
-		now:       options.Get(s, options.Clock, time.Now),
-		log:       options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
-		retention: options.Get(s, options.Retention, time.Duration(0)),
-		entries:   map[string]*archive.Entry{},
-		runs:      map[string]archive.ReplayRun{},
+		now:     options.Get(s, options.Clock, time.Now),
+		entries: map[string]*archive.Entry{},
+		runs:    map[string]archive.ReplayRun{},
 	}, nil
 }
 
@@ -79,7 +74,7 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 			e.Copies++
 			continue
 		}
-		e := archive.EntryFromMessage(m, a.now())
+		e := archivekit.Entry(m, a.now())
 		a.seq++
 		e.Seq = a.seq
 		a.entries[e.ID] = &e
@@ -91,20 +86,20 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 // Close does nothing: the archive stays readable and writable.
 func (a *Archive) Close() error { return nil }
 
-// Get returns one entry, or archive.ErrEntryNotFound.
+// Get returns one entry, or archive.ErrNotFound.
 func (a *Archive) Get(_ context.Context, id string) (archive.Entry, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e, ok := a.entries[id]
 	if !ok {
-		return archive.Entry{}, fmt.Errorf("memarchive: %q: %w", id, archive.ErrEntryNotFound)
+		return archive.Entry{}, fmt.Errorf("memarchive: %q: %w", id, archive.ErrNotFound)
 	}
 	return clone(e), nil
 }
 
 // List returns one page of the entries f selects, in Seq order.
 func (a *Archive) List(_ context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error) {
-	limit := archive.PageLimit(p)
+	limit := archivekit.PageLimit(p)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	i := sort.Search(len(a.order), func(i int) bool { return a.order[i].Seq > p.After })
@@ -123,12 +118,12 @@ func (a *Archive) List(_ context.Context, f archive.Filter, p archive.Page) ([]a
 
 // Stats summarises the entries f selects.
 func (a *Archive) Stats(_ context.Context, f archive.Filter) (archive.Stats, error) {
-	s := archive.NewStats()
+	s := archivekit.NewStats()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, e := range a.order {
 		if f.Match(*e) {
-			s.Add(*e)
+			archivekit.AddStats(&s, *e)
 		}
 	}
 	return s, nil
@@ -159,13 +154,13 @@ func (a *Archive) deleteLocked(ids []string) int {
 }
 
 // MarkReplayed records that replay run replayID republished entry id
-// (once per run), or returns archive.ErrEntryNotFound.
+// (once per run), or returns archive.ErrNotFound.
 func (a *Archive) MarkReplayed(_ context.Context, id, replayID string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e, ok := a.entries[id]
 	if !ok {
-		return fmt.Errorf("memarchive: %q: %w", id, archive.ErrEntryNotFound)
+		return fmt.Errorf("memarchive: %q: %w", id, archive.ErrNotFound)
 	}
 	if !slices.Contains(e.ReplayedBy, replayID) {
 		e.ReplayedBy = append(e.ReplayedBy, replayID)
@@ -185,45 +180,22 @@ func (a *Archive) SaveReplay(_ context.Context, run archive.ReplayRun) error {
 	return nil
 }
 
-// LoadReplay reads a replay run back, or returns archive.ErrReplayNotFound.
+// LoadReplay reads a replay run back, or returns archive.ErrNotFound.
 func (a *Archive) LoadReplay(_ context.Context, id string) (archive.ReplayRun, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	run, ok := a.runs[id]
 	if !ok {
-		return archive.ReplayRun{}, fmt.Errorf("memarchive: replay %q: %w", id, archive.ErrReplayNotFound)
+		return archive.ReplayRun{}, fmt.Errorf("memarchive: replay %q: %w", id, archive.ErrNotFound)
 	}
 	run.Filter.IDs = slices.Clone(run.Filter.IDs)
 	return run, nil
 }
 
-// Prune deletes the entries dead-lettered longer ago than the retention
-// (dlq.WithRetention), logs how many, and returns the count. Without a
-// retention it deletes nothing.
-func (a *Archive) Prune(ctx context.Context) (int, error) {
-	if a.retention == 0 {
-		return 0, nil
-	}
-	a.mu.Lock()
-	cutoff := a.now().Add(-a.retention)
-	var ids []string
-	for _, e := range a.order {
-		if e.DeadLetteredAt.Before(cutoff) {
-			ids = append(ids, e.ID)
-		}
-	}
-	n := a.deleteLocked(ids)
-	a.mu.Unlock()
-	if n > 0 {
-		a.log.InfoContext(ctx, "dead-letter archive pruned", "deleted", n, "retention", a.retention.String(), "cutoff", cutoff)
-	}
-	return n, nil
-}
-
 // clone returns a copy of e that shares no memory with the archive.
 func clone(e *archive.Entry) archive.Entry {
 	c := *e
-	c.Message = archive.CopyMessage(e.Message)
+	c.Message = archivekit.CopyMessage(e.Message)
 	c.ReplayedBy = slices.Clone(e.ReplayedBy)
 	return c
 }

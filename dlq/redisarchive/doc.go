@@ -4,7 +4,7 @@
 //
 //	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 //	defer client.Close() // yours: the archive never closes it
-//	arch, err := redisarchive.New(client, redisarchive.WithKeyPrefix("billing:dlq"))
+//	arch, err := redisarchive.New(client, archive.WithPrefix("billing:dlq"))
 //	h, err := handler.New(fn, handler.WithStore(store, "billing"),
 //		handler.WithDeadLetter(arch, "dead")) // the topic is ignored
 //

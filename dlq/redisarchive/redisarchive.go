@@ -17,12 +17,14 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/archivekit"
 	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/internal/redispersist"
+	"github.com/surely-dev/surely/internal/rediswait"
 )
 
-// DefaultPrefix is the key prefix unless WithKeyPrefix is given.
-const DefaultPrefix = "surely:dlq"
+// defaultPrefix is the key prefix unless archive.WithPrefix is given.
+const defaultPrefix = "surely:dlq"
 
 // scanBatch is how many index entries List and Stats read per round trip.
 const scanBatch = 256
@@ -51,29 +53,8 @@ type Archive struct {
 
 var _ archive.Archive = (*Archive)(nil)
 
-// Names the options of this package record.
-const (
-	nameKeyPrefix    = "redisarchive.WithKeyPrefix"
-	nameWaitReplicas = "redisarchive.WithWaitReplicas"
-)
-
-// WithKeyPrefix sets the key prefix (default DefaultPrefix). It becomes
-// the Cluster hash tag of every key, so it must not contain braces.
-func WithKeyPrefix(prefix string) dlq.Option {
-	return func(s *options.Set) error {
-		if prefix == "" || strings.ContainsAny(prefix, "{}") {
-			return fmt.Errorf("%w: redis archive prefix %q must be non-empty and without braces", dlq.ErrInvalidOption, prefix)
-		}
-		s.Put(nameKeyPrefix, prefix)
-		return nil
-	}
-}
-
-// waitReplicas is the value of WithWaitReplicas.
-type waitReplicas struct {
-	n       int
-	timeout time.Duration
-}
+// nameWaitReplicas is the name WithWaitReplicas records.
+const nameWaitReplicas = "redisarchive.WithWaitReplicas"
 
 // WithWaitReplicas makes Publish return only after n replicas acknowledged
 // each entry (Redis WAIT n timeout), and return an error wrapping
@@ -84,20 +65,19 @@ type waitReplicas struct {
 // *redis.ClusterClient.
 func WithWaitReplicas(n int, timeout time.Duration) dlq.Option {
 	return func(s *options.Set) error {
-		if n < 1 {
-			return fmt.Errorf("%w: redisarchive: WAIT needs at least 1 replica, got %d", dlq.ErrInvalidOption, n)
+		w, err := rediswait.New(n, timeout)
+		if err != nil {
+			return fmt.Errorf("%w: redisarchive: %w", dlq.ErrInvalidOption, err)
 		}
-		if timeout < time.Millisecond {
-			// WAIT 0 blocks forever: never let a Publish hang.
-			return fmt.Errorf("%w: redisarchive: WAIT timeout must be at least 1ms, got %v", dlq.ErrInvalidOption, timeout)
-		}
-		s.Put(nameWaitReplicas, waitReplicas{n: n, timeout: timeout})
+		s.Put(nameWaitReplicas, w)
 		return nil
 	}
 }
 
 // New returns an archive on rdb. It never closes rdb. It takes
-// WithKeyPrefix, WithWaitReplicas, dlq.WithRetention (default: keep
+// archive.WithPrefix (the key prefix, default "surely:dlq"; it becomes the
+// Cluster hash tag of every key, so it must not contain braces),
+// WithWaitReplicas, dlq.WithRetention (default: keep
 // everything, Prune deletes nothing), dlq.WithClock (stamps ArchivedAt and
 // the age Prune measures; default time.Now) and dlq.WithLogger (the
 // persistence warning of the first Publish, default slog.Default(), and
@@ -110,27 +90,28 @@ func New(rdb redis.UniversalClient, opts ...dlq.Option) (*Archive, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Check(dlq.ErrInvalidOption, "redisarchive.New", nameKeyPrefix, nameWaitReplicas,
+	if err := s.Check(dlq.ErrInvalidOption, "redisarchive.New", archivekit.PrefixOption, nameWaitReplicas,
 		options.Retention, options.Clock, options.Logger); err != nil {
 		return nil, err
 	}
-	wait := options.Get(s, nameWaitReplicas, waitReplicas{})
+	prefix := options.Get(s, archivekit.PrefixOption, defaultPrefix)
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("%w: redis archive prefix %q must not contain braces", dlq.ErrInvalidOption, prefix)
+	}
+	wait := options.Get(s, nameWaitReplicas, rediswait.Replicas{})
 	a := &Archive{
 		rdb:         rdb,
-		tag:         "{" + options.Get(s, nameKeyPrefix, DefaultPrefix) + "}:",
+		tag:         "{" + prefix + "}:",
 		now:         options.Get(s, options.Clock, time.Now),
 		log:         options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
 		warn:        options.Get(s, options.Logger, slog.Default()),
 		retention:   options.Get(s, options.Retention, time.Duration(0)),
-		waitN:       wait.n,
-		waitTimeout: wait.timeout,
+		waitN:       wait.N,
+		waitTimeout: wait.Timeout,
 	}
 	if a.waitN > 0 {
-		switch rdb.(type) {
-		case *redis.Client, *redis.ClusterClient:
-		default:
-			return nil, fmt.Errorf("%w: redisarchive: WithWaitReplicas needs a *redis.Client or *redis.ClusterClient, got %T",
-				dlq.ErrInvalidOption, rdb)
+		if err := rediswait.Supported(rdb); err != nil {
+			return nil, fmt.Errorf("%w: redisarchive: WithWaitReplicas: %w", dlq.ErrInvalidOption, err)
 		}
 	}
 	return a, nil
@@ -155,23 +136,6 @@ func (a *Archive) checkPersistence(ctx context.Context) {
 		slog.Bool("rdb", p.RDB), slog.Bool("config_read", p.ConfigRead)}
 	a.warn.LogAttrs(ctx, slog.LevelWarn,
 		"redisarchive: "+warning+"; an acknowledged dead letter lost this way is gone for good", attrs...)
-}
-
-// primaryConn returns a connection to the primary of the archive's slot:
-// WAIT counts the replicas that acknowledged its own connection's writes.
-func (a *Archive) primaryConn(ctx context.Context) (*redis.Conn, error) {
-	switch c := a.rdb.(type) {
-	case *redis.Client:
-		return c.Conn(), nil
-	case *redis.ClusterClient:
-		n, err := c.MasterForKey(ctx, a.seqKey())
-		if err != nil {
-			return nil, err
-		}
-		return n.Conn(), nil
-	}
-	// New refuses WithWaitReplicas on any other client.
-	return nil, fmt.Errorf("WAIT needs a *redis.Client or *redis.ClusterClient, got %T", a.rdb)
 }
 
 func (a *Archive) seqKey() string            { return a.tag + "seq" }
@@ -228,7 +192,7 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 	var rdb redis.Scripter = a.rdb
 	var conn *redis.Conn
 	if a.waitN > 0 && len(msgs) > 0 {
-		c, err := a.primaryConn(msgs[0].Context())
+		c, err := rediswait.PrimaryConn(msgs[0].Context(), a.rdb, a.seqKey())
 		if err != nil {
 			return fmt.Errorf("redisarchive: publish: %w", err)
 		}
@@ -237,7 +201,7 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 	}
 	for _, m := range msgs {
 		now := a.now()
-		e := archive.EntryFromMessage(m, now)
+		e := archivekit.Entry(m, now)
 		args := make([]any, 0, 20+2*len(m.Metadata))
 		args = append(args, m.UUID, strconv.FormatInt(now.UnixNano(), 10), "p", []byte(m.Payload),
 			"x:r", string(e.Reason), "x:t", e.OriginalTopic, "x:h", e.Handler, "x:k", e.OperationKey,
@@ -269,14 +233,14 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 // Close does nothing; the caller's client stays open.
 func (a *Archive) Close() error { return nil }
 
-// Get returns one entry, or archive.ErrEntryNotFound.
+// Get returns one entry, or archive.ErrNotFound.
 func (a *Archive) Get(ctx context.Context, id string) (archive.Entry, error) {
 	h, err := a.rdb.HGetAll(ctx, a.entryKey(id)).Result()
 	if err != nil {
 		return archive.Entry{}, fmt.Errorf("redisarchive: get %q: %w", id, err)
 	}
 	if len(h) == 0 {
-		return archive.Entry{}, fmt.Errorf("redisarchive: %q: %w", id, archive.ErrEntryNotFound)
+		return archive.Entry{}, fmt.Errorf("redisarchive: %q: %w", id, archive.ErrNotFound)
 	}
 	return decode(id, h)
 }
@@ -295,7 +259,7 @@ func decode(id string, h map[string]string) (archive.Entry, error) {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return archive.Entry{}, fmt.Errorf("redisarchive: entry %q is corrupt: %w", id, err)
 	}
-	e := archive.EntryFromMessage(msg, time.Unix(0, at).UTC())
+	e := archivekit.Entry(msg, time.Unix(0, at).UTC())
 	e.Message = msg
 	e.Seq, e.Copies = seq, copies
 	if rb, ok := h["rb"]; ok {
@@ -512,7 +476,7 @@ func cmpInt(x, y int64) int {
 // List returns one page of the entries f selects, in Seq order. It scans
 // the Seq index from p.After (see the package doc for the cost).
 func (a *Archive) List(ctx context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error) {
-	limit := archive.PageLimit(p)
+	limit := archivekit.PageLimit(p)
 	var ids []string
 	err := a.scan(ctx, f, p.After, limit, func(e archive.Entry) bool {
 		ids = append(ids, e.ID)
@@ -526,8 +490,8 @@ func (a *Archive) List(ctx context.Context, f archive.Filter, p archive.Page) ([
 
 // Stats summarises the entries f selects; it reads every entry.
 func (a *Archive) Stats(ctx context.Context, f archive.Filter) (archive.Stats, error) {
-	s := archive.NewStats()
-	err := a.scan(ctx, f, 0, scanBatch, func(e archive.Entry) bool { s.Add(e); return true })
+	s := archivekit.NewStats()
+	err := a.scan(ctx, f, 0, scanBatch, func(e archive.Entry) bool { archivekit.AddStats(&s, e); return true })
 	return s, err
 }
 
@@ -556,7 +520,7 @@ func (a *Archive) Delete(ctx context.Context, ids ...string) (int, error) {
 }
 
 // MarkReplayed records that replay run replayID republished entry id
-// (once per run), or returns archive.ErrEntryNotFound. A run ID must be
+// (once per run), or returns archive.ErrNotFound. A run ID must be
 // non-empty and free of NUL bytes.
 func (a *Archive) MarkReplayed(ctx context.Context, id, replayID string) error {
 	if replayID == "" || strings.ContainsRune(replayID, 0) {
@@ -567,7 +531,7 @@ func (a *Archive) MarkReplayed(ctx context.Context, id, replayID string) error {
 		return fmt.Errorf("redisarchive: mark %q replayed: %w", id, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("redisarchive: %q: %w", id, archive.ErrEntryNotFound)
+		return fmt.Errorf("redisarchive: %q: %w", id, archive.ErrNotFound)
 	}
 	return nil
 }
@@ -587,11 +551,11 @@ func (a *Archive) SaveReplay(ctx context.Context, run archive.ReplayRun) error {
 	return nil
 }
 
-// LoadReplay reads a replay run back, or returns archive.ErrReplayNotFound.
+// LoadReplay reads a replay run back, or returns archive.ErrNotFound.
 func (a *Archive) LoadReplay(ctx context.Context, id string) (archive.ReplayRun, error) {
 	b, err := a.rdb.Get(ctx, a.runKey(id)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return archive.ReplayRun{}, fmt.Errorf("redisarchive: replay %q: %w", id, archive.ErrReplayNotFound)
+		return archive.ReplayRun{}, fmt.Errorf("redisarchive: replay %q: %w", id, archive.ErrNotFound)
 	}
 	if err != nil {
 		return archive.ReplayRun{}, fmt.Errorf("redisarchive: load replay %q: %w", id, err)

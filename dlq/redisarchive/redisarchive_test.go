@@ -46,7 +46,7 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	archivetest.Run(t, func(t *testing.T) archive.Archive {
 		rdb, prefix := setup(t)
-		a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
+		a, err := redisarchive.New(rdb, archive.WithPrefix(prefix))
 		require.NoError(t, err)
 		return a
 	})
@@ -55,7 +55,7 @@ func TestConformance(t *testing.T) {
 func TestKeysShareOneHashTagAndHaveNoTTL(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := setup(t)
-	a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
+	a, err := redisarchive.New(rdb, archive.WithPrefix(prefix))
 	require.NoError(t, err)
 	m := message.NewMessage("id-1", []byte("p"))
 	require.NoError(t, a.Publish("dead", m))
@@ -78,8 +78,8 @@ func TestOptions(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer func() { _ = rdb.Close() }()
 	for name, opt := range map[string]dlq.Option{
-		"empty prefix":   redisarchive.WithKeyPrefix(""),
-		"brace prefix":   redisarchive.WithKeyPrefix("a{b}"),
+		"empty prefix":   archive.WithPrefix(""),
+		"brace prefix":   archive.WithPrefix("a{b}"),
 		"zero retention": dlq.WithRetention(0),
 		"nil clock":      dlq.WithClock(nil),
 		"nil logger":     dlq.WithLogger(nil),
@@ -96,7 +96,7 @@ func TestOptions(t *testing.T) {
 func TestMarkReplayedRefusesNUL(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := setup(t)
-	a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
+	a, err := redisarchive.New(rdb, archive.WithPrefix(prefix))
 	require.NoError(t, err)
 	require.NoError(t, a.Publish("dead", message.NewMessage("id-1", nil)))
 	require.ErrorIs(t, a.MarkReplayed(t.Context(), "id-1", "a\x00b"), dlq.ErrInvalidOption)
@@ -116,7 +116,7 @@ func TestPrune(t *testing.T) {
 	t.Parallel()
 	archivetest.RunPrune(t, func(t *testing.T, retention time.Duration, log *slog.Logger) archivetest.PruneArchive {
 		rdb, prefix := setup(t)
-		opts := []dlq.Option{redisarchive.WithKeyPrefix(prefix), dlq.WithLogger(log)}
+		opts := []dlq.Option{archive.WithPrefix(prefix), dlq.WithLogger(log)}
 		if retention > 0 {
 			opts = append(opts, dlq.WithRetention(retention))
 		}
@@ -129,7 +129,7 @@ func TestPrune(t *testing.T) {
 func BenchmarkArchive(b *testing.B) {
 	archivetest.Bench(b, 10000, func(b *testing.B) archive.Archive {
 		rdb, prefix := setup(b)
-		a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
+		a, err := redisarchive.New(rdb, archive.WithPrefix(prefix))
 		require.NoError(b, err)
 		return a
 	})
@@ -138,7 +138,7 @@ func BenchmarkArchive(b *testing.B) {
 func TestCorruptEntryIsAClearError(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := setup(t)
-	a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
+	a, err := redisarchive.New(rdb, archive.WithPrefix(prefix))
 	require.NoError(t, err)
 	require.NoError(t, a.Publish("dead", message.NewMessage("id-1", []byte("p"))))
 	require.NoError(t, rdb.HSet(t.Context(), "{"+prefix+"}:e:id-1", "seq", "not a number").Err())
@@ -151,7 +151,7 @@ func TestCorruptEntryIsAClearError(t *testing.T) {
 func TestListByIDsPagesInSeqOrder(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := setup(t)
-	a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
+	a, err := redisarchive.New(rdb, archive.WithPrefix(prefix))
 	require.NoError(t, err)
 	for _, id := range []string{"c", "a", "d", "b"} {
 		require.NoError(t, a.Publish("dead", message.NewMessage(id, nil)))

@@ -26,9 +26,10 @@
 // dedup record is found again.
 //
 // WithNewKey is the deliberate exception: each message gets a new UUID
-// (derived from the run and entry IDs, see NewKeyFor) that is also written
-// into the metadata key the default extractor reads first
-// (idempotency.DefaultMetadataKey, or WithKeyMetadata). The handler then
+// (a UUIDv5 derived from the run and entry IDs, so a repeated publish of
+// one entry by one run keeps it) that is also written into the metadata
+// key the default extractor reads first (idempotency.DefaultMetadataKey,
+// or the key WithNewKey names). The handler then
 // treats it as a new operation, whatever the old record says. This works
 // only for handlers whose key comes from that metadata key or from the
 // message UUID, not from a payload field or CloudEvents attributes. It is
@@ -135,7 +136,8 @@
 // # Progress and result
 //
 // WithProgress's callback is called after every decision with the entry, the
-// action and reason, and the counters (Total for a bar). Result has the
-// counts of the call, the saved state and cursor, and the achieved rate
-// between the first and the last publish.
+// action and reason, and the counters (Total for a bar). The Summary a
+// call returns has the counts of the call, the saved state
+// (archive.RunState) and cursor, and the achieved rate between the first
+// and the last publish.
 package replay

@@ -14,7 +14,7 @@
 //
 // # Tables
 //
-// WithTablePrefix (default "surely_dlq") names three tables (four on MySQL):
+// archive.WithPrefix (default "surely_dlq") names three tables (four on MySQL):
 //
 //	<prefix>_entries   one row per entry: seq (auto-increment, the entry's
 //	                   Seq), id (unique), payload and metadata (binary,

@@ -24,8 +24,6 @@ const (
 	SQLite
 )
 
-func (d Dialect) String() string { return sqldialect.Name(int(d)) }
-
 func (d Dialect) valid() bool { return d >= Postgres && d <= SQLite }
 
 // quote quotes a validated identifier.

@@ -17,10 +17,11 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/archivekit"
 	"github.com/surely-dev/surely/internal/options"
 )
 
-// defaultPrefix is the table name prefix unless WithTablePrefix is given: the
+// defaultPrefix is the table name prefix unless archive.WithPrefix is given: the
 // tables are surely_dlq_entries, surely_dlq_replayed and surely_dlq_runs.
 const defaultPrefix = "surely_dlq"
 
@@ -45,26 +46,12 @@ type Archive struct {
 
 var _ archive.Archive = (*Archive)(nil)
 
-// nameTablePrefix is the name WithTablePrefix records.
-const nameTablePrefix = "sqlarchive.WithTablePrefix"
-
-// WithTablePrefix sets the prefix of the table names (default
-// "surely_dlq"). It must match [a-z_][a-z0-9_]{0,39}: lower case, so it
-// means the same quoted and unquoted in every dialect, and short enough
-// for index names.
-func WithTablePrefix(prefix string) dlq.Option {
-	return func(s *options.Set) error {
-		if !prefixRE.MatchString(prefix) {
-			return fmt.Errorf("%w: sqlarchive: table prefix %q must match [a-z_][a-z0-9_]{0,39}", dlq.ErrInvalidOption, prefix)
-		}
-		s.Put(nameTablePrefix, prefix)
-		return nil
-	}
-}
-
 // New returns an archive on db, a database of the given dialect. It
 // neither connects nor touches the schema: call Migrate first. It never
-// closes db. It takes WithTablePrefix, dlq.WithRetention (default: keep
+// closes db. It takes archive.WithPrefix (the prefix of the table names,
+// default "surely_dlq"; it must match [a-z_][a-z0-9_]{0,39}: lower case,
+// so it means the same quoted and unquoted in every dialect, and short
+// enough for index names), dlq.WithRetention (default: keep
 // everything, Prune deletes nothing), dlq.WithClock (stamps ArchivedAt and
 // the age Prune measures; default time.Now) and dlq.WithLogger (Prune's
 // reports; default: discard).
@@ -73,19 +60,23 @@ func New(db *sql.DB, dialect Dialect, opts ...dlq.Option) (*Archive, error) {
 		return nil, fmt.Errorf("%w: sqlarchive: nil *sql.DB", dlq.ErrInvalidOption)
 	}
 	if !dialect.valid() {
-		return nil, fmt.Errorf("%w: sqlarchive: unknown dialect %v", dlq.ErrInvalidOption, dialect)
+		return nil, fmt.Errorf("%w: sqlarchive: unknown dialect %d (want Postgres, MySQL or SQLite)", dlq.ErrInvalidOption, dialect)
 	}
 	s, err := options.Apply(dlq.ErrInvalidOption, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Check(dlq.ErrInvalidOption, "sqlarchive.New", nameTablePrefix,
+	if err := s.Check(dlq.ErrInvalidOption, "sqlarchive.New", archivekit.PrefixOption,
 		options.Retention, options.Clock, options.Logger); err != nil {
 		return nil, err
 	}
+	prefix := options.Get(s, archivekit.PrefixOption, defaultPrefix)
+	if !prefixRE.MatchString(prefix) {
+		return nil, fmt.Errorf("%w: sqlarchive: table prefix %q must match [a-z_][a-z0-9_]{0,39}", dlq.ErrInvalidOption, prefix)
+	}
 	a := &Archive{
 		db: db, dialect: dialect,
-		prefix:    options.Get(s, nameTablePrefix, defaultPrefix),
+		prefix:    prefix,
 		now:       options.Get(s, options.Clock, time.Now),
 		log:       options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
 		retention: options.Get(s, options.Retention, time.Duration(0)),
@@ -95,17 +86,6 @@ func New(db *sql.DB, dialect Dialect, opts ...dlq.Option) (*Archive, error) {
 	a.runs = dialect.quote(a.prefix + "_runs")
 	a.seqLock = dialect.quote(a.prefix + "_seqlock")
 	return a, nil
-}
-
-// Tables returns the names of the archive's tables: entries, replay marks,
-// replay runs and, on MySQL, the one-row table whose lock orders the Seqs
-// of concurrent publishes (see Ordering in the package doc).
-func (a *Archive) Tables() []string {
-	tables := []string{a.prefix + "_entries", a.prefix + "_replayed", a.prefix + "_runs"}
-	if a.dialect == MySQL {
-		tables = append(tables, a.prefix+"_seqlock")
-	}
-	return tables
 }
 
 // Migrate creates the tables and indexes unless they exist (CREATE ... IF
@@ -118,6 +98,15 @@ func (a *Archive) Migrate(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// tables returns the names of the archive's tables (see the package doc).
+func (a *Archive) tables() []string {
+	tables := []string{a.prefix + "_entries", a.prefix + "_replayed", a.prefix + "_runs"}
+	if a.dialect == MySQL {
+		tables = append(tables, a.prefix+"_seqlock")
+	}
+	return tables
 }
 
 func (a *Archive) q(s string) string { return a.dialect.rebind(s) }
@@ -159,7 +148,7 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 		}
 		for _, m := range msgs {
 			now := a.now()
-			e := archive.EntryFromMessage(m, now)
+			e := archivekit.Entry(m, now)
 			payload := []byte(m.Payload)
 			if payload == nil {
 				payload = []byte{}
@@ -277,14 +266,14 @@ const (
 	bareCols = "e.seq, e.id, e.metadata, e.copies, e.archived_at"
 )
 
-// Get returns one entry, or archive.ErrEntryNotFound.
+// Get returns one entry, or archive.ErrNotFound.
 func (a *Archive) Get(ctx context.Context, id string) (archive.Entry, error) {
 	out, err := a.List(ctx, archive.Filter{IDs: []string{id}}, archive.Page{Limit: 1})
 	if err != nil {
 		return archive.Entry{}, err
 	}
 	if len(out) == 0 {
-		return archive.Entry{}, fmt.Errorf("sqlarchive: %q: %w", id, archive.ErrEntryNotFound)
+		return archive.Entry{}, fmt.Errorf("sqlarchive: %q: %w", id, archive.ErrNotFound)
 	}
 	return out[0], nil
 }
@@ -299,7 +288,7 @@ func (a *Archive) List(ctx context.Context, f archive.Filter, p archive.Page) ([
 		cols = bareCols
 	}
 	rows, err := a.db.QueryContext(ctx, a.q("SELECT "+cols+" FROM "+a.entries+" e"+w+" ORDER BY e.seq LIMIT ?"),
-		append(args, archive.PageLimit(p))...)
+		append(args, archivekit.PageLimit(p))...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlarchive: list: %w", err)
 	}
@@ -325,7 +314,7 @@ func (a *Archive) List(ctx context.Context, f archive.Filter, p archive.Page) ([
 		}
 		msg := message.NewMessage(id, payload)
 		msg.Metadata = md
-		e := archive.EntryFromMessage(msg, time.Unix(0, at).UTC())
+		e := archivekit.Entry(msg, time.Unix(0, at).UTC())
 		e.Message = msg
 		e.Seq, e.Copies = seq, copies
 		out = append(out, e)
@@ -386,7 +375,7 @@ func (a *Archive) Stats(ctx context.Context, f archive.Filter) (archive.Stats, e
 		return archive.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
 	}
 	defer func() { _ = rows.Close() }()
-	s := archive.NewStats()
+	s := archivekit.NewStats()
 	var oldest, newest int64
 	for rows.Next() {
 		var reason, topic, handler, etype string
@@ -450,7 +439,7 @@ func (a *Archive) Delete(ctx context.Context, ids ...string) (int, error) {
 }
 
 // MarkReplayed records that replay run replayID republished entry id
-// (once per run), or returns archive.ErrEntryNotFound.
+// (once per run), or returns archive.ErrNotFound.
 func (a *Archive) MarkReplayed(ctx context.Context, id, replayID string) error {
 	if replayID == "" {
 		return fmt.Errorf("%w: sqlarchive: empty replay run ID", dlq.ErrInvalidOption)
@@ -477,7 +466,7 @@ func (a *Archive) MarkReplayed(ctx context.Context, id, replayID string) error {
 	var one int
 	err = a.db.QueryRowContext(ctx, a.q("SELECT 1 FROM "+a.entries+" WHERE id = ?"), id).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("sqlarchive: %q: %w", id, archive.ErrEntryNotFound)
+		return fmt.Errorf("sqlarchive: %q: %w", id, archive.ErrNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("sqlarchive: mark %q replayed: %w", id, err)
@@ -507,12 +496,12 @@ func (a *Archive) SaveReplay(ctx context.Context, run archive.ReplayRun) error {
 	return nil
 }
 
-// LoadReplay reads a replay run back, or returns archive.ErrReplayNotFound.
+// LoadReplay reads a replay run back, or returns archive.ErrNotFound.
 func (a *Archive) LoadReplay(ctx context.Context, id string) (archive.ReplayRun, error) {
 	var body string
 	err := a.db.QueryRowContext(ctx, a.q("SELECT body FROM "+a.runs+" WHERE id = ?"), id).Scan(&body)
 	if errors.Is(err, sql.ErrNoRows) {
-		return archive.ReplayRun{}, fmt.Errorf("sqlarchive: replay %q: %w", id, archive.ErrReplayNotFound)
+		return archive.ReplayRun{}, fmt.Errorf("sqlarchive: replay %q: %w", id, archive.ErrNotFound)
 	}
 	if err != nil {
 		return archive.ReplayRun{}, fmt.Errorf("sqlarchive: load replay %q: %w", id, err)
