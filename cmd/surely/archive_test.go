@@ -118,28 +118,34 @@ func testArchiveCommands(t *testing.T, c archiveCase) {
 	assert.Contains(t, out, "2 dead letters would be removed; nothing was removed (add --yes)")
 	assert.Contains(t, out, first.ID)
 	assert.Len(t, ls().Entries, 4)
-	// with --yes it removes exactly the selection and lists it
-	out, stderr, code = run(t, a, "dlq", "purge", "--archive", url, "--reason", "exhausted", "--yes", "--json")
+	// with --yes it discards exactly the selection and lists it
+	out, stderr, code = run(t, a, "dlq", "purge", "--archive", url, "--reason", "exhausted", "--yes", "--why", "gateway gone", "--json")
 	require.Equal(t, 0, code, stderr)
 	var pr purgeJSON
 	require.NoError(t, json.Unmarshal([]byte(out), &pr))
 	assert.Equal(t, 2, pr.Removed)
 	assert.Equal(t, []string{"order-1", "order-3"}, keys(lsJSON{Entries: pr.Entries}))
 	assert.Equal(t, []string{"order-2", "parcel-9"}, keys(ls()))
-	_, err := ar.Get(ctx, first.ID)
-	require.ErrorIs(t, err, archive.ErrNotFound)
-	// by ID
-	out, stderr, code = run(t, a, "dlq", "purge", "--archive", url, "--yes", bin.ID)
+	assert.Equal(t, []string{"order-1", "order-3"}, keys(ls("--state", "discarded")))
+	tomb, err := ar.Get(ctx, first.ID)
+	require.NoError(t, err, "a discarded entry is kept as a tombstone")
+	assert.Equal(t, archive.StateDiscarded, tomb.State)
+	assert.Equal(t, "gateway gone", tomb.Note)
+	// by ID, for good
+	out, stderr, code = run(t, a, "dlq", "purge", "--archive", url, "--yes", "--hard", bin.ID)
 	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, out, "removed 1 dead letters")
+	assert.Contains(t, out, "deleted 1 dead letter for good")
 	assert.Equal(t, []string{"order-2"}, keys(ls()))
+	_, err = ar.Get(ctx, bin.ID)
+	require.ErrorIs(t, err, archive.ErrNotFound)
 	// --all
-	_, _, code = run(t, a, "dlq", "purge", "--archive", url, "--all", "--yes")
+	_, _, code = run(t, a, "dlq", "purge", "--archive", url, "--all", "--yes", "--why", "cleanup")
 	require.Equal(t, 0, code)
 	assert.Empty(t, ls().Entries)
 	out, _, code = run(t, a, "dlq", "stats", "--archive", url)
 	require.Equal(t, 0, code)
-	assert.Equal(t, "dead letters: 0\n", out)
+	assert.Equal(t, "dead letters: 0 (open)\n", out)
+	assert.Len(t, ls("--state", "discarded").Entries, 3)
 }
 
 func TestArchiveCommandsMem(t *testing.T) {

@@ -38,6 +38,7 @@ type replayJSON struct {
 	WouldReplay int              `json:"would_replay"`
 	Refused     int              `json:"refused"`
 	Refailed    int              `json:"refailed"`
+	Resolved    int              `json:"resolved"`
 	After       int64            `json:"cursor"`
 	Rate        float64          `json:"rate_per_second,omitempty"`
 	Error       string           `json:"error,omitempty"`
@@ -70,10 +71,13 @@ type replayFlags struct {
 func (a *app) replayCmd() *cobra.Command {
 	var rf replayFlags
 	cmd := &cobra.Command{
-		Use:   "replay",
+		Use:   "replay [ID|SEQ...]",
 		Short: "Republish dead letters to their topics, rate limited, resumable",
-		Long: `replay republishes the archived dead letters the filters select, oldest
-first, to their original topics (or --target) through the broker of
+		Long: `replay republishes the archived dead letters the filters select (the open
+ones unless --state says otherwise), or the entries given as arguments
+(their IDs, the start of an ID as ls prints it, or SEQ numbers; in any
+state), oldest first, to their original topics (or --target) through the
+broker of
 --broker: the original payload, UUID and metadata, so the handler finds
 its dedup record again (an operation that completed meanwhile is acked as
 a duplicate). It gives an exhausted record a fresh attempt budget once.
@@ -108,9 +112,9 @@ record already gone is refused), and replayed messages are confirmed done,
 which resets the count of consecutive re-failures.`,
 		Example: `  surely dlq replay --topic orders --reason exhausted --dry-run
   surely dlq replay --topic orders --reason exhausted --rate 50/s --broker nats://localhost:4222
+  surely dlq replay 0b8f1c3e 42 --broker nats://localhost:4222
   surely dlq replay --resume 0b8f1c3e-7d2a-4f4b-9c1d-2e3f4a5b6c7d --broker nats://localhost:4222`,
-		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return a.runReplay(cmd, &rf) },
+		RunE: func(cmd *cobra.Command, args []string) error { return a.runReplay(cmd, &rf, args) },
 	}
 	rf.ff.register(cmd)
 	fl := cmd.Flags()
@@ -136,7 +140,7 @@ which resets the count of consecutive re-failures.`,
 	return cmd
 }
 
-func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
+func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags, args []string) error {
 	rate, err := parseRate(rf.rate)
 	if err != nil {
 		return usageErr("--rate: %w", err)
@@ -156,8 +160,8 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
 		return err
 	}
 	if rf.resume != "" {
-		if rf.ff.any() || rf.target != "" || rf.newKey || rf.force {
-			return usageErr("--resume continues the saved run with its own filter, --target, --new-key and --force: do not pass them")
+		if rf.ff.any() || rf.target != "" || rf.newKey || rf.force || len(args) > 0 {
+			return usageErr("--resume continues the saved run with its own filter or IDs, --target, --new-key and --force: do not pass them")
 		}
 		if err := idempotency.ValidateKey(rf.resume); err != nil {
 			return usageErr("--resume %q: %w", rf.resume, err)
@@ -169,6 +173,14 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
 		return err
 	}
 	defer ar.close()
+	if len(args) > 0 {
+		if filter.IDs, err = resolveRefs(cmd.Context(), ar, args); err != nil {
+			return err
+		}
+		if !rf.ff.stateSet() {
+			filter.States = nil
+		}
+	}
 	var pub message.Publisher = noBroker{}
 	if !rf.dryRun || rf.broker != "" {
 		if pub, err = a.openBroker(rf.broker); err != nil {
@@ -237,6 +249,7 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
 
 	out.State, out.Replayed, out.WouldReplay = string(res.State), res.Replayed, res.WouldReplay
 	out.Refused, out.Refailed, out.After, out.Rate = res.Refused, res.Refailed, res.After, res.Rate
+	out.Resolved = res.Resolved
 	resume := fmt.Sprintf("surely dlq replay --resume %s (with the same --archive and --broker)", runID)
 	interrupted := ctx.Err() != nil
 	code := exitOK
@@ -248,7 +261,7 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
 		return withCode(exitUsage, err)
 	case errors.Is(err, replay.ErrAborted):
 		code, out.Resume = exitRefused, resume
-	case interrupted:
+	case interrupted, res.State == archive.RunCanceled:
 		code, out.Resume = exitInterrupted, resume
 	default:
 		if res.State == archive.RunInterrupted {
@@ -292,7 +305,11 @@ func (a *app) printReplaySummary(out replayJSON, rf *replayFlags) {
 		fprintf(w, "dry run: would replay %d, would refuse %d\n", out.WouldReplay, out.Refused)
 		return
 	}
-	fprintf(w, "replayed %d, refused %d, re-failed %d; state %s, cursor %d", out.Replayed, out.Refused, out.Refailed, orDash(out.State), out.After)
+	fprintf(w, "replayed %d, refused %d, re-failed %d", out.Replayed, out.Refused, out.Refailed)
+	if out.Resolved > 0 {
+		fprintf(w, ", resolved %d", out.Resolved)
+	}
+	fprintf(w, "; state %s, cursor %d", orDash(out.State), out.After)
 	if out.Rate > 0 {
 		fprintf(w, ", %.1f msg/s", out.Rate)
 	}

@@ -17,6 +17,18 @@
 // An entry is a dead letter as package dlq wrote it: the archive reads the
 // envelope's surely_* keys into the Entry's fields.
 //
+// # Lifecycle
+//
+// Every entry has a State (see its doc): open when it arrives, replayed
+// once a replay run republished it (Archive.Mark, by package dlq/replay),
+// resolved when the replayed operation completed (its dedup record is
+// DONE: dlq/replay confirms it during the run and in Reconcile), or
+// discarded by an operator with a reason, kept as a tombstone. When the
+// replayed message fails again, its dead letter is a new open entry
+// (dlq.KeyReplayOf names the old one) and the archive links the old entry
+// to it (Entry.FailedAgainAs). Filter.States selects by state, Stats
+// counts ByState, and RegisterMetrics reports the open entries only.
+//
 // RegisterMetrics exports the backlog as two OTel gauges per original
 // topic and reason, surely.dlq.archived and surely.dlq.oldest_age, read
 // from Stats at most once per interval; its doc has Prometheus alert rules.

@@ -53,10 +53,20 @@ func (f Filter) Match(e Entry) bool {
 		f.ErrorContains != "" && !strings.Contains(e.Error, f.ErrorContains),
 		!f.DeadLetteredAfter.IsZero() && !e.DeadLetteredAt.After(f.DeadLetteredAfter),
 		!f.DeadLetteredBefore.IsZero() && !e.DeadLetteredAt.Before(f.DeadLetteredBefore),
-		f.NotReplayedBy != "" && slices.Contains(e.ReplayedBy, f.NotReplayedBy):
+		f.NotReplayedBy != "" && slices.Contains(e.ReplayedBy, f.NotReplayedBy),
+		f.ReplayedBy != "" && !slices.Contains(e.ReplayedBy, f.ReplayedBy),
+		len(f.States) > 0 && !slices.Contains(f.States, stateOf(e)):
 		return false
 	case f.ReplayID != "":
 		return e.Message != nil && e.Message.Metadata.Get(dlq.KeyReplayID) == f.ReplayID
 	}
 	return true
+}
+
+// stateOf is e's state; an entry without one is open.
+func stateOf(e Entry) State {
+	if e.State == "" {
+		return StateOpen
+	}
+	return e.State
 }

@@ -33,6 +33,9 @@ const (
 // the gauges, unless WithMetricsInterval is given.
 const defaultMetricsInterval = 30 * time.Second
 
+// openOnly selects the open entries: the gauges count nothing else.
+var openOnly = []State{StateOpen}
+
 // metricsTimeout bounds one refresh of the gauges.
 const metricsTimeout = 10 * time.Second
 
@@ -89,10 +92,11 @@ type gaugeSeries struct {
 }
 
 // RegisterMetrics registers two observable gauges on meter, read
-// from a's Stats, both with the attributes topic (the original topic) and
-// reason:
+// from a's Stats of the open entries (StateOpen: a replayed, resolved or
+// discarded entry leaves them), both with the attributes topic (the
+// original topic) and reason:
 //
-//   - surely.dlq.archived: the number of archived dead letters;
+//   - surely.dlq.archived: the number of open dead letters;
 //   - surely.dlq.oldest_age: the age in seconds of the oldest of them (by
 //     dead-lettering time).
 //
@@ -114,7 +118,8 @@ type gaugeSeries struct {
 // cannot select an empty field, so their age is that of the oldest entry
 // of the wider selection: an upper bound.
 //
-// An alert that fires when dead letters wait unattended, on the names the
+// An alert that fires when dead letters wait unattended (and stops once a
+// replay or a purge took them out of the open state), on the names the
 // OpenTelemetry Prometheus exporter gives the two instruments
 // (surely_dlq_archived, surely_dlq_oldest_age_seconds; tested):
 //
@@ -127,13 +132,13 @@ type gaugeSeries struct {
 //	        labels: {severity: page}
 //	        annotations:
 //	          summary: "{{ $labels.topic }}: dead letters ({{ $labels.reason }}) older than 1h"
-//	          description: "Inspect with: surely dlq ls --topic {{ $labels.topic }}; replay or purge."
+//	          description: "Inspect with: surely dlq ls --topic {{ $labels.topic }}; replay or purge (--why)."
 //	      - alert: SurelyDeadLettersPilingUp
 //	        expr: sum by (topic) (surely_dlq_archived) > 100
 //	        for: 15m
 //	        labels: {severity: ticket}
 //	        annotations:
-//	          summary: "{{ $labels.topic }}: {{ $value }} dead letters archived"
+//	          summary: "{{ $labels.topic }}: {{ $value }} open dead letters"
 //	      - alert: SurelyDeadLetterArchiveUnreadable
 //	        expr: absent(surely_dlq_archived) and absent(surely_dlq_oldest_age_seconds)
 //	        for: 15m
@@ -212,7 +217,7 @@ func (g *archiveGauges) snapshot(ctx context.Context) ([]gaugeSeries, bool) {
 
 // query reads the count and oldest time of every (topic, reason) pair.
 func (g *archiveGauges) query(ctx context.Context) ([]gaugeSeries, error) {
-	all, err := g.a.Stats(ctx, Filter{})
+	all, err := g.a.Stats(ctx, Filter{States: openOnly})
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +265,7 @@ func (g *archiveGauges) pairs(ctx context.Context, all Stats) ([]gaugePair, erro
 		if topic == "" {
 			continue
 		}
-		st, err := g.a.Stats(ctx, Filter{Topic: topic})
+		st, err := g.a.Stats(ctx, Filter{Topic: topic, States: openOnly})
 		if err != nil {
 			return nil, err
 		}
@@ -305,7 +310,7 @@ func (g *archiveGauges) oldest(ctx context.Context, all Stats, p gaugePair) (tim
 	case len(all.ByTopic) <= 1 && len(all.ByReason) <= 1:
 		return all.Oldest, nil
 	}
-	st, err := g.a.Stats(ctx, Filter{Topic: p.topic, Reason: dlq.Reason(p.reason)})
+	st, err := g.a.Stats(ctx, Filter{Topic: p.topic, Reason: dlq.Reason(p.reason), States: openOnly})
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -80,6 +80,14 @@ func (e *env) publish(msgs ...*message.Message) {
 	require.NoError(e.t, e.a.Publish("dead", msgs...))
 }
 
+// markReplayed marks one existing entry replayed by run.
+func (e *env) markReplayed(id, run string) {
+	e.t.Helper()
+	n, err := e.a.Mark(e.ctx, archive.Mark{To: archive.StateReplayed, Run: run}, id)
+	require.NoError(e.t, err)
+	require.Equal(e.t, 1, n, "Mark(%q)", id)
+}
+
 func (e *env) get(id string) archive.Entry {
 	e.t.Helper()
 	got, err := e.a.Get(e.ctx, id)
@@ -155,7 +163,10 @@ var tests = []struct {
 	{"Stats", testStats},
 	{"Delete", testDelete},
 	{"MarkReplayed", testMarkReplayed},
+	{"Lifecycle", testLifecycle},
+	{"FailedAgain", testFailedAgain},
 	{"ReplayRuns", testReplayRuns},
+	{"ListReplays", testListReplays},
 	{"ConcurrentPublishers", testConcurrent},
 	{"HandlerDeadLettersIntoArchive", testHandlerDeadLetter},
 }
@@ -333,8 +344,8 @@ func testListFilters(t *testing.T, e *env) {
 		}
 		return out
 	}
-	require.NoError(t, e.a.MarkReplayed(e.ctx, f[0].UUID, "run-1"))
-	require.NoError(t, e.a.MarkReplayed(e.ctx, f[1].UUID, "run-2"))
+	e.markReplayed(f[0].UUID, "run-1")
+	e.markReplayed(f[1].UUID, "run-2")
 
 	cases := []struct {
 		name string
@@ -481,13 +492,14 @@ func testDelete(t *testing.T, e *env) {
 
 func testMarkReplayed(t *testing.T, e *env) {
 	f := e.fixtures()
-	require.NoError(t, e.a.MarkReplayed(e.ctx, f[0].UUID, "run-a"))
-	require.NoError(t, e.a.MarkReplayed(e.ctx, f[0].UUID, "run-b"))
-	require.NoError(t, e.a.MarkReplayed(e.ctx, f[0].UUID, "run-a"), "marking twice")
+	e.markReplayed(f[0].UUID, "run-a")
+	e.markReplayed(f[0].UUID, "run-b")
+	e.markReplayed(f[0].UUID, "run-a") // marking twice
 	require.Equal(t, []string{"run-a", "run-b"}, e.get(f[0].UUID).ReplayedBy, "oldest first, once per run")
 
-	err := e.a.MarkReplayed(e.ctx, "missing", "run-a")
-	require.ErrorIs(t, err, archive.ErrNotFound)
+	n, err := e.a.Mark(e.ctx, archive.Mark{To: archive.StateReplayed, Run: "run-a"}, "missing")
+	require.NoError(t, err)
+	require.Zero(t, n, "a missing entry is not counted")
 
 	require.Equal(t, []string{f[1].UUID, f[2].UUID, f[3].UUID, f[4].UUID, f[5].UUID},
 		ids(e.listAll(archive.Filter{NotReplayedBy: "run-a"}, 2)))
@@ -512,10 +524,11 @@ func testReplayRuns(t *testing.T, e *env) {
 		Filter: archive.Filter{
 			IDs: []string{"a", "b"}, Reason: dlq.ReasonExhausted, Topic: "orders", Handler: "ship", Key: "k",
 			ErrorContains: "timeout", DeadLetteredAfter: base, DeadLetteredBefore: base.Add(time.Hour),
-			ReplayID: "run-0", NotReplayedBy: "run-1",
+			ReplayID: "run-0", NotReplayedBy: "run-1", ReplayedBy: "run-00",
+			States: []archive.State{archive.StateOpen, archive.StateReplayed},
 		},
-		Target: "orders.retry", NewKey: true, Force: true, After: 42,
-		Replayed: 3, Refused: 2, Refailed: 1, State: archive.RunRunning,
+		Target: "orders.retry", NewKey: true, KeyMetadata: "op", Force: true, After: 42,
+		Replayed: 3, Refused: 2, Refailed: 1, Resolved: 1, State: archive.RunRunning,
 		Started: base, Updated: base.Add(time.Second),
 	}
 	require.NoError(t, e.a.SaveReplay(e.ctx, run))
@@ -553,6 +566,9 @@ func requireRun(t *testing.T, want, got archive.ReplayRun) {
 	got.Filter.DeadLetteredAfter, got.Filter.DeadLetteredBefore = time.Time{}, time.Time{}
 	if len(want.Filter.IDs) == 0 && len(got.Filter.IDs) == 0 {
 		want.Filter.IDs, got.Filter.IDs = nil, nil
+	}
+	if len(want.Filter.States) == 0 && len(got.Filter.States) == 0 {
+		want.Filter.States, got.Filter.States = nil, nil
 	}
 	require.Equal(t, want, got)
 }

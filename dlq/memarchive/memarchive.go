@@ -79,6 +79,11 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 		e.Seq = a.seq
 		a.entries[e.ID] = &e
 		a.order = append(a.order, &e)
+		// The dead letter of a replayed message that failed again links
+		// the entry it replayed to itself.
+		if of, ok := a.entries[m.Metadata.Get(dlq.KeyReplayOf)]; ok && of != &e {
+			of.FailedAgainAs = e.ID
+		}
 	}
 	return nil
 }
@@ -153,19 +158,22 @@ func (a *Archive) deleteLocked(ids []string) int {
 	return n
 }
 
-// MarkReplayed records that replay run replayID republished entry id
-// (once per run), or returns archive.ErrNotFound.
-func (a *Archive) MarkReplayed(_ context.Context, id, replayID string) error {
+// Mark moves the entries to m.To and returns how many exist.
+func (a *Archive) Mark(_ context.Context, m archive.Mark, ids ...string) (int, error) {
+	if err := archivekit.CheckMark(m); err != nil {
+		return 0, err
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	e, ok := a.entries[id]
-	if !ok {
-		return fmt.Errorf("memarchive: %q: %w", id, archive.ErrNotFound)
+	now := a.now()
+	n := 0
+	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
+		if e, ok := a.entries[id]; ok {
+			archivekit.ApplyMark(e, m, now)
+			n++
+		}
 	}
-	if !slices.Contains(e.ReplayedBy, replayID) {
-		e.ReplayedBy = append(e.ReplayedBy, replayID)
-	}
-	return nil
+	return n, nil
 }
 
 // SaveReplay stores (creates or updates) a replay run.
@@ -174,6 +182,7 @@ func (a *Archive) SaveReplay(_ context.Context, run archive.ReplayRun) error {
 		return fmt.Errorf("%w: replay run without ID", dlq.ErrInvalidOption)
 	}
 	run.Filter.IDs = slices.Clone(run.Filter.IDs)
+	run.Filter.States = slices.Clone(run.Filter.States)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.runs[run.ID] = run
@@ -189,7 +198,22 @@ func (a *Archive) LoadReplay(_ context.Context, id string) (archive.ReplayRun, e
 		return archive.ReplayRun{}, fmt.Errorf("memarchive: replay %q: %w", id, archive.ErrNotFound)
 	}
 	run.Filter.IDs = slices.Clone(run.Filter.IDs)
+	run.Filter.States = slices.Clone(run.Filter.States)
 	return run, nil
+}
+
+// ListReplays returns every replay run, the most recently started first.
+func (a *Archive) ListReplays(_ context.Context) ([]archive.ReplayRun, error) {
+	a.mu.Lock()
+	out := make([]archive.ReplayRun, 0, len(a.runs))
+	for _, run := range a.runs {
+		run.Filter.IDs = slices.Clone(run.Filter.IDs)
+		run.Filter.States = slices.Clone(run.Filter.States)
+		out = append(out, run)
+	}
+	a.mu.Unlock()
+	archivekit.SortRuns(out)
+	return out, nil
 }
 
 // clone returns a copy of e that shares no memory with the archive.

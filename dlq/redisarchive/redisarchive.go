@@ -142,9 +142,14 @@ func (a *Archive) seqKey() string            { return a.tag + "seq" }
 func (a *Archive) idxKey() string            { return a.tag + "idx" }
 func (a *Archive) entryKey(id string) string { return a.tag + "e:" + id }
 func (a *Archive) runKey(id string) string   { return a.tag + "run:" + id }
+func (a *Archive) runsKey() string           { return a.tag + "runs" }
 
 // publishScript stores one entry unless it exists; then it counts a copy.
-// KEYS: entry, seq counter, index. ARGV: id, archived-at, field/value pairs.
+// A new entry whose message replays another (KEYS[4], the entry of its
+// dlq.KeyReplayOf; KEYS[1] when it has none) becomes that one's
+// failed-again link (fa).
+// KEYS: entry, seq counter, index, replayed entry. ARGV: id, archived-at,
+// field/value pairs.
 var publishScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('HINCRBY', KEYS[1], 'copies', 1)
@@ -159,20 +164,27 @@ while i <= #ARGV do
   i = j + 1
 end
 redis.call('ZADD', KEYS[3], seq, ARGV[1])
+if KEYS[4] ~= KEYS[1] and redis.call('EXISTS', KEYS[4]) == 1 then
+  redis.call('HSET', KEYS[4], 'fa', ARGV[1])
+end
 return seq
 `)
 
-// markScript appends a replay run ID to an entry once.
-// KEYS: entry. ARGV: run ID. Returns 0 when the entry does not exist.
+// markScript moves an entry to a state; a replayed mark also appends the
+// run ID to the entry's runs once.
+// KEYS: entry. ARGV: state, run ID, note, Unix ns. Returns 0 when the
+// entry does not exist.
 var markScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local rb = redis.call('HGET', KEYS[1], 'rb')
-if not rb then
-  redis.call('HSET', KEYS[1], 'rb', ARGV[1])
-  return 1
+if ARGV[1] == 'replayed' then
+  local rb = redis.call('HGET', KEYS[1], 'rb')
+  if not rb then
+    redis.call('HSET', KEYS[1], 'rb', ARGV[2])
+  elseif not string.find('\0' .. rb .. '\0', '\0' .. ARGV[2] .. '\0', 1, true) then
+    redis.call('HSET', KEYS[1], 'rb', rb .. '\0' .. ARGV[2])
+  end
 end
-if string.find('\0' .. rb .. '\0', '\0' .. ARGV[1] .. '\0', 1, true) then return 1 end
-redis.call('HSET', KEYS[1], 'rb', rb .. '\0' .. ARGV[1])
+redis.call('HSET', KEYS[1], 'st', ARGV[1], 'sa', ARGV[4], 'sn', ARGV[3])
 return 1
 `)
 
@@ -210,7 +222,10 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 		for k, v := range m.Metadata {
 			args = append(args, "m:"+k, v)
 		}
-		keys := []string{a.entryKey(m.UUID), a.seqKey(), a.idxKey()}
+		keys := []string{a.entryKey(m.UUID), a.seqKey(), a.idxKey(), a.entryKey(m.UUID)}
+		if of := m.Metadata.Get(dlq.KeyReplayOf); of != "" {
+			keys[3] = a.entryKey(of)
+		}
 		if err := publishScript.Run(m.Context(), rdb, keys, args...).Err(); err != nil {
 			return fmt.Errorf("redisarchive: publish %q: %w", m.UUID, err)
 		}
@@ -265,7 +280,27 @@ func decode(id string, h map[string]string) (archive.Entry, error) {
 	if rb, ok := h["rb"]; ok {
 		e.ReplayedBy = strings.Split(rb, "\x00")
 	}
+	if err := lifecycle(&e, h["st"], h["sa"], h["sn"], h["fa"]); err != nil {
+		return archive.Entry{}, fmt.Errorf("redisarchive: entry %q is corrupt: %w", id, err)
+	}
 	return e, nil
+}
+
+// lifecycle fills e's lifecycle fields from their hash fields (st, sa, sn,
+// fa); an entry without st is open.
+func lifecycle(e *archive.Entry, st, sa, sn, fa string) error {
+	e.State, e.Note, e.FailedAgainAs = archive.StateOpen, sn, fa
+	if st != "" {
+		e.State = archive.State(st)
+	}
+	if sa != "" {
+		ns, err := strconv.ParseInt(sa, 10, 64)
+		if err != nil {
+			return err
+		}
+		e.StateAt = time.Unix(0, ns).UTC()
+	}
+	return nil
 }
 
 // fetch reads the hashes of ids in one pipeline, skipping deleted ones.
@@ -352,7 +387,7 @@ func (a *Archive) fetchBare(ctx context.Context, ids []string) ([]archive.Entry,
 
 // summaryFields are the hash fields a scan reads: what Filter.Match and
 // Stats look at, without payload and metadata.
-var summaryFields = []string{"seq", "rb", "x:r", "x:t", "x:h", "x:k", "x:e", "x:y", "x:d", "x:p"}
+var summaryFields = []string{"seq", "rb", "x:r", "x:t", "x:h", "x:k", "x:e", "x:y", "x:d", "x:p", "st", "fa"}
 
 // summaries reads the summary fields of ids in one pipeline, skipping
 // deleted entries. The entries have no payload; their Message carries only
@@ -391,6 +426,10 @@ func (a *Archive) summaries(ctx context.Context, ids []string) ([]archive.Entry,
 		}
 		if v[1] != nil {
 			e.ReplayedBy = strings.Split(str(1), "\x00")
+		}
+		e.State, e.FailedAgainAs = archive.StateOpen, str(11)
+		if st := str(10); st != "" {
+			e.State = archive.State(st)
 		}
 		out = append(out, e)
 	}
@@ -519,21 +558,37 @@ func (a *Archive) Delete(ctx context.Context, ids ...string) (int, error) {
 	return n, nil
 }
 
-// MarkReplayed records that replay run replayID republished entry id
-// (once per run), or returns archive.ErrNotFound. A run ID must be
-// non-empty and free of NUL bytes.
-func (a *Archive) MarkReplayed(ctx context.Context, id, replayID string) error {
-	if replayID == "" || strings.ContainsRune(replayID, 0) {
-		return fmt.Errorf("%w: replay run ID %q", dlq.ErrInvalidOption, replayID)
+// Mark moves the entries to m.To and returns how many exist: one script
+// call per entry, in one pipeline.
+func (a *Archive) Mark(ctx context.Context, m archive.Mark, ids ...string) (int, error) {
+	if err := archivekit.CheckMark(m); err != nil {
+		return 0, err
 	}
-	n, err := markScript.Run(ctx, a.rdb, []string{a.entryKey(id)}, replayID).Int()
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	if err := markScript.Load(ctx, a.rdb).Err(); err != nil {
+		return 0, fmt.Errorf("redisarchive: mark: %w", err)
+	}
+	at := strconv.FormatInt(a.now().UnixNano(), 10)
+	cmds := make([]*redis.Cmd, len(ids))
+	_, err := a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = markScript.EvalSha(ctx, p, []string{a.entryKey(id)}, string(m.To), m.Run, m.Note, at)
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("redisarchive: mark %q replayed: %w", id, err)
+		return 0, fmt.Errorf("redisarchive: mark: %w", err)
 	}
-	if n == 0 {
-		return fmt.Errorf("redisarchive: %q: %w", id, archive.ErrNotFound)
+	n := 0
+	for _, c := range cmds {
+		if k, _ := c.Int(); k == 1 {
+			n++
+		}
 	}
-	return nil
+	return n, nil
 }
 
 // SaveReplay stores (creates or updates) a replay run, as JSON.
@@ -545,10 +600,52 @@ func (a *Archive) SaveReplay(ctx context.Context, run archive.ReplayRun) error {
 	if err != nil {
 		return fmt.Errorf("redisarchive: encode replay %q: %w", run.ID, err)
 	}
-	if err := a.rdb.Set(ctx, a.runKey(run.ID), b, 0).Err(); err != nil {
+	_, err = a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, a.runKey(run.ID), b, 0)
+		p.SAdd(ctx, a.runsKey(), run.ID)
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("redisarchive: save replay %q: %w", run.ID, err)
 	}
 	return nil
+}
+
+// ListReplays returns every replay run, the most recently started first:
+// the runs of the run set ({prefix}:runs), read in one pipeline. (A run
+// saved before the set existed is listed once it is saved again.)
+func (a *Archive) ListReplays(ctx context.Context) ([]archive.ReplayRun, error) {
+	ids, err := a.rdb.SMembers(ctx, a.runsKey()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisarchive: list replays: %w", err)
+	}
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, err = a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Get(ctx, a.runKey(id))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("redisarchive: list replays: %w", err)
+	}
+	out := make([]archive.ReplayRun, 0, len(ids))
+	for i, c := range cmds {
+		b, err := c.Bytes()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("redisarchive: list replays: %w", err)
+		}
+		var run archive.ReplayRun
+		if err := json.Unmarshal(b, &run); err != nil {
+			return nil, fmt.Errorf("redisarchive: replay %q is corrupt: %w", ids[i], err)
+		}
+		out = append(out, run)
+	}
+	archivekit.SortRuns(out)
+	return out, nil
 }
 
 // LoadReplay reads a replay run back, or returns archive.ErrNotFound.

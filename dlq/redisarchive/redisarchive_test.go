@@ -59,12 +59,14 @@ func TestKeysShareOneHashTagAndHaveNoTTL(t *testing.T) {
 	require.NoError(t, err)
 	m := message.NewMessage("id-1", []byte("p"))
 	require.NoError(t, a.Publish("dead", m))
-	require.NoError(t, a.MarkReplayed(t.Context(), "id-1", "run-1"))
+	n, err := a.Mark(t.Context(), archive.Mark{To: archive.StateReplayed, Run: "run-1"}, "id-1")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
 	require.NoError(t, a.SaveReplay(t.Context(), archive.ReplayRun{ID: "run-1"}))
 
 	keys, err := rdb.Keys(t.Context(), "{"+prefix+"}:*").Result()
 	require.NoError(t, err)
-	require.Len(t, keys, 4, "seq, idx, entry, run: %v", keys)
+	require.Len(t, keys, 5, "seq, idx, entry, run, runs: %v", keys)
 	for _, k := range keys {
 		require.True(t, strings.HasPrefix(k, "{"+prefix+"}:"), "%s has the archive's hash tag", k)
 		ttl, err := rdb.PTTL(t.Context(), k).Result()
@@ -94,13 +96,16 @@ func TestOptions(t *testing.T) {
 }
 
 func TestMarkReplayedRefusesNUL(t *testing.T) {
+	// The run IDs of an entry are NUL-separated in its hash.
 	t.Parallel()
 	rdb, prefix := setup(t)
 	a, err := redisarchive.New(rdb, archive.WithPrefix(prefix))
 	require.NoError(t, err)
 	require.NoError(t, a.Publish("dead", message.NewMessage("id-1", nil)))
-	require.ErrorIs(t, a.MarkReplayed(t.Context(), "id-1", "a\x00b"), dlq.ErrInvalidOption)
-	require.ErrorIs(t, a.MarkReplayed(t.Context(), "id-1", ""), dlq.ErrInvalidOption)
+	for _, run := range []string{"a\x00b", ""} {
+		_, err := a.Mark(t.Context(), archive.Mark{To: archive.StateReplayed, Run: run}, "id-1")
+		require.ErrorIs(t, err, dlq.ErrInvalidOption, "run %q", run)
+	}
 }
 
 func TestServerDownIsAnError(t *testing.T) {

@@ -96,8 +96,9 @@ type Summary struct {
 	// State is the saved state of the run ("" for a dry run).
 	State archive.RunState
 	// Counters of this call. WouldReplay and Refused (with would_refuse)
-	// count a dry run's decisions.
-	Replayed, Refused, WouldReplay, Refailed int
+	// count a dry run's decisions. Resolved counts the entries marked
+	// resolved; Pending (Reconcile) those whose outcome is still unknown.
+	Replayed, Refused, WouldReplay, Refailed, Resolved, Pending int
 	// After is the run's cursor: every entry up to this Seq was handled.
 	After int64
 	// First and Last are the clock times of the first and last publish of
@@ -111,8 +112,12 @@ type Summary struct {
 // filter selects (its NotReplayedBy is set to the run's ID), in Seq order,
 // to pub. It returns when every selected entry is handled (State "done"),
 // when WithMax is reached, when ctx ends or a publish, mark or save fails
-// (State "interrupted", the error is returned), or when the run aborts
-// itself (ErrAborted). The Summary is filled in every case. Run refuses
+// (State "interrupted", the error is returned), when the run aborts
+// itself (ErrAborted), or when an operator canceled it in the archive
+// (State "canceled", an error wrapping context.Canceled). Each entry it
+// republishes is marked replayed (archive.StateReplayed); with WithStore,
+// those whose operation it sees completed are marked resolved. The
+// Summary is filled in every case. Run refuses
 // (dlq.ErrInvalidOption) the ID of a run the archive already has: Resume
 // continues that one.
 //
@@ -247,6 +252,8 @@ type runner struct {
 	total    int
 	decided  int
 	err      error // the first publish, mark or save error
+	saved    bool  // the run was saved once by this call
+	canceled bool  // an operator canceled the run (seen by save)
 }
 
 func execute(ctx context.Context, ar archive.Archive, pub message.Publisher, run archive.ReplayRun, o config) (Summary, error) {
@@ -307,6 +314,9 @@ func (r *runner) finish(ctx context.Context, more bool, stopErr error) (Summary,
 		stopErr = r.err
 	}
 	r.run.State = finalState(stopErr, more)
+	if r.canceled {
+		r.run.State = archive.RunCanceled
+	}
 	r.res.State = r.run.State
 	r.mu.Unlock()
 	if err := r.save(context.WithoutCancel(ctx)); err != nil && stopErr == nil {
@@ -412,11 +422,14 @@ func (r *runner) handle(d *dispatch, e archive.Entry) error {
 	return nil
 }
 
-// admit returns why the next publish must not go (a publish failed, the
-// run aborts, the context ended while waiting for the rate limiter), or
-// nil once it may.
+// admit returns why the next publish must not go (a publish failed, an
+// operator canceled the run, the run aborts, the context ended while
+// waiting for the rate limiter), or nil once it may.
 func (r *runner) admit(d *dispatch) error {
 	if err := r.failed(); err != nil {
+		return err
+	}
+	if err := r.canceledErr(); err != nil {
 		return err
 	}
 	if r.watch.due() {
@@ -432,6 +445,17 @@ func (r *runner) admit(d *dispatch) error {
 		return r.stopCause(d.ctx)
 	}
 	return nil
+}
+
+// canceledErr is the error of a run an operator canceled, or nil. It
+// wraps context.Canceled.
+func (r *runner) canceledErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.canceled {
+		return nil
+	}
+	return fmt.Errorf("replay: run %s canceled by an operator: %w", r.run.ID, context.Canceled)
 }
 
 // stopCause is why dispatching stopped: the first failure, else ctx's error.
@@ -594,7 +618,7 @@ func (r *runner) publish(ctx context.Context, e archive.Entry, topic string, msg
 	at := r.o.Clock.Now()
 	// The publish happened: record it even when ctx has ended.
 	ctx = context.WithoutCancel(ctx)
-	markErr := r.archive.MarkReplayed(ctx, e.ID, r.run.ID)
+	markErr := r.mark(ctx, e.ID)
 	r.watch.track(e, msg)
 	r.mu.Lock()
 	r.res.Replayed++
@@ -671,11 +695,32 @@ func (r *runner) report(p Progress) {
 	r.o.Progress(p)
 }
 
+// mark records that the run republished entry id: the entry becomes
+// replayed.
+func (r *runner) mark(ctx context.Context, id string) error {
+	n, err := r.archive.Mark(ctx, archive.Mark{To: archive.StateReplayed, Run: r.run.ID}, id)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("entry %s: %w", id, archive.ErrNotFound)
+	}
+	return err
+}
+
 // save stores the run's state; saves are serialized so a later cursor is
-// never overwritten by an earlier one.
+// never overwritten by an earlier one. Each save after the first reads
+// the saved run first: an operator who canceled it (archive.RunCanceled)
+// stops it, and the run stays canceled.
 func (r *runner) save(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.saved && r.run.State == archive.RunRunning {
+		if cur, err := r.archive.LoadReplay(ctx, r.run.ID); err == nil && cur.State == archive.RunCanceled {
+			r.canceled = true
+		}
+	}
+	if r.canceled {
+		r.run.State = archive.RunCanceled
+	}
+	r.saved = true
 	r.run.Updated = r.o.Clock.Now()
 	if err := r.archive.SaveReplay(ctx, r.run); err != nil {
 		return fmt.Errorf("replay: save run: %w", err)

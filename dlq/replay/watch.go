@@ -125,7 +125,25 @@ func (w *watcher) check(ctx context.Context, final bool) (abort bool, err error)
 	if scan {
 		cursor, err = w.scan(ctx, cursor, &o)
 	}
-	return w.tally(ctx, final, cursor, o), err
+	abort = w.tally(ctx, final, cursor, o)
+	w.markDone(ctx, o.done)
+	return abort, err
+}
+
+// markDone marks the entries whose replayed operation completed
+// resolved, and counts them in the run.
+func (w *watcher) markDone(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	n, err := w.r.archive.Mark(ctx, archive.Mark{To: archive.StateResolved, Run: w.r.run.ID, Note: noteDone}, ids...)
+	if err != nil {
+		w.r.log.WarnContext(ctx, "replay: marking resolved entries failed", "error", err)
+	}
+	w.r.mu.Lock()
+	w.r.run.Resolved += n
+	w.r.res.Resolved += n
+	w.r.mu.Unlock()
 }
 
 // outcomes are what one check learned: the entries whose replayed
@@ -135,6 +153,7 @@ type outcomes struct {
 	resolved    map[string]bool
 	refailedIDs []string
 	successes   int
+	done        []string // the entries of the successes
 }
 
 // begin starts a check: it returns the messages to follow, the scan
@@ -154,10 +173,15 @@ func (w *watcher) begin(final bool) (pending []tracked, cursor int64, scan bool)
 }
 
 // follow looks up the outcome of each followed message: its dedup record
-// (with a Store), else its dead letter in the archive.
+// (with a Store; in one read per namespace when it is a RecordsReader),
+// else its dead letter in the archive.
 func (w *watcher) follow(ctx context.Context, pending []tracked, o *outcomes) {
+	var recs map[string]idempotency.Record
+	if w.r.o.Store != nil {
+		recs = readRecords(ctx, w.r.o.Store, pending)
+	}
 	for _, p := range pending {
-		if w.followRecord(ctx, p, o) {
+		if w.followRecord(p, recs, o) {
 			continue
 		}
 		// The dead letter of a replayed message is a new entry (its ID
@@ -169,20 +193,17 @@ func (w *watcher) follow(ctx context.Context, pending []tracked, o *outcomes) {
 	}
 }
 
-// followRecord reads p's dedup record (with a Store) and reports whether
-// it told p's outcome: DONE is a success, EXHAUSTED and reopened by this
-// run a re-failure.
-func (w *watcher) followRecord(ctx context.Context, p tracked, o *outcomes) bool {
-	st := w.r.o.Store
-	if st == nil || p.namespace == "" || p.key == "" {
-		return false
-	}
-	rec, err := st.Get(ctx, p.namespace, p.key)
+// followRecord looks at p's dedup record (read by follow) and reports
+// whether it told p's outcome: DONE is a success, EXHAUSTED and reopened
+// by this run a re-failure.
+func (w *watcher) followRecord(p tracked, recs map[string]idempotency.Record, o *outcomes) bool {
+	rec, ok := recs[p.entryID]
 	switch {
-	case err != nil:
+	case !ok:
 		return false
 	case rec.State == idempotency.StateDone:
 		o.successes++
+		o.done = append(o.done, p.entryID)
 	case rec.State == idempotency.StateExhausted && rec.ReopenedBy == w.r.run.ID:
 		o.refailedIDs = append(o.refailedIDs, p.entryID)
 	default:

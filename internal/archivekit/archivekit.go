@@ -5,9 +5,13 @@
 package archivekit
 
 import (
+	"fmt"
 	"slices"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -61,6 +65,7 @@ func Entry(msg *message.Message, archivedAt time.Time) archive.Entry {
 		Error:          md.Get(dlq.KeyError),
 		ErrorTypes:     md.Get(dlq.KeyErrorTypes),
 		DeadLetteredAt: archivedAt,
+		State:          archive.StateOpen,
 	}
 	if n, err := strconv.Atoi(md.Get(dlq.KeyAttempts)); err == nil {
 		e.Attempts = n
@@ -78,6 +83,7 @@ func NewStats() archive.Stats {
 		ByTopic:     map[string]int{},
 		ByHandler:   map[string]int{},
 		ByErrorType: map[string]int{},
+		ByState:     map[string]int{},
 	}
 }
 
@@ -98,11 +104,15 @@ func AddStats(s *archive.Stats, e archive.Entry) {
 	if s.ByErrorType == nil {
 		s.ByErrorType = empty.ByErrorType
 	}
+	if s.ByState == nil {
+		s.ByState = empty.ByState
+	}
 	s.Total++
 	s.ByReason[string(e.Reason)]++
 	s.ByTopic[e.OriginalTopic]++
 	s.ByHandler[e.Handler]++
 	s.ByErrorType[dlq.RootErrorType(e.ErrorTypes)]++
+	s.ByState[string(StateOf(e))]++
 	if s.Oldest.IsZero() || e.DeadLetteredAt.Before(s.Oldest) {
 		s.Oldest = e.DeadLetteredAt
 	}
@@ -113,3 +123,57 @@ func AddStats(s *archive.Stats, e archive.Entry) {
 
 // PrefixOption is the name archive.WithPrefix records in the options.Set.
 const PrefixOption = "archive.WithPrefix"
+
+// StateOf is e's state; an entry without one is open.
+func StateOf(e archive.Entry) archive.State {
+	if e.State == "" {
+		return archive.StateOpen
+	}
+	return e.State
+}
+
+// States are the states of an archived entry, in lifecycle order.
+var States = []archive.State{archive.StateOpen, archive.StateReplayed, archive.StateResolved, archive.StateDiscarded}
+
+// MaxNote is the longest Mark.Note, in characters (documented on
+// archive.Mark).
+const MaxNote = 1000
+
+// CheckMark refuses a Mark that names no known state, marks replayed
+// without a run (or with a run ID holding a NUL byte, which the Redis
+// archive uses as separator), discards without a note, or has a note
+// longer than MaxNote.
+func CheckMark(m archive.Mark) error {
+	switch {
+	case !slices.Contains(States, m.To):
+		return fmt.Errorf("%w: archive: mark to unknown state %q", dlq.ErrInvalidOption, m.To)
+	case m.To == archive.StateReplayed && m.Run == "":
+		return fmt.Errorf("%w: archive: a replayed mark needs the replay run", dlq.ErrInvalidOption)
+	case strings.ContainsRune(m.Run, 0):
+		return fmt.Errorf("%w: archive: replay run ID %q", dlq.ErrInvalidOption, m.Run)
+	case m.To == archive.StateDiscarded && strings.TrimSpace(m.Note) == "":
+		return fmt.Errorf("%w: archive: a discard needs a reason (Note)", dlq.ErrInvalidOption)
+	case utf8.RuneCountInString(m.Note) > MaxNote:
+		return fmt.Errorf("%w: archive: a note of %d characters (at most %d)", dlq.ErrInvalidOption, utf8.RuneCountInString(m.Note), MaxNote)
+	}
+	return nil
+}
+
+// ApplyMark applies m to e at now (m checked by CheckMark): a replayed
+// mark adds the run to ReplayedBy once.
+func ApplyMark(e *archive.Entry, m archive.Mark, now time.Time) {
+	if m.To == archive.StateReplayed && !slices.Contains(e.ReplayedBy, m.Run) {
+		e.ReplayedBy = append(e.ReplayedBy, m.Run)
+	}
+	e.State, e.StateAt, e.Note = m.To, now, m.Note
+}
+
+// SortRuns orders replay runs the most recently started first (then by ID).
+func SortRuns(runs []archive.ReplayRun) {
+	sort.Slice(runs, func(i, j int) bool {
+		if !runs[i].Started.Equal(runs[j].Started) {
+			return runs[i].Started.After(runs[j].Started)
+		}
+		return runs[i].ID < runs[j].ID
+	})
+}
