@@ -76,9 +76,12 @@ Replay what should be replayed first.`,
 			out := purgeJSON{DryRun: !yes, Hard: hard, Why: why, Entries: []entryJSON{}}
 			tw := newTable(a.stdout)
 			if !asJSON {
-				verb := "REMOVED"
-				if !yes {
+				verb := "DISCARDED"
+				switch {
+				case !yes:
 					verb = "WOULD REMOVE"
+				case hard:
+					verb = "DELETED"
 				}
 				fprintf(tw, "%s\tSEQ\tAGE\tREASON\tTOPIC\tKEY\tERROR\n", verb)
 			}

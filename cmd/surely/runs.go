@@ -25,7 +25,8 @@ type runJSON struct {
 	Refailed int       `json:"failed_again"`
 	Resolved int       `json:"resolved"`
 	// Rate is the run's average publishes per second, from its start to
-	// its last save.
+	// its last save (the first publish goes at once: n publishes, n-1
+	// intervals).
 	Rate   float64 `json:"rate_per_second"`
 	Cursor int64   `json:"cursor"`
 	Target string  `json:"target,omitempty"`
@@ -41,8 +42,8 @@ func toRunJSON(r archive.ReplayRun) runJSON {
 		Replayed: r.Replayed, Refused: r.Refused, Refailed: r.Refailed, Resolved: r.Resolved,
 		Cursor: r.After, Target: r.Target, NewKey: r.NewKey, Force: r.Force, Filter: describeFilter(r.Filter),
 	}
-	if d := r.Updated.Sub(r.Started); d > 0 && r.Replayed > 0 {
-		out.Rate = float64(r.Replayed) / d.Seconds()
+	if d := r.Updated.Sub(r.Started); d > 0 && r.Replayed > 1 {
+		out.Rate = float64(r.Replayed-1) / d.Seconds()
 	}
 	return out
 }

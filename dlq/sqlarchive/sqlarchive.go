@@ -180,17 +180,13 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 			if payload == nil {
 				payload = []byte{}
 			}
-			of, err := a.replayOf(ctx, tx, m)
-			if err != nil {
-				return err
-			}
-			_, err = tx.ExecContext(ctx, stmt, m.UUID, payload, encodeMetadata(m.Metadata), now.UnixNano(),
+			_, err := tx.ExecContext(ctx, stmt, m.UUID, payload, encodeMetadata(m.Metadata), now.UnixNano(),
 				text(string(e.Reason)), text(e.OriginalTopic), text(e.Handler), text(e.OperationKey), text(e.Error),
 				text(dlq.RootErrorType(e.ErrorTypes)), e.DeadLetteredAt.UnixNano(), text(m.Metadata.Get(dlq.KeyReplayID)))
 			if err != nil {
 				return fmt.Errorf("sqlarchive: publish %q: %w", m.UUID, err)
 			}
-			if err := a.linkFailedAgain(ctx, tx, m, of); err != nil {
+			if err := a.linkFailedAgain(ctx, tx, m); err != nil {
 				return err
 			}
 		}
@@ -198,29 +194,21 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 	})
 }
 
-// replayOf returns the entry m's replayed message came from
-// (dlq.KeyReplayOf) when m is a new entry: the dead letter of a replay that
-// failed again. It returns "" for a copy of an entry, or a message that
-// replays nothing.
-func (a *Archive) replayOf(ctx context.Context, tx *sql.Tx, m *message.Message) (string, error) {
+// linkFailedAgain makes the entry that m's replayed message came from
+// (dlq.KeyReplayOf) name m as its FailedAgainAs, when m was just stored
+// as a new entry (its first copy): m is the dead letter of a replay that
+// failed again. It reads after the insert, so that a SQLite transaction
+// writes first and never has to upgrade a read lock.
+func (a *Archive) linkFailedAgain(ctx context.Context, tx *sql.Tx, m *message.Message) error {
 	of := m.Metadata.Get(dlq.KeyReplayOf)
 	if of == "" || of == m.UUID {
-		return "", nil
+		return nil
 	}
-	var n int
-	if err := tx.QueryRowContext(ctx, a.q("SELECT COUNT(*) FROM "+a.entries+" WHERE id = ?"), m.UUID).Scan(&n); err != nil {
-		return "", fmt.Errorf("sqlarchive: publish %q: %w", m.UUID, err)
+	var copies int
+	if err := tx.QueryRowContext(ctx, a.q("SELECT copies FROM "+a.entries+" WHERE id = ?"), m.UUID).Scan(&copies); err != nil {
+		return fmt.Errorf("sqlarchive: publish %q: %w", m.UUID, err)
 	}
-	if n > 0 {
-		return "", nil
-	}
-	return of, nil
-}
-
-// linkFailedAgain makes entry of (see replayOf) name m as its
-// FailedAgainAs.
-func (a *Archive) linkFailedAgain(ctx context.Context, tx *sql.Tx, m *message.Message, of string) error {
-	if of == "" {
+	if copies != 1 {
 		return nil
 	}
 	if _, err := tx.ExecContext(ctx, a.q("UPDATE "+a.entries+" SET failed_again_as = ? WHERE id = ?"), m.UUID, of); err != nil {
@@ -539,24 +527,23 @@ func (a *Archive) Mark(ctx context.Context, m archive.Mark, ids ...string) (int,
 			for i, id := range chunk {
 				args[i] = id
 			}
+			// Writes first: a SQLite transaction that read first would
+			// have to upgrade its lock, and fail busy under concurrency.
 			in := " WHERE id IN (" + placeholders(len(chunk)) + ")"
-			var k int
-			if err := tx.QueryRowContext(ctx, a.q("SELECT COUNT(*) FROM "+a.entries+in), args...).Scan(&k); err != nil {
+			if _, err := tx.ExecContext(ctx, a.q("UPDATE "+a.entries+" SET "+set+in),
+				append([]any{string(m.To), now, text(m.Note)}, args...)...); err != nil {
 				return fmt.Errorf("sqlarchive: mark: %w", err)
-			}
-			n += k
-			if k == 0 {
-				continue
 			}
 			if m.To == archive.StateReplayed {
 				if err := a.addReplayMarks(ctx, tx, chunk, m.Run); err != nil {
 					return err
 				}
 			}
-			if _, err := tx.ExecContext(ctx, a.q("UPDATE "+a.entries+" SET "+set+in),
-				append([]any{string(m.To), now, text(m.Note)}, args...)...); err != nil {
+			var k int
+			if err := tx.QueryRowContext(ctx, a.q("SELECT COUNT(*) FROM "+a.entries+in), args...).Scan(&k); err != nil {
 				return fmt.Errorf("sqlarchive: mark: %w", err)
 			}
+			n += k
 		}
 		return nil
 	})
