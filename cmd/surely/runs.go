@@ -194,10 +194,7 @@ process the replayed messages.`,
 		Args: exactArgs(1, "one replay run ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			if err := idempotency.ValidateKey(id); err != nil {
-				return usageErr("run %q: %w", id, err)
-			}
-			ar, err := a.openArchive(cmd)
+			ar, err := a.openRunArchive(cmd, id)
 			if err != nil {
 				return err
 			}
@@ -302,10 +299,7 @@ cannot be canceled.`,
 		Args:    exactArgs(1, "one replay run ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			if err := idempotency.ValidateKey(id); err != nil {
-				return usageErr("run %q: %w", id, err)
-			}
-			ar, err := a.openArchive(cmd)
+			ar, err := a.openRunArchive(cmd, id)
 			if err != nil {
 				return err
 			}
@@ -335,4 +329,12 @@ cannot be canceled.`,
 			return nil
 		},
 	}
+}
+
+// openRunArchive checks a run ID given as argument and opens the archive.
+func (a *app) openRunArchive(cmd *cobra.Command, id string) (*archiveConn, error) {
+	if err := idempotency.ValidateKey(id); err != nil {
+		return nil, usageErr("run %q: %w", id, err)
+	}
+	return a.openArchive(cmd)
 }

@@ -15,9 +15,11 @@ const noteDone = "the replayed operation completed (dedup record done)"
 
 // RecordsReader is an idempotency.Store that reads the records of many
 // operation keys of one namespace in one round trip: the keys without a
-// record (or whose record expired) are absent from the map. A run's
-// checks and Reconcile use it when the store has it (memstore, sqlstore
-// and redisstore do); with any other store they call Get once per key.
+// record (or whose record expired) are absent from the map, and each
+// record has at least its Namespace, Key, State, ReopenedBy and ExpiresAt.
+// A run's checks and Reconcile use it when the store has it (memstore,
+// sqlstore and redisstore do); with any other store they call Get once
+// per key.
 type RecordsReader interface {
 	GetRecords(ctx context.Context, namespace string, keys []string) (map[string]idempotency.Record, error)
 }
