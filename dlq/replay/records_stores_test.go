@@ -61,6 +61,15 @@ func TestStoresReadRecordsInBatch(t *testing.T) {
 			t.Cleanup(func() { _, _ = db.ExecContext(context.Background(), `DROP TABLE IF EXISTS "`+table+`"`) })
 			return st
 		},
+		"sqlstore-mysql": func(t *testing.T) idempotency.Store {
+			db := testsql.MySQL(t)
+			table := randomName("rr_")
+			st, err := sqlstore.New(db, sqlstore.MySQL, sqlstore.WithTable(table))
+			require.NoError(t, err)
+			require.NoError(t, st.Migrate(t.Context()))
+			t.Cleanup(func() { _, _ = db.ExecContext(context.Background(), "DROP TABLE IF EXISTS `"+table+"`") })
+			return st
+		},
 	}
 	for name, open := range stores {
 		t.Run(name, func(t *testing.T) {
