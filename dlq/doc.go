@@ -66,7 +66,7 @@
 // dlq/replay) takes its required inputs as arguments and the rest as
 // options of one type, Option. The options common to several of them are
 // defined here (WithLogger, WithClock, WithRetention); those of one
-// package in that package (redisarchive.WithKeyPrefix, replay.WithRate).
+// package in that package (archive.WithPrefix, replay.WithRate).
 // A constructor given an option it does not use returns an error wrapping
 // ErrInvalidOption.
 //

@@ -19,7 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/surely-dev/surely/adapters/nats"
-	"github.com/surely-dev/surely/dlq/replay"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/internal/testbroker"
 )
 
@@ -103,7 +103,7 @@ func TestReplaySIGINT(t *testing.T) {
 
 	saved, err := ar.LoadReplay(ctx, runID)
 	require.NoError(t, err)
-	assert.Equal(t, replay.StateInterrupted, saved.State)
+	assert.Equal(t, archive.RunInterrupted, saved.State)
 	first := saved.Replayed
 	require.GreaterOrEqual(t, first, 1)
 	require.Less(t, first, 4, "interrupted before the end")

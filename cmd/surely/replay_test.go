@@ -26,7 +26,6 @@ import (
 	"github.com/surely-dev/surely/adapters/nats"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
-	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/envelope"
@@ -141,7 +140,7 @@ func TestReplayDryRunChangesNothing(t *testing.T) {
 	assert.Equal(t, before, snapshot(t, ar), "no entry changed")
 	for _, id := range []string{"run-0001", "run-0002"} {
 		_, err := ar.LoadReplay(context.Background(), id)
-		require.ErrorIs(t, err, archive.ErrReplayNotFound, "no run saved")
+		require.ErrorIs(t, err, archive.ErrNotFound, "no run saved")
 	}
 }
 
@@ -195,7 +194,7 @@ func TestReplayInterruptAndResume(t *testing.T) {
 	assert.Len(t, rec.uuids(), 2)
 	run0, err := ar.LoadReplay(context.Background(), "run-0001")
 	require.NoError(t, err)
-	assert.Equal(t, replay.StateInterrupted, run0.State)
+	assert.Equal(t, archive.RunInterrupted, run0.State)
 	assert.Equal(t, int64(2), run0.After)
 
 	// Filters cannot be changed on resume.
@@ -264,7 +263,7 @@ func TestReplayAbortsOnRefailures(t *testing.T) {
 	assert.Contains(t, out, "resume with: surely dlq replay --resume run-0001")
 	run0, err := ar.LoadReplay(context.Background(), "run-0001")
 	require.NoError(t, err)
-	assert.Equal(t, replay.StateAborted, run0.State)
+	assert.Equal(t, archive.RunAborted, run0.State)
 	assert.Less(t, len(rec.uuids()), 30, "stopped early")
 
 	// The re-failures are listed by the run's ID.

@@ -75,24 +75,32 @@ func decodeEntry(e archive.Entry, now time.Time) showJSON {
 func (a *app) showCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "show ID",
+		Use:   "show ID|SEQ",
 		Short: "Show one dead letter: failure context, attempt history, metadata, payload",
 		Long: `show prints one archived dead letter decoded: the original message UUID,
 topic, handler, operation key, reason, error and its Go error types,
 attempts, first and last failure, trace and span ID, host, the per-attempt
 history with the trace ID of every attempt, the other metadata, and the
 payload (as text when it is valid UTF-8, else base64, flagged as such).
-ID is the dead letter's ID as printed by ls.`,
-		Example: `  surely dlq show 0b8f1c3e-7d2a-5f4b-9c1d-2e3f4a5b6c7d
+It also shows where the entry stands: open, replayed (by which runs),
+resolved, failed again (and the ID of its new dead letter) or discarded
+(and why). ID is the dead letter's ID, or its start as ls prints it, or
+its SEQ number.`,
+		Example: `  surely dlq show 0b8f1c3e
+  surely dlq show 42
   surely dlq show 0b8f1c3e-7d2a-5f4b-9c1d-2e3f4a5b6c7d --json | jq .history`,
-		Args: exactArgs(1, "one dead-letter ID"),
+		Args: exactArgs(1, "one dead-letter ID or SEQ"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ar, err := a.openArchive(cmd)
 			if err != nil {
 				return err
 			}
 			defer ar.close()
-			e, err := ar.Get(cmd.Context(), args[0])
+			ids, err := resolveRefs(cmd.Context(), ar, args)
+			if err != nil {
+				return err
+			}
+			e, err := ar.Get(cmd.Context(), ids[0])
 			if err != nil {
 				return fmt.Errorf("dead letter %s: %w", args[0], err)
 			}
@@ -134,6 +142,13 @@ func printShow(a *app, d showJSON) error {
 	row("host:", d.Host)
 	row("dedup retention:", d.Retention)
 	row("replayed by:", strings.Join(d.ReplayedBy, ", "))
+	state := d.State
+	if d.StateAt != nil {
+		state += " since " + stamp(*d.StateAt)
+	}
+	row("state:", state)
+	row("note:", d.Note)
+	row("failed again as:", d.FailedAgainAs)
 	row("envelope:", "v"+d.Version)
 	if err := tw.Flush(); err != nil {
 		return err

@@ -98,7 +98,7 @@ func Ingest(ctx context.Context, sub message.Subscriber, topic string, a Archive
 
 // ingest archives one message and acks it, or nacks it after the delay.
 func (c *ingester) ingest(ctx context.Context, topic string, a Archive, msg *message.Message) {
-	entry := CopyMessage(msg)
+	entry := copyMessage(msg)
 	if entry.UUID == "" {
 		entry.UUID = contentUUID(msg)
 	}

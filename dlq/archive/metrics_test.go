@@ -73,21 +73,21 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) map[[2]string]point {
 	require.NoError(t, r.Collect(t.Context(), &rm))
 	out := map[[2]string]point{}
 	key := func(s attribute.Set) [2]string {
-		topic, _ := s.Value(archive.AttrTopic)
-		reason, _ := s.Value(archive.AttrReason)
+		topic, _ := s.Value(attribute.Key("topic"))
+		reason, _ := s.Value(attribute.Key("reason"))
 		return [2]string{topic.AsString(), reason.AsString()}
 	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			switch m.Name {
-			case archive.MetricArchived:
+			case "surely.dlq.archived":
 				require.Equal(t, "{message}", m.Unit)
 				for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
 					p := out[key(dp.Attributes)]
 					p.count = dp.Value
 					out[key(dp.Attributes)] = p
 				}
-			case archive.MetricOldestAge:
+			case "surely.dlq.oldest_age":
 				require.Equal(t, "s", m.Unit)
 				for _, dp := range m.Data.(metricdata.Gauge[float64]).DataPoints {
 					p := out[key(dp.Attributes)]
@@ -174,7 +174,6 @@ func TestArchiveMetricsOptions(t *testing.T) {
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
 	for name, o := range map[string]dlq.Option{
 		"interval":   archive.WithMetricsInterval(0),
-		"timeout":    archive.WithMetricsTimeout(-time.Second),
 		"max series": archive.WithMetricsMaxSeries(0),
 		"logger":     dlq.WithLogger(nil),
 		"clock":      dlq.WithClock(nil),

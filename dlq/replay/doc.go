@@ -26,9 +26,10 @@
 // dedup record is found again.
 //
 // WithNewKey is the deliberate exception: each message gets a new UUID
-// (derived from the run and entry IDs, see NewKeyFor) that is also written
-// into the metadata key the default extractor reads first
-// (idempotency.DefaultMetadataKey, or WithKeyMetadata). The handler then
+// (a UUIDv5 derived from the run and entry IDs, so a repeated publish of
+// one entry by one run keeps it) that is also written into the metadata
+// key the default extractor reads first (idempotency.DefaultMetadataKey,
+// or the key WithNewKey names). The handler then
 // treats it as a new operation, whatever the old record says. This works
 // only for handlers whose key comes from that metadata key or from the
 // message UUID, not from a payload field or CloudEvents attributes. It is
@@ -91,8 +92,8 @@
 //     dead letter. A conflict is refused outright: its record's last
 //     write is unknown. An entry whose retention is unknown (neither is
 //     set) is refused too.
-//   - Resumable cursor: after each publish the entry is marked
-//     (archive.Archive.MarkReplayed) and the run saved (SaveReplay) with
+//   - Resumable cursor: after each publish the entry is marked replayed
+//     (archive.Archive.Mark) and the run saved (SaveReplay) with
 //     After = the highest Seq up to which every entry was published or
 //     refused: with Concurrency > 1 the cursor never passes an entry whose
 //     publish has not finished. When ctx ends, in-flight publishes finish
@@ -132,10 +133,28 @@
 // any success first resets it to zero. Without a Store no success can be
 // confirmed, so every re-failure of the call counts toward AbortAfter.
 //
+// # Lifecycle: resolved, failed again, canceled
+//
+// A replayed entry leaves the open state (archive.StateReplayed). With
+// WithStore, each check that finds a replayed message's dedup record DONE
+// marks its entry resolved (archive.StateResolved) and counts it in the
+// run's Resolved. A consumer usually processes the messages after the run
+// ended: Reconcile, called later with the store, resolves the entries
+// whose operation completed since, reading the records in one round trip
+// per namespace when the store is a RecordsReader. A replayed message
+// that fails again is dead-lettered under a new ID, an open entry; the
+// archive links the replayed entry to it (archive.Entry.FailedAgainAs).
+//
+// An operator cancels a run by saving it with State archive.RunCanceled
+// (surely dlq runs cancel): every save of a running call reads the run
+// first, so the call stops before its next publish, stays canceled and
+// returns an error wrapping context.Canceled. Resume continues it.
+//
 // # Progress and result
 //
 // WithProgress's callback is called after every decision with the entry, the
-// action and reason, and the counters (Total for a bar). Result has the
-// counts of the call, the saved state and cursor, and the achieved rate
-// between the first and the last publish.
+// action and reason, and the counters (Total for a bar). The Summary a
+// call returns has the counts of the call, the saved state
+// (archive.RunState) and cursor, and the achieved rate between the first
+// and the last publish.
 package replay

@@ -17,6 +17,7 @@ import (
 	"github.com/surely-dev/surely/dlq/memarchive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/archivekit"
 	"github.com/surely-dev/surely/internal/envelope"
 )
 
@@ -78,7 +79,7 @@ type recorder struct {
 
 func (r *recorder) Publish(topic string, msgs ...*message.Message) error {
 	for _, m := range msgs {
-		p := published{topic: topic, msg: archive.CopyMessage(m), at: r.clock.Now()}
+		p := published{topic: topic, msg: archivekit.CopyMessage(m), at: r.clock.Now()}
 		if r.hook != nil {
 			if err := r.hook(p); err != nil {
 				return err

@@ -71,7 +71,7 @@ func TestReplayThroughNATS(t *testing.T) {
 	res, err := replay.Run(t.Context(), a, pub, archive.Filter{}, replay.WithID("e2e"), replay.WithRate(rate), replay.WithConcurrency(4))
 	require.NoError(t, err)
 	require.Equal(t, n, res.Replayed)
-	require.Equal(t, replay.StateDone, res.State)
+	require.Equal(t, archive.RunDone, res.State)
 
 	pub.mu.Lock()
 	times := append([]time.Time(nil), pub.times...)
@@ -87,7 +87,7 @@ func TestReplayThroughNATS(t *testing.T) {
 		}
 	}
 	span := last.Sub(first)
-	t.Logf("%d publishes in %v: %.1f msg/s (target %d/s; replay.Result.Rate %.1f)", n, span, float64(n-1)/span.Seconds(), rate, res.Rate)
+	t.Logf("%d publishes in %v: %.1f msg/s (target %d/s; replay.Summary.Rate %.1f)", n, span, float64(n-1)/span.Seconds(), rate, res.Rate)
 	require.GreaterOrEqual(t, span, 9500*time.Millisecond, "the rate limit held")
 
 	began = time.Now()

@@ -20,6 +20,7 @@ import (
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
+	"github.com/surely-dev/surely/internal/archivekit"
 	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
@@ -38,7 +39,7 @@ func TestRunRepublishesTheOriginal(t *testing.T) {
 
 	res, err := replay.Run(t.Context(), a, pub, archive.Filter{Topic: "orders"}, on(c, replay.WithID("run-1"))...)
 	require.NoError(t, err)
-	require.Equal(t, replay.StateDone, res.State)
+	require.Equal(t, archive.RunDone, res.State)
 	require.Equal(t, 3, res.Replayed)
 	require.Zero(t, res.Refused)
 
@@ -64,7 +65,7 @@ func TestRunRepublishesTheOriginal(t *testing.T) {
 	}
 	run, err := a.LoadReplay(t.Context(), "run-1")
 	require.NoError(t, err)
-	require.Equal(t, replay.StateDone, run.State)
+	require.Equal(t, archive.RunDone, run.State)
 	require.Equal(t, 3, run.Replayed)
 	last, err := a.Get(t.Context(), ids[2])
 	require.NoError(t, err)
@@ -73,7 +74,7 @@ func TestRunRepublishesTheOriginal(t *testing.T) {
 
 	// The same ID cannot start a second run.
 	_, err = replay.Run(t.Context(), a, pub, archive.Filter{}, on(c, replay.WithID("run-1"))...)
-	require.ErrorIs(t, err, replay.ErrRunExists)
+	require.ErrorIs(t, err, dlq.ErrInvalidOption)
 	// A second run replays the same entries again, to Target.
 	res, err = replay.Run(t.Context(), a, pub, archive.Filter{IDs: ids[:1]},
 		on(c, replay.WithID("run-2"), replay.WithTarget("orders-retry"))...)
@@ -94,7 +95,7 @@ func TestRunNewKey(t *testing.T) {
 	pub := &recorder{clock: c}
 	var logs bytes.Buffer
 	_, err := replay.Run(t.Context(), a, pub, archive.Filter{},
-		on(c, replay.WithID("run-nk"), replay.WithNewKey(), dlq.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
+		on(c, replay.WithID("run-nk"), replay.WithNewKey(""), dlq.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
 	require.NoError(t, err)
 	got := pub.all()
 	require.Len(t, got, 2)
@@ -109,7 +110,7 @@ func TestRunNewKey(t *testing.T) {
 
 	// Another metadata key.
 	_, err = replay.Run(t.Context(), a, pub, archive.Filter{},
-		on(c, replay.WithID("run-nk2"), replay.WithNewKey(), replay.WithKeyMetadata("op"))...)
+		on(c, replay.WithID("run-nk2"), replay.WithNewKey("op"))...)
 	require.NoError(t, err)
 	got = pub.all()[2:]
 	require.Equal(t, replay.NewKeyFor("run-nk2", ids[0]), got[0].msg.Metadata.Get("op"))
@@ -154,7 +155,7 @@ func TestRunMaxThenResume(t *testing.T) {
 	res, err := replay.Run(t.Context(), a, pub, archive.Filter{}, on(c, replay.WithID("r"), replay.WithMax(2))...)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Replayed)
-	require.Equal(t, replay.StateInterrupted, res.State, "entries are left")
+	require.Equal(t, archive.RunInterrupted, res.State, "entries are left")
 
 	res, err = replay.Resume(t.Context(), a, pub, "r", on(c, replay.WithMax(2))...)
 	require.NoError(t, err)
@@ -162,7 +163,7 @@ func TestRunMaxThenResume(t *testing.T) {
 	res, err = replay.Resume(t.Context(), a, pub, "r", on(c)...)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed)
-	require.Equal(t, replay.StateDone, res.State)
+	require.Equal(t, archive.RunDone, res.State)
 	counts := pub.countByReplayOf()
 	require.Len(t, counts, 5)
 	for _, id := range ids {
@@ -173,7 +174,7 @@ func TestRunMaxThenResume(t *testing.T) {
 	require.Equal(t, 5, run.Replayed)
 
 	_, err = replay.Resume(t.Context(), a, pub, "unknown", on(c)...)
-	require.ErrorIs(t, err, archive.ErrReplayNotFound)
+	require.ErrorIs(t, err, archive.ErrNotFound)
 }
 
 // The retention guard refuses entries older than their dedup retention
@@ -270,7 +271,7 @@ func TestRunDryRunChangesNothing(t *testing.T) {
 	require.Empty(t, res.State)
 	require.Equal(t, before, snapshot(t, a), "the archive is untouched")
 	_, err = a.LoadReplay(t.Context(), "dry")
-	require.ErrorIs(t, err, archive.ErrReplayNotFound, "no run saved")
+	require.ErrorIs(t, err, archive.ErrNotFound, "no run saved")
 
 	require.Len(t, progress, 2)
 	require.Equal(t, replay.ActionWouldReplay, progress[0].Action)
@@ -342,19 +343,19 @@ func TestRunInterruptedAndResumed(t *testing.T) {
 	res, err := replay.Run(ctx, a, pub, archive.Filter{},
 		on(c, replay.WithID("resumable"), replay.WithConcurrency(4), replay.WithProgress(progress))...)
 	require.ErrorIs(t, err, context.Canceled)
-	require.Equal(t, replay.StateInterrupted, res.State)
+	require.Equal(t, archive.RunInterrupted, res.State)
 	require.GreaterOrEqual(t, res.Replayed, 25)
 	require.Less(t, res.Replayed, 60)
 	require.Positive(t, checked)
 	run, err := a.LoadReplay(t.Context(), "resumable")
 	require.NoError(t, err)
-	require.Equal(t, replay.StateInterrupted, run.State)
+	require.Equal(t, archive.RunInterrupted, run.State)
 	require.Equal(t, res.Replayed, run.Replayed)
 
 	pub.hook = nil
 	res, err = replay.Resume(t.Context(), a, pub, "resumable", on(c, replay.WithConcurrency(4))...)
 	require.NoError(t, err)
-	require.Equal(t, replay.StateDone, res.State)
+	require.Equal(t, archive.RunDone, res.State)
 	counts := pub.countByReplayOf()
 	require.Len(t, counts, 60)
 	for _, id := range ids {
@@ -450,7 +451,7 @@ func TestRunPublishErrorThenResume(t *testing.T) {
 	}}
 	res, err := replay.Run(t.Context(), a, pub, archive.Filter{}, on(c, replay.WithID("err"))...)
 	require.ErrorIs(t, err, broken)
-	require.Equal(t, replay.StateInterrupted, res.State)
+	require.Equal(t, archive.RunInterrupted, res.State)
 	require.Equal(t, 2, res.Replayed)
 	second, err := a.Get(t.Context(), ids[1])
 	require.NoError(t, err)
@@ -496,16 +497,16 @@ func TestRunAbortsAfterConsecutiveRefailures(t *testing.T) {
 			pub.hook = refailing(t, a, func(published) bool { return true })
 			opts := on(c, replay.WithID("abort"), replay.WithAbortAfter(3))
 			if newKey {
-				opts = append(opts, replay.WithNewKey())
+				opts = append(opts, replay.WithNewKey(""))
 			}
 			res, err := replay.Run(t.Context(), a, pub, archive.Filter{}, opts...)
 			require.ErrorIs(t, err, replay.ErrAborted)
-			require.Equal(t, replay.StateAborted, res.State)
+			require.Equal(t, archive.RunAborted, res.State)
 			require.Equal(t, 3, res.Replayed, "stopped before the 4th publish")
 			require.Equal(t, 3, res.Refailed)
 			run, err := a.LoadReplay(t.Context(), "abort")
 			require.NoError(t, err)
-			require.Equal(t, replay.StateAborted, run.State)
+			require.Equal(t, archive.RunAborted, run.State)
 			require.Equal(t, 3, run.Refailed)
 
 			// Resuming counts only new re-failures: it aborts again after 3 more.
@@ -555,7 +556,7 @@ func TestRunSuccessResetsConsecutiveRefailures(t *testing.T) {
 	res, err := replay.Run(t.Context(), a, pub, archive.Filter{},
 		on(c, replay.WithID("mixed"), replay.WithAbortAfter(2), replay.WithStore(store))...)
 	require.NoError(t, err, "failures alternate with successes: never 2 in a row")
-	require.Equal(t, replay.StateDone, res.State)
+	require.Equal(t, archive.RunDone, res.State)
 	require.Equal(t, 12, res.Replayed)
 	require.Equal(t, 6, res.Refailed)
 
@@ -596,7 +597,7 @@ func TestRunInvalidOptions(t *testing.T) {
 		"negative retention":   {replay.WithDefaultRetention(-time.Second)},
 		"control byte in ID":   {replay.WithID("run\n1")},
 		"ID too long":          {replay.WithID(strings.Repeat("r", idem.MaxKeyLen+1))},
-		"envelope key":         {replay.WithNewKey(), replay.WithKeyMetadata(envelope.KeyReplayID)},
+		"envelope key":         {replay.WithNewKey(envelope.KeyReplayID)},
 		"empty target":         {replay.WithTarget("")},
 		"nil store":            {replay.WithStore(nil)},
 		"nil progress":         {replay.WithProgress(nil)},
@@ -617,7 +618,7 @@ func TestRunInvalidOptions(t *testing.T) {
 	for name, o := range map[string]dlq.Option{
 		"ID":      replay.WithID("other"),
 		"target":  replay.WithTarget("t"),
-		"new key": replay.WithNewKey(),
+		"new key": replay.WithNewKey(""),
 		"force":   replay.WithForce(),
 	} {
 		_, err = replay.Resume(t.Context(), a, pub, "run-1", on(c, o)...)
@@ -626,7 +627,7 @@ func TestRunInvalidOptions(t *testing.T) {
 	}
 	require.Empty(t, pub.all())
 	_, err = a.LoadReplay(t.Context(), "run\n1")
-	require.ErrorIs(t, err, archive.ErrReplayNotFound)
+	require.ErrorIs(t, err, archive.ErrNotFound)
 }
 
 // Entries that cannot be replayed as they are get refused with a reason:
@@ -690,9 +691,9 @@ func TestReplayReopensExhaustedRecord(t *testing.T) {
 	// The first delivery fails and spends the budget; the next one is
 	// refused as exhausted and dead-lettered into the archive.
 	src := source(7)
-	_, err = h(archive.CopyMessage(src))
+	_, err = h(archivekit.CopyMessage(src))
 	require.Error(t, err)
-	_, err = h(archive.CopyMessage(src))
+	_, err = h(archivekit.CopyMessage(src))
 	fe, final := dlq.AsFinal(err)
 	require.True(t, final)
 	require.Equal(t, dlq.ReasonExhausted, fe.Reason)
@@ -704,7 +705,7 @@ func TestReplayReopensExhaustedRecord(t *testing.T) {
 	failing = false
 	var results []error
 	deliver := func(p published) error {
-		_, err := h(archive.CopyMessage(p.msg))
+		_, err := h(archivekit.CopyMessage(p.msg))
 		results = append(results, err)
 		return nil
 	}

@@ -100,7 +100,7 @@ func TestRunStoreSuccessBreaksRefailures(t *testing.T) {
 	res, err := replay.Run(t.Context(), a, pub, archive.Filter{},
 		on(c, replay.WithID("broken"), replay.WithAbortAfter(4), replay.WithStore(store))...)
 	require.NoError(t, err)
-	require.Equal(t, replay.StateDone, res.State)
+	require.Equal(t, archive.RunDone, res.State)
 	require.Equal(t, 9, res.Replayed)
 	require.Equal(t, 7, res.Refailed)
 }

@@ -31,7 +31,8 @@ func TestRunSkipsEarlierDeadLettersOfTheRunAcrossPages(t *testing.T) {
 		}, nil, "host-1", "group-1")
 		require.NoError(t, a.Publish("dead-letters", env))
 		// Kept out of this call's selection: only the watcher sees it.
-		require.NoError(t, a.MarkReplayed(t.Context(), env.UUID, "run-1"))
+		_, err := a.Mark(t.Context(), archive.Mark{To: archive.StateReplayed, Run: "run-1"}, env.UUID)
+		require.NoError(t, err)
 	}
 	deadLetters(t, a, 200, 1, entrySpec{retention: time.Hour})
 	res, err := replay.Run(t.Context(), a, &recorder{clock: c}, archive.Filter{}, on(c, replay.WithID("run-1"))...)
