@@ -28,8 +28,8 @@ import (
 	"github.com/surely-dev/surely/internal/options"
 )
 
-// Archive is an in-memory archive.Archive. The zero value is not usable; call New.
-type Archive struct {
+// memArchive is the in-memory archive.Archive that New returns.
+type memArchive struct {
 	mu      sync.Mutex
 	now     func() time.Time
 	seq     int64
@@ -38,12 +38,12 @@ type Archive struct {
 	runs    map[string]archive.ReplayRun
 }
 
-var _ archive.Archive = (*Archive)(nil)
+var _ archive.Archive = (*memArchive)(nil)
 
 // New returns an empty archive. It takes dlq.WithClock (stamps ArchivedAt;
 // default time.Now). It has no retention: it keeps every entry until
 // Delete, or until the process ends.
-func New(opts ...dlq.Option) (*Archive, error) {
+func New(opts ...dlq.Option) (archive.Archive, error) {
 	s, err := options.Apply(dlq.ErrInvalidOption, opts)
 	if err != nil {
 		return nil, err
@@ -51,7 +51,7 @@ func New(opts ...dlq.Option) (*Archive, error) {
 	if err := s.Check(dlq.ErrInvalidOption, "memarchive.New", options.Clock); err != nil {
 		return nil, err
 	}
-	return &Archive{
+	return &memArchive{
 		now:     options.Get(s, options.Clock, time.Now),
 		entries: map[string]*archive.Entry{},
 		runs:    map[string]archive.ReplayRun{},
@@ -62,7 +62,7 @@ func New(opts ...dlq.Option) (*Archive, error) {
 // whose UUID is already archived increments that entry's Copies and keeps
 // its first copy. A message without a UUID fails the whole call with
 // archive.ErrNoID before anything is stored.
-func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
+func (a *memArchive) Publish(_ string, msgs ...*message.Message) error {
 	for _, m := range msgs {
 		if m == nil || m.UUID == "" {
 			return fmt.Errorf("memarchive: publish: %w", archive.ErrNoID)
@@ -90,10 +90,10 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 }
 
 // Close does nothing: the archive stays readable and writable.
-func (a *Archive) Close() error { return nil }
+func (a *memArchive) Close() error { return nil }
 
 // Get returns one entry, or archive.ErrNotFound.
-func (a *Archive) Get(_ context.Context, id string) (archive.Entry, error) {
+func (a *memArchive) Get(_ context.Context, id string) (archive.Entry, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e, ok := a.entries[id]
@@ -104,7 +104,7 @@ func (a *Archive) Get(_ context.Context, id string) (archive.Entry, error) {
 }
 
 // List returns one page of the entries f selects, in Seq order.
-func (a *Archive) List(_ context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error) {
+func (a *memArchive) List(_ context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error) {
 	limit := archivekit.PageLimit(p)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -123,7 +123,7 @@ func (a *Archive) List(_ context.Context, f archive.Filter, p archive.Page) ([]a
 }
 
 // Stats summarises the entries f selects.
-func (a *Archive) Stats(_ context.Context, f archive.Filter) (archive.Stats, error) {
+func (a *memArchive) Stats(_ context.Context, f archive.Filter) (archive.Stats, error) {
 	s := archivekit.NewStats()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -136,13 +136,13 @@ func (a *Archive) Stats(_ context.Context, f archive.Filter) (archive.Stats, err
 }
 
 // Delete removes entries by ID and returns how many existed.
-func (a *Archive) Delete(_ context.Context, ids ...string) (int, error) {
+func (a *memArchive) Delete(_ context.Context, ids ...string) (int, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.deleteLocked(ids), nil
 }
 
-func (a *Archive) deleteLocked(ids []string) int {
+func (a *memArchive) deleteLocked(ids []string) int {
 	n := 0
 	for _, id := range ids {
 		if _, ok := a.entries[id]; ok {
@@ -160,7 +160,7 @@ func (a *Archive) deleteLocked(ids []string) int {
 }
 
 // Mark moves the entries to m.To and returns how many exist.
-func (a *Archive) Mark(_ context.Context, m archive.Mark, ids ...string) (int, error) {
+func (a *memArchive) Mark(_ context.Context, m archive.Mark, ids ...string) (int, error) {
 	if err := archivekit.CheckMark(m); err != nil {
 		return 0, err
 	}
@@ -178,7 +178,7 @@ func (a *Archive) Mark(_ context.Context, m archive.Mark, ids ...string) (int, e
 }
 
 // SaveReplay stores (creates or updates) a replay run.
-func (a *Archive) SaveReplay(_ context.Context, run archive.ReplayRun) error {
+func (a *memArchive) SaveReplay(_ context.Context, run archive.ReplayRun) error {
 	if run.ID == "" {
 		return fmt.Errorf("%w: replay run without ID", dlq.ErrInvalidOption)
 	}
@@ -191,7 +191,7 @@ func (a *Archive) SaveReplay(_ context.Context, run archive.ReplayRun) error {
 }
 
 // LoadReplay reads a replay run back, or returns archive.ErrNotFound.
-func (a *Archive) LoadReplay(_ context.Context, id string) (archive.ReplayRun, error) {
+func (a *memArchive) LoadReplay(_ context.Context, id string) (archive.ReplayRun, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	run, ok := a.runs[id]
@@ -204,7 +204,7 @@ func (a *Archive) LoadReplay(_ context.Context, id string) (archive.ReplayRun, e
 }
 
 // ListReplays returns every replay run, the most recently started first.
-func (a *Archive) ListReplays(_ context.Context) ([]archive.ReplayRun, error) {
+func (a *memArchive) ListReplays(_ context.Context) ([]archive.ReplayRun, error) {
 	a.mu.Lock()
 	out := make([]archive.ReplayRun, 0, len(a.runs))
 	for _, run := range a.runs {

@@ -151,7 +151,7 @@ func deadLetters(t *testing.T, a archive.Archive, first, n int, spec entrySpec) 
 }
 
 // newArchive returns an empty in-memory archive on clock c.
-func newArchive(t *testing.T, c *fakeClock) *memarchive.Archive {
+func newArchive(t *testing.T, c *fakeClock) archive.Archive {
 	t.Helper()
 	a, err := memarchive.New(dlq.WithClock(c.Now))
 	require.NoError(t, err)
