@@ -1,0 +1,133 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/oplist"
+)
+
+// The store's read-only listing for the surely command (internal/oplist).
+func init() {
+	oplist.Register(func(store any) (oplist.Lister, bool) {
+		s, ok := store.(*Store)
+		return lister{s}, ok
+	})
+}
+
+type lister struct{ s *Store }
+
+// Bounds of one List call: each SCAN call asks for listScanCount keys (a
+// hint Redis keeps to within a small factor), and a call makes at most
+// listScanRounds of them before it returns its page and cursor.
+const (
+	listScanCount  = 200
+	listScanRounds = 50
+)
+
+// List walks the store's keys with SCAN (MATCH on the prefix, the
+// namespace or the key, COUNT listScanCount; never KEYS, which blocks the
+// server) and reads each record with the Get script, a read-only script
+// of one key. A page ends where a SCAN call ended once it holds the page
+// size or more, or after listScanRounds calls; its cursor is SCAN's. As
+// with SCAN itself, a key may be listed twice across pages, and one
+// created during the walk may be missed. Records are in key-hash order,
+// not sorted, and come without their outcome. The state, age and key
+// filters are applied to each record read. A namespace and a key together
+// read that one record. Listing a Redis Cluster is not supported (SCAN
+// walks one node).
+func (l lister) List(ctx context.Context, f oplist.Filter) (oplist.Page, error) {
+	if err := f.Validate(); err != nil {
+		return oplist.Page{}, err
+	}
+	s := l.s
+	if _, ok := s.client.(*redis.ClusterClient); ok {
+		return oplist.Page{}, errors.New("redisstore: list: not supported on Redis Cluster (SCAN walks one node); list each primary through its own address")
+	}
+	now, err := s.client.Time(ctx).Result()
+	if err != nil {
+		return oplist.Page{}, fmt.Errorf("redisstore: list: %w", err)
+	}
+	page := oplist.Page{Now: now}
+	if f.Namespace != "" && f.Key != "" {
+		err := l.add(ctx, &page, f, f.Namespace, f.Key)
+		return page, err
+	}
+	var cursor uint64
+	if f.After != "" {
+		if cursor, err = strconv.ParseUint(f.After, 10, 64); err != nil {
+			return oplist.Page{}, fmt.Errorf("%w: cursor %q is not a SCAN cursor", oplist.ErrInvalidFilter, f.After)
+		}
+	}
+	match := globEscape(s.prefix) + "*"
+	switch {
+	case f.Namespace != "":
+		match = globEscape(s.prefix+f.Namespace+":") + "*"
+	case f.Key != "":
+		match = globEscape(s.prefix) + "*:" + globEscape(f.Key)
+	}
+	seen := map[string]bool{}
+	for range listScanRounds {
+		keys, next, err := s.client.Scan(ctx, cursor, match, listScanCount).Result()
+		if err != nil {
+			return oplist.Page{}, fmt.Errorf("redisstore: list: scan: %w", err)
+		}
+		for _, k := range keys {
+			ns, key, ok := strings.Cut(strings.TrimPrefix(k, s.prefix), ":")
+			if seen[k] || !ok || idempotency.ValidateNamespace(ns) != nil {
+				continue
+			}
+			seen[k] = true
+			if err := l.add(ctx, &page, f, ns, key); err != nil {
+				return oplist.Page{}, err
+			}
+		}
+		cursor = next
+		if cursor == 0 || len(page.Entries) >= f.PageSize() {
+			break
+		}
+	}
+	if cursor != 0 {
+		page.Next = strconv.FormatUint(cursor, 10)
+	}
+	return page, nil
+}
+
+// add reads the record of (ns, key) and adds it to page when f selects
+// it. A key that holds no record (gone meanwhile, or a key of something
+// else under the prefix) is skipped.
+func (l lister) add(ctx context.Context, page *oplist.Page, f oplist.Filter, ns, key string) error {
+	r, err := l.s.Get(ctx, ns, key)
+	var rerr redis.Error
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound), errors.As(err, &rerr) && !errors.Is(err, redis.Nil):
+		return nil // no record, or not one of the store's (WRONGTYPE)
+	case err != nil:
+		return err
+	}
+	updated := oplist.LastChange(r.History)
+	if !f.Match(r, updated, page.Now) {
+		return nil
+	}
+	r.Outcome = nil
+	page.Entries = append(page.Entries, oplist.Entry{Record: r, Updated: updated})
+	return nil
+}
+
+// globEscape escapes the characters SCAN's MATCH gives a meaning.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(`*?[]\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
