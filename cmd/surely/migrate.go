@@ -122,68 +122,88 @@ func newSchemaTarget(what string, ep endpoint.Endpoint) (*schemaTarget, error) {
 		t.table, t.noSchema = "memory", "an in-memory "+what+" has no schema"
 		return t, nil
 	}
+	build := t.sqlOutbox
 	switch what {
 	case "store":
-		if ep.Prefix != "" {
-			return nil, usageErr("--store %s: ?prefix= is a Redis store's; a SQL store takes ?table=", ep)
-		}
-		var opts []idempotency.Option
-		t.table = "table " + sqlstore.DefaultTable
-		if ep.Table != "" {
-			opts = append(opts, sqlstore.WithTable(ep.Table))
-			t.table = "table " + ep.Table
-		}
-		dialect := map[endpoint.Kind]sqlstore.Dialect{endpoint.Postgres: sqlstore.Postgres, endpoint.MySQL: sqlstore.MySQL, endpoint.SQLite: sqlstore.SQLite}[ep.Kind]
-		t.migrate = func(ctx context.Context, db *sql.DB) error {
-			st, err := sqlstore.New(db, dialect, opts...)
-			if err != nil {
-				return withOptionCode(err)
-			}
-			return st.Migrate(ctx)
-		}
+		build = t.sqlStore
 	case "archive":
-		if ep.Table != "" {
-			return nil, usageErr("--archive %s: a SQL archive takes ?prefix= (of its table names), not ?table=", ep)
-		}
-		var opts []dlq.Option
-		t.table = "tables surely_dlq_*"
-		if ep.Prefix != "" {
-			opts = append(opts, sqlarchive.WithTablePrefix(ep.Prefix))
-			t.table = "tables " + ep.Prefix + "_*"
-		}
-		dialect := map[endpoint.Kind]sqlarchive.Dialect{endpoint.Postgres: sqlarchive.Postgres, endpoint.MySQL: sqlarchive.MySQL, endpoint.SQLite: sqlarchive.SQLite}[ep.Kind]
-		t.migrate = func(ctx context.Context, db *sql.DB) error {
-			ar, err := sqlarchive.New(db, dialect, opts...)
-			if err != nil {
-				return withOptionCode(err)
-			}
-			return ar.Migrate(ctx)
-		}
-	case "outbox":
-		if ep.Kind != endpoint.Postgres {
-			return nil, usageErr("--outbox %s: the outbox is PostgreSQL only", ep)
-		}
-		if ep.Prefix != "" {
-			return nil, usageErr("--outbox %s: the outbox takes ?table=, not ?prefix=", ep)
-		}
-		var opts []outbox.Option
-		t.table = "table " + outbox.DefaultTable
-		if ep.Table != "" {
-			opts = append(opts, outbox.WithTable(ep.Table))
-			t.table = "table " + ep.Table
-		}
-		t.migrate = func(ctx context.Context, db *sql.DB) error {
-			o, err := outbox.New(db, opts...)
-			if errors.Is(err, outbox.ErrInvalidOption) {
-				return withCode(exitUsage, err)
-			}
-			if err != nil {
-				return err
-			}
-			return o.Migrate(ctx)
-		}
+		build = t.sqlArchive
+	}
+	if err := build(); err != nil {
+		return nil, err
 	}
 	return t, nil
+}
+
+// sqlStore makes t the schema of a SQL idempotency store.
+func (t *schemaTarget) sqlStore() error {
+	if t.ep.Prefix != "" {
+		return usageErr("--store %s: ?prefix= is a Redis store's; a SQL store takes ?table=", t.ep)
+	}
+	var opts []idempotency.Option
+	t.table = "table " + sqlstore.DefaultTable
+	if t.ep.Table != "" {
+		opts = append(opts, sqlstore.WithTable(t.ep.Table))
+		t.table = "table " + t.ep.Table
+	}
+	dialect := map[endpoint.Kind]sqlstore.Dialect{endpoint.Postgres: sqlstore.Postgres, endpoint.MySQL: sqlstore.MySQL, endpoint.SQLite: sqlstore.SQLite}[t.ep.Kind]
+	t.migrate = func(ctx context.Context, db *sql.DB) error {
+		st, err := sqlstore.New(db, dialect, opts...)
+		if err != nil {
+			return withOptionCode(err)
+		}
+		return st.Migrate(ctx)
+	}
+	return nil
+}
+
+// sqlArchive makes t the schema of a SQL dead-letter archive.
+func (t *schemaTarget) sqlArchive() error {
+	if t.ep.Table != "" {
+		return usageErr("--archive %s: a SQL archive takes ?prefix= (of its table names), not ?table=", t.ep)
+	}
+	var opts []dlq.Option
+	t.table = "tables surely_dlq_*"
+	if t.ep.Prefix != "" {
+		opts = append(opts, sqlarchive.WithTablePrefix(t.ep.Prefix))
+		t.table = "tables " + t.ep.Prefix + "_*"
+	}
+	dialect := map[endpoint.Kind]sqlarchive.Dialect{endpoint.Postgres: sqlarchive.Postgres, endpoint.MySQL: sqlarchive.MySQL, endpoint.SQLite: sqlarchive.SQLite}[t.ep.Kind]
+	t.migrate = func(ctx context.Context, db *sql.DB) error {
+		ar, err := sqlarchive.New(db, dialect, opts...)
+		if err != nil {
+			return withOptionCode(err)
+		}
+		return ar.Migrate(ctx)
+	}
+	return nil
+}
+
+// sqlOutbox makes t the schema of the outbox (PostgreSQL only).
+func (t *schemaTarget) sqlOutbox() error {
+	if t.ep.Kind != endpoint.Postgres {
+		return usageErr("--outbox %s: the outbox is PostgreSQL only", t.ep)
+	}
+	if t.ep.Prefix != "" {
+		return usageErr("--outbox %s: the outbox takes ?table=, not ?prefix=", t.ep)
+	}
+	var opts []outbox.Option
+	t.table = "table " + outbox.DefaultTable
+	if t.ep.Table != "" {
+		opts = append(opts, outbox.WithTable(t.ep.Table))
+		t.table = "table " + t.ep.Table
+	}
+	t.migrate = func(ctx context.Context, db *sql.DB) error {
+		o, err := outbox.New(db, opts...)
+		if errors.Is(err, outbox.ErrInvalidOption) {
+			return withCode(exitUsage, err)
+		}
+		if err != nil {
+			return err
+		}
+		return o.Migrate(ctx)
+	}
+	return nil
 }
 
 // statements returns what t's Migrate runs on an empty database.

@@ -11,18 +11,11 @@ import (
 )
 
 // The store's read-only listing for the surely command (internal/oplist).
-func init() {
-	oplist.Register(func(store any) (oplist.Lister, bool) {
-		s, ok := store.(*Store)
-		return lister{s}, ok
-	})
-}
+func init() { oplist.Register((*Store).listRecords) }
 
-type lister struct{ s *Store }
-
-// List returns the live records f selects, in (namespace, key) order,
+// listRecords returns the live records f selects, in (namespace, key) order,
 // without their outcome. The cursor is the last entry's namespace and key.
-func (l lister) List(ctx context.Context, f oplist.Filter) (oplist.Page, error) {
+func (s *Store) listRecords(ctx context.Context, f oplist.Filter) (oplist.Page, error) {
 	if err := ctx.Err(); err != nil {
 		return oplist.Page{}, err
 	}
@@ -30,7 +23,6 @@ func (l lister) List(ctx context.Context, f oplist.Filter) (oplist.Page, error) 
 		return oplist.Page{}, err
 	}
 	afterNS, afterKey, _ := strings.Cut(f.After, "/")
-	s := l.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()

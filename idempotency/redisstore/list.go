@@ -14,14 +14,7 @@ import (
 )
 
 // The store's read-only listing for the surely command (internal/oplist).
-func init() {
-	oplist.Register(func(store any) (oplist.Lister, bool) {
-		s, ok := store.(*Store)
-		return lister{s}, ok
-	})
-}
-
-type lister struct{ s *Store }
+func init() { oplist.Register((*Store).listRecords) }
 
 // Bounds of one List call: each SCAN call asks for listScanCount keys (a
 // hint Redis keeps to within a small factor), and a call makes at most
@@ -31,7 +24,7 @@ const (
 	listScanRounds = 50
 )
 
-// List walks the store's keys with SCAN (MATCH on the prefix, the
+// listRecords walks the store's keys with SCAN (MATCH on the prefix, the
 // namespace or the key, COUNT listScanCount; never KEYS, which blocks the
 // server) and reads each record with the Get script, a read-only script
 // of one key. A page ends where a SCAN call ended once it holds the page
@@ -42,11 +35,10 @@ const (
 // filters are applied to each record read. A namespace and a key together
 // read that one record. Listing a Redis Cluster is not supported (SCAN
 // walks one node).
-func (l lister) List(ctx context.Context, f oplist.Filter) (oplist.Page, error) {
+func (s *Store) listRecords(ctx context.Context, f oplist.Filter) (oplist.Page, error) {
 	if err := f.Validate(); err != nil {
 		return oplist.Page{}, err
 	}
-	s := l.s
 	if _, ok := s.client.(*redis.ClusterClient); ok {
 		return oplist.Page{}, errors.New("redisstore: list: not supported on Redis Cluster (SCAN walks one node); list each primary through its own address")
 	}
@@ -56,7 +48,7 @@ func (l lister) List(ctx context.Context, f oplist.Filter) (oplist.Page, error) 
 	}
 	page := oplist.Page{Now: now}
 	if f.Namespace != "" && f.Key != "" {
-		err := l.add(ctx, &page, f, f.Namespace, f.Key)
+		err := s.listAdd(ctx, &page, f, f.Namespace, f.Key)
 		return page, err
 	}
 	var cursor uint64
@@ -65,6 +57,19 @@ func (l lister) List(ctx context.Context, f oplist.Filter) (oplist.Page, error) 
 			return oplist.Page{}, fmt.Errorf("%w: cursor %q is not a SCAN cursor", oplist.ErrInvalidFilter, f.After)
 		}
 	}
+	if cursor, err = s.listScan(ctx, &page, f, cursor); err != nil {
+		return oplist.Page{}, err
+	}
+	if cursor != 0 {
+		page.Next = strconv.FormatUint(cursor, 10)
+	}
+	return page, nil
+}
+
+// listScan walks the keyspace from cursor, adding the records f selects to
+// page, until the walk ends, the page is full or listScanRounds SCAN calls
+// were made. It returns the cursor to go on from (0: the walk is over).
+func (s *Store) listScan(ctx context.Context, page *oplist.Page, f oplist.Filter, cursor uint64) (uint64, error) {
 	match := globEscape(s.prefix) + "*"
 	switch {
 	case f.Namespace != "":
@@ -76,7 +81,7 @@ func (l lister) List(ctx context.Context, f oplist.Filter) (oplist.Page, error) 
 	for range listScanRounds {
 		keys, next, err := s.client.Scan(ctx, cursor, match, listScanCount).Result()
 		if err != nil {
-			return oplist.Page{}, fmt.Errorf("redisstore: list: scan: %w", err)
+			return 0, fmt.Errorf("redisstore: list: scan: %w", err)
 		}
 		for _, k := range keys {
 			ns, key, ok := strings.Cut(strings.TrimPrefix(k, s.prefix), ":")
@@ -84,8 +89,8 @@ func (l lister) List(ctx context.Context, f oplist.Filter) (oplist.Page, error) 
 				continue
 			}
 			seen[k] = true
-			if err := l.add(ctx, &page, f, ns, key); err != nil {
-				return oplist.Page{}, err
+			if err := s.listAdd(ctx, page, f, ns, key); err != nil {
+				return 0, err
 			}
 		}
 		cursor = next
@@ -93,17 +98,14 @@ func (l lister) List(ctx context.Context, f oplist.Filter) (oplist.Page, error) 
 			break
 		}
 	}
-	if cursor != 0 {
-		page.Next = strconv.FormatUint(cursor, 10)
-	}
-	return page, nil
+	return cursor, nil
 }
 
-// add reads the record of (ns, key) and adds it to page when f selects
+// listAdd reads the record of (ns, key) and adds it to page when f selects
 // it. A key that holds no record (gone meanwhile, or a key of something
 // else under the prefix) is skipped.
-func (l lister) add(ctx context.Context, page *oplist.Page, f oplist.Filter, ns, key string) error {
-	r, err := l.s.Get(ctx, ns, key)
+func (s *Store) listAdd(ctx context.Context, page *oplist.Page, f oplist.Filter, ns, key string) error {
+	r, err := s.Get(ctx, ns, key)
 	var rerr redis.Error
 	switch {
 	case errors.Is(err, idempotency.ErrNotFound), errors.As(err, &rerr) && !errors.Is(err, redis.Nil):

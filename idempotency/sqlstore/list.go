@@ -14,20 +14,13 @@ import (
 )
 
 // The store's read-only listing for the surely command (internal/oplist).
-func init() {
-	oplist.Register(func(store any) (oplist.Lister, bool) {
-		s, ok := store.(*Store)
-		return lister{s}, ok
-	})
-}
-
-type lister struct{ s *Store }
+func init() { oplist.Register((*Store).listRecords) }
 
 // listColumns are the columns a listing reads: a record without its
 // outcome.
 const listColumns = "namespace, op_key, state, fingerprint, token, attempts, canceled, lease_until_ms, expires_at_ms, updated_at_ms, history, reopened_by, budget_base, not_before_ms"
 
-// List returns the live records f selects, in primary-key order (namespace,
+// listRecords returns the live records f selects, in primary-key order (namespace,
 // op_key), without their outcome. It runs plain SELECTs outside any
 // transaction, without FOR UPDATE, each reading at most f's page size of
 // rows, so it takes no lock a claim would wait for (on SQLite in
@@ -36,20 +29,19 @@ const listColumns = "namespace, op_key, state, fingerprint, token, attempts, can
 // pagination). A Key without a Namespace finds the table's namespaces
 // first, one index lookup each (SELECT MIN(namespace) ... WHERE namespace >
 // ?), then reads the key's row in each.
-func (l lister) List(ctx context.Context, f oplist.Filter) (oplist.Page, error) {
+func (s *Store) listRecords(ctx context.Context, f oplist.Filter) (oplist.Page, error) {
 	if err := f.Validate(); err != nil {
 		return oplist.Page{}, err
 	}
-	s := l.s
 	now, err := s.now(ctx, nil)
 	if err != nil {
 		return oplist.Page{}, fmt.Errorf("sqlstore: list %s: %w", s.table, err)
 	}
 	page := oplist.Page{Now: fromMs(now)}
 	if f.Key != "" && f.Namespace == "" {
-		return l.keyInEveryNamespace(ctx, f, now, page)
+		return s.listKeyInEveryNamespace(ctx, f, now, page)
 	}
-	page.Entries, err = l.query(ctx, f, now, f.PageSize())
+	page.Entries, err = s.listQuery(ctx, f, now, f.PageSize())
 	if err != nil {
 		return oplist.Page{}, fmt.Errorf("sqlstore: list %s: %w", s.table, err)
 	}
@@ -59,9 +51,8 @@ func (l lister) List(ctx context.Context, f oplist.Filter) (oplist.Page, error) 
 	return page, nil
 }
 
-// keyInEveryNamespace lists the rows of f.Key, one namespace at a time.
-func (l lister) keyInEveryNamespace(ctx context.Context, f oplist.Filter, now int64, page oplist.Page) (oplist.Page, error) {
-	s := l.s
+// listKeyInEveryNamespace lists the rows of f.Key, one namespace at a time.
+func (s *Store) listKeyInEveryNamespace(ctx context.Context, f oplist.Filter, now int64, page oplist.Page) (oplist.Page, error) {
 	t := quoteTable(s.dialect, s.table)
 	next := s.listRebind("SELECT MIN(namespace) FROM " + t + " WHERE namespace > ?")
 	ns, _, _ := strings.Cut(f.After, "/")
@@ -76,7 +67,7 @@ func (l lister) keyInEveryNamespace(ctx context.Context, f oplist.Filter, now in
 		ns = found.String
 		one := f
 		one.Namespace, one.After = ns, ""
-		es, err := l.query(ctx, one, now, 1)
+		es, err := s.listQuery(ctx, one, now, 1)
 		if err != nil {
 			return oplist.Page{}, fmt.Errorf("sqlstore: list %s: %w", s.table, err)
 		}
@@ -88,9 +79,8 @@ func (l lister) keyInEveryNamespace(ctx context.Context, f oplist.Filter, now in
 	}
 }
 
-// query reads up to limit rows f selects.
-func (l lister) query(ctx context.Context, f oplist.Filter, now int64, limit int) ([]oplist.Entry, error) {
-	s := l.s
+// listQuery reads up to limit rows f selects.
+func (s *Store) listQuery(ctx context.Context, f oplist.Filter, now int64, limit int) ([]oplist.Entry, error) {
 	where := []string{"expires_at_ms > ?"}
 	args := []any{now}
 	if f.Namespace != "" {

@@ -4,8 +4,8 @@
 // operator's tool, not a promise of the library, so it adds no exported
 // identifier to the store packages.
 //
-// Each store package implements the listing in its own file (list.go) on
-// an unexported type and registers it here from an init function, as
+// Each store package implements the listing in its own file (list.go) as
+// an unexported method and registers it here from an init function, as
 // database/sql drivers register themselves; For finds the lister of a
 // store value. Registration happens only at program start and is read
 // only after that.
@@ -144,13 +144,25 @@ var (
 	finders []func(store any) (Lister, bool)
 )
 
-// Register adds a function that returns the Lister of the stores of one
-// type. Store packages call it from init.
-func Register(find func(store any) (Lister, bool)) {
+// Register makes list the listing of the stores of type S (a store
+// package's *Store). Store packages call it from init, with a method
+// expression: oplist.Register((*Store).listRecords).
+func Register[S idempotency.Store](list func(S, context.Context, Filter) (Page, error)) {
 	mu.Lock()
 	defer mu.Unlock()
-	finders = append(finders, find)
+	finders = append(finders, func(store any) (Lister, bool) {
+		s, ok := store.(S)
+		if !ok {
+			return nil, false
+		}
+		return listerFunc(func(ctx context.Context, f Filter) (Page, error) { return list(s, ctx, f) }), true
+	})
 }
+
+// listerFunc is a Lister of one store.
+type listerFunc func(context.Context, Filter) (Page, error)
+
+func (l listerFunc) List(ctx context.Context, f Filter) (Page, error) { return l(ctx, f) }
 
 // For returns the Lister of store, or ErrUnsupported.
 func For(store idempotency.Store) (Lister, error) {
