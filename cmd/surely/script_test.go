@@ -45,6 +45,14 @@ package main
 //	record NAMESPACE STATE KEY...
 //	    puts a record in STATE (in_progress, failed, exhausted, done) for each
 //	    KEY in the store, through Claim, Release and Complete.
+//	consume [-namespace NS] [-topic T] [-fail] N
+//	    runs a real handler.New consumer (store $SURELY_STORE_URL, dead
+//	    letters to $SURELY_ARCHIVE_URL) on topic T (default orders) of the
+//	    script's in-process broker until it has handled N deliveries; its
+//	    handler succeeds (or, with -fail, fails every attempt). The broker
+//	    is the URL mem:bus for surely (surely dlq replay --broker mem:bus)
+//	    and keeps every message published on it: each consume is handed all
+//	    of them again, and the dedup store answers for the ones already done.
 //
 // To add a command, add it to scriptCmds; to add a backend, to
 // scriptBackends.
@@ -96,6 +104,9 @@ func TestScripts(t *testing.T) {
 			testscript.Run(t, testscript.Params{
 				Dir: filepath.Join("testdata", "script"),
 				Setup: func(env *testscript.Env) error {
+					bus := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
+					env.Values[busKey{}] = bus
+					env.Defer(func() { _ = bus.Close() })
 					store, archive, err := b.setup(env)
 					if err != nil {
 						return err
@@ -233,12 +244,23 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 	"exitcode":   cmdExitcode,
 	"deadletter": cmdDeadletter,
 	"record":     cmdRecord,
+	"consume":    cmdConsume,
+}
+
+// busKey finds the script's in-process broker in its values.
+type busKey struct{}
+
+// scriptBus is the script's in-process broker (a persistent GoChannel).
+func scriptBus(ts *testscript.TestScript) *gochannel.GoChannel {
+	return ts.Value(busKey{}).(*gochannel.GoChannel)
 }
 
 // scriptApp is the app of a script command: the script's environment and
-// output, the real clock.
+// output, the real clock, and the script's broker as mem:bus.
 func scriptApp(ts *testscript.TestScript) *app {
-	return newApp(ts.Stdout(), ts.Stderr(), ts.Getenv)
+	a := newApp(ts.Stdout(), ts.Stderr(), ts.Getenv)
+	a.memBrokers = map[string]message.Publisher{"mem:bus": scriptBus(ts)}
+	return a
 }
 
 func cmdSurely(ts *testscript.TestScript, neg bool, args []string) {
@@ -342,11 +364,17 @@ func cmdDeadletter(ts *testscript.TestScript, neg bool, args []string) {
 // the router acked the message (the dead letter, if any, is archived), so
 // nothing is waited for by time.
 func runConsumer(ts *testscript.TestScript, name, topic string, h message.HandlerFunc, produce func(publish func(*message.Message))) {
-	logger := watermill.NopLogger{}
-	pubsub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, logger)
+	pubsub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	defer func() { ts.Check(pubsub.Close()) }()
+	runConsumerOn(ts, pubsub, name, topic, h, produce)
+}
+
+// runConsumerOn is runConsumer on a given GoChannel, which it leaves open
+// (the router closes its subscribers; this one it is given without Close).
+func runConsumerOn(ts *testscript.TestScript, pubsub *gochannel.GoChannel, name, topic string, h message.HandlerFunc, produce func(publish func(*message.Message))) {
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
 	ts.Check(err)
-	router.AddConsumerHandler(name, topic, pubsub, func(msg *message.Message) error {
+	router.AddConsumerHandler(name, topic, unclosed{pubsub}, func(msg *message.Message) error {
 		_, err := h(msg)
 		return err
 	})
@@ -357,7 +385,59 @@ func runConsumer(ts *testscript.TestScript, name, topic string, h message.Handle
 	produce(func(msg *message.Message) { ts.Check(pubsub.Publish(topic, msg)) })
 	cancel()
 	ts.Check(<-done)
-	ts.Check(pubsub.Close())
+}
+
+// unclosed is a subscriber whose Close leaves it open: its subscriptions
+// still end with their context.
+type unclosed struct{ message.Subscriber }
+
+func (unclosed) Close() error { return nil }
+
+func cmdConsume(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
+	ns := fs.String("namespace", "charge-payments", "namespace of the handler")
+	topic := fs.String("topic", "orders", "topic to consume")
+	fail := fs.Bool("fail", false, "fail every attempt")
+	ts.Check(fs.Parse(args))
+	if neg || fs.NArg() != 1 {
+		ts.Fatalf("usage: consume [-namespace NS] [-topic T] [-fail] N")
+	}
+	n, err := strconv.Atoi(fs.Arg(0))
+	ts.Check(err)
+	st := scriptStore(ts)
+	defer st.close()
+	ar, closeArchive := scriptArchive(ts)
+	defer closeArchive()
+	fn, err := handler.New(func(msg *message.Message) ([]*message.Message, error) {
+		if *fail {
+			return nil, fmt.Errorf("charge %s: gateway unavailable", idempotency.KeyFrom(msg.Context()))
+		}
+		return nil, nil
+	}, handler.WithStore(st.Store, *ns), handler.WithDeadLetter(ar, "dead"),
+		handler.WithMaxAttempts(3), handler.WithInProcessAttempts(3), handler.WithBackoff(0, 0),
+		handler.WithBreaker(nil), handler.WithConsumerGroup("billing"))
+	ts.Check(err)
+	handled := make(chan struct{}, n)
+	counted := func(msg *message.Message) ([]*message.Message, error) {
+		out, err := fn(msg)
+		if err == nil {
+			select {
+			case handled <- struct{}{}:
+			default: // more than n deliveries: the rest are not waited for
+			}
+		}
+		return out, err
+	}
+	runConsumerOn(ts, scriptBus(ts), *ns, *topic, counted, func(func(*message.Message)) {
+		deadline := time.After(30 * time.Second)
+		for i := 0; i < n; i++ {
+			select {
+			case <-handled:
+			case <-deadline:
+				ts.Fatalf("consume: %d of %d deliveries handled in 30s", i, n)
+			}
+		}
+	})
 }
 
 // uuidFor returns a UUID derived from s, so that a script's dead-letter IDs
