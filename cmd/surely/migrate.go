@@ -455,6 +455,7 @@ func (a *app) printSchemas(ctx context.Context, targets []*schemaTarget) error {
 			return err
 		}
 		fprintf(a.stdout, "-- %s, %s: what its Migrate runs on an empty database\n", t.name(), t.ep.Kind)
+		fprintf(a.stdout, "-- (on an existing one, surely migrate status names the statements still to run)\n")
 		for _, st := range stmts {
 			fprintf(a.stdout, "%s;\n", strings.TrimSuffix(strings.TrimSpace(st.SQL), ";"))
 			if len(st.Args) > 0 {

@@ -9,8 +9,8 @@ import (
 )
 
 // A ddlRecorder is a database/sql connector whose connections execute
-// nothing: they record every statement given to Exec, answer every query
-// with an error, and commit every transaction. A package's Migrate run on
+// nothing: they record every statement given to Exec and the BEGIN and
+// COMMIT of every transaction, and answer every query with an error. A package's Migrate run on
 // it records the statements it runs on an empty database (every probe of
 // a table or column fails, so nothing is skipped): migrate up --print
 // shows them, and migrate status checks each on the real database. The
@@ -55,24 +55,37 @@ type recConn struct{ r *ddlRecorder }
 
 func (recConn) Prepare(string) (driver.Stmt, error) { return nil, errRecorder }
 func (recConn) Close() error                        { return nil }
-func (recConn) Begin() (driver.Tx, error)           { return recTx{}, nil }
+func (c recConn) Begin() (driver.Tx, error) {
+	c.r.add(recordedStmt{SQL: "BEGIN"})
+	return recTx(c), nil
+}
 
 func (c recConn) ExecContext(_ context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	st := recordedStmt{SQL: query}
 	for _, a := range args {
 		st.Args = append(st.Args, a.Value)
 	}
-	c.r.mu.Lock()
-	defer c.r.mu.Unlock()
-	c.r.stmts = append(c.r.stmts, st)
+	c.r.add(st)
 	return driver.RowsAffected(0), nil
+}
+
+func (r *ddlRecorder) add(st recordedStmt) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stmts = append(r.stmts, st)
 }
 
 func (recConn) QueryContext(context.Context, string, []driver.NamedValue) (driver.Rows, error) {
 	return nil, errRecorder
 }
 
-type recTx struct{}
+// recTx records the end of a transaction: COMMIT (a Rollback after it,
+// as a deferred one, is not recorded).
+type recTx struct{ r *ddlRecorder }
 
-func (recTx) Commit() error   { return nil }
+func (t recTx) Commit() error {
+	t.r.add(recordedStmt{SQL: "COMMIT"})
+	return nil
+}
+
 func (recTx) Rollback() error { return nil }

@@ -18,6 +18,7 @@ package main
 //	SURELY_STORE_URL    the idempotency store (also $STORE)
 //	SURELY_ARCHIVE_URL  the dead-letter archive (also $ARCHIVE)
 //	BACKEND             sqlite, redis, postgres or mysql
+//	OUTBOX              an outbox URL (postgres only)
 //
 // and in the conditions [sqlite], [redis], [postgres], [mysql] and [sql]
 // (any SQL backend).
@@ -92,7 +93,7 @@ import (
 type scriptBackend struct {
 	name string
 	// setup returns the store and archive URLs of one script run and
-	// registers their removal with env.Defer.
+	// registers their removal with env.Defer; it may set more variables.
 	setup func(env *testscript.Env) (store, archive string, err error)
 }
 
@@ -166,6 +167,7 @@ func scriptBackends(t *testing.T) []scriptBackend {
 		backends = append(backends, scriptBackend{name: "postgres", setup: func(env *testscript.Env) (string, string, error) {
 			name := randomName()
 			env.Defer(func() { dropTables("pgx", u, name) })
+			env.Setenv("OUTBOX", withParam(u, "table", name+"_outbox"))
 			return withParam(u, "table", name+"_inbox"), withParam(u, "prefix", name+"_dlq"), nil
 		}})
 	}
