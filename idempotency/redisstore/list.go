@@ -26,15 +26,15 @@ const (
 
 // listRecords walks the store's keys with SCAN (MATCH on the prefix, the
 // namespace or the key, COUNT listScanCount; never KEYS, which blocks the
-// server) and reads each record with the Get script, a read-only script
-// of one key. A page ends where a SCAN call ended once it holds the page
-// size or more, or after listScanRounds calls; its cursor is SCAN's. As
-// with SCAN itself, a key may be listed twice across pages, and one
-// created during the walk may be missed. Records are in key-hash order,
-// not sorted, and come without their outcome. The state, age and key
-// filters are applied to each record read. A namespace and a key together
-// read that one record. Listing a Redis Cluster is not supported (SCAN
-// walks one node).
+// server) and reads the records with the Get script, a read-only script of
+// one key, the keys of one SCAN call in one pipeline. A page ends where a
+// SCAN call ended once it holds the page size or more, or after
+// listScanRounds calls; its cursor is SCAN's. As with SCAN itself, a key
+// may be listed twice across pages, and one created during the walk may
+// be missed. Records are in key-hash order, not sorted, and come without
+// their outcome. The state, age and key filters are applied to each
+// record read. A namespace and a key together read that one record.
+// Listing a Redis Cluster is not supported (SCAN walks one node).
 func (s *Store) listRecords(ctx context.Context, f oplist.Filter) (oplist.Page, error) {
 	if err := f.Validate(); err != nil {
 		return oplist.Page{}, err
@@ -83,15 +83,17 @@ func (s *Store) listScan(ctx context.Context, page *oplist.Page, f oplist.Filter
 		if err != nil {
 			return 0, fmt.Errorf("redisstore: list: scan: %w", err)
 		}
+		var batch [][2]string
 		for _, k := range keys {
 			ns, key, ok := strings.Cut(strings.TrimPrefix(k, s.prefix), ":")
 			if seen[k] || !ok || idempotency.ValidateNamespace(ns) != nil {
 				continue
 			}
 			seen[k] = true
-			if err := s.listAdd(ctx, page, f, ns, key); err != nil {
-				return 0, err
-			}
+			batch = append(batch, [2]string{ns, key})
+		}
+		if err := s.listAddBatch(ctx, page, f, batch); err != nil {
+			return 0, err
 		}
 		cursor = next
 		if cursor == 0 || len(page.Entries) >= f.PageSize() {
@@ -99,6 +101,49 @@ func (s *Store) listScan(ctx context.Context, page *oplist.Page, f oplist.Filter
 		}
 	}
 	return cursor, nil
+}
+
+// listAddBatch reads the records of a SCAN call's keys (namespace, key)
+// with the Get script in one pipeline, one round trip, and adds those f
+// selects to page. A key whose script call the server refused (NOSCRIPT
+// after a script cache flush) is read again with Get, which reloads the
+// scripts; a key that holds no record is skipped.
+func (s *Store) listAddBatch(ctx context.Context, page *oplist.Page, f oplist.Filter, batch [][2]string) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	cmds := make([]*redis.Cmd, len(batch))
+	// Each command's own error is read below.
+	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, b := range batch {
+			cmds[i] = p.EvalSha(ctx, scriptGet.sha, []string{s.redisKey(b[0], b[1])})
+		}
+		return nil
+	})
+	for i, b := range batch {
+		v, err := cmds[i].Result()
+		var rerr redis.Error
+		switch {
+		case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
+			if err := s.listAdd(ctx, page, f, b[0], b[1]); err != nil {
+				return err
+			}
+			continue
+		case errors.As(err, &rerr):
+			continue // not one of the store's records (WRONGTYPE)
+		case err != nil:
+			return fmt.Errorf("redisstore: list: %w", err)
+		}
+		r, err := recordOf(b[0], b[1], v)
+		switch {
+		case errors.Is(err, idempotency.ErrNotFound):
+			continue // expired since the SCAN
+		case err != nil:
+			return err
+		}
+		listKeep(page, f, r)
+	}
+	return nil
 }
 
 // listAdd reads the record of (ns, key) and adds it to page when f selects
@@ -113,13 +158,17 @@ func (s *Store) listAdd(ctx context.Context, page *oplist.Page, f oplist.Filter,
 	case err != nil:
 		return err
 	}
-	updated := oplist.LastChange(r.History)
-	if !f.Match(r, updated, page.Now) {
-		return nil
-	}
-	r.Outcome = nil
-	page.Entries = append(page.Entries, oplist.Entry{Record: r, Updated: updated})
+	listKeep(page, f, r)
 	return nil
+}
+
+// listKeep adds r to page, without its outcome, when f selects it.
+func listKeep(page *oplist.Page, f oplist.Filter, r idempotency.Record) {
+	updated := oplist.LastChange(r.History)
+	if f.Match(r, updated, page.Now) {
+		r.Outcome = nil
+		page.Entries = append(page.Entries, oplist.Entry{Record: r, Updated: updated})
+	}
 }
 
 // globEscape escapes the characters SCAN's MATCH gives a meaning.

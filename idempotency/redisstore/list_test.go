@@ -97,3 +97,22 @@ func TestListScansWithBoundedCount(t *testing.T) {
 	}
 	assert.Positive(t, scans)
 }
+
+// A listing after the server's script cache was emptied reads every record
+// still: the keys whose pipelined script call got NOSCRIPT are read again
+// through Get, which reloads the scripts.
+func TestListAfterScriptFlush(t *testing.T) {
+	t.Parallel()
+	_, client := privateRedis(t)
+	s := newStore(t, client)
+	for i := range 3 {
+		acquire(t, s, claimReq(fmt.Sprintf("k%d", i)))
+	}
+	require.NoError(t, client.ScriptFlush(t.Context()).Err())
+	l, err := oplist.For(s)
+	require.NoError(t, err)
+	page, err := l.List(t.Context(), oplist.Filter{})
+	require.NoError(t, err)
+	assert.Len(t, page.Entries, 3)
+	assert.Empty(t, page.Next)
+}
