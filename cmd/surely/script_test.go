@@ -324,6 +324,25 @@ func scriptArchive(ts *testscript.TestScript) (message.Publisher, func()) {
 	return nil, nil
 }
 
+// scriptHandler is the consumer of the scripts: handler.New on the
+// script's store and archive, in namespace ns, with a budget of 3 attempts
+// all made in one delivery, no backoff and no breaker; business is called
+// with the operation key. done closes the store and the archive.
+func scriptHandler(ts *testscript.TestScript, ns string, business func(key string) error) (h message.HandlerFunc, done func()) {
+	st := scriptStore(ts)
+	ar, closeArchive := scriptArchive(ts)
+	h, err := handler.New(func(msg *message.Message) ([]*message.Message, error) {
+		return nil, business(idempotency.KeyFrom(msg.Context()))
+	}, handler.WithStore(st.Store, ns), handler.WithDeadLetter(ar, "dead"),
+		handler.WithMaxAttempts(3), handler.WithInProcessAttempts(3), handler.WithBackoff(0, 0),
+		handler.WithBreaker(nil), handler.WithConsumerGroup("billing"))
+	ts.Check(err)
+	return h, func() {
+		closeArchive()
+		st.close()
+	}
+}
+
 func cmdDeadletter(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("deadletter", flag.ContinueOnError)
 	ns := fs.String("namespace", "charge-payments", "namespace of the handler")
@@ -336,20 +355,14 @@ func cmdDeadletter(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	n, err := strconv.Atoi(fs.Arg(0))
 	ts.Check(err)
-	st := scriptStore(ts)
-	defer st.close()
-	ar, closeArchive := scriptArchive(ts)
-	defer closeArchive()
-	fn, err := handler.New(func(msg *message.Message) ([]*message.Message, error) {
-		err := fmt.Errorf("charge %s: gateway unavailable", idempotency.KeyFrom(msg.Context()))
+	fn, done := scriptHandler(ts, *ns, func(key string) error {
+		err := fmt.Errorf("charge %s: gateway unavailable", key)
 		if *permanent {
-			return nil, handler.Permanent(err)
+			return handler.Permanent(err)
 		}
-		return nil, err
-	}, handler.WithStore(st.Store, *ns), handler.WithDeadLetter(ar, "dead"),
-		handler.WithMaxAttempts(3), handler.WithInProcessAttempts(3), handler.WithBackoff(0, 0),
-		handler.WithBreaker(nil), handler.WithConsumerGroup("billing"))
-	ts.Check(err)
+		return err
+	})
+	defer done()
 	runConsumer(ts, *ns, *topic, fn, func(publish func(*message.Message)) {
 		for i := 1; i <= n; i++ {
 			key := *keyPrefix + strconv.Itoa(i)
@@ -406,19 +419,13 @@ func cmdConsume(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	n, err := strconv.Atoi(fs.Arg(0))
 	ts.Check(err)
-	st := scriptStore(ts)
-	defer st.close()
-	ar, closeArchive := scriptArchive(ts)
-	defer closeArchive()
-	fn, err := handler.New(func(msg *message.Message) ([]*message.Message, error) {
+	fn, done := scriptHandler(ts, *ns, func(key string) error {
 		if *fail {
-			return nil, fmt.Errorf("charge %s: gateway unavailable", idempotency.KeyFrom(msg.Context()))
+			return fmt.Errorf("charge %s: gateway unavailable", key)
 		}
-		return nil, nil
-	}, handler.WithStore(st.Store, *ns), handler.WithDeadLetter(ar, "dead"),
-		handler.WithMaxAttempts(3), handler.WithInProcessAttempts(3), handler.WithBackoff(0, 0),
-		handler.WithBreaker(nil), handler.WithConsumerGroup("billing"))
-	ts.Check(err)
+		return nil
+	})
+	defer done()
 	handled := make(chan struct{}, n)
 	counted := func(msg *message.Message) ([]*message.Message, error) {
 		out, err := fn(msg)
