@@ -68,8 +68,11 @@ goes; migrate says so and succeeds.
 type schemaTarget struct {
 	what string // store, archive, outbox
 	ep   endpoint.Endpoint
-	// table names the table(s) for people.
+	// table names the table(s) for people: Redis, memory, or those of the
+	// CREATE TABLE statements of Migrate (see tables).
 	table string
+	// tables are the names of the CREATE TABLE statements.
+	tables []string
 	// migrate runs the package's Migrate on db; nil when noSchema is set.
 	migrate  func(ctx context.Context, db *sql.DB) error
 	noSchema string
@@ -132,6 +135,22 @@ func newSchemaTarget(what string, ep endpoint.Endpoint) (*schemaTarget, error) {
 	if err := build(); err != nil {
 		return nil, err
 	}
+	// The names come from the package's own statements (with its defaults).
+	stmts, err := t.statements(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	var tables []string
+	for _, st := range stmts {
+		if kind, name, _ := classify(st.SQL); kind == "create_table" {
+			tables = append(tables, strings.Trim(name, "\"`"))
+		}
+	}
+	t.tables = tables
+	t.table = "table " + strings.Join(tables, ", ")
+	if len(tables) > 1 {
+		t.table = "tables " + strings.Join(tables, ", ")
+	}
 	return t, nil
 }
 
@@ -141,10 +160,8 @@ func (t *schemaTarget) sqlStore() error {
 		return usageErr("--store %s: ?prefix= is a Redis store's; a SQL store takes ?table=", t.ep)
 	}
 	var opts []idempotency.Option
-	t.table = "table " + sqlstore.DefaultTable
 	if t.ep.Table != "" {
 		opts = append(opts, sqlstore.WithTable(t.ep.Table))
-		t.table = "table " + t.ep.Table
 	}
 	dialect := map[endpoint.Kind]sqlstore.Dialect{endpoint.Postgres: sqlstore.Postgres, endpoint.MySQL: sqlstore.MySQL, endpoint.SQLite: sqlstore.SQLite}[t.ep.Kind]
 	t.migrate = func(ctx context.Context, db *sql.DB) error {
@@ -163,10 +180,8 @@ func (t *schemaTarget) sqlArchive() error {
 		return usageErr("--archive %s: a SQL archive takes ?prefix= (of its table names), not ?table=", t.ep)
 	}
 	var opts []dlq.Option
-	t.table = "tables surely_dlq_*"
 	if t.ep.Prefix != "" {
 		opts = append(opts, sqlarchive.WithTablePrefix(t.ep.Prefix))
-		t.table = "tables " + t.ep.Prefix + "_*"
 	}
 	dialect := map[endpoint.Kind]sqlarchive.Dialect{endpoint.Postgres: sqlarchive.Postgres, endpoint.MySQL: sqlarchive.MySQL, endpoint.SQLite: sqlarchive.SQLite}[t.ep.Kind]
 	t.migrate = func(ctx context.Context, db *sql.DB) error {
@@ -188,10 +203,8 @@ func (t *schemaTarget) sqlOutbox() error {
 		return usageErr("--outbox %s: the outbox takes ?table=, not ?prefix=", t.ep)
 	}
 	var opts []outbox.Option
-	t.table = "table " + outbox.DefaultTable
 	if t.ep.Table != "" {
 		opts = append(opts, outbox.WithTable(t.ep.Table))
-		t.table = "table " + t.ep.Table
 	}
 	t.migrate = func(ctx context.Context, db *sql.DB) error {
 		o, err := outbox.New(db, opts...)
@@ -225,7 +238,7 @@ type stmtJSON struct {
 type schemaJSON struct {
 	Target string `json:"target"`
 	URL    string `json:"url"`
-	Tables string `json:"tables"`
+	Tables []string `json:"tables,omitempty"`
 	// State: up_to_date, pending (some statements to run), missing (no
 	// table yet), no_schema (Redis, memory).
 	State      string     `json:"state"`
@@ -240,7 +253,7 @@ type migrateStatusJSON struct {
 
 // status checks every statement of t on the real database.
 func (a *app) schemaStatus(ctx context.Context, t *schemaTarget, create bool) (schemaJSON, *sql.DB, error) {
-	out := schemaJSON{Target: t.what, URL: t.ep.String(), Tables: strings.TrimPrefix(strings.TrimPrefix(t.table, "tables "), "table ")}
+	out := schemaJSON{Target: t.what, URL: t.ep.String(), Tables: t.tables}
 	if t.noSchema != "" {
 		out.State, out.Note = "no_schema", t.noSchema
 		return out, nil, nil
