@@ -236,8 +236,8 @@ type stmtJSON struct {
 
 // schemaJSON is one target in migrate status --json.
 type schemaJSON struct {
-	Target string `json:"target"`
-	URL    string `json:"url"`
+	Target string   `json:"target"`
+	URL    string   `json:"url"`
 	Tables []string `json:"tables,omitempty"`
 	// State: up_to_date, pending (some statements to run), missing (no
 	// table yet), no_schema (Redis, memory).
