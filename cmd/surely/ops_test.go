@@ -14,7 +14,7 @@ import (
 
 // opsStore returns a memstore on a clock that the test moves, holding one
 // record per state (and a lease that expired).
-func opsStore(t *testing.T) (*memstore.Store, *time.Time) {
+func opsStore(t *testing.T) idempotency.Store {
 	t.Helper()
 	clock := fixedNow.Add(-time.Hour)
 	store, err := memstore.New(idempotency.WithClock(func() time.Time { return clock }))
@@ -36,12 +36,12 @@ func opsStore(t *testing.T) (*memstore.Store, *time.Time) {
 	require.NoError(t, store.Complete(ctx, l, idempotency.Outcome{}))
 	claim("reserve-stock", "order-4", 30*time.Minute) // live
 	clock = fixedNow
-	return store, &clock
+	return store
 }
 
 func TestOpsLsGolden(t *testing.T) {
 	t.Parallel()
-	store, _ := opsStore(t)
+	store := opsStore(t)
 	a, _, _ := testApp(t)
 	a.memStores["ops"] = store
 	for _, tc := range []struct {
@@ -65,7 +65,7 @@ func TestOpsLsGolden(t *testing.T) {
 
 func TestInspectEveryNamespace(t *testing.T) {
 	t.Parallel()
-	store, _ := opsStore(t)
+	store := opsStore(t)
 	a, _, _ := testApp(t)
 	a.memStores["ops"] = store
 	out, stderr, code := run(t, a, "inspect", "order-1", "--store", "mem:ops")

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/oplist"
 	"github.com/surely-dev/surely/internal/oplist/oplisttest"
 )
@@ -27,7 +28,9 @@ func TestListTakesNoLock(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		db := b.open(t)
-		s := newStore(t, db, b.dialect)
+		table := newTable(t, db, b.dialect)
+		s, err := sqlstore.New(db, b.dialect, sqlstore.WithTable(table))
+		require.NoError(t, err)
 		res, err := s.Claim(ctx, idempotency.ClaimRequest{Namespace: "ns", Key: "k", Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 3})
 		require.NoError(t, err)
 		require.Equal(t, idempotency.Acquired, res.Status)
@@ -35,7 +38,7 @@ func TestListTakesNoLock(t *testing.T) {
 		tx, err := db.BeginTx(ctx, nil)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback() }()
-		_, err = tx.ExecContext(ctx, rebind(b.dialect, "UPDATE "+quote(b.dialect, s.Table())+" SET token = token WHERE namespace = ? AND op_key = ?"), "ns", "k")
+		_, err = tx.ExecContext(ctx, rebind(b.dialect, "UPDATE "+quote(b.dialect, table)+" SET token = token WHERE namespace = ? AND op_key = ?"), "ns", "k")
 		require.NoError(t, err, "the transaction holds the row's write lock")
 
 		l, err := oplist.For(s)
