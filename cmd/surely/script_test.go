@@ -369,7 +369,7 @@ func cmdDeadletter(ts *testscript.TestScript, neg bool, args []string) {
 			msg := message.NewMessage(uuidFor(*ns+"/"+key), []byte(fmt.Sprintf(`{"order":%d}`, i)))
 			msg.Metadata.Set(idempotency.DefaultMetadataKey, key)
 			publish(msg)
-			ts.Setenv("DLQ_ID_"+strconv.Itoa(i), dlq.DeadLetterUUID(msg.UUID))
+			ts.Setenv("DLQ_ID_"+strconv.Itoa(i), dlqID(msg.UUID))
 		}
 	})
 }
@@ -452,7 +452,7 @@ func cmdConsume(ts *testscript.TestScript, neg bool, args []string) {
 // uuidFor returns a UUID derived from s, so that a script's dead-letter IDs
 // do not change between runs.
 func uuidFor(s string) string {
-	return dlq.DeadLetterUUID("script:" + s)
+	return dlqID("script:" + s)
 }
 
 func cmdRecord(ts *testscript.TestScript, neg bool, args []string) {
