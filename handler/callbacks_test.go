@@ -19,7 +19,6 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/middleware"
 )
 
 // Every user callback surely calls around the handler is contained: a
@@ -52,14 +51,14 @@ func TestPanickingKeySourceIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e := setup(t, 0)
-		ex, err := idempotency.NewExtractor(idempotency.WithSources(idempotency.FromFunc(func(msg *message.Message) (string, error) {
+		ex, err := idempotency.NewExtractor(idempotency.WithSources(idempotency.KeySource(func(msg *message.Message) (string, error) {
 			var tenants []string
 			return tenants[len(msg.Metadata.Get("tenant"))], nil // index out of range
 		})))
 		require.NoError(t, err)
 		var calls atomic.Int32
 		h := e.chain(t, func(*message.Message) ([]*message.Message, error) { calls.Add(1); return nil, nil },
-			handler.WithIdentity(ex, middleware.ProcessWithoutDedup))
+			handler.WithIdentity(ex, handler.ProcessWithoutDedup))
 		n := deliverContained(t, h, func() *message.Message { return delivery("order-1", "pay 10") }, 10)
 		require.Equal(t, 1, n, "dead-lettered at once: a key source has no budget of its own")
 		require.Zero(t, calls.Load())
@@ -77,7 +76,7 @@ func TestPanickingKeySourceIsDeadLettered(t *testing.T) {
 // after the budget of attempts (3), not in a redelivery loop.
 func TestPanickingOnOutcomeIsBounded(t *testing.T) {
 	t.Parallel()
-	panicky := handler.WithOnOutcome(func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult {
+	panicky := handler.WithOnOutcome(func(context.Context, handler.OutcomeParams) handler.OutcomeResult {
 		panic("dashboard client is nil")
 	})
 	t.Run("processed", func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -56,8 +57,8 @@ func TestDeadLetterShutdownBeatsPermanent(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, idempotency.StateFailed, rec.State)
 				require.Equal(t, 0, rec.Attempts-rec.Canceled, "no attempt charged")
-				require.EqualValues(t, 1, e.count(middleware.OutcomeCanceled))
-				require.EqualValues(t, 0, e.count(middleware.OutcomeDeadLettered))
+				require.EqualValues(t, 1, e.count(handler.OutcomeCanceled))
+				require.EqualValues(t, 0, e.count(handler.OutcomeDeadLettered))
 			})
 		})
 	}
@@ -89,7 +90,7 @@ func TestHandlerFinalErrorLeavesTheRecordFinal(t *testing.T) {
 		require.Len(t, dead, 2)
 		for _, d := range dead {
 			require.Equal(t, string(dlq.ReasonDecode), d.Metadata.Get(dlq.KeyReason), "the handler's reason is kept")
-			require.Equal(t, "1", d.Metadata.Get(dlq.KeyAttempts))
+			require.Equal(t, "1", d.Metadata.Get(envelope.KeyAttempts))
 			require.Equal(t, "order-1", d.Metadata.Get(dlq.KeyOperationKey))
 		}
 	})
@@ -106,7 +107,7 @@ func TestOutcomeParamsCarryTheOperation(t *testing.T) {
 		ex, err := idempotency.NewExtractor(idempotency.WithSources(idempotency.FromMetadata("order_id")))
 		require.NoError(t, err)
 		var mu sync.Mutex
-		var got []middleware.OutcomeParams
+		var got []handler.OutcomeParams
 		var calls atomic.Int32
 		h := e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
 			if calls.Add(1) == 1 {
@@ -114,12 +115,12 @@ func TestOutcomeParamsCarryTheOperation(t *testing.T) {
 			}
 			return nil, nil
 		},
-			handler.WithIdentity(ex, middleware.RejectMissingKey),
-			handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+			handler.WithIdentity(ex, handler.RejectMissingKey),
+			handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 				mu.Lock()
 				got = append(got, p)
 				mu.Unlock()
-				return middleware.OutcomeResult{}
+				return handler.OutcomeResult{}
 			}))
 		for range 3 {
 			m := delivery("", "pay 10")
@@ -130,13 +131,13 @@ func TestOutcomeParamsCarryTheOperation(t *testing.T) {
 		defer mu.Unlock()
 		require.Len(t, got, 3)
 		want := []struct {
-			outcome  middleware.Outcome
+			outcome  handler.Outcome
 			attempt  int
-			previous idempotency.PreviousResult
+			previous idempotency.AttemptResult
 		}{
-			{middleware.OutcomeRetry, 1, idempotency.PreviousNone},
-			{middleware.OutcomeProcessed, 2, idempotency.PreviousFailed},
-			{middleware.OutcomeDuplicate, 0, idempotency.PreviousNone},
+			{handler.OutcomeRetry, 1, idempotency.AttemptResult("")},
+			{handler.OutcomeProcessed, 2, idempotency.ResultFailed},
+			{handler.OutcomeDuplicate, 0, idempotency.AttemptResult("")},
 		}
 		for i, w := range want {
 			p := got[i]

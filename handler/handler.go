@@ -51,56 +51,27 @@
 //
 // What a user of New needs is named here, so that wiring a handler takes
 // no import of middleware: MissingKeyPolicy, OutcomeParams, OutcomeResult,
-// Outcome and their values are type aliases and constants of middleware's
-// (an alias, not a new type, so a value passes between the two packages
-// with no conversion and middleware's methods and docs apply unchanged);
-// Permanent and After call retry's.
+// Outcome and their values are defined here (as aliases of a type internal
+// to surely, which middleware's WithOnOutcome and Identity take as well:
+// a user of middleware names them as handler.X too); Permanent and After
+// call retry's.
 package handler
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
 // ErrInvalidOption wraps every configuration error of New.
 var ErrInvalidOption = errors.New("handler: invalid option")
-
-type config struct {
-	store      idempotency.Store
-	namespace  string
-	dlqPub     message.Publisher
-	dlqTopic   string
-	policy     *retry.Policy
-	retryOpts  []retry.Option
-	inProcess  time.Duration // 0: not set
-	breaker    *retry.Breaker
-	noBreaker  bool
-	lease      time.Duration // 0: not set
-	extractor  *idempotency.Extractor
-	missingKey MissingKeyPolicy
-	logger     *slog.Logger
-	onOutcome  func(context.Context, OutcomeParams) OutcomeResult
-	redact     dlq.Redactor
-	group      string
-	storeTO    time.Duration
-	tracer     trace.TracerProvider
-	meter      metric.MeterProvider
-	prop       propagation.TextMapPropagator
-	system     string
-}
 
 // New returns fn wrapped in surely's chain (see the package doc), ready for
 // router.AddHandler / AddConsumerHandler.
@@ -160,11 +131,11 @@ func (c *config) resolvePolicy() error {
 	}
 	switch {
 	case c.lease == 0 && c.inProcess == 0:
-		c.lease, c.inProcess = middleware.DefaultLease, retry.DefaultMaxInProcessTime
+		c.lease, c.inProcess = defaults.Lease, defaults.MaxInProcessTime
 	case c.inProcess == 0:
-		c.inProcess = min(retry.DefaultMaxInProcessTime, c.lease/3)
+		c.inProcess = min(defaults.MaxInProcessTime, c.lease/3)
 	case c.lease == 0:
-		c.lease = max(middleware.DefaultLease, 3*c.inProcess)
+		c.lease = max(defaults.Lease, 3*c.inProcess)
 	case c.inProcess >= c.lease:
 		return invalid("the retry policy's in-process time %v must be shorter than the lease %v", c.inProcess, c.lease)
 	}
@@ -258,7 +229,7 @@ func (c *config) dedupOptions() []middleware.Option {
 	opts := []middleware.Option{
 		middleware.WithLease(c.lease), middleware.WithMaxAttempts(c.policy.MaxAttempts()),
 	}
-	if c.storeTO > 0 { // else middleware.DefaultStoreTimeout, or a third of a shorter lease
+	if c.storeTO > 0 { // else 5s, or a third of a shorter lease
 		opts = append(opts, middleware.WithStoreTimeout(c.storeTO))
 	}
 	if c.logger != nil { // else Dedup's warnings go to slog.Default()

@@ -22,7 +22,10 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
+	"github.com/surely-dev/surely/internal/defaults"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/faults"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -36,9 +39,9 @@ const deadTopic = "dead"
 
 type env struct {
 	store    *faults.Store
-	mem      *memstore.Store
+	mem      idempotency.Store
 	dead     *faults.Publisher
-	outcomes sync.Map // middleware.Outcome → *atomic.Int64
+	outcomes sync.Map // handler.Outcome → *atomic.Int64
 }
 
 func setup(t *testing.T, deadFailFirst int) *env {
@@ -48,7 +51,7 @@ func setup(t *testing.T, deadFailFirst int) *env {
 	return &env{store: faults.NewStore(mem), mem: mem, dead: faults.NewPublisher(deadFailFirst)}
 }
 
-func (e *env) count(o middleware.Outcome) int64 {
+func (e *env) count(o handler.Outcome) int64 {
 	v, _ := e.outcomes.LoadOrStore(o, new(atomic.Int64))
 	return v.(*atomic.Int64).Load()
 }
@@ -65,10 +68,10 @@ func (e *env) chain(t *testing.T, fn message.HandlerFunc, opts ...handler.Option
 		handler.WithPolicy(policy),
 		handler.WithBreaker(nil),
 		handler.WithLease(5 * time.Second),
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			v, _ := e.outcomes.LoadOrStore(p.Outcome, new(atomic.Int64))
 			v.(*atomic.Int64).Add(1)
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	}
 	h, err := handler.New(fn, append(base, opts...)...)
@@ -117,8 +120,8 @@ func TestFailOnceThenSucceedsIsProcessed(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 2, calls.Load(), "the redelivery must run the handler, not be taken for a duplicate")
 		require.EqualValues(t, 1, effects.Load())
-		require.EqualValues(t, 1, e.count(middleware.OutcomeProcessed))
-		require.EqualValues(t, 0, e.count(middleware.OutcomeDuplicate))
+		require.EqualValues(t, 1, e.count(handler.OutcomeProcessed))
+		require.EqualValues(t, 0, e.count(handler.OutcomeDuplicate))
 	})
 }
 
@@ -168,7 +171,7 @@ func TestDuplicateReemitsProducedMessages(t *testing.T) {
 			require.Equal(t, first[i].Payload, again[i].Payload)
 			require.Equal(t, first[i].Metadata, again[i].Metadata)
 		}
-		require.EqualValues(t, 1, e.count(middleware.OutcomeDuplicate))
+		require.EqualValues(t, 1, e.count(handler.OutcomeDuplicate))
 	})
 }
 
@@ -200,7 +203,7 @@ func TestInProgressIsNackedAndNotCounted(t *testing.T) {
 		close(release)
 		require.NoError(t, <-done)
 		require.EqualValues(t, 1, calls.Load())
-		require.EqualValues(t, 1, e.count(middleware.OutcomeInProgress))
+		require.EqualValues(t, 1, e.count(handler.OutcomeInProgress))
 	})
 }
 
@@ -250,8 +253,8 @@ func TestPanicIsRecordedThenDeadLettered(t *testing.T) {
 		require.Len(t, dead, 1)
 		md := dead[0].Metadata
 		require.Equal(t, string(dlq.ReasonPanic), md.Get(dlq.KeyReason))
-		require.Equal(t, "3", md.Get(dlq.KeyAttempts))
-		hist, err := dlq.ParseHistory(md)
+		require.Equal(t, "3", md.Get(envelope.KeyAttempts))
+		hist, err := envelope.ParseHistory(md)
 		require.NoError(t, err)
 		require.Len(t, hist, 3)
 		require.Contains(t, hist[2].Error, "nil map write")
@@ -280,21 +283,21 @@ func TestPermanentErrorIsDeadLetteredOnce(t *testing.T) {
 		dead := e.dead.Published(deadTopic)
 		require.Len(t, dead, 2)
 		md := dead[0].Metadata
-		require.Equal(t, dlq.DeadLetterUUID(src.UUID), dead[0].UUID)
-		require.Equal(t, src.UUID, md.Get(dlq.KeyOriginalUUID))
+		require.Equal(t, envelope.DeadLetterUUID(src.UUID), dead[0].UUID)
+		require.Equal(t, src.UUID, md.Get(envelope.KeyOriginalUUID))
 		require.Equal(t, "acme", md.Get("tenant"), "original metadata travels")
 		require.Equal(t, "order-1", md.Get(dlq.KeyOperationKey))
 		require.Equal(t, string(dlq.ReasonPermanent), md.Get(dlq.KeyReason))
 		require.Equal(t, "card declined", md.Get(dlq.KeyError))
-		require.Contains(t, md.Get(dlq.KeyErrorTypes), "*retry.PermanentError")
-		require.Equal(t, dlq.Version, md.Get(dlq.KeyVersion))
-		require.NotEmpty(t, md.Get(dlq.KeyFingerprint))
+		require.Contains(t, md.Get(envelope.KeyErrorTypes), "*retry.permanentError")
+		require.Equal(t, envelope.Version, md.Get(envelope.KeyVersion))
+		require.NotEmpty(t, md.Get(envelope.KeyFingerprint))
 		for _, d := range dead {
-			require.Equal(t, "orders", d.Metadata.Get(dlq.KeyNamespace), "inspect and replay find the record by it")
-			require.Equal(t, memstore.DefaultRetention.String(), d.Metadata.Get(dlq.KeyRetention))
+			require.Equal(t, "orders", d.Metadata.Get(envelope.KeyNamespace), "inspect and replay find the record by it")
+			require.Equal(t, idem.DefaultRetention.String(), d.Metadata.Get(envelope.KeyRetention))
 		}
-		require.EqualValues(t, 2, e.count(middleware.OutcomeDeadLettered))
-		require.EqualValues(t, 0, e.count(middleware.OutcomeProcessed), "a dead letter is not reported as processed")
+		require.EqualValues(t, 2, e.count(handler.OutcomeDeadLettered))
+		require.EqualValues(t, 0, e.count(handler.OutcomeProcessed), "a dead letter is not reported as processed")
 	})
 }
 
@@ -323,14 +326,14 @@ func TestMissingAndInvalidKeys(t *testing.T) {
 	cases := []struct {
 		name    string
 		key     string
-		missing middleware.MissingKeyPolicy
+		missing handler.MissingKeyPolicy
 		ran     bool
 		reason  dlq.Reason
 	}{
-		{"missing key rejected by default", "", middleware.RejectMissingKey, false, dlq.ReasonNoKey},
-		{"missing key processed on opt-in", "", middleware.ProcessWithoutDedup, true, ""},
-		{"oversized key", strings.Repeat("k", idempotency.MaxKeyLen+1), middleware.ProcessWithoutDedup, false, dlq.ReasonNoKey},
-		{"control bytes", "order\x00-1", middleware.ProcessWithoutDedup, false, dlq.ReasonNoKey},
+		{"missing key rejected by default", "", handler.RejectMissingKey, false, dlq.ReasonNoKey},
+		{"missing key processed on opt-in", "", handler.ProcessWithoutDedup, true, ""},
+		{"oversized key", strings.Repeat("k", idem.MaxKeyLen+1), handler.ProcessWithoutDedup, false, dlq.ReasonNoKey},
+		{"control bytes", "order\x00-1", handler.ProcessWithoutDedup, false, dlq.ReasonNoKey},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -346,7 +349,7 @@ func TestMissingAndInvalidKeys(t *testing.T) {
 				dead := e.dead.Published(deadTopic)
 				if tc.reason == "" {
 					require.Empty(t, dead)
-					require.EqualValues(t, 1, e.count(middleware.OutcomeUnprocessed))
+					require.EqualValues(t, 1, e.count(handler.OutcomeUnprocessed))
 					return
 				}
 				require.Len(t, dead, 1)
@@ -369,12 +372,12 @@ func TestFailingDeadLetterPublishNacksAndLosesNothing(t *testing.T) {
 			_, err := h(delivery("order-1", "pay 10"))
 			require.ErrorIs(t, err, faults.ErrInjected, "the publish error")
 			require.ErrorContains(t, err, "card declined", "joined with the cause")
-			require.GreaterOrEqual(t, time.Since(start), middleware.DefaultDeadLetterRetryWait, "no hot loop")
+			require.GreaterOrEqual(t, time.Since(start), defaults.DeadLetterRetryWait, "no hot loop")
 		}
 		_, err := h(delivery("order-1", "pay 10"))
 		require.NoError(t, err)
 		require.Len(t, e.dead.Published(deadTopic), 1)
-		require.EqualValues(t, 2, e.count(middleware.OutcomeDeadLetterFailed))
+		require.EqualValues(t, 2, e.count(handler.OutcomeDeadLetterFailed))
 	})
 }
 
@@ -396,7 +399,7 @@ func TestRedactorSeesEveryErrorText(t *testing.T) {
 		for _, a := range rec.History {
 			require.NotContains(t, a.Error, "hunter2")
 		}
-		require.Contains(t, dead[0].Metadata.Get(dlq.KeyHistory), "***")
+		require.Contains(t, dead[0].Metadata.Get(envelope.KeyHistory), "***")
 	})
 }
 
@@ -409,7 +412,7 @@ func TestHandlerSeesOperationAndPreviousAttempt(t *testing.T) {
 			op, ok := idempotency.OperationFrom(msg.Context())
 			require.True(t, ok)
 			require.Equal(t, op.Key, idempotency.KeyFrom(msg.Context()))
-			seen = append(seen, *op)
+			seen = append(seen, op)
 			if len(seen) == 1 {
 				return nil, errors.New("gateway 502")
 			}
@@ -432,10 +435,10 @@ func TestHandlerSeesOperationAndPreviousAttempt(t *testing.T) {
 
 		require.Len(t, seen, 2)
 		require.Equal(t, 2, seen[0].Attempt, "the crashed attempt was counted")
-		require.Equal(t, idempotency.PreviousUnknown, seen[0].Previous.Result, "its lease expired: the effect may have happened")
+		require.Equal(t, idempotency.ResultUnknown, seen[0].Previous, "its lease expired: the effect may have happened")
 		require.Equal(t, 3, seen[1].Attempt)
-		require.Equal(t, idempotency.PreviousFailed, seen[1].Previous.Result)
-		require.Equal(t, "gateway 502", seen[1].Previous.Error)
+		require.Equal(t, idempotency.ResultFailed, seen[1].Previous)
+		require.Equal(t, "gateway 502", seen[1].PreviousError)
 		require.NotEqual(t, seen[0].Token, seen[1].Token)
 		require.Equal(t, "orders", seen[0].Namespace)
 	})
@@ -445,7 +448,9 @@ func fingerprint(t *testing.T, payload string) string {
 	t.Helper()
 	ex, err := idempotency.NewExtractor()
 	require.NoError(t, err)
-	return ex.Fingerprint(message.NewMessage("x", []byte(payload)))
+	id, err := ex.Extract(message.NewMessage("x", []byte(payload)))
+	require.NoError(t, err)
+	return id.Fingerprint
 }
 
 func TestStoreOutageNacksWithoutChargingAndBreakerPauses(t *testing.T) {
@@ -468,7 +473,7 @@ func TestStoreOutageNacksWithoutChargingAndBreakerPauses(t *testing.T) {
 		_, err = h(delivery("order-9", "pay"))
 		require.ErrorIs(t, err, middleware.ErrPaused)
 		require.Equal(t, claims, e.store.Calls("Claim"), "a paused delivery makes no attempt")
-		require.EqualValues(t, 1, e.count(middleware.OutcomePaused))
+		require.EqualValues(t, 1, e.count(handler.OutcomePaused))
 
 		e.store.SetDown(false)
 		time.Sleep(time.Second) // cooldown: the next delivery is a probe
@@ -501,7 +506,7 @@ func TestCanceledAttemptIsNotCharged(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, idempotency.StateFailed, rec.State, "released, not exhausted")
 		require.Equal(t, 1, rec.Canceled)
-		require.EqualValues(t, 1, e.count(middleware.OutcomeCanceled))
+		require.EqualValues(t, 1, e.count(handler.OutcomeCanceled))
 		require.Empty(t, e.dead.Published(deadTopic))
 	})
 }
@@ -642,6 +647,6 @@ func TestExhaustedRedeliveryKeepsTheCausesErrorTypes(t *testing.T) {
 		require.Len(t, dead, 1)
 		md := dead[0].Metadata
 		require.Equal(t, string(dlq.ReasonExhausted), md.Get(dlq.KeyReason))
-		require.Contains(t, md.Get(dlq.KeyErrorTypes), "*handler_test.declinedError")
+		require.Contains(t, md.Get(envelope.KeyErrorTypes), "*handler_test.declinedError")
 	})
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/middleware"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -82,7 +82,7 @@ func TestKeylessUUIDReuseRunsEveryMessage(t *testing.T) {
 				}
 				require.NoError(t, deliver("tick"))
 				require.Equal(t, []string{"pay 10", "refund 99", "pay 10", "flaky", "flaky", "tick"}, payloads)
-				require.Zero(t, e.count(middleware.OutcomeDuplicate))
+				require.Zero(t, e.count(handler.OutcomeDuplicate))
 				require.Empty(t, e.dead.Published(deadTopic))
 			})
 		})
@@ -100,7 +100,7 @@ func TestKeylessFirstSuccessCostsNoStoreCall(t *testing.T) {
 		_, err := h(brokerCounted(delivery("", "pay 10"), &count)())
 		require.NoError(t, err)
 		require.Zero(t, e.store.Calls("Claim")+e.store.Calls("Release")+e.store.Calls("Complete"))
-		require.EqualValues(t, 1, e.count(middleware.OutcomeUnprocessed))
+		require.EqualValues(t, 1, e.count(handler.OutcomeUnprocessed))
 	})
 }
 
@@ -153,7 +153,7 @@ func TestKeylessBreakerPausesSpendNoBudget(t *testing.T) {
 		}
 		require.NoError(t, lerr)
 		require.Greater(t, count, 5, "the broker counted more deliveries than the budget")
-		require.Positive(t, e.count(middleware.OutcomePaused))
+		require.Positive(t, e.count(handler.OutcomePaused))
 		require.Equal(t, 1, keylessDone, "processed once the dependency is back")
 		require.LessOrEqual(t, keylessRuns, 5, "runs stay within the budget")
 		for _, d := range e.dead.Published(deadTopic) {
@@ -181,7 +181,7 @@ func TestKeylessRetryAfterKeptWithBrokerCount(t *testing.T) {
 		deliverContained(t, h, brokerCounted(delivery("", "p"), &count), 100)
 		require.Len(t, times, 2)
 		require.GreaterOrEqual(t, times[1].Sub(times[0]), time.Minute)
-		require.Positive(t, e.count(middleware.OutcomeInProgress), "an early redelivery waited, uncharged")
+		require.Positive(t, e.count(handler.OutcomeInProgress), "an early redelivery waited, uncharged")
 	})
 }
 
@@ -206,7 +206,7 @@ func TestKeylessInProcessAttemptsCountAgainstTheBudget(t *testing.T) {
 		require.EqualValues(t, 3, runs.Load())
 		dead := e.dead.Published(deadTopic)
 		require.Len(t, dead, 1)
-		require.Equal(t, "3", dead[0].Metadata.Get(dlq.KeyAttempts))
+		require.Equal(t, "3", dead[0].Metadata.Get(envelope.KeyAttempts))
 		require.Equal(t, string(dlq.ReasonExhausted), dead[0].Metadata.Get(dlq.KeyReason))
 	})
 }
@@ -225,13 +225,13 @@ func TestKeylessHandlerSeesAttemptAndPrevious(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := setup(t, 0)
 				var seen []int
-				var prev []idempotency.PreviousResult
+				var prev []idempotency.AttemptResult
 				h := keylessChain(t, e, func(m *message.Message) ([]*message.Message, error) {
 					op, ok := idempotency.OperationFrom(m.Context())
 					require.True(t, ok)
 					require.Empty(t, op.Key)
 					seen = append(seen, op.Attempt)
-					prev = append(prev, op.Previous.Result)
+					prev = append(prev, op.Previous)
 					return nil, errors.New("inventory 503")
 				})
 				src := delivery("", "p")
@@ -242,7 +242,7 @@ func TestKeylessHandlerSeesAttemptAndPrevious(t *testing.T) {
 				}
 				deliverContained(t, h, next, 100)
 				require.Equal(t, []int{1, 2, 3}, seen)
-				require.Equal(t, []idempotency.PreviousResult{idempotency.PreviousNone, idempotency.PreviousFailed, idempotency.PreviousFailed}, prev)
+				require.Equal(t, []idempotency.AttemptResult{idempotency.AttemptResult(""), idempotency.ResultFailed, idempotency.ResultFailed}, prev)
 			})
 		})
 	}

@@ -11,51 +11,95 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/middleware"
+	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/defaults"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/retry"
 )
 
 // MissingKeyPolicy says what happens to a message without an operation key
-// (see WithIdentity). It is middleware.MissingKeyPolicy.
-type MissingKeyPolicy = middleware.MissingKeyPolicy
+// (see WithIdentity). middleware.Identity takes it too.
+type MissingKeyPolicy = chain.MissingKeyPolicy
 
-// The missing-key policies (see middleware.RejectMissingKey and
-// middleware.ProcessWithoutDedup).
+// The missing-key policies.
 const (
 	// RejectMissingKey dead-letters a message without a key (reason
-	// no_key); the default.
-	RejectMissingKey = middleware.RejectMissingKey
-	// ProcessWithoutDedup runs a message without a key with no dedup record
-	// and a bounded number of attempts.
-	ProcessWithoutDedup = middleware.ProcessWithoutDedup
+	// no_key). It is the default: a message that cannot be deduplicated is
+	// not processed silently.
+	RejectMissingKey = chain.RejectMissingKey
+	// ProcessWithoutDedup runs the handler without a dedup record when the
+	// key is missing: nothing is ever skipped as a duplicate, so another
+	// message with the same payload, or the same UUID, or a redelivery of
+	// one that succeeded (its ack was lost), runs the effect again. Invalid
+	// keys (too long, control characters) are still rejected. The attempts
+	// stay bounded (see middleware.Dedup): only attempts that ran the
+	// handler are charged, to an attempt record under the message UUID in
+	// the reserved namespace "surely.keyless"; a delivery the broker
+	// numbers as the first (a delivery count of 1) runs without a store
+	// call, so a message that succeeds at once costs nothing durable
+	// there. A message that keeps failing is dead-lettered (reason
+	// exhausted, or panic) after the budget. A success closes the record
+	// uncharged, never as done.
+	ProcessWithoutDedup = chain.ProcessWithoutDedup
 )
 
-// OutcomeParams describes one delivery's end, for a WithOnOutcome callback.
-// It is middleware.OutcomeParams.
-type OutcomeParams = middleware.OutcomeParams
+// OutcomeParams describes one delivery's end, for a WithOnOutcome callback
+// (and middleware.WithOnOutcome). Its fields:
+//
+//   - Msg: the message.
+//   - Outcome: how the delivery ended.
+//   - Attempts: how many attempts ran in this delivery (0 for a paused one).
+//   - Attempt: the durable attempt number of the last attempt (0 if no
+//     claim).
+//   - Key, Namespace: the operation, as the identity step extracted it
+//     (empty when the message had none, or could not be decoded): the
+//     same key the handler got from idempotency.KeyFrom.
+//   - Previous: how the attempt before the last one ended, as its claim
+//     reported (idempotency.PreviousNone when no claim was acquired).
+//   - Reason: the dead-letter reason, for OutcomeDeadLettered.
+//   - Cause: the failure that was dead-lettered, as the dead letter's
+//     error (dlq.KeyError) records it before redaction, for
+//     OutcomeDeadLettered (Err is nil then: the message was acked).
+//   - Err: what the chain returned (nil when it acked).
+//   - Duration: the time the delivery spent in the chain.
+type OutcomeParams = chain.OutcomeParams
 
-// OutcomeResult is what a WithOnOutcome callback returns. It is
-// middleware.OutcomeResult.
-type OutcomeResult = middleware.OutcomeResult
+// OutcomeResult is what a WithOnOutcome callback returns; empty for now,
+// it leaves room to grow.
+type OutcomeResult = chain.OutcomeResult
 
-// Outcome is how one delivery ended (OutcomeParams.Outcome). It is
-// middleware.Outcome; the values are middleware's, named here too.
-type Outcome = middleware.Outcome
+// Outcome is how one delivery of a message ended in the chain
+// (OutcomeParams.Outcome): the metric label, the log line, the span's
+// surely.outcome.
+type Outcome = chain.Outcome
 
-// The outcomes of a delivery (see middleware.Outcome for each).
+// The outcomes of a delivery.
 const (
-	OutcomeProcessed        = middleware.OutcomeProcessed
-	OutcomeDuplicate        = middleware.OutcomeDuplicate
-	OutcomeInProgress       = middleware.OutcomeInProgress
-	OutcomeRetry            = middleware.OutcomeRetry
-	OutcomeDeadLettered     = middleware.OutcomeDeadLettered
-	OutcomeDeadLetterFailed = middleware.OutcomeDeadLetterFailed
-	OutcomePaused           = middleware.OutcomePaused
-	OutcomeLeaseLost        = middleware.OutcomeLeaseLost
-	OutcomeCanceled         = middleware.OutcomeCanceled
-	OutcomeUnprocessed      = middleware.OutcomeUnprocessed
+	// OutcomeProcessed: the handler ran and its effect is committed; ack.
+	OutcomeProcessed = chain.OutcomeProcessed
+	// OutcomeDuplicate: the operation was already done; its produced
+	// messages were re-emitted and the message acked without running.
+	OutcomeDuplicate = chain.OutcomeDuplicate
+	// OutcomeInProgress: another owner holds a live lease; nacked with a delay.
+	OutcomeInProgress = chain.OutcomeInProgress
+	// OutcomeRetry: the delivery failed transiently; nacked for a later attempt.
+	OutcomeRetry = chain.OutcomeRetry
+	// OutcomeDeadLettered: published to the dead letter, then acked.
+	OutcomeDeadLettered = chain.OutcomeDeadLettered
+	// OutcomeDeadLetterFailed: the dead-letter publish failed; nacked.
+	OutcomeDeadLetterFailed = chain.OutcomeDeadLetterFailed
+	// OutcomePaused: the outage breaker is open; nacked with a delay, no
+	// attempt spent.
+	OutcomePaused = chain.OutcomePaused
+	// OutcomeLeaseLost: the attempt's lease was taken over before Complete
+	// (Complete, Release or an extension was refused by fencing); nacked.
+	OutcomeLeaseLost = chain.OutcomeLeaseLost
+	// OutcomeCanceled: the message context was canceled (shutdown); nacked.
+	OutcomeCanceled = chain.OutcomeCanceled
+	// OutcomeUnprocessed: processed without dedup (no key, under
+	// ProcessWithoutDedup); acked.
+	OutcomeUnprocessed = chain.OutcomeUnprocessed
 )
 
 // Permanent marks err as not worth retrying: the message goes to the dead
@@ -69,13 +113,49 @@ func After(d time.Duration, err error) error { return retry.After(d, err) }
 // Option configures New.
 type Option func(*config) error
 
+type config struct {
+	store      idempotency.Store
+	namespace  string
+	dlqPub     message.Publisher
+	dlqTopic   string
+	policy     *retry.Policy
+	retryOpts  []retry.Option
+	inProcess  time.Duration // 0: not set
+	breaker    *retry.Breaker
+	noBreaker  bool
+	lease      time.Duration // 0: not set
+	extractor  *idempotency.Extractor
+	missingKey MissingKeyPolicy
+	logger     *slog.Logger
+	onOutcome  func(context.Context, OutcomeParams) OutcomeResult
+	redact     func(text string) string
+	group      string
+	storeTO    time.Duration
+	tracer     trace.TracerProvider
+	meter      metric.MeterProvider
+	prop       propagation.TextMapPropagator
+	system     string
+}
+
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...)
 }
 
+// required is the option that sets a value (set) unless it is nil (isNil),
+// which is an error naming what.
+func required(isNil bool, what string, set func(*config)) Option {
+	return func(c *config) error {
+		if isNil {
+			return invalid("nil %s", what)
+		}
+		set(c)
+		return nil
+	}
+}
+
 // WithStore sets the dedup store and the namespace of this handler's records
 // (required). Use the handler name, with the consumer group when several
-// groups consume one topic. middleware.KeylessNamespace is reserved (the
+// groups consume one topic. The namespace "surely.keyless" is reserved (the
 // attempt records of messages without a key). surely never closes the
 // store's client.
 func WithStore(store idempotency.Store, namespace string) Option {
@@ -83,10 +163,10 @@ func WithStore(store idempotency.Store, namespace string) Option {
 		if store == nil {
 			return invalid("nil store")
 		}
-		if err := idempotency.ValidateNamespace(namespace); err != nil {
+		if err := idem.ValidateNamespace(namespace); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
-		if namespace == middleware.KeylessNamespace {
+		if namespace == chain.KeylessNamespace {
 			return invalid("namespace %q is reserved", namespace)
 		}
 		c.store, c.namespace = store, namespace
@@ -112,13 +192,7 @@ func WithDeadLetter(pub message.Publisher, topic string) Option {
 // WithMaxInProcessTime): with WithLease too, it must be shorter than the
 // lease; without WithLease, the lease is derived from it.
 func WithPolicy(p *retry.Policy) Option {
-	return func(c *config) error {
-		if p == nil {
-			return invalid("nil policy")
-		}
-		c.policy = p
-		return nil
-	}
+	return required(p == nil, "policy", func(c *config) { c.policy = p })
 }
 
 // retryOption records a retry option for the policy New builds, checking
@@ -134,14 +208,13 @@ func retryOption(name string, o retry.Option) Option {
 }
 
 // WithMaxAttempts sets the durable attempt budget of one message (default
-// retry.DefaultMaxAttempts, 5; n >= 1), see retry.WithMaxAttempts.
+// 5; n >= 1), see retry.WithMaxAttempts.
 func WithMaxAttempts(n int) Option {
 	return retryOption("WithMaxAttempts", retry.WithMaxAttempts(n))
 }
 
 // WithInProcessAttempts sets how many attempts one delivery makes before it
-// nacks (default retry.DefaultInProcessAttempts, 3; n >= 1), see
-// retry.WithInProcessAttempts.
+// nacks (default 3; n >= 1), see retry.WithInProcessAttempts.
 func WithInProcessAttempts(n int) Option {
 	return retryOption("WithInProcessAttempts", retry.WithInProcessAttempts(n))
 }
@@ -154,10 +227,9 @@ func WithBackoff(initial, maxDelay time.Duration) Option {
 
 // WithMaxInProcessTime bounds the time one delivery spends in in-process
 // retries (d > 0), see retry.WithMaxInProcessTime. Without it, it is
-// derived from the lease: min(retry.DefaultMaxInProcessTime, lease/3),
-// which is the default 10s for the default 30s lease. Without WithLease,
-// the lease is derived from it (see WithLease). With both, d must be
-// shorter than the lease.
+// derived from the lease: min(10s, lease/3), which is the default 10s for
+// the default 30s lease. Without WithLease, the lease is derived from it
+// (see WithLease). With both, d must be shorter than the lease.
 func WithMaxInProcessTime(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -177,21 +249,21 @@ func WithBreaker(b *retry.Breaker) Option {
 	}
 }
 
-// WithLease sets the dedup lease (at least middleware.MinLease, 10ms). The
-// lease is extended while the handler runs, for at most 10 leases in all;
-// past that the handler's context is canceled (cause
-// middleware.ErrHandlerHung) and the attempt counts as failed, so a handler
-// that hangs on every delivery ends dead-lettered.
+// WithLease sets the dedup lease (at least 10ms). The lease is extended
+// while the handler runs, for at most 10 leases in all; past that the
+// handler's context is canceled (cause middleware.ErrHandlerHung) and the
+// attempt counts as failed, so a handler that hangs on every delivery ends
+// dead-lettered.
 //
 // Without it, the lease is derived from the in-process retry time t
-// (WithMaxInProcessTime, or the policy's of WithPolicy):
-// max(middleware.DefaultLease, 3t), so the default is 30s. A lease set
-// alone lowers the in-process time to fit (see WithMaxInProcessTime); with
-// both set, the in-process time must be shorter than the lease.
+// (WithMaxInProcessTime, or the policy's of WithPolicy): max(30s, 3t), so
+// the default is 30s. A lease set alone lowers the in-process time to fit
+// (see WithMaxInProcessTime); with both set, the in-process time must be
+// shorter than the lease.
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
-		if d < middleware.MinLease {
-			return invalid("lease must be at least %v, got %v", middleware.MinLease, d)
+		if d < defaults.MinLease {
+			return invalid("lease must be at least %v, got %v", defaults.MinLease, d)
 		}
 		c.lease = d
 		return nil
@@ -201,8 +273,7 @@ func WithLease(d time.Duration) Option {
 // WithIdentity sets the key extractor and the missing-key policy (default:
 // idempotency.NewExtractor(), RejectMissingKey). A key source that panics
 // dead-letters the message (reason panic); a message without a key under
-// ProcessWithoutDedup still has a bounded number of attempts (see
-// middleware.ProcessWithoutDedup).
+// ProcessWithoutDedup still has a bounded number of attempts.
 func WithIdentity(ex *idempotency.Extractor, missing MissingKeyPolicy) Option {
 	return func(c *config) error {
 		if ex == nil {
@@ -227,13 +298,7 @@ func WithIdentity(ex *idempotency.Extractor, missing MissingKeyPolicy) Option {
 // the current attempt's span when tracing is on: a slog.Handler that reads
 // the trace context from ctx correlates logs and traces.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
-		if l == nil {
-			return invalid("nil logger")
-		}
-		c.logger = l
-		return nil
-	}
+	return required(l == nil, "logger", func(c *config) { c.logger = l })
 }
 
 // WithOnOutcome calls fn once per delivery with its outcome and operation
@@ -241,31 +306,18 @@ func WithLogger(l *slog.Logger) Option {
 // slog.Default() without WithLogger); the delivery is acked or nacked as
 // the chain decided.
 func WithOnOutcome(fn func(context.Context, OutcomeParams) OutcomeResult) Option {
-	return func(c *config) error {
-		if fn == nil {
-			return invalid("nil callback")
-		}
-		c.onOutcome = fn
-		return nil
-	}
+	return required(fn == nil, "callback", func(c *config) { c.onOutcome = fn })
 }
 
 // WithRedactor passes every error text through r before it is stored in the
 // attempt history or written to a dead letter. A text on which r panics is
-// replaced by dlq.RedactorPanicked, never written unredacted.
-func WithRedactor(r dlq.Redactor) Option {
-	return func(c *config) error {
-		if r == nil {
-			return invalid("nil redactor")
-		}
-		c.redact = r
-		return nil
-	}
+// replaced by a placeholder ("[text withheld: the redactor panicked]"), never written unredacted.
+func WithRedactor(r func(text string) string) Option {
+	return required(r == nil, "redactor", func(c *config) { c.redact = r })
 }
 
-// WithStoreTimeout bounds every store call (default:
-// middleware.DefaultStoreTimeout, 5s, or a third of the lease when that is
-// shorter). It must be shorter than the lease.
+// WithStoreTimeout bounds every store call (default: 5s, or a third of the
+// lease when that is shorter). It must be shorter than the lease.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -287,38 +339,21 @@ func WithConsumerGroup(group string) Option {
 // context and to the previous attempt, across processes. Without it
 // (default) nothing is traced and tracing costs nothing.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *config) error {
-		if tp == nil {
-			return invalid("nil tracer provider")
-		}
-		c.tracer = tp
-		return nil
-	}
+	return required(tp == nil, "tracer provider", func(c *config) { c.tracer = tp })
 }
 
 // WithMeterProvider records surely's metrics through mp (see
-// middleware.WithMeterProvider). Without it (default) nothing is measured.
+// middleware.WithMeterProvider, which lists them). Without it (default)
+// nothing is measured.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) error {
-		if mp == nil {
-			return invalid("nil meter provider")
-		}
-		c.meter = mp
-		return nil
-	}
+	return required(mp == nil, "meter provider", func(c *config) { c.meter = mp })
 }
 
 // WithPropagator sets how the creation context is read from the message
 // metadata (default propagation.TraceContext{}); match the producer's
 // (package propagate). It needs WithTracerProvider.
 func WithPropagator(p propagation.TextMapPropagator) Option {
-	return func(c *config) error {
-		if p == nil {
-			return invalid("nil propagator")
-		}
-		c.prop = p
-		return nil
-	}
+	return required(p == nil, "propagator", func(c *config) { c.prop = p })
 }
 
 // WithMessagingSystem sets messaging.system on spans ("nats", "rabbitmq",

@@ -14,8 +14,9 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
+	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/faults"
-	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -62,7 +63,7 @@ func TestEveryConfigurationErrorWrapsErrInvalidOption(t *testing.T) {
 		{"WithStore nil store", noop, []handler.Option{handler.WithStore(nil, "orders"), handler.WithDeadLetter(pub, "dead")}},
 		{"WithStore empty namespace", noop, []handler.Option{handler.WithStore(mem, ""), handler.WithDeadLetter(pub, "dead")}},
 		{"WithStore bad namespace", noop, []handler.Option{handler.WithStore(mem, "orders:v1"), handler.WithDeadLetter(pub, "dead")}},
-		{"WithStore reserved namespace", noop, []handler.Option{handler.WithStore(mem, middleware.KeylessNamespace), handler.WithDeadLetter(pub, "dead")}},
+		{"WithStore reserved namespace", noop, []handler.Option{handler.WithStore(mem, chain.KeylessNamespace), handler.WithDeadLetter(pub, "dead")}},
 		{"WithDeadLetter nil publisher", noop, []handler.Option{handler.WithStore(mem, "orders"), handler.WithDeadLetter(nil, "dead")}},
 		{"WithDeadLetter empty topic", noop, []handler.Option{handler.WithStore(mem, "orders"), handler.WithDeadLetter(pub, "")}},
 		{"WithPolicy nil", noop, with(handler.WithPolicy(nil))},
@@ -70,14 +71,14 @@ func TestEveryConfigurationErrorWrapsErrInvalidOption(t *testing.T) {
 		{"WithLease negative", noop, with(handler.WithLease(-time.Second))},
 		{"WithLease under the minimum", noop, with(handler.WithLease(5*time.Millisecond),
 			handler.WithPolicy(mustPolicy(t, retry.WithMaxInProcessTime(time.Millisecond))))},
-		{"WithIdentity nil extractor", noop, with(handler.WithIdentity(nil, middleware.RejectMissingKey))},
-		{"WithIdentity unknown policy", noop, with(handler.WithIdentity(ex, middleware.MissingKeyPolicy(7)))},
+		{"WithIdentity nil extractor", noop, with(handler.WithIdentity(nil, handler.RejectMissingKey))},
+		{"WithIdentity unknown policy", noop, with(handler.WithIdentity(ex, handler.MissingKeyPolicy(7)))},
 		{"WithLogger nil", noop, with(handler.WithLogger(nil))},
 		{"WithOnOutcome nil", noop, with(handler.WithOnOutcome(nil))},
 		{"WithRedactor nil", noop, with(handler.WithRedactor(nil))},
 		{"WithStoreTimeout zero", noop, with(handler.WithStoreTimeout(0))},
 		{"WithStoreTimeout negative", noop, with(handler.WithStoreTimeout(-time.Second))},
-		{"WithStoreTimeout the default lease", noop, with(handler.WithStoreTimeout(middleware.DefaultLease))},
+		{"WithStoreTimeout the default lease", noop, with(handler.WithStoreTimeout(defaults.Lease))},
 		{"WithStoreTimeout past the lease", noop, with(handler.WithLease(time.Second), handler.WithStoreTimeout(2*time.Second))},
 		{"WithTracerProvider nil", noop, with(handler.WithTracerProvider(nil))},
 		{"WithMeterProvider nil", noop, with(handler.WithMeterProvider(nil))},

@@ -20,7 +20,10 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
+	"github.com/surely-dev/surely/internal/defaults"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/faults"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -68,13 +71,13 @@ type poisonCase struct {
 
 // poisonRun is one row's router, store and observations.
 type poisonRun struct {
-	mem        *memstore.Store
+	mem        idempotency.Store
 	mu         sync.Mutex
 	runs       map[string]int         // handler runs per message UUID
 	processed  map[string]int         // successful runs per message UUID
 	deliveries map[string][]time.Time // chain entries per message UUID
 	acked      map[string][]bool      // per delivery: the chain returned nil (the router acks)
-	outcomes   map[middleware.Outcome]int
+	outcomes   map[handler.Outcome]int
 }
 
 func (r *poisonRun) snapshot(uuid string) (runs, processed int, deliveries []time.Time) {
@@ -120,7 +123,7 @@ func poisonCases(t *testing.T) []poisonCase {
 	require.NoError(t, err)
 	jsonField, err := idempotency.NewExtractor(idempotency.WithSources(idempotency.FromJSONField("order_id")))
 	require.NoError(t, err)
-	strictKeys := handler.WithIdentity(onlyMetadata, middleware.RejectMissingKey)
+	strictKeys := handler.WithIdentity(onlyMetadata, handler.RejectMissingKey)
 	// Raw bytes that are neither UTF-8 nor JSON, with every byte value.
 	raw := make([]byte, 256)
 	for i := range raw {
@@ -159,7 +162,7 @@ func poisonCases(t *testing.T) []poisonCase {
 			reason: dlq.ReasonNoKey, runs: 0, attempts: "0", errContains: "no operation key",
 		},
 		{
-			name: "oversized key", msg: keyed(strings.Repeat("k", idempotency.MaxKeyLen+1), "pay 10"),
+			name: "oversized key", msg: keyed(strings.Repeat("k", idem.MaxKeyLen+1), "pay 10"),
 			reason: dlq.ReasonNoKey, runs: 0, attempts: "0", errContains: "the limit is 512",
 		},
 		{
@@ -172,7 +175,7 @@ func poisonCases(t *testing.T) []poisonCase {
 		},
 		{
 			name: "payload not JSON for a JSON key field", msg: keyed("", "\xff{not json"),
-			opts:   []handler.Option{handler.WithIdentity(jsonField, middleware.RejectMissingKey)},
+			opts:   []handler.Option{handler.WithIdentity(jsonField, handler.RejectMissingKey)},
 			reason: dlq.ReasonNoKey, runs: 0, attempts: "0", errContains: "not a JSON object",
 		},
 		{
@@ -191,7 +194,7 @@ func poisonCases(t *testing.T) []poisonCase {
 			fn:     func(*message.Message) error { panic("nil map write") },
 			reason: dlq.ReasonPanic, runs: 3, attempts: "3", errContains: "nil map write",
 			check: func(t *testing.T, _ *poisonRun, dead *message.Message) {
-				hist, err := dlq.ParseHistory(dead.Metadata)
+				hist, err := envelope.ParseHistory(dead.Metadata)
 				require.NoError(t, err)
 				require.Len(t, hist, 3)
 				require.Contains(t, hist[2].Stack, "goroutine", "the panic's stack is kept")
@@ -205,7 +208,7 @@ func poisonCases(t *testing.T) []poisonCase {
 			},
 			reason: dlq.ReasonExhausted, runs: 3, attempts: "3", errContains: "after 3 attempts",
 			check: func(t *testing.T, r *poisonRun, dead *message.Message) {
-				hist, err := dlq.ParseHistory(dead.Metadata)
+				hist, err := envelope.ParseHistory(dead.Metadata)
 				require.NoError(t, err)
 				require.Len(t, hist, 3)
 				for _, h := range hist {
@@ -214,7 +217,7 @@ func poisonCases(t *testing.T) []poisonCase {
 				}
 				// Each attempt was held for the longest hold (10 leases of
 				// 5s, canceled at the first extension past 9 leases).
-				_, _, at := r.snapshot(dead.Metadata.Get(dlq.KeyOriginalUUID))
+				_, _, at := r.snapshot(dead.Metadata.Get(envelope.KeyOriginalUUID))
 				require.Len(t, at, 4, "3 hung attempts, then the exhausted claim")
 				for i := 1; i < 3; i++ {
 					require.GreaterOrEqual(t, at[i].Sub(at[i-1]), 45*time.Second)
@@ -234,15 +237,15 @@ func poisonCases(t *testing.T) []poisonCase {
 			name: "dead-letter publish failing", msg: keyed("order-1", "pay 10"), fn: permanent, deadFailFirst: 2,
 			reason: dlq.ReasonPermanent, runs: 1, attempts: "1", errContains: "card declined",
 			check: func(t *testing.T, r *poisonRun, dead *message.Message) {
-				_, _, at := r.snapshot(dead.Metadata.Get(dlq.KeyOriginalUUID))
+				_, _, at := r.snapshot(dead.Metadata.Get(envelope.KeyOriginalUUID))
 				require.Len(t, at, 3, "two nacks, then the publish that worked")
 				for i := 1; i < len(at); i++ {
-					require.GreaterOrEqual(t, at[i].Sub(at[i-1]), middleware.DefaultDeadLetterRetryWait,
+					require.GreaterOrEqual(t, at[i].Sub(at[i-1]), defaults.DeadLetterRetryWait,
 						"the nacks are spaced: a broken dead letter does not spin")
 				}
 				r.mu.Lock()
 				defer r.mu.Unlock()
-				require.Equal(t, 2, r.outcomes[middleware.OutcomeDeadLetterFailed])
+				require.Equal(t, 2, r.outcomes[handler.OutcomeDeadLetterFailed])
 			},
 		},
 		{
@@ -255,7 +258,7 @@ func poisonCases(t *testing.T) []poisonCase {
 			reason: dlq.ReasonPermanent, runs: 1, attempts: "1", errContains: "card declined",
 		},
 		{
-			name: "forged surely_ metadata", msg: keyed("order-1", "pay 10", dlq.KeyReason, "conflict", dlq.KeyAttempts, "999"),
+			name: "forged surely_ metadata", msg: keyed("order-1", "pay 10", dlq.KeyReason, "conflict", envelope.KeyAttempts, "999"),
 			fn:     func(*message.Message) error { return errors.New("inventory service: 503") },
 			reason: dlq.ReasonExhausted, runs: 3, attempts: "3", errContains: "inventory service: 503",
 		},
@@ -279,7 +282,7 @@ func runPoison(t *testing.T, tc poisonCase) {
 	require.NoError(t, err)
 	r := &poisonRun{
 		mem: mem, runs: map[string]int{}, processed: map[string]int{},
-		deliveries: map[string][]time.Time{}, acked: map[string][]bool{}, outcomes: map[middleware.Outcome]int{},
+		deliveries: map[string][]time.Time{}, acked: map[string][]bool{}, outcomes: map[handler.Outcome]int{},
 	}
 	poison := tc.msg()
 	sent := poison.Copy() // what the producer sent, to compare the dead letter with
@@ -311,11 +314,11 @@ func runPoison(t *testing.T, tc poisonCase) {
 		handler.WithPolicy(policy),
 		handler.WithBreaker(nil),
 		handler.WithLease(5 * time.Second),
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			r.mu.Lock()
 			r.outcomes[p.Outcome]++
 			r.mu.Unlock()
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	}, tc.opts...)
 	h, err := handler.New(business, opts...)
@@ -390,11 +393,11 @@ func runPoison(t *testing.T, tc poisonCase) {
 			require.Equal(t, v, md.Get(k), "metadata %q byte for byte", k)
 		}
 	}
-	require.Equal(t, dlq.DeadLetterUUID(sent.UUID), d.UUID)
-	require.Equal(t, sent.UUID, md.Get(dlq.KeyOriginalUUID))
-	require.Equal(t, poisonTopic, md.Get(dlq.KeyOriginalTopic))
-	require.Equal(t, "orders-handler", md.Get(dlq.KeyHandler))
-	require.Equal(t, tc.attempts, md.Get(dlq.KeyAttempts))
+	require.Equal(t, envelope.DeadLetterUUID(sent.UUID), d.UUID)
+	require.Equal(t, sent.UUID, md.Get(envelope.KeyOriginalUUID))
+	require.Equal(t, poisonTopic, md.Get(envelope.KeyOriginalTopic))
+	require.Equal(t, "orders-handler", md.Get(envelope.KeyHandler))
+	require.Equal(t, tc.attempts, md.Get(envelope.KeyAttempts))
 	require.Contains(t, md.Get(dlq.KeyError), tc.errContains)
 	runs, processed, _ := r.snapshot(sent.UUID)
 	require.Equal(t, tc.runs, runs, "handler runs of the poison message")
@@ -413,8 +416,8 @@ func runPoison(t *testing.T, tc poisonCase) {
 	require.NotEmpty(t, acks)
 	require.True(t, acks[len(acks)-1], "the poison message is acked, after its dead letter was published")
 	require.NotContains(t, acks[:len(acks)-1], true, "and not before")
-	require.Equal(t, 1, r.outcomes[middleware.OutcomeDeadLettered])
-	require.Equal(t, 1+len(tc.before), r.outcomes[middleware.OutcomeProcessed])
+	require.Equal(t, 1, r.outcomes[handler.OutcomeDeadLettered])
+	require.Equal(t, 1+len(tc.before), r.outcomes[handler.OutcomeProcessed])
 	r.mu.Unlock()
 	if tc.check != nil {
 		tc.check(t, r, d)
@@ -444,7 +447,7 @@ func TestStaleOwnersPermanentErrorIsNotDeadLettered(t *testing.T) {
 		calls.Add(1)
 		releaseA := make(chan struct{})
 		var n int
-		var outcomes []middleware.Outcome
+		var outcomes []handler.Outcome
 		h, err := handler.New(func(msg *message.Message) ([]*message.Message, error) {
 			mu.Lock()
 			n++
@@ -462,11 +465,11 @@ func TestStaleOwnersPermanentErrorIsNotDeadLettered(t *testing.T) {
 			handler.WithPolicy(mustPolicy(t, retry.WithMaxInProcessTime(time.Second))),
 			handler.WithBreaker(nil),
 			handler.WithLease(5*time.Second),
-			handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+			handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 				mu.Lock()
 				outcomes = append(outcomes, p.Outcome)
 				mu.Unlock()
-				return middleware.OutcomeResult{}
+				return handler.OutcomeResult{}
 			}),
 		)
 		require.NoError(t, err)
@@ -497,7 +500,7 @@ func TestStaleOwnersPermanentErrorIsNotDeadLettered(t *testing.T) {
 		require.Empty(t, dead.Published(poisonDead))
 		mu.Lock()
 		defer mu.Unlock()
-		require.Equal(t, []middleware.Outcome{middleware.OutcomeProcessed, middleware.OutcomeLeaseLost, middleware.OutcomeDuplicate}, outcomes)
+		require.Equal(t, []handler.Outcome{handler.OutcomeProcessed, handler.OutcomeLeaseLost, handler.OutcomeDuplicate}, outcomes)
 	})
 }
 

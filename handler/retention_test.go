@@ -13,7 +13,6 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/internal/faults"
-	"github.com/surely-dev/surely/middleware"
 )
 
 // The guarantees table's last row: a duplicate is recognised while the
@@ -36,7 +35,7 @@ func TestDuplicateAfterRetentionRunsAgain(t *testing.T) {
 		_, err = h(delivery("order-1", "pay 10"))
 		require.NoError(t, err)
 		require.EqualValues(t, 1, calls.Load(), "within the retention a duplicate is not run")
-		require.EqualValues(t, 1, e.count(middleware.OutcomeDuplicate))
+		require.EqualValues(t, 1, e.count(handler.OutcomeDuplicate))
 		time.Sleep(2 * time.Minute) // the retention has passed: the record is forgotten
 		_, err = h(delivery("order-1", "pay 10"))
 		require.NoError(t, err)

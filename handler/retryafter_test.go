@@ -99,7 +99,7 @@ func TestRetryAfterIsNotBeforeOnEveryBroker(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, 5, rec.Attempts, "early redeliveries are not charged")
 				if !brokerDelay {
-					require.Positive(t, e.count(middleware.OutcomeInProgress), "early redeliveries were answered InProgress")
+					require.Positive(t, e.count(handler.OutcomeInProgress), "early redeliveries were answered InProgress")
 				}
 			})
 		})

@@ -7,7 +7,7 @@
 // [KeySource]s in order: by default the metadata entry [DefaultMetadataKey]
 // ("idempotency_key"), then the Watermill message UUID. Other sources read
 // the CloudEvents ce_source/ce_id pair, a field of a JSON payload, or call a
-// user function. A key longer than [MaxKeyLen] bytes, not UTF-8 or with
+// user function. A key longer than 512 bytes, not UTF-8 or with
 // control characters is rejected ([ErrInvalidKey]), never stored. The
 // fingerprint is the SHA-256 of the payload (and optionally selected
 // metadata): the same key with another fingerprint is a conflict.
@@ -28,7 +28,7 @@
 //   - [Acquired]: the caller owns a lease (a fresh fencing token). Attempt
 //     counts every claim ever made, so a message that kills its process is
 //     counted too. [ClaimResult.Previous] says how the previous attempt ended;
-//     [PreviousUnknown] means its lease expired: the owner died mid-effect.
+//     [ResultUnknown] means its lease expired: the owner died mid-effect.
 //   - [Completed]: DONE; the stored [Outcome] (with the produced messages) is returned.
 //   - [InProgress]: a live lease is held by another owner, or the last
 //     attempt's retry-after delay has not passed; do not run, do not count a
@@ -72,8 +72,9 @@
 // last write: a DONE, FAILED or EXHAUSTED record is forgotten one retention
 // after its Complete or Release, an abandoned IN_PROGRESS one a retention
 // after its lease expired. Reading a record (a Completed or Exhausted
-// claim, Get) does not extend it. The attempt history is bounded to [MaxHistory]
-// entries, newest kept; error texts to [MaxErrorLen] and stacks to [MaxStackLen].
+// claim, Get) does not extend it. The attempt history is bounded to 20
+// entries, newest kept; error texts to 2048 bytes and stacks to 4096 (cut
+// at a UTF-8 boundary).
 //
 // # Replay: reopening an exhausted record
 //
@@ -88,6 +89,11 @@
 // (another ID) does, and a DONE record is never reopened.
 //
 // # Stores
+//
+// The state machine is written once, in Go, as pure functions over a
+// record, which memstore and sqlstore run; the conformance suite
+// (idempotencytest.Run, its Transitions test) holds every store to them,
+// the Lua scripts of redisstore included.
 //
 // idempotency/redisstore (lease mode on Redis), idempotency/sqlstore
 // (PostgreSQL, MySQL/MariaDB, SQLite; lease mode and the transactional

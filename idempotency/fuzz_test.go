@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 // FuzzExtract feeds untrusted messages to an Extractor that tries every
@@ -62,12 +63,12 @@ func FuzzExtract(f *testing.F) {
 			if !errors.Is(err, idempotency.ErrNoKey) && !errors.Is(err, idempotency.ErrInvalidKey) {
 				t.Fatalf("error wraps neither ErrNoKey nor ErrInvalidKey: %v", err)
 			}
-			if id != (idempotency.Identity{}) {
+			if id != (idempotency.Operation{}) {
 				t.Fatalf("an error with an identity: %+v", id)
 			}
 			return
 		}
-		if verr := idempotency.ValidateKey(id.Key); verr != nil {
+		if verr := idem.ValidateKey(id.Key); verr != nil {
 			t.Fatalf("Extract returned key %q that ValidateKey refuses: %v", id.Key, verr)
 		}
 		if len(id.Fingerprint) != 64 {

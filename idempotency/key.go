@@ -6,11 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/options"
 )
 
@@ -18,36 +17,13 @@ import (
 // operation key from, before falling back to the message UUID.
 const DefaultMetadataKey = "idempotency_key"
 
-// MaxKeyLen is the longest operation key accepted, in bytes.
-const MaxKeyLen = 512
-
 var (
 	// ErrNoKey means no source produced an operation key for the message.
-	ErrNoKey = errors.New("idempotency: message has no operation key")
-	// ErrInvalidKey means a key was found but is unusable (too long, control
-	// characters, not UTF-8). It is rejected, never stored.
-	ErrInvalidKey = errors.New("idempotency: invalid operation key")
+	ErrNoKey = idem.ErrNoKey
+	// ErrInvalidKey means a key was found but is unusable (longer than 512
+	// bytes, control characters, not UTF-8). It is rejected, never stored.
+	ErrInvalidKey = idem.ErrInvalidKey
 )
-
-// ValidateKey checks an operation key: non-empty, at most MaxKeyLen bytes,
-// valid UTF-8 and free of control characters.
-func ValidateKey(key string) error {
-	if key == "" {
-		return ErrNoKey
-	}
-	if len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidKey, len(key), MaxKeyLen)
-	}
-	if !utf8.ValidString(key) {
-		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidKey)
-	}
-	for i, r := range key {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: control character %U at byte %d", ErrInvalidKey, r, i)
-		}
-	}
-	return nil
-}
 
 // A KeySource reads an operation key from a message. It returns "" with a
 // nil error when the message does not carry its kind of key, so that the next
@@ -108,20 +84,10 @@ func FromJSONField(field string) KeySource {
 	}
 }
 
-// FromFunc adapts a user function.
-func FromFunc(fn func(msg *message.Message) (string, error)) KeySource {
-	return KeySource(fn)
-}
-
-// Identity is the operation identity of a message.
-type Identity struct {
-	Key         string
-	Fingerprint string
-}
-
-// Extractor derives the Identity of a message: the first source that yields
-// a key wins, and the fingerprint is the SHA-256 of the payload plus the
-// selected metadata entries.
+// Extractor derives the operation identity of a message, its key and
+// fingerprint: the first source that yields a key wins, and the
+// fingerprint is the SHA-256 of the payload plus the selected metadata
+// entries.
 type Extractor struct {
 	sources []KeySource
 	fpMeta  []string
@@ -144,8 +110,10 @@ func NewExtractor(opts ...Option) (*Extractor, error) {
 	}, nil
 }
 
-// Extract returns the identity of msg. Errors wrap ErrNoKey or ErrInvalidKey.
-func (e *Extractor) Extract(msg *message.Message) (Identity, error) {
+// Extract returns the operation identity of msg: an Operation with its Key
+// and Fingerprint set (the dedup step fills in the rest when it claims).
+// Errors wrap ErrNoKey or ErrInvalidKey.
+func (e *Extractor) Extract(msg *message.Message) (Operation, error) {
 	var key string
 	for _, src := range e.sources {
 		k, err := src(msg)
@@ -153,22 +121,22 @@ func (e *Extractor) Extract(msg *message.Message) (Identity, error) {
 			if !errors.Is(err, ErrInvalidKey) {
 				err = fmt.Errorf("%w: %w", ErrInvalidKey, err)
 			}
-			return Identity{}, err
+			return Operation{}, err
 		}
 		if k != "" {
 			key = k
 			break
 		}
 	}
-	if err := ValidateKey(key); err != nil {
-		return Identity{}, err
+	if err := idem.ValidateKey(key); err != nil {
+		return Operation{}, err
 	}
-	return Identity{Key: key, Fingerprint: e.Fingerprint(msg)}, nil
+	return Operation{Key: key, Fingerprint: e.fingerprint(msg)}, nil
 }
 
-// Fingerprint is the hex SHA-256 of the payload and the selected metadata
+// fingerprint is the hex SHA-256 of the payload and the selected metadata
 // (each entry length-prefixed, so no two inputs collide by concatenation).
-func (e *Extractor) Fingerprint(msg *message.Message) string {
+func (e *Extractor) fingerprint(msg *message.Message) string {
 	if len(e.fpMeta) == 0 {
 		sum := sha256.Sum256(msg.Payload)
 		var buf [2 * sha256.Size]byte

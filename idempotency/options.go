@@ -31,8 +31,7 @@ const (
 
 // WithRetention sets how long a store keeps DONE, FAILED and EXHAUSTED
 // records after their last change, and an IN_PROGRESS one after its lease
-// expiry (default 24h in every store: memstore.DefaultRetention,
-// redisstore.DefaultRetention, sqlstore.DefaultRetention). A record is
+// expiry (default 24h in every store). A record is
 // deduplicated only within this window: keep it longer than the longest
 // redelivery or replay delay. d must be positive; redisstore and sqlstore,
 // which count in milliseconds, refuse less than 1ms. A store option (not

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 // What a store checks before it claims: ClaimRequest.Validate and
@@ -40,7 +41,7 @@ func TestClaimRequestValidateBoundaries(t *testing.T) {
 		"zero attempts":       func(r *idempotency.ClaimRequest) { r.MaxAttempts = 0 },
 		"negative attempts":   func(r *idempotency.ClaimRequest) { r.MaxAttempts = -1 },
 		"control in reopen":   func(r *idempotency.ClaimRequest) { r.Reopen = "a\x00b" },
-		"oversized reopen ID": func(r *idempotency.ClaimRequest) { r.Reopen = strings.Repeat("r", idempotency.MaxKeyLen+1) },
+		"oversized reopen ID": func(r *idempotency.ClaimRequest) { r.Reopen = strings.Repeat("r", idem.MaxKeyLen+1) },
 	}
 	for name, change := range cases {
 		r := validRequest()
@@ -55,27 +56,27 @@ func TestValidateNamespaceCharacters(t *testing.T) {
 		"a", "z", "A", "Z", "0", "9", ".", "_", "-",
 		"Billing.v2_eu-west", strings.Repeat("n", 128),
 	} {
-		assert.NoError(t, idempotency.ValidateNamespace(ns), "%q", ns)
+		assert.NoError(t, idem.ValidateNamespace(ns), "%q", ns)
 	}
 	// The neighbours of every allowed range in ASCII, and lengths 0 and 129.
 	for _, ns := range []string{
 		"", strings.Repeat("n", 129),
 		"`", "{", "@", "[", "/", ":", " ", ",", "+", "é", "a/b", "ab:",
 	} {
-		assert.ErrorIs(t, idempotency.ValidateNamespace(ns), idempotency.ErrInvalidRequest, "%q", ns)
+		assert.ErrorIs(t, idem.ValidateNamespace(ns), idempotency.ErrInvalidRequest, "%q", ns)
 	}
 }
 
 func TestTruncateKeepsWholeRunes(t *testing.T) {
 	t.Parallel()
-	assert.Equal(t, "abc", idempotency.Truncate("abc", 3), "fits exactly")
-	assert.Equal(t, "abc", idempotency.Truncate("abc", 10))
-	assert.Equal(t, "ab", idempotency.Truncate("abc", 2))
-	assert.Empty(t, idempotency.Truncate("abc", 0))
+	assert.Equal(t, "abc", idem.Truncate("abc", 3), "fits exactly")
+	assert.Equal(t, "abc", idem.Truncate("abc", 10))
+	assert.Equal(t, "ab", idem.Truncate("abc", 2))
+	assert.Empty(t, idem.Truncate("abc", 0))
 	// "é" is two bytes: cutting inside it drops the whole rune.
-	assert.Equal(t, "h", idempotency.Truncate("héllo", 2))
-	assert.Equal(t, "hé", idempotency.Truncate("héllo", 3))
+	assert.Equal(t, "h", idem.Truncate("héllo", 2))
+	assert.Equal(t, "hé", idem.Truncate("héllo", 3))
 	// Nothing before the cut starts a rune: the result is empty, not a
 	// slice before the string's start.
-	assert.Empty(t, idempotency.Truncate("\x80\x80abc", 1))
+	assert.Empty(t, idem.Truncate("\x80\x80abc", 1))
 }

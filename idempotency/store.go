@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
+
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 // Errors returned by every Store.
@@ -23,7 +24,7 @@ var (
 
 	// ErrInvalidRequest wraps every validation error of a request (empty key,
 	// bad namespace, non-positive lease or budget).
-	ErrInvalidRequest = errors.New("idempotency: invalid request")
+	ErrInvalidRequest = idem.ErrInvalidRequest
 )
 
 // Status is the result of a Claim.
@@ -93,7 +94,7 @@ type ClaimRequest struct {
 	// TraceID and SpanID of the attempt (hex, may be empty) are kept in the
 	// attempt history so a redelivery chain can be followed across processes.
 	TraceID, SpanID string
-	// Reopen is the ID of a replay run (dlq.KeyReplayID) that republished
+	// Reopen is the ID of a replay run (surely_replay_id) that republished
 	// this message. When set and the record is EXHAUSTED or FAILED and has
 	// not yet been reopened by this ID, the store gives it a fresh budget
 	// (the attempts charged so far no longer count against MaxAttempts; the
@@ -106,17 +107,17 @@ type ClaimRequest struct {
 	// is a FAILED or EXHAUSTED record reopened. A claim that creates the
 	// record (none was kept) remembers the ID as well, so the replayed
 	// message gets one budget per run in every case. Reopen is validated
-	// like an operation key (at most MaxKeyLen bytes, UTF-8, no control
+	// like an operation key (at most 512 bytes, UTF-8, no control
 	// characters).
 	Reopen string
 }
 
 // Validate reports whether the request is well formed.
 func (r ClaimRequest) Validate() error {
-	if err := ValidateNamespace(r.Namespace); err != nil {
+	if err := idem.ValidateNamespace(r.Namespace); err != nil {
 		return err
 	}
-	if err := ValidateKey(r.Key); err != nil {
+	if err := idem.ValidateKey(r.Key); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	if r.Lease <= 0 {
@@ -126,22 +127,9 @@ func (r ClaimRequest) Validate() error {
 		return fmt.Errorf("%w: max attempts must be positive, got %d", ErrInvalidRequest, r.MaxAttempts)
 	}
 	if r.Reopen != "" {
-		if err := ValidateKey(r.Reopen); err != nil {
+		if err := idem.ValidateKey(r.Reopen); err != nil {
 			return fmt.Errorf("%w: reopen ID: %w", ErrInvalidRequest, err)
 		}
-	}
-	return nil
-}
-
-// ValidateNamespace checks that ns can be used as a namespace.
-func ValidateNamespace(ns string) error {
-	ok := len(ns) >= 1 && len(ns) <= 128
-	for i := 0; ok && i < len(ns); i++ {
-		c := ns[i]
-		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
-	}
-	if !ok {
-		return fmt.Errorf("%w: namespace %q must match [A-Za-z0-9._-]{1,128}", ErrInvalidRequest, ns)
 	}
 	return nil
 }
@@ -159,39 +147,22 @@ type Lease struct {
 	Until time.Time
 }
 
-// PreviousResult tells how the attempt before an Acquired one ended.
-type PreviousResult string
-
-// How the previous attempt ended.
-const (
-	// PreviousNone: this is the first attempt.
-	PreviousNone PreviousResult = ""
-	// PreviousFailed: the previous attempt released its claim with an error.
-	PreviousFailed PreviousResult = "failed"
-	// PreviousCanceled: the previous attempt was canceled (shutdown); it was not
-	// charged to the budget.
-	PreviousCanceled PreviousResult = "canceled"
-	// PreviousUnknown: the previous owner's lease expired without Complete or
-	// Release: the process died or hung, so an external effect may or may not
-	// have happened. Reconcile with the external system before acting again.
-	PreviousUnknown PreviousResult = "unknown"
-)
-
-// Previous describes the attempt before the current one.
-type Previous struct {
-	Result PreviousResult
-	// Error is the error text of a failed previous attempt.
-	Error string
-}
-
 // ClaimResult is what Claim returns. Exactly one Status is set; the fields
 // that belong to it are filled.
 type ClaimResult struct {
 	Status Status
 	// Lease is set when Status is Acquired.
 	Lease Lease
-	// Previous is set when Status is Acquired.
-	Previous Previous
+	// Previous is, when Status is Acquired, how the attempt before this
+	// one ended: "" (none: the first attempt), ResultFailed, ResultCanceled
+	// (not charged to the budget) or ResultUnknown (its owner's lease
+	// expired without Complete or Release: the process died or hung, so an
+	// external effect may or may not have happened; reconcile before
+	// acting again).
+	Previous AttemptResult
+	// PreviousError is the error text of the previous attempt when
+	// Previous is ResultFailed.
+	PreviousError string
 	// Outcome is set when Status is Completed.
 	Outcome *Outcome
 	// Until is when the live owner's lease expires, or when the delay the
@@ -231,7 +202,13 @@ type Failure struct {
 	Error string
 	// ErrorType is the chain of Go error types, outermost first.
 	ErrorType string
-	// Reason is a short classification: "error", "panic", "permanent", ...
+	// Reason is the caller's short word for why the attempt failed, kept
+	// as it is in the attempt history (AttemptRecord.Reason); a store never
+	// interprets it. The dedup step writes the dead-letter reason
+	// (dlq.Reason: "permanent", "panic", ...) of a final failure or a
+	// panic, and "error", "canceled" or "succeeded" (a keyless record
+	// closed) otherwise. It is a plain string, not a type of this package:
+	// its words are mostly dlq's, and dlq imports this package.
 	Reason string
 	// Stack is a (bounded) stack trace, for panics.
 	Stack string
@@ -251,35 +228,39 @@ type Failure struct {
 
 // AttemptRecord is one entry of the bounded per-key attempt history.
 type AttemptRecord struct {
-	Attempt int       `json:"attempt"`
-	Started time.Time `json:"started"`
-	Ended   time.Time `json:"ended,omitzero"`
-	Result  string    `json:"result"` // in_progress, done, failed, canceled, unknown
-	Error   string    `json:"error,omitempty"`
-	Type    string    `json:"type,omitempty"`
-	Reason  string    `json:"reason,omitempty"`
-	Stack   string    `json:"stack,omitempty"`
-	TraceID string    `json:"trace_id,omitempty"`
-	SpanID  string    `json:"span_id,omitempty"`
+	Attempt int           `json:"attempt"`
+	Started time.Time     `json:"started"`
+	Ended   time.Time     `json:"ended,omitzero"`
+	Result  AttemptResult `json:"result"`
+	Error   string        `json:"error,omitempty"`
+	Type    string        `json:"type,omitempty"`
+	Reason  string        `json:"reason,omitempty"`
+	Stack   string        `json:"stack,omitempty"`
+	TraceID string        `json:"trace_id,omitempty"`
+	SpanID  string        `json:"span_id,omitempty"`
 }
 
-// Attempt results recorded in AttemptRecord.Result.
-const (
-	ResultInProgress = "in_progress"
-	ResultDone       = "done"
-	ResultFailed     = "failed"
-	ResultCanceled   = "canceled"
-	ResultUnknown    = "unknown"
-)
+// AttemptResult is how one attempt ended: in the attempt history
+// (AttemptRecord.Result), and, for the attempt before an acquired one, in
+// ClaimResult.Previous and Operation.Previous, where the zero value ""
+// means that there was none.
+type AttemptResult string
 
-// Bounds shared by every store.
+// The attempt results.
 const (
-	// MaxHistory is how many attempt records a store keeps per key (newest kept).
-	MaxHistory = 20
-	// MaxErrorLen bounds the error text kept per attempt, in bytes.
-	MaxErrorLen = 2048
-	// MaxStackLen bounds the stack kept per attempt, in bytes.
-	MaxStackLen = 4096
+	// ResultInProgress: the attempt holds its lease (history only).
+	ResultInProgress AttemptResult = "in_progress"
+	// ResultDone: the attempt completed (history only).
+	ResultDone AttemptResult = "done"
+	// ResultFailed: the attempt released its claim with an error.
+	ResultFailed AttemptResult = "failed"
+	// ResultCanceled: the attempt was interrupted (shutdown); it was not
+	// charged to the budget.
+	ResultCanceled AttemptResult = "canceled"
+	// ResultUnknown: the attempt's lease expired without Complete or
+	// Release: its process died or hung, so an external effect may or may
+	// not have happened.
+	ResultUnknown AttemptResult = "unknown"
 )
 
 // Record is the stored state of one operation, as returned by Get.
@@ -349,16 +330,4 @@ type Store interface {
 // gone.
 type RetentionReporter interface {
 	Retention() time.Duration
-}
-
-// Truncate shortens s to at most n bytes without splitting a UTF-8 sequence.
-// Stores use it to bound error and stack texts.
-func Truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

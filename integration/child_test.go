@@ -20,7 +20,6 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
 	"github.com/surely-dev/surely/internal/childproc"
-	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -143,7 +142,7 @@ func runChild() error {
 		if !ok {
 			return nil, errors.New("no operation in the context")
 		}
-		prev := string(op.Previous.Result)
+		prev := string(op.Previous)
 		if prev == "" {
 			prev = "none"
 		}
@@ -196,13 +195,13 @@ func runChild() error {
 		handler.WithLease(cfg.Lease),
 		handler.WithConsumerGroup(n.Group()),
 		handler.WithLogger(logger),
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			key := p.Msg.Metadata.Get(idempotency.DefaultMetadataKey)
 			bctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			_ = rdb.HIncrBy(bctx, n.Outcomes(), cfg.Consumer+"|"+string(p.Outcome), 1).Err()
 			say("OUTCOME %s %s %d %s", p.Outcome, key, p.Attempt, p.Reason)
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // TestCrashPoints kills a consumer process (SIGKILL) at each point of the
@@ -65,7 +66,7 @@ func TestCrashPoints(t *testing.T) {
 				// Release: the second attempt is told the effect may have
 				// happened. In (a) it had not, in (b) it had: the store
 				// cannot tell, which is why the handler must reconcile.
-				require.Equal(t, string(idempotency.PreviousUnknown), s.previous(t, key, 2),
+				require.Equal(t, string(idempotency.ResultUnknown), s.previous(t, key, 2),
 					"the second attempt's handler saw Previous.Result")
 				require.Len(t, rec.History, 2)
 				require.Equal(t, idempotency.ResultUnknown, rec.History[0].Result)
@@ -121,16 +122,16 @@ func TestCrashLoopReachesDeadLetter(t *testing.T) {
 	dead := s.deadLetters(t)
 	require.NotEmpty(t, dead)
 	for _, d := range dead {
-		require.Equal(t, dlq.DeadLetterUUID(src.UUID), d.UUID, "every copy is the same message")
-		require.Equal(t, src.UUID, d.Metadata.Get(dlq.KeyOriginalUUID))
+		require.Equal(t, envelope.DeadLetterUUID(src.UUID), d.UUID, "every copy is the same message")
+		require.Equal(t, src.UUID, d.Metadata.Get(envelope.KeyOriginalUUID))
 		require.Equal(t, string(src.Payload), string(d.Payload), "payload byte for byte")
 		require.Equal(t, "acme", d.Metadata.Get("tenant"), "original metadata travels")
 		require.Equal(t, string(dlq.ReasonExhausted), d.Metadata.Get(dlq.KeyReason))
-		require.Equal(t, "3", d.Metadata.Get(dlq.KeyAttempts), "counted across process restarts")
+		require.Equal(t, "3", d.Metadata.Get(envelope.KeyAttempts), "counted across process restarts")
 		require.Equal(t, key, d.Metadata.Get(dlq.KeyOperationKey))
-		require.Equal(t, s.n.Group(), d.Metadata.Get(dlq.KeyConsumerGroup))
-		require.Equal(t, s.n.Stream(), d.Metadata.Get(dlq.KeyOriginalTopic))
-		hist, err := dlq.ParseHistory(d.Metadata)
+		require.Equal(t, s.n.Group(), d.Metadata.Get(envelope.KeyConsumerGroup))
+		require.Equal(t, s.n.Stream(), d.Metadata.Get(envelope.KeyOriginalTopic))
+		hist, err := envelope.ParseHistory(d.Metadata)
 		require.NoError(t, err)
 		require.Len(t, hist, 3)
 		for i, h := range hist {
@@ -177,7 +178,7 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 	require.Equal(t, 2, done.Attempts)
 
 	require.NoError(t, hung.Cmd.Process.Signal(syscall.SIGCONT))
-	// Reported after the chain's delayed nack (middleware.MaxInProgressWait).
+	// Reported after the chain's delayed nack (defaults.MaxInProgressWait).
 	hung.WaitFor(t, 15*time.Second, "OUTCOME lease_lost "+key)
 
 	rec := s.record(t, key)
@@ -187,7 +188,7 @@ func TestStaleOwnerIsFenced(t *testing.T) {
 	require.Len(t, rec.History, 2)
 	require.Equal(t, idempotency.ResultUnknown, rec.History[0].Result, "the hung attempt's lease expired")
 	require.Equal(t, idempotency.ResultDone, rec.History[1].Result)
-	require.Equal(t, string(idempotency.PreviousUnknown), s.previous(t, key, 2))
+	require.Equal(t, string(idempotency.ResultUnknown), s.previous(t, key, 2))
 	effects := s.effects(t, key)
 	require.True(t, effects == 1 || effects == 2, "the successor's effect, and the stale one's unless its lost lease canceled it first: %d", effects)
 	require.Empty(t, s.deadLetters(t))

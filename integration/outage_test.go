@@ -17,7 +17,6 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
 	"github.com/surely-dev/surely/internal/testenv"
-	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -102,7 +101,7 @@ func TestRedisOutageMidStream(t *testing.T) {
 	policy, err := retry.NewPolicy(retry.WithMaxAttempts(5), retry.WithInProcessAttempts(2),
 		retry.WithBackoff(10*time.Millisecond, 100*time.Millisecond), retry.WithMaxInProcessTime(300*time.Millisecond))
 	require.NoError(t, err)
-	o := &outcomes{n: map[middleware.Outcome]int{}}
+	o := &outcomes{n: map[handler.Outcome]int{}}
 	h, err := handler.New(func(msg *message.Message) ([]*message.Message, error) {
 		key := idempotency.KeyFrom(msg.Context())
 		l.mu.Lock()
@@ -224,10 +223,10 @@ func TestRedisOutageMidStream(t *testing.T) {
 	// during the outage: the paused count is per delivery, not per message.
 	t.Logf("processed before the outage: %d, effects while down: %d, acks while down: %d, doubled by a failed Complete: %d, outcomes: %v",
 		before, len(l.effectDown), l.ackedDown, doubled, o.snapshot())
-	require.Positive(t, o.get(middleware.OutcomePaused)+o.get(middleware.OutcomeRetry), "the outage was noticed")
+	require.Positive(t, o.get(handler.OutcomePaused)+o.get(handler.OutcomeRetry), "the outage was noticed")
 	require.Equal(t, retry.BreakerClosed, breaker.State(), "the breaker closed again after a successful probe")
 	deadMu.Lock()
 	defer deadMu.Unlock()
 	require.Empty(t, dead, "an outage dead-letters nothing")
-	require.Zero(t, o.get(middleware.OutcomeDeadLettered))
+	require.Zero(t, o.get(handler.OutcomeDeadLettered))
 }

@@ -25,7 +25,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/childproc"
-	"github.com/surely-dev/surely/middleware"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -129,9 +129,9 @@ func runPoisonChild() error {
 		handler.WithLease(time.Second),
 		handler.WithConsumerGroup(n.Group()),
 		handler.WithStoreTimeout(900*time.Millisecond), // shorter than the lease
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			say("OUTCOME %s %s %d %s", p.Outcome, p.Msg.Metadata.Get(idempotency.DefaultMetadataKey), p.Attempt, p.Reason)
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	)
 	if err != nil {
@@ -214,14 +214,14 @@ func TestPoisonCrashLoopOnSQLite(t *testing.T) {
 	dead := s.deadLetters(t)
 	require.NotEmpty(t, dead)
 	for _, d := range dead { // one per delivery that found the record exhausted
-		require.Equal(t, dlq.DeadLetterUUID(src.UUID), d.UUID)
+		require.Equal(t, envelope.DeadLetterUUID(src.UUID), d.UUID)
 		require.True(t, bytes.Equal(src.Payload, d.Payload), "payload byte for byte")
 		for k, v := range src.Metadata {
 			require.Equal(t, v, d.Metadata.Get(k), "metadata %q", k)
 		}
 		require.Equal(t, string(dlq.ReasonExhausted), d.Metadata.Get(dlq.KeyReason))
-		require.Equal(t, "3", d.Metadata.Get(dlq.KeyAttempts), "counted across process deaths")
-		hist, err := dlq.ParseHistory(d.Metadata)
+		require.Equal(t, "3", d.Metadata.Get(envelope.KeyAttempts), "counted across process deaths")
+		hist, err := envelope.ParseHistory(d.Metadata)
 		require.NoError(t, err)
 		require.Len(t, hist, 3)
 		for i, h := range hist {

@@ -18,30 +18,29 @@ import (
 
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
 // outcomes counts deliveries by outcome (an OnOutcome callback).
 type outcomes struct {
 	mu sync.Mutex
-	n  map[middleware.Outcome]int
+	n  map[handler.Outcome]int
 }
 
-func (o *outcomes) record(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+func (o *outcomes) record(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.n[p.Outcome]++
-	return middleware.OutcomeResult{}
+	return handler.OutcomeResult{}
 }
 
-func (o *outcomes) snapshot() map[middleware.Outcome]int {
+func (o *outcomes) snapshot() map[handler.Outcome]int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return maps.Clone(o.n)
 }
 
-func (o *outcomes) get(k middleware.Outcome) int {
+func (o *outcomes) get(k handler.Outcome) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.n[k]
@@ -73,7 +72,7 @@ func (s *suite) runRouter(t *testing.T, fn message.HandlerFunc, opts ...handler.
 	policy, err := retry.NewPolicy(retry.WithMaxAttempts(3), retry.WithInProcessAttempts(1),
 		retry.WithBackoff(10*time.Millisecond, 100*time.Millisecond), retry.WithMaxInProcessTime(500*time.Millisecond))
 	require.NoError(t, err)
-	o := &outcomes{n: map[middleware.Outcome]int{}}
+	o := &outcomes{n: map[handler.Outcome]int{}}
 	base := []handler.Option{
 		handler.WithStore(s.store, namespace),
 		handler.WithDeadLetter(deadPub, s.n.Dead()),
@@ -152,9 +151,9 @@ func TestFailOnceThenSucceeds(t *testing.T) {
 		require.Equal(t, idempotency.ResultDone, rec.History[1].Result)
 	}
 	require.Empty(t, s.deadLetters(t), "nothing dead-lettered")
-	require.Equal(t, len(keys), o.get(middleware.OutcomeRetry))
-	require.Equal(t, len(keys), o.get(middleware.OutcomeProcessed))
-	require.Zero(t, o.get(middleware.OutcomeDuplicate))
+	require.Equal(t, len(keys), o.get(handler.OutcomeRetry))
+	require.Equal(t, len(keys), o.get(handler.OutcomeProcessed))
+	require.Zero(t, o.get(handler.OutcomeDuplicate))
 }
 
 // TestSlowHandlerNotRunTwiceConcurrently: two consumer processes in one
@@ -232,7 +231,7 @@ func TestSlowHandlerNotRunTwiceConcurrently(t *testing.T) {
 	}
 	require.Greater(t, latest, started+lease.Milliseconds(),
 		"a claim was refused %dms after the run started, past the %v lease", latest-started, lease)
-	n, err := s.rdb.HGet(context.Background(), s.n.Outcomes(), second.Name+"|"+string(middleware.OutcomeInProgress)).Int()
+	n, err := s.rdb.HGet(context.Background(), s.n.Outcomes(), second.Name+"|"+string(handler.OutcomeInProgress)).Int()
 	require.NoError(t, err)
 	require.Positive(t, n)
 	require.Empty(t, s.deadLetters(t))

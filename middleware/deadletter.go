@@ -3,26 +3,24 @@ package middleware
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/retry"
 )
-
-// DefaultDeadLetterRetryWait is how long DeadLetter waits before nacking
-// when the dead-letter publish failed, so a broken dead letter does not spin.
-const DefaultDeadLetterRetryWait = time.Second
 
 // DeadLetter publishes a message whose chain ended in a final failure (a
 // *dlq.FinalError, or an error marked retry.Permanent) to pub, and returns
 // nil only after that publish succeeded, so the router acks the source
-// after its dead letter is durable. If the publish fails, it waits
-// DefaultDeadLetterRetryWait and returns both errors joined: the router
-// nacks and nothing is lost. Transient errors pass through untouched.
+// after its dead letter is durable. If the publish fails, it waits 1s (or
+// nacks with the broker's delay), so that a broken dead letter does not
+// spin, and returns both errors joined: the router nacks and nothing is
+// lost. Transient errors pass through untouched.
 //
 // A shutdown beats a final verdict: when the message context is done and
 // the error is (or wraps) its cancellation, even one marked
@@ -46,7 +44,7 @@ func DeadLetter(pub *dlq.Publisher) (message.HandlerMiddleware, error) {
 			if retry.Classify(ctx, err) == retry.ClassCanceled {
 				// A shutdown beats a final verdict (as in retry.Classify
 				// and the dedup step's release): nack, no dead letter.
-				setOutcome(ctx, OutcomeCanceled)
+				setOutcome(ctx, chain.OutcomeCanceled)
 				return msgs, err
 			}
 			_, final := dlq.AsFinal(err)
@@ -71,13 +69,13 @@ func DeadLetter(pub *dlq.Publisher) (message.HandlerMiddleware, error) {
 			perr := pub.Publish(pctx, msg, f)
 			endDeadLetter(span, perr)
 			if perr != nil {
-				setOutcome(ctx, OutcomeDeadLetterFailed)
-				nackAfter(ctx, DefaultDeadLetterRetryWait)
+				setOutcome(ctx, chain.OutcomeDeadLetterFailed)
+				nackAfter(ctx, defaults.DeadLetterRetryWait)
 				return nil, errors.Join(perr, err)
 			}
-			setOutcome(ctx, OutcomeDeadLettered)
+			setOutcome(ctx, chain.OutcomeDeadLettered)
 			if r := reportFrom(ctx); r != nil {
-				r.reason = string(f.Reason)
+				r.reason, r.cause = string(f.Reason), f.Err
 			}
 			return nil, nil
 		}

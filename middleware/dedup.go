@@ -18,20 +18,13 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/defaults"
+	"github.com/surely-dev/surely/internal/envelope"
+	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/retry"
-)
-
-// Dedup defaults and bounds. The attempt budget's default is
-// retry.DefaultMaxAttempts, defined once there.
-const (
-	DefaultLease = 30 * time.Second
-	// MinLease is the shortest lease WithLease accepts.
-	MinLease = 10 * time.Millisecond
-	// DefaultStoreTimeout bounds every store call unless WithStoreTimeout
-	// says otherwise; a lease shorter than three times it lowers the bound
-	// to a third of the lease.
-	DefaultStoreTimeout = 5 * time.Second
 )
 
 type dedupConfig struct {
@@ -40,28 +33,29 @@ type dedupConfig struct {
 	extendEvery  time.Duration
 	maxHeld      time.Duration
 	storeTimeout time.Duration
-	redact       dlq.Redactor
+	redact       func(text string) string
 	logger       *slog.Logger
 }
 
-// extension is the value of WithExtension.
+// extension is the value of withExtension.
 type extension struct{ every, maxHeld time.Duration }
 
-// WithLease sets the lease of a claim (default 30s, at least MinLease). The
-// lease is extended while the handler runs (see WithExtension); it bounds
-// how long a crashed owner blocks the operation. Taken by Dedup.
+// WithLease sets the lease of a claim (default 30s, at least 10ms). The
+// lease is extended every third of it while the handler runs, for at most
+// 10 leases in all (past that the handler is deemed hung: its context is
+// canceled with cause ErrHandlerHung, and the lease is left to expire, so
+// another consumer may take the operation over; the attempt counts as a
+// failure, so a message that hangs every time ends EXHAUSTED and
+// dead-lettered). The lease bounds how long a crashed owner blocks the
+// operation. Taken by Dedup.
 func WithLease(d time.Duration) Option {
 	return func(s *options.Set) error {
-		if d < MinLease {
-			return fmt.Errorf("%w: lease must be at least %v, got %v", ErrInvalidOption, MinLease, d)
-		}
-		s.Put(optLease, d)
-		return nil
+		return s.PutAtLeast(ErrInvalidOption, optLease, "lease", d, defaults.MinLease)
 	}
 }
 
-// WithMaxAttempts sets the durable attempt budget (default
-// retry.DefaultMaxAttempts, 5), counted by the store across deliveries and
+// WithMaxAttempts sets the durable attempt budget (default 5, as
+// retry.WithMaxAttempts), counted by the store across deliveries and
 // process crashes. Taken by Dedup.
 func WithMaxAttempts(n int) Option {
 	return func(s *options.Set) error {
@@ -73,14 +67,11 @@ func WithMaxAttempts(n int) Option {
 	}
 }
 
-// WithExtension sets how often the lease is extended while the handler runs
-// (default lease/3) and the longest total time one attempt may hold it
-// (default 10×lease). Past that the handler is deemed hung: its context is
-// canceled with cause ErrHandlerHung, and the lease is left to expire, so
-// another consumer may take the operation over. The attempt counts as a
-// failure (not a shutdown), so a message that hangs every time ends
-// EXHAUSTED and dead-lettered. Taken by Dedup.
-func WithExtension(every, maxHeld time.Duration) Option {
+// withExtension sets how often the lease is extended while the handler
+// runs (default lease/3) and the longest total time one attempt may hold
+// it (default 10×lease; see WithLease). The tests shorten them; no user
+// needs to.
+func withExtension(every, maxHeld time.Duration) Option {
 	return func(s *options.Set) error {
 		if every <= 0 || maxHeld <= 0 {
 			return fmt.Errorf("%w: extension interval and max held time must be positive", ErrInvalidOption)
@@ -91,26 +82,22 @@ func WithExtension(every, maxHeld time.Duration) Option {
 }
 
 // WithStoreTimeout bounds each store call: Claim, Complete (each of its
-// retries), Release, Extend and Get. The default is DefaultStoreTimeout
-// (5s), or a third of the lease when that is shorter, so that a store that
-// stops answering (database/sql has no timeout of its own) fails the call
-// instead of holding the message, and an Extend gives up before the lease
-// it extends runs out. d must be positive and shorter than the lease
+// retries), Release, Extend and Get. The default is 5s, or a third of the
+// lease when that is shorter, so that a store that stops answering
+// (database/sql has no timeout of its own) fails the call instead of
+// holding the message, and an Extend gives up before the lease it extends
+// runs out. d must be positive and shorter than the lease
 // (checked by Dedup). Taken by Dedup.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(s *options.Set) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: store timeout must be positive, got %v", ErrInvalidOption, d)
-		}
-		s.Put(optStoreTimeout, d)
-		return nil
+		return s.PutPositive(ErrInvalidOption, optStoreTimeout, "store timeout", d)
 	}
 }
 
 // WithHistoryRedactor passes every error text through r before it is stored
 // in the attempt history. A text on which r panics is stored as
-// dlq.RedactorPanicked, never unredacted. Taken by Dedup.
-func WithHistoryRedactor(r dlq.Redactor) Option {
+// a placeholder ("[text withheld: the redactor panicked]"), never unredacted. Taken by Dedup.
+func WithHistoryRedactor(r func(text string) string) Option {
 	return func(s *options.Set) error {
 		if r == nil {
 			return fmt.Errorf("%w: nil redactor", ErrInvalidOption)
@@ -146,12 +133,12 @@ func WithHistoryRedactor(r dlq.Redactor) Option {
 // idempotency.ErrLeaseLost and returns a *LeaseLostError, as a Complete
 // refused by fencing does.
 //
-// A message without a key (ProcessWithoutDedup) has no dedup record and
+// A message without a key (handler.ProcessWithoutDedup) has no dedup record and
 // is never skipped as a duplicate, but it has a bounded number of
 // attempts: those that ran the handler are charged to an attempt record
-// under its UUID in KeylessNamespace, except the first attempt of a
+// under its UUID in the reserved namespace "surely.keyless", except the first attempt of a
 // delivery the broker numbers as the first (delivery.Info.Count 1), which
-// costs no store call unless it fails (see ProcessWithoutDedup). A message
+// costs no store call unless it fails (see handler.ProcessWithoutDedup). A message
 // without a UUID is bounded by the broker's count, else gets one attempt.
 //
 // A *dlq.FinalError the handler returns is never written: the attempts,
@@ -159,16 +146,16 @@ func WithHistoryRedactor(r dlq.Redactor) Option {
 // dlq.AsFinal finds in the returned error (errors.Is still finds the
 // handler's). A package-level final error is safe to return.
 //
-// It takes WithLease, WithMaxAttempts, WithExtension, WithStoreTimeout,
+// It takes WithLease, WithMaxAttempts, WithStoreTimeout,
 // WithHistoryRedactor and WithLogger.
 func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.HandlerMiddleware, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidOption)
 	}
-	if err := idempotency.ValidateNamespace(namespace); err != nil {
+	if err := idem.ValidateNamespace(namespace); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	if namespace == KeylessNamespace {
+	if namespace == chain.KeylessNamespace {
 		return nil, fmt.Errorf("%w: namespace %q is reserved for the attempt records of keyless messages", ErrInvalidOption, namespace)
 	}
 	set, err := options.Apply(ErrInvalidOption, opts)
@@ -181,12 +168,12 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 	}
 	ext := options.Get(set, optExtension, extension{})
 	c := dedupConfig{
-		lease:        options.Get(set, optLease, DefaultLease),
-		maxAttempts:  options.Get(set, optMaxAttempts, retry.DefaultMaxAttempts),
+		lease:        options.Get(set, optLease, defaults.Lease),
+		maxAttempts:  options.Get(set, optMaxAttempts, defaults.MaxAttempts),
 		extendEvery:  ext.every,
 		maxHeld:      ext.maxHeld,
 		storeTimeout: options.Get(set, optStoreTimeout, time.Duration(0)),
-		redact:       options.Get[dlq.Redactor](set, optRedactor, nil),
+		redact:       options.Get[func(text string) string](set, optRedactor, nil),
 		logger:       options.Get[*slog.Logger](set, options.Logger, nil),
 	}
 	if c.extendEvery == 0 {
@@ -196,7 +183,7 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 		return nil, fmt.Errorf("%w: extension interval %v must be shorter than the lease %v", ErrInvalidOption, c.extendEvery, c.lease)
 	}
 	if c.storeTimeout == 0 {
-		c.storeTimeout = min(DefaultStoreTimeout, c.lease/3)
+		c.storeTimeout = min(defaults.StoreTimeout, c.lease/3)
 	}
 	if c.storeTimeout >= c.lease {
 		return nil, fmt.Errorf("%w: store timeout %v must be shorter than the lease %v", ErrInvalidOption, c.storeTimeout, c.lease)
@@ -209,14 +196,14 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 	if rr, ok := store.(idempotency.RetentionReporter); ok {
 		d.retention = rr.Retention()
 	}
-	d.kl = &dedup{store: store, ns: KeylessNamespace, cfg: c, ex: ex, retention: d.retention}
+	d.kl = &dedup{store: store, ns: chain.KeylessNamespace, cfg: c, ex: ex, retention: d.retention}
 	return d.middleware, nil
 }
 
 type dedup struct {
 	store     idempotency.Store
 	ns        string
-	kl        *dedup // keeps the attempt records of keyless messages, in KeylessNamespace
+	kl        *dedup // keeps the attempt records of keyless messages, in chain.KeylessNamespace
 	cfg       dedupConfig
 	ex        *idempotency.Extractor
 	extenders sync.Pool
@@ -237,10 +224,10 @@ func (c *dedupConfig) log() *slog.Logger {
 func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 	// The offer to h of claiming inside its own transaction: accepted by
 	// the SQL inbox on its first call (see idempotency.InTxClaims).
-	inTx := idempotency.NewInTxClaims(d.store)
+	inTx := opctx.NewInTxClaims(d.store)
 	return func(msg *message.Message) (_ []*message.Message, err error) {
 		ctx := msg.Context()
-		op, ok := idempotency.OperationFrom(ctx)
+		op, ok := opctx.From(ctx)
 		if !ok {
 			if text, bad := msg.Metadata[delivery.KeyDecodeError]; bad {
 				return nil, dlq.Final(dlq.ReasonDecode, fmt.Errorf("%w: %s", ErrUndecodable, text))
@@ -257,17 +244,17 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 			if r := reportFrom(ctx); r != nil {
 				op = &r.op // the outcome report reads it
 			} else {
-				op = new(idempotency.Operation)
+				op = new(opctx.Op)
 			}
-			*op = idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
+			*op = opctx.Op{Operation: idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}}
 			// The handler's context derives from ctx: it must carry op.
 			orig := ctx
-			ctx = idempotency.WithOperation(ctx, op)
+			ctx = opctx.With(ctx, op)
 			msg.SetContext(ctx)
 			defer msg.SetContext(orig)
 			defer func() { err = annotate(err, op) }()
 		}
-		if op.Key == "" { // ProcessWithoutDedup
+		if op.Key == "" { // handler.ProcessWithoutDedup
 			return d.keyless(ctx, h, msg, op)
 		}
 		op.InTx, op.Deferred = inTx, nil
@@ -289,7 +276,7 @@ func (d *dedup) claimCtx(ctx context.Context) storeCall {
 	return boundCall(ctx, d.cfg.storeTimeout, &d.waits)
 }
 
-func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
+func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op) ([]*message.Message, error) {
 	if op.InTx != nil && op.InTx.Accepted() {
 		return d.runDeferred(ctx, h, msg, op, d.request(ctx, msg, op, ""))
 	}
@@ -301,15 +288,15 @@ func (d *dedup) handle(ctx context.Context, h message.HandlerFunc, msg *message.
 }
 
 // claimed acts on the result of a claim: runs the handler when Acquired.
-func (d *dedup) claimed(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult) ([]*message.Message, error) {
+func (d *dedup) claimed(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op, res idempotency.ClaimResult) ([]*message.Message, error) {
 	switch res.Status {
 	case idempotency.Acquired:
 		return d.run(ctx, h, msg, op, res)
 	case idempotency.Completed:
-		setOutcome(ctx, OutcomeDuplicate)
+		setOutcome(ctx, chain.OutcomeDuplicate)
 		return replay(res.Outcome), nil
 	case idempotency.InProgress:
-		setOutcome(ctx, OutcomeInProgress)
+		setOutcome(ctx, chain.OutcomeInProgress)
 		return nil, &InProgressError{Key: op.Key, Until: res.Until, Wait: res.Wait}
 	case idempotency.Conflict:
 		return nil, dlq.Final(dlq.ReasonConflict, fmt.Errorf("%w: key %q, stored fingerprint %s, message fingerprint %s",
@@ -323,7 +310,7 @@ func (d *dedup) claimed(ctx context.Context, h message.HandlerFunc, msg *message
 
 // claim claims op's record. reopen, when set, is a fresh budget's ID
 // (ClaimRequest.Reopen); else a replayed message's run ID reopens it.
-func (d *dedup) claim(ctx context.Context, msg *message.Message, op *idempotency.Operation, reopen string) (idempotency.ClaimResult, error) {
+func (d *dedup) claim(ctx context.Context, msg *message.Message, op *opctx.Op, reopen string) (idempotency.ClaimResult, error) {
 	req := d.request(ctx, msg, op, reopen)
 	sctx := d.claimCtx(ctx)
 	res, err := d.store.Claim(sctx.ctx, req)
@@ -336,7 +323,7 @@ func (d *dedup) claim(ctx context.Context, msg *message.Message, op *idempotency
 
 // request is the claim of op (see claim), and sets op's namespace and
 // retention.
-func (d *dedup) request(ctx context.Context, msg *message.Message, op *idempotency.Operation, reopen string) idempotency.ClaimRequest {
+func (d *dedup) request(ctx context.Context, msg *message.Message, op *opctx.Op, reopen string) idempotency.ClaimRequest {
 	op.Namespace = d.ns
 	op.Retention = d.retention
 	req := idempotency.ClaimRequest{
@@ -348,8 +335,8 @@ func (d *dedup) request(ctx context.Context, msg *message.Message, op *idempoten
 	}
 	// A replayed message reopens an EXHAUSTED record once per replay run.
 	// A malformed run ID is ignored (no reopen), never stored.
-	if id := msg.Metadata.Get(dlq.KeyReplayID); id != "" && reopen == "" {
-		if err := idempotency.ValidateKey(id); err != nil {
+	if id := msg.Metadata.Get(envelope.KeyReplayID); id != "" && reopen == "" {
+		if err := idem.ValidateKey(id); err != nil {
 			d.cfg.log().WarnContext(ctx, "surely: ignoring an invalid replay ID; the record is not reopened",
 				"key", op.Key, "error", err)
 		} else {
@@ -374,7 +361,7 @@ func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
 			// handler returned: the dead letter keeps it.
 			reason = dlq.Reason(h.Reason)
 		}
-		last = h.Result
+		last = string(h.Result)
 		if h.Error != "" {
 			last += ": " + h.Error
 		}
@@ -388,11 +375,11 @@ func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
 	return fe
 }
 
-// keyless runs a message without an operation key (ProcessWithoutDedup)
+// keyless runs a message without an operation key (handler.ProcessWithoutDedup)
 // within the attempt budget. It has no dedup record: nothing is ever
 // skipped as a duplicate. Only attempts that ran the handler are charged,
 // to an attempt record under the message UUID, in the store, in the
-// reserved namespace KeylessNamespace with the key "<namespace>/<UUID>"
+// reserved namespace "surely.keyless" with the key "<namespace>/<UUID>"
 // (the UUID's SHA-256 when it is no valid key), so it never meets an
 // operation key:
 //
@@ -414,7 +401,7 @@ func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
 //
 // The handler sees the operation with an empty key, and its attempt
 // number and how the previous attempt ended, as for a keyed message.
-func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
+func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op) ([]*message.Message, error) {
 	info, counted := delivery.InfoFrom(ctx)
 	counted = counted && info.Count > 0
 	if msg.UUID == "" {
@@ -423,18 +410,18 @@ func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message
 		}
 		return d.keylessCounted(ctx, h, msg, op, 1, 1)
 	}
-	rec := &idempotency.Operation{Key: keylessKey(d.ns, msg.UUID)}
+	rec := &opctx.Op{Operation: idempotency.Operation{Key: keylessKey(d.ns, msg.UUID)}}
 	r := reportFrom(ctx)
 	if !counted || info.Count != 1 || r == nil || r.attempts > 1 {
 		// Without the report, an in-process retry could not be told
 		// from the first attempt: claim.
 		return d.keylessRecord(ctx, h, msg, op, rec, "")
 	}
-	op.Attempt, op.Previous = 1, idempotency.Previous{}
+	op.Attempt, op.Previous, op.PreviousError = 1, "", ""
 	r.attempt = 1
 	msgs, err := runHandler(h, msg)
 	if err == nil {
-		setOutcome(ctx, OutcomeUnprocessed)
+		setOutcome(ctx, chain.OutcomeUnprocessed)
 		return msgs, nil
 	}
 	if retry.Classify(ctx, err) == retry.ClassCanceled {
@@ -451,12 +438,12 @@ func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message
 // reopen, when set, gives the record a fresh budget, and h only reports
 // the failure of an attempt that already ran: when the record cannot be
 // claimed, that failure is returned as it is, not recorded.
-func (d *dedup) keylessRecord(ctx context.Context, h message.HandlerFunc, msg *message.Message, op, rec *idempotency.Operation, reopen string) ([]*message.Message, error) {
+func (d *dedup) keylessRecord(ctx context.Context, h message.HandlerFunc, msg *message.Message, op, rec *opctx.Op, reopen string) ([]*message.Message, error) {
 	res, err := d.kl.claim(ctx, msg, rec, reopen)
 	if err == nil && res.Status == idempotency.Acquired {
 		// The handler reads the message's operation, not rec.
 		seen := func(m *message.Message) ([]*message.Message, error) {
-			op.Attempt, op.Previous = rec.Attempt, rec.Previous
+			op.Attempt, op.Previous, op.PreviousError = rec.Attempt, rec.Previous, rec.PreviousError
 			return h(m)
 		}
 		return d.kl.run(ctx, seen, msg, rec, res)
@@ -469,7 +456,7 @@ func (d *dedup) keylessRecord(ctx context.Context, h message.HandlerFunc, msg *m
 	}
 	switch res.Status {
 	case idempotency.InProgress:
-		setOutcome(ctx, OutcomeInProgress)
+		setOutcome(ctx, chain.OutcomeInProgress)
 		return nil, &InProgressError{Key: rec.Key, Until: res.Until, Wait: res.Wait}
 	case idempotency.Exhausted:
 		return nil, exhaustedError(rec.Key, res)
@@ -485,7 +472,7 @@ func (d *dedup) keylessRecord(ctx context.Context, h message.HandlerFunc, msg *m
 
 // keylessCounted runs attempt count (of budget) of a keyless message
 // counted without a record.
-func (d *dedup) keylessCounted(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, count, budget int) ([]*message.Message, error) {
+func (d *dedup) keylessCounted(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op, count, budget int) ([]*message.Message, error) {
 	if count > budget {
 		fe := dlq.Final(dlq.ReasonExhausted, fmt.Errorf("%w: message %q without an operation key was delivered %d times; the budget is %d",
 			ErrExhausted, msg.UUID, count, budget))
@@ -498,7 +485,7 @@ func (d *dedup) keylessCounted(ctx context.Context, h message.HandlerFunc, msg *
 	}
 	msgs, err := runHandler(h, msg)
 	if err == nil {
-		setOutcome(ctx, OutcomeUnprocessed)
+		setOutcome(ctx, chain.OutcomeUnprocessed)
 		return msgs, nil
 	}
 	if _, final := dlq.AsFinal(err); final || count < budget ||
@@ -518,19 +505,19 @@ func (d *dedup) keylessCounted(ctx context.Context, h message.HandlerFunc, msg *
 }
 
 // keylessKey is the key of the attempt record of a keyless message in
-// KeylessNamespace: the handler's namespace (which has no "/"), a "/" and
+// "surely.keyless": the handler's namespace (which has no "/"), a "/" and
 // the message UUID, or "sha256:" and its hex digest when the UUID is no
 // valid key.
 func keylessKey(ns, uuid string) string {
 	key := ns + "/" + uuid
-	if idempotency.ValidateKey(key) != nil {
+	if idem.ValidateKey(key) != nil {
 		sum := sha256.Sum256([]byte(uuid))
 		key = ns + "/sha256:" + hex.EncodeToString(sum[:])
 	}
 	return key
 }
 
-func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult) ([]*message.Message, error) {
+func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op, res idempotency.ClaimResult) ([]*message.Message, error) {
 	return d.runWith(ctx, h, msg, op, res, nil)
 }
 
@@ -538,8 +525,8 @@ func (d *dedup) run(ctx context.Context, h message.HandlerFunc, msg *message.Mes
 // claim inside its own transaction (op.InTx): on a first delivery from a
 // broker that counts deliveries, the claim, the effect and the DONE mark
 // then commit together; otherwise the handler commits the claim first.
-func (d *dedup) runDeferred(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, req idempotency.ClaimRequest) ([]*message.Message, error) {
-	dc := &idempotency.DeferredClaim{Request: req, Durable: true}
+func (d *dedup) runDeferred(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op, req idempotency.ClaimRequest) ([]*message.Message, error) {
+	dc := &opctx.DeferredClaim{Request: req, Durable: true}
 	if info, ok := delivery.InfoFrom(ctx); ok && info.Count > 0 {
 		dc.PriorDeliveries = info.Count - 1
 		// A replay reopens a record: that goes through a committed claim.
@@ -552,30 +539,13 @@ func (d *dedup) runDeferred(ctx context.Context, h message.HandlerFunc, msg *mes
 // runWith runs the handler under the claim res, or, with dc, under the
 // claim the handler makes (see runDeferred), and completes or releases
 // the attempt.
-func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, res idempotency.ClaimResult, dc *idempotency.DeferredClaim) ([]*message.Message, error) {
+func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op, res idempotency.ClaimResult, dc *opctx.DeferredClaim) ([]*message.Message, error) {
 	lease := res.Lease
-	op.Attempt, op.Token, op.Previous, op.Committed = lease.Attempt, lease.Token, res.Previous, false
-	if r := reportFrom(ctx); r != nil && dc == nil {
-		r.claimed(ctx, d.store, op)
+	op.Attempt, op.Token, op.Previous, op.PreviousError, op.Committed = lease.Attempt, lease.Token, res.Previous, res.PreviousError, false
+	if rep := reportFrom(ctx); rep != nil && dc == nil {
+		rep.claimed(ctx, d.store, op)
 	}
-
-	// The handler's context is canceled when it outlives the longest lease
-	// hold (see WithExtension): a hung attempt ends as a charged failure,
-	// so a message that hangs every time is dead-lettered. It is also
-	// canceled with the message context while the handler runs, but not
-	// when the handler returns: messages it produced with it stay
-	// publishable. It costs one allocation unless the handler waits on it
-	// (see attemptCtx).
-	hctx := newAttemptCtx(ctx)
-	msg.SetContext(hctx)
-	ext := d.startExtender(ctx, lease, hctx)
-	msgs, herr := runHandler(h, msg)
-	lease = ext.stop()
-	hctx.stop()
-	msg.SetContext(ctx)
-	if herr != nil && errors.Is(hctx.cause(), ErrHandlerHung) {
-		herr = fmt.Errorf("%w: %w", ErrHandlerHung, herr)
-	}
+	r := d.attempt(ctx, h, msg, lease)
 	if dc != nil {
 		op.Deferred = nil
 		var (
@@ -583,46 +553,97 @@ func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message
 			done bool
 			err  error
 		)
-		if lease, out, done, err = d.settle(ctx, h, msg, op, dc, herr); done {
+		if r.lease, out, done, err = d.settle(ctx, h, msg, op, dc, r.err); done {
 			return out, err
 		}
 	}
+	return d.finish(ctx, op, r)
+}
 
-	if herr == nil && d.kl == nil { // d keeps keyless attempt records: a success closes one uncharged
-		d.closeKeyless(ctx, lease)
-		setOutcome(ctx, OutcomeUnprocessed)
-		return msgs, nil
-	}
-	if herr == nil && op.Committed {
-		setOutcome(ctx, OutcomeProcessed)
-		return msgs, nil
-	}
-	if errors.Is(hctx.cause(), idempotency.ErrLeaseLost) {
-		// An extension found the lease taken over: the handler was
-		// canceled, and the new owner decides the record. Neither
-		// Complete nor Release (both would be refused), no dead letter,
-		// whatever the handler returned: nack. Its error is kept as text
-		// so that no classification of it (permanent, canceled) applies.
-		setOutcome(ctx, OutcomeLeaseLost)
-		lost := fmt.Errorf("extend: %w", idempotency.ErrLeaseLost)
-		if herr != nil {
-			lost = fmt.Errorf("%w; the canceled handler returned %q", lost, herr.Error())
-		}
-		return nil, &LeaseLostError{Key: op.Key, Err: lost}
-	}
-	if herr == nil {
-		outcome := idempotency.Outcome{Messages: store(msgs)}
-		if err := d.complete(ctx, lease, outcome); err != nil {
-			if errors.Is(err, idempotency.ErrLeaseLost) {
-				setOutcome(ctx, OutcomeLeaseLost)
-				return nil, &LeaseLostError{Key: op.Key, Err: err}
-			}
-			return nil, fmt.Errorf("%w: complete %q: %w", ErrStoreUnavailable, op.Key, err)
-		}
-		setOutcome(ctx, OutcomeProcessed)
-		return msgs, nil
-	}
+// ran is what one run of the handler left.
+type ran struct {
+	msgs []*message.Message
+	err  error // the handler's
+	// cause is the cause of the handler context's cancellation:
+	// ErrHandlerHung, idempotency.ErrLeaseLost, or nil.
+	cause error
+	lease idempotency.Lease // as the last extension left it
+}
 
+// attempt runs the handler under lease, extending the lease meanwhile.
+//
+// The handler's context is canceled when it outlives the longest lease
+// hold (10 leases by default): a hung attempt ends as a charged failure, so a
+// message that hangs every time is dead-lettered. It is also canceled
+// with the message context while the handler runs, but not when the
+// handler returns: messages it produced with it stay publishable. It
+// costs one allocation unless the handler waits on it (see attemptCtx).
+func (d *dedup) attempt(ctx context.Context, h message.HandlerFunc, msg *message.Message, lease idempotency.Lease) ran {
+	hctx := newAttemptCtx(ctx)
+	msg.SetContext(hctx)
+	ext := d.startExtender(ctx, lease, hctx)
+	var r ran
+	r.msgs, r.err = runHandler(h, msg)
+	r.lease = ext.stop()
+	hctx.stop()
+	msg.SetContext(ctx)
+	r.cause = hctx.cause()
+	if r.err != nil && errors.Is(r.cause, ErrHandlerHung) {
+		r.err = fmt.Errorf("%w: %w", ErrHandlerHung, r.err)
+	}
+	return r
+}
+
+// finish completes or releases the attempt r ran.
+func (d *dedup) finish(ctx context.Context, op *opctx.Op, r ran) ([]*message.Message, error) {
+	switch {
+	case r.err == nil && d.kl == nil: // d keeps keyless attempt records: a success closes one uncharged
+		d.closeKeyless(ctx, r.lease)
+		setOutcome(ctx, chain.OutcomeUnprocessed)
+		return r.msgs, nil
+	case r.err == nil && op.Committed:
+		setOutcome(ctx, chain.OutcomeProcessed)
+		return r.msgs, nil
+	case errors.Is(r.cause, idempotency.ErrLeaseLost):
+		return nil, lostWhileRunning(ctx, op, r.err)
+	case r.err == nil:
+		return d.succeeded(ctx, op, r.lease, r.msgs)
+	default:
+		return nil, d.failed(ctx, op, r.lease, r.err)
+	}
+}
+
+// lostWhileRunning is the error of an attempt whose lease an extension
+// found taken over: the handler was canceled, and the new owner decides
+// the record. Neither Complete nor Release (both would be refused), no
+// dead letter, whatever the handler returned: nack. Its error is kept as
+// text so that no classification of it (permanent, canceled) applies.
+func lostWhileRunning(ctx context.Context, op *opctx.Op, herr error) error {
+	setOutcome(ctx, chain.OutcomeLeaseLost)
+	lost := fmt.Errorf("extend: %w", idempotency.ErrLeaseLost)
+	if herr != nil {
+		lost = fmt.Errorf("%w; the canceled handler returned %q", lost, herr.Error())
+	}
+	return &LeaseLostError{Key: op.Key, Err: lost}
+}
+
+// succeeded completes the attempt with the messages it produced.
+func (d *dedup) succeeded(ctx context.Context, op *opctx.Op, lease idempotency.Lease, msgs []*message.Message) ([]*message.Message, error) {
+	outcome := idempotency.Outcome{Messages: store(msgs)}
+	if err := d.complete(ctx, lease, outcome); err != nil {
+		if errors.Is(err, idempotency.ErrLeaseLost) {
+			setOutcome(ctx, chain.OutcomeLeaseLost)
+			return nil, &LeaseLostError{Key: op.Key, Err: err}
+		}
+		return nil, fmt.Errorf("%w: complete %q: %w", ErrStoreUnavailable, op.Key, err)
+	}
+	setOutcome(ctx, chain.OutcomeProcessed)
+	return msgs, nil
+}
+
+// failed releases the attempt that failed with herr and returns the
+// delivery's error.
+func (d *dedup) failed(ctx context.Context, op *opctx.Op, lease idempotency.Lease, herr error) error {
 	f := d.failure(ctx, herr)
 	sctx := d.storeCtx(ctx)
 	rerr := d.store.Release(sctx.ctx, lease, f)
@@ -632,54 +653,58 @@ func (d *dedup) runWith(ctx context.Context, h message.HandlerFunc, msg *message
 	}
 	switch {
 	case f.Canceled:
-		setOutcome(ctx, OutcomeCanceled)
-		return nil, errors.Join(herr, rerr)
+		setOutcome(ctx, chain.OutcomeCanceled)
+		return errors.Join(herr, rerr)
 	case errors.Is(rerr, idempotency.ErrLeaseLost):
 		// Another owner took the operation over and decides its record:
 		// this stale attempt's verdict, even a permanent error, neither
 		// dead-letters nor acks the message. Nack; the redelivery's claim
 		// finds the new owner's state (in progress, done or exhausted).
-		setOutcome(ctx, OutcomeLeaseLost)
-		return nil, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("release after %q: %w", herr.Error(), rerr)}
+		setOutcome(ctx, chain.OutcomeLeaseLost)
+		return &LeaseLostError{Key: op.Key, Err: fmt.Errorf("release after %q: %w", herr.Error(), rerr)}
 	case f.Final && rerr == nil:
-		// The handler's own FinalError is never written (see finalCopy).
-		fe, ok := dlq.AsFinal(herr)
-		if !ok {
-			fe = dlq.Final(dlq.ReasonPermanent, herr)
-		}
-		var history []idempotency.AttemptRecord
-		if fe.History == nil {
-			gctx := d.storeCtx(ctx)
-			if got, err := d.store.Get(gctx.ctx, d.ns, op.Key); err == nil {
-				history = got.History
-			}
-			gctx.stop()
-		}
-		set := func(cp *dlq.FinalError) {
-			if cp.Attempts == 0 {
-				cp.Attempts = lease.Attempt
-			}
-			if cp.History == nil {
-				cp.History = history
-			}
-		}
-		if !ok {
-			set(fe)
-			return nil, fe
-		}
-		return nil, editFinal(herr, fe, set)
+		return d.final(ctx, op, lease, herr)
+	case f.Final:
+		// The store did not record the final verdict, so the record
+		// is still claimable: nack, and let the redelivery record it.
+		// The verdict is kept as text only, so that no step
+		// dead-letters (and acks) the message meanwhile.
+		return fmt.Errorf("final failure not recorded (%s): %w", herr.Error(), rerr)
+	case rerr != nil:
+		return errors.Join(herr, rerr)
 	}
-	if rerr != nil {
-		if f.Final {
-			// The store did not record the final verdict, so the record
-			// is still claimable: nack, and let the redelivery record it.
-			// The verdict is kept as text only, so that no step
-			// dead-letters (and acks) the message meanwhile.
-			return nil, fmt.Errorf("final failure not recorded (%s): %w", herr.Error(), rerr)
-		}
-		return nil, errors.Join(herr, rerr)
+	return herr
+}
+
+// final is the dead letter's error of an attempt whose final failure herr
+// the store recorded: a *dlq.FinalError with the attempts and history.
+// The handler's own FinalError is never written (see finalCopy).
+func (d *dedup) final(ctx context.Context, op *opctx.Op, lease idempotency.Lease, herr error) error {
+	fe, ok := dlq.AsFinal(herr)
+	if !ok {
+		fe = dlq.Final(dlq.ReasonPermanent, herr)
 	}
-	return nil, herr
+	var history []idempotency.AttemptRecord
+	if fe.History == nil {
+		gctx := d.storeCtx(ctx)
+		if got, err := d.store.Get(gctx.ctx, d.ns, op.Key); err == nil {
+			history = got.History
+		}
+		gctx.stop()
+	}
+	set := func(cp *dlq.FinalError) {
+		if cp.Attempts == 0 {
+			cp.Attempts = lease.Attempt
+		}
+		if cp.History == nil {
+			cp.History = history
+		}
+	}
+	if !ok {
+		set(fe)
+		return fe
+	}
+	return editFinal(herr, fe, set)
 }
 
 // closeKeyless ends the claim of a keyless record whose attempt
@@ -700,7 +725,7 @@ func (d *dedup) closeKeyless(ctx context.Context, lease idempotency.Lease) {
 // settle resolves the claim the handler was left (dc) after it returned
 // herr: done is true when that ends the delivery (out, err), else the
 // attempt ran under lease and is completed or released as usual.
-func (d *dedup) settle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *idempotency.Operation, dc *idempotency.DeferredClaim, herr error) (lease idempotency.Lease, out []*message.Message, done bool, err error) {
+func (d *dedup) settle(ctx context.Context, h message.HandlerFunc, msg *message.Message, op *opctx.Op, dc *opctx.DeferredClaim, herr error) (lease idempotency.Lease, out []*message.Message, done bool, err error) {
 	late := !dc.Made
 	if late {
 		// The handler returned before it claimed (code around the inbox
@@ -728,7 +753,7 @@ func (d *dedup) settle(ctx context.Context, h message.HandlerFunc, msg *message.
 		if herr != nil && !late {
 			// The attempt failed and rolled its claim back; meanwhile the
 			// record became another owner's (or done): it decides.
-			setOutcome(ctx, OutcomeLeaseLost)
+			setOutcome(ctx, chain.OutcomeLeaseLost)
 			return lease, nil, true, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("attempt failed (%s); the record is no longer claimable (status %v): %w",
 				herr.Error(), res.Status, idempotency.ErrLeaseLost)}
 		}
@@ -736,7 +761,7 @@ func (d *dedup) settle(ctx context.Context, h message.HandlerFunc, msg *message.
 		return lease, out, true, err
 	}
 	lease = res.Lease
-	op.Attempt, op.Token, op.Previous = lease.Attempt, lease.Token, res.Previous
+	op.Attempt, op.Token, op.Previous, op.PreviousError = lease.Attempt, lease.Token, res.Previous, res.PreviousError
 	if r := reportFrom(ctx); r != nil {
 		r.claimed(ctx, d.store, op)
 	}
@@ -767,7 +792,7 @@ func (d *dedup) failure(ctx context.Context, err error) idempotency.Failure {
 	}
 	f := idempotency.Failure{
 		Error:     redact(err.Error()),
-		ErrorType: dlq.ErrorTypes(err),
+		ErrorType: envelope.ErrorTypes(err),
 		Reason:    "error",
 	}
 	// The store keeps the record from a claim until the delay has passed.
@@ -805,21 +830,21 @@ func runHandler(h message.HandlerFunc, msg *message.Message) (msgs []*message.Me
 // extract runs the key sources of ex, turning a panic of one into a final
 // failure with reason panic: a message without an identity has no budget
 // to retry against.
-func extract(ex *idempotency.Extractor, msg *message.Message) (id idempotency.Identity, err error) {
+func extract(ex *idempotency.Extractor, msg *message.Message) (id idempotency.Operation, err error) {
 	defer func() {
 		if pe := recovered(recover(), "key source"); pe != nil {
-			id, err = idempotency.Identity{}, dlq.Final(dlq.ReasonPanic, pe)
+			id, err = idempotency.Operation{}, dlq.Final(dlq.ReasonPanic, pe)
 		}
 	}()
 	return ex.Extract(msg)
 }
 
 // safeRedact applies redact to s; a redactor that panics yields
-// dlq.RedactorPanicked, never the unredacted s.
-func safeRedact(redact dlq.Redactor, s string) (out string) {
+// a placeholder ("[text withheld: the redactor panicked]"), never the unredacted s.
+func safeRedact(redact func(text string) string, s string) (out string) {
 	defer func() {
 		if recover() != nil {
-			out = dlq.RedactorPanicked
+			out = envelope.RedactorPanicked
 		}
 	}()
 	return redact(s)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/middleware"
 )
 
@@ -35,7 +36,7 @@ func TestDedupCommittedSkipsComplete(t *testing.T) {
 	id, err := middleware.Identity(ex, middleware.RejectMissingKey)
 	require.NoError(t, err)
 	h := id(leaseDedup(t, store, func(m *message.Message) ([]*message.Message, error) {
-		op, ok := idempotency.OperationFrom(m.Context())
+		op, ok := opctx.From(m.Context())
 		require.True(t, ok)
 		l := idempotency.Lease{Namespace: leaseNS, Key: op.Key, Token: op.Token, Attempt: op.Attempt}
 		if err := store.Complete(m.Context(), l, idempotency.Outcome{}); err != nil {

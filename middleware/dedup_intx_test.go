@@ -14,6 +14,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
+	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/middleware"
 )
 
@@ -40,7 +41,7 @@ func TestDedupLeavesClaimToInTxHandler(t *testing.T) {
 	)
 	h := dedup(func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
-		op, _ := idempotency.OperationFrom(ctx)
+		op, _ := opctx.From(ctx)
 		require.NotNil(t, op.InTx)
 		require.Same(t, idempotency.Store(store), op.InTx.Store())
 		op.InTx.Accept()
@@ -113,7 +114,7 @@ func TestDedupInTxHandlerThatDidNotClaim(t *testing.T) {
 	require.NoError(t, err)
 	fail := false
 	h := dedup(func(msg *message.Message) ([]*message.Message, error) {
-		op, _ := idempotency.OperationFrom(msg.Context())
+		op, _ := opctx.From(msg.Context())
 		op.InTx.Accept()
 		if fail {
 			return nil, errors.New("failed before the claim")
@@ -152,16 +153,19 @@ func TestDedupStandaloneHandlerSeesOperation(t *testing.T) {
 	require.NoError(t, err)
 	dedup, err := middleware.Dedup(store, "alone")
 	require.NoError(t, err)
-	var got *idempotency.Operation
+	var (
+		got  idempotency.Operation
+		seen bool
+	)
 	h := dedup(func(msg *message.Message) ([]*message.Message, error) {
-		got, _ = idempotency.OperationFrom(msg.Context())
+		got, seen = idempotency.OperationFrom(msg.Context())
 		return nil, nil
 	})
 	msg := message.NewMessage("uuid-1", nil)
 	msg.Metadata.Set(idempotency.DefaultMetadataKey, "op-1")
 	_, err = h(msg)
 	require.NoError(t, err)
-	require.NotNil(t, got, "the handler's context carries the operation")
+	require.True(t, seen, "the handler's context carries the operation")
 	require.Equal(t, "op-1", got.Key)
 	require.Equal(t, 1, got.Attempt)
 	require.NotEmpty(t, got.Token)

@@ -43,7 +43,7 @@ func leaseDedup(t *testing.T, store idempotency.Store, fn message.HandlerFunc, o
 	return mw(fn)
 }
 
-func leaseStore(t *testing.T) *memstore.Store {
+func leaseStore(t *testing.T) idempotency.Store {
 	t.Helper()
 	s, err := memstore.New()
 	require.NoError(t, err)

@@ -13,10 +13,12 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
+	"github.com/surely-dev/surely/internal/envelope"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 )
 
-// A replayed message (dlq.KeyReplayID set) reopens an EXHAUSTED record
+// A replayed message (surely_replay_id set) reopens an EXHAUSTED record
 // once per replay run; a malformed run ID is ignored and logged.
 func TestDedupReopensOncePerReplayRun(t *testing.T) {
 	t.Parallel()
@@ -36,7 +38,7 @@ func TestDedupReopensOncePerReplayRun(t *testing.T) {
 		msg := message.NewMessage("uuid-1", []byte(`{"n":1}`))
 		msg.Metadata.Set(idempotency.DefaultMetadataKey, "op-1")
 		if replayID != "" {
-			msg.Metadata.Set(dlq.KeyReplayID, replayID)
+			msg.Metadata.Set(envelope.KeyReplayID, replayID)
 		}
 		_, err := h(msg)
 		return err
@@ -58,7 +60,7 @@ func TestDedupReopensOncePerReplayRun(t *testing.T) {
 	require.True(t, final, "an invalid run ID is ignored")
 	require.Equal(t, 2, runs)
 	require.Contains(t, logs.String(), "invalid replay ID")
-	_, final = dlq.AsFinal(deliver(strings.Repeat("r", idempotency.MaxKeyLen+1)))
+	_, final = dlq.AsFinal(deliver(strings.Repeat("r", idem.MaxKeyLen+1)))
 	require.True(t, final, "an overlong run ID is ignored")
 
 	rec, err := store.Get(t.Context(), "reopen", "op-1")

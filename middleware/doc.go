@@ -29,7 +29,7 @@
 // # Leases and store calls
 //
 // Every store call of Dedup has a deadline: WithStoreTimeout, by default
-// DefaultStoreTimeout (5s) or a third of the lease when that is shorter
+// 5s or a third of the lease when that is shorter
 // (database/sql has no timeout of its own). A Complete that fails is
 // retried a few times with the same lease; a store answers a Complete
 // re-sent after it was applied with success (see idempotency.Store), so a
@@ -46,13 +46,28 @@
 // the in-process attempts, failing dead-letter publish) it asks the broker
 // through a delivery.Control when the adapter provides one, and otherwise
 // waits before returning the error. That paces the consumer instead of
-// spinning. A wait here is bounded (MaxInProcessTime, MaxInProgressWait);
+// spinning. A wait here is bounded (MaxInProcessTime; 5s for an operation
+// in progress elsewhere);
 // a retry.After delay longer than that is kept by the store instead
 // (Dedup records it on Release), so the early redelivery finds the
 // operation InProgress and is nacked again, uncharged. The wait of an
 // InProgress nack is the one the store measured on its own clock
 // (idempotency.ClaimResult.Wait), never an expiry read against this
 // process's clock.
+//
+// # Types named in package handler
+//
+// The outcome of a delivery and the missing-key policies are defined once,
+// and exported by package handler only, the package a user of the chain
+// starts from: Observe's WithOnOutcome takes a
+// func(context.Context, handler.OutcomeParams) handler.OutcomeResult, and
+// Identity a handler.MissingKeyPolicy (handler.RejectMissingKey or
+// handler.ProcessWithoutDedup). A user assembling the steps here names
+// them as handler.X; handler's docs describe them. (They live in an
+// internal package that both use, since handler imports middleware.)
+//
+// The names of the metrics (surely.messages.processed, ...) are listed at
+// WithMeterProvider, the span attributes and links at Trace.
 //
 // # Context
 //

@@ -6,7 +6,7 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 var (
@@ -23,7 +23,7 @@ var (
 	// (delivery.KeyDecodeError); it is dead-lettered with its raw bytes.
 	ErrUndecodable = errors.New("surely: message could not be decoded")
 	// ErrHandlerHung is the cause of the handler context's cancellation when
-	// an attempt outlived the longest lease hold (WithExtension), and wraps
+	// an attempt outlived the longest lease hold (see WithLease), and wraps
 	// the attempt's error: a charged failure, retried, then dead-lettered.
 	ErrHandlerHung = errors.New("surely: handler exceeded the longest lease hold")
 	// ErrPaused means the outage breaker held the message back without an attempt.
@@ -93,7 +93,7 @@ func recovered(v any, where string) *PanicError {
 	if v == nil {
 		return nil
 	}
-	return &PanicError{Value: v, Stack: idempotency.Truncate(string(debug.Stack()), idempotency.MaxStackLen), Where: where}
+	return &PanicError{Value: v, Stack: idem.Truncate(string(debug.Stack()), idem.MaxStackLen), Where: where}
 }
 
 // Unwrap returns the panic value when it is an error.

@@ -49,14 +49,14 @@ func ExampleTrace() {
 	for _, s := range recorder.Ended()[1:] {
 		var outcome string
 		for _, kv := range s.Attributes() {
-			if kv.Key == middleware.AttrOutcome {
+			if kv.Key == "surely.outcome" {
 				outcome = kv.Value.AsString()
 			}
 		}
 		var links []string
 		for _, l := range s.Links() {
 			for _, kv := range l.Attributes {
-				if kv.Key == middleware.AttrLink {
+				if kv.Key == "surely.link" {
 					links = append(links, kv.Value.AsString())
 				}
 			}

@@ -9,45 +9,25 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
-)
-
-// MissingKeyPolicy says what happens to a message without an operation key.
-type MissingKeyPolicy int
-
-const (
-	// RejectMissingKey dead-letters a message without a key (reason no_key).
-	// It is the default: a message that cannot be deduplicated is not
-	// processed silently.
-	RejectMissingKey MissingKeyPolicy = iota
-	// ProcessWithoutDedup runs the handler without a dedup record when the
-	// key is missing: nothing is ever skipped as a duplicate, so another
-	// message with the same payload, or the same UUID, or a redelivery of
-	// one that succeeded (its ack was lost), runs the effect again. Invalid
-	// keys (too long, control characters) are still rejected. The attempts
-	// stay bounded (see Dedup): only attempts that ran the handler are
-	// charged, to an attempt record under the message UUID in
-	// KeylessNamespace; a delivery the broker numbers as the first (a
-	// delivery count of 1) runs without a store call, so a message that
-	// succeeds at once costs nothing durable there. A message that keeps
-	// failing is dead-lettered (reason exhausted, or panic) after the
-	// budget. A success closes the record uncharged, never as done.
-	ProcessWithoutDedup
+	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/opctx"
 )
 
 // Identity extracts the operation identity of each message and puts it in
-// the message context as an *idempotency.Operation (see
+// the message context (the handler reads it with
 // idempotency.OperationFrom), where Dedup finds it. A message without a key
-// follows policy; an invalid key is a final failure with reason no_key. A
-// message an adapter marked undecodable (delivery.KeyDecodeError) is a final
-// failure with reason decode, before any key is looked for. A key source
+// follows policy (handler.RejectMissingKey or handler.ProcessWithoutDedup;
+// see the package doc); an invalid key is a final failure with reason
+// no_key. A message an adapter marked undecodable (delivery.KeyDecodeError)
+// is a final failure with reason decode, before any key is looked for. A key source
 // that panics is a final failure with reason panic (a *PanicError with the
 // stack): without an identity there is no durable budget to retry
 // against, and a panic that escaped would be redelivered without end.
-func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.HandlerMiddleware, error) {
+func Identity(ex *idempotency.Extractor, policy chain.MissingKeyPolicy) (message.HandlerMiddleware, error) {
 	if ex == nil {
 		return nil, fmt.Errorf("%w: nil extractor", ErrInvalidOption)
 	}
-	if policy != RejectMissingKey && policy != ProcessWithoutDedup {
+	if policy != chain.RejectMissingKey && policy != chain.ProcessWithoutDedup {
 		return nil, fmt.Errorf("%w: unknown missing-key policy %d", ErrInvalidOption, policy)
 	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
@@ -62,21 +42,21 @@ func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.Handl
 				}
 			}
 			ctx := msg.Context()
-			var op *idempotency.Operation
+			var op *opctx.Op
 			if r := reportFrom(ctx); r != nil {
 				op = &r.op
 			} else {
-				op = new(idempotency.Operation)
+				op = new(opctx.Op)
 			}
-			*op = idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}
+			*op = opctx.Op{Operation: idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}}
 			switch {
 			case err == nil:
-			case errors.Is(err, idempotency.ErrNoKey) && policy == ProcessWithoutDedup:
+			case errors.Is(err, idempotency.ErrNoKey) && policy == chain.ProcessWithoutDedup:
 				op.Key = ""
 			default:
 				return nil, dlq.Final(dlq.ReasonNoKey, err)
 			}
-			msg.SetContext(idempotency.WithOperation(ctx, op))
+			msg.SetContext(opctx.With(ctx, op))
 			defer msg.SetContext(ctx)
 			msgs, err := h(msg)
 			return msgs, annotate(err, op)
@@ -88,7 +68,7 @@ func Identity(ex *idempotency.Extractor, policy MissingKeyPolicy) (message.Handl
 // runs outside this step (where the operation is no longer in the context).
 // It returns err with a copy of its *dlq.FinalError (see finalCopy), never
 // writing the handler's.
-func annotate(err error, op *idempotency.Operation) error {
+func annotate(err error, op *opctx.Op) error {
 	if err == nil {
 		return nil
 	}
@@ -110,8 +90,3 @@ func annotate(err error, op *idempotency.Operation) error {
 		}
 	})
 }
-
-// KeylessNamespace is the store namespace of the attempt records of
-// messages without a key (ProcessWithoutDedup). It is reserved: Dedup and
-// handler.WithStore refuse it as a handler's namespace.
-const KeylessNamespace = "surely.keyless"

@@ -10,49 +10,25 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/options"
 )
-
-// OutcomeParams describes one delivery's end, for an OnOutcome callback.
-type OutcomeParams struct {
-	Msg     *message.Message
-	Outcome Outcome
-	// Attempts is how many attempts ran in this delivery (0 for a paused one).
-	Attempts int
-	// Attempt is the durable attempt number of the last attempt (0 if no claim).
-	Attempt int
-	// Key and Namespace identify the operation, as the identity step
-	// extracted it (empty when the message had none, or could not be
-	// decoded): the same key the handler got from idempotency.KeyFrom.
-	Key, Namespace string
-	// Previous is how the attempt before the last one ended, as its claim
-	// reported (idempotency.PreviousNone when no claim was acquired).
-	Previous idempotency.PreviousResult
-	// Reason is the dead-letter reason, for OutcomeDeadLettered.
-	Reason string
-	// Err is what the chain returned (nil when it acked).
-	Err      error
-	Duration time.Duration
-}
-
-// OutcomeResult is what an OnOutcome callback returns; empty for now, it
-// leaves room to grow.
-type OutcomeResult struct{}
 
 type observeConfig struct {
 	logger    *slog.Logger
 	loggerSet bool
-	onOutcome func(context.Context, OutcomeParams) OutcomeResult
+	onOutcome func(context.Context, chain.OutcomeParams) chain.OutcomeResult
 	metrics   *metrics // nil: no metrics
 }
 
 // WithOnOutcome calls fn once per delivery with its outcome, after the
-// chain decided it. A panic in fn is recovered and logged at error level
+// chain decided it: fn takes a handler.OutcomeParams and returns a
+// handler.OutcomeResult (the types are package handler's; see "Types named
+// in package handler" in the package doc). A panic in fn is recovered and logged at error level
 // (to slog.Default() without WithLogger); it changes nothing about the
 // delivery, which is acked or nacked as the chain decided. Taken by
 // Observe.
-func WithOnOutcome(fn func(context.Context, OutcomeParams) OutcomeResult) Option {
+func WithOnOutcome(fn func(context.Context, chain.OutcomeParams) chain.OutcomeResult) Option {
 	return func(s *options.Set) error {
 		if fn == nil {
 			return fmt.Errorf("%w: nil outcome callback", ErrInvalidOption)
@@ -81,10 +57,10 @@ func Observe(opts ...Option) (message.HandlerMiddleware, error) {
 	c := observeConfig{
 		logger:    options.Get(set, options.Logger, slog.New(slog.DiscardHandler)),
 		loggerSet: set.Has(options.Logger),
-		onOutcome: options.Get[func(context.Context, OutcomeParams) OutcomeResult](set, optOnOutcome, nil),
+		onOutcome: options.Get[func(context.Context, chain.OutcomeParams) chain.OutcomeResult](set, optOnOutcome, nil),
 	}
 	if mp := options.Get[metric.MeterProvider](set, options.MeterProvider, nil); mp != nil {
-		if c.metrics, err = newMetrics(mp.Meter(ScopeName)); err != nil {
+		if c.metrics, err = newMetrics(mp.Meter(chain.ScopeName)); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 	}
@@ -104,10 +80,10 @@ func Observe(opts ...Option) (message.HandlerMiddleware, error) {
 				c.metrics.record(ctx, msg, rep, d)
 			}
 			if c.onOutcome != nil {
-				c.callOnOutcome(lctx, OutcomeParams{
+				c.callOnOutcome(lctx, chain.OutcomeParams{
 					Msg: msg, Outcome: rep.outcome, Attempts: rep.attempts, Attempt: rep.attempt,
-					Reason: rep.reason, Err: err, Duration: d,
-					Key: rep.op.Key, Namespace: rep.op.Namespace, Previous: rep.op.Previous.Result,
+					Reason: rep.reason, Cause: rep.cause, Err: err, Duration: d,
+					Key: rep.op.Key, Namespace: rep.op.Namespace, Previous: rep.op.Previous,
 				})
 			}
 			return msgs, err
@@ -120,7 +96,7 @@ func Observe(opts ...Option) (message.HandlerMiddleware, error) {
 // the delivery keeps the chain's verdict. Were the panic to escape, the
 // router would nack a message already processed or dead-lettered, and
 // every redelivery would panic again, without end.
-func (c *observeConfig) callOnOutcome(ctx context.Context, p OutcomeParams) {
+func (c *observeConfig) callOnOutcome(ctx context.Context, p chain.OutcomeParams) {
 	defer func() {
 		if pe := recovered(recover(), "outcome callback"); pe != nil {
 			l := c.logger
@@ -134,23 +110,23 @@ func (c *observeConfig) callOnOutcome(ctx context.Context, p OutcomeParams) {
 	c.onOutcome(ctx, p)
 }
 
-func fallbackOutcome(ctx context.Context, err error) Outcome {
+func fallbackOutcome(ctx context.Context, err error) chain.Outcome {
 	switch {
 	case err == nil:
-		return OutcomeProcessed
+		return chain.OutcomeProcessed
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
-		return OutcomeCanceled
+		return chain.OutcomeCanceled
 	default:
-		return OutcomeRetry
+		return chain.OutcomeRetry
 	}
 }
 
 func (c *observeConfig) log(ctx context.Context, msg *message.Message, rep *report, err error) {
 	level := slog.LevelDebug
 	switch rep.outcome {
-	case OutcomeDeadLettered, OutcomeDeadLetterFailed, OutcomeLeaseLost, OutcomePaused:
+	case chain.OutcomeDeadLettered, chain.OutcomeDeadLetterFailed, chain.OutcomeLeaseLost, chain.OutcomePaused:
 		level = slog.LevelWarn
-	case OutcomeRetry:
+	case chain.OutcomeRetry:
 		level = slog.LevelInfo
 	}
 	if !c.logger.Enabled(ctx, level) {

@@ -6,35 +6,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/idempotency"
-)
-
-// Outcome is how one delivery of a message ended in the surely chain.
-type Outcome string
-
-// Outcomes reported by Observe.
-const (
-	// OutcomeProcessed: the handler ran and its effect is committed; ack.
-	OutcomeProcessed Outcome = "processed"
-	// OutcomeDuplicate: the operation was already done; its produced
-	// messages were re-emitted and the message acked without running.
-	OutcomeDuplicate Outcome = "duplicate"
-	// OutcomeInProgress: another owner holds a live lease; nacked with a delay.
-	OutcomeInProgress Outcome = "in_progress"
-	// OutcomeRetry: the delivery failed transiently; nacked for a later attempt.
-	OutcomeRetry Outcome = "retry"
-	// OutcomeDeadLettered: published to the dead letter, then acked.
-	OutcomeDeadLettered Outcome = "dead_lettered"
-	// OutcomeDeadLetterFailed: the dead-letter publish failed; nacked.
-	OutcomeDeadLetterFailed Outcome = "dead_letter_failed"
-	// OutcomePaused: the outage breaker is open; nacked with a delay, no attempt spent.
-	OutcomePaused Outcome = "paused"
-	// OutcomeLeaseLost: the attempt's lease was taken over before Complete
-	// (Complete, Release or an extension was refused by fencing); nacked.
-	OutcomeLeaseLost Outcome = "lease_lost"
-	// OutcomeCanceled: the message context was canceled (shutdown); nacked.
-	OutcomeCanceled Outcome = "canceled"
-	// OutcomeUnprocessed: processed without dedup (no key, explicit opt-in).
-	OutcomeUnprocessed Outcome = "processed_without_dedup"
+	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/opctx"
 )
 
 // report is shared by the steps of one delivery through the message context.
@@ -42,11 +15,12 @@ const (
 // fill it. Steps used without either find none and skip reporting.
 type report struct {
 	// op is the operation slot Identity fills, saving it an allocation.
-	op       idempotency.Operation
-	outcome  Outcome
+	op       opctx.Op
+	outcome  chain.Outcome
 	attempts int // attempts run in this delivery
 	attempt  int // durable attempt number of the last one
 	reason   string
+	cause    error // the dead-lettered failure (dlq.Failure.Err)
 	// takeovers counts the claims of this delivery that took over an
 	// expired lease (Previous unknown).
 	takeovers int
@@ -71,16 +45,16 @@ func withReport(ctx context.Context) (context.Context, *report) {
 	return context.WithValue(ctx, reportKey{}, r), r
 }
 
-func setOutcome(ctx context.Context, o Outcome) {
+func setOutcome(ctx context.Context, o chain.Outcome) {
 	if r := reportFrom(ctx); r != nil {
 		r.outcome = o
 	}
 }
 
 // claimed records an Acquired claim: Dedup calls it before the handler runs.
-func (r *report) claimed(ctx context.Context, store idempotency.Store, op *idempotency.Operation) {
+func (r *report) claimed(ctx context.Context, store idempotency.Store, op *opctx.Op) {
 	r.attempt = op.Attempt
-	if op.Previous.Result == idempotency.PreviousUnknown {
+	if op.Previous == idempotency.ResultUnknown {
 		r.takeovers++
 	}
 	if r.trace != nil {

@@ -11,12 +11,10 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/retry"
 )
-
-// MaxInProgressWait bounds how long Retry waits before nacking a message
-// whose operation is in progress elsewhere.
-const MaxInProgressWait = 5 * time.Second
 
 // leaseLostWait paces the nack of an attempt whose lease was taken over.
 const leaseLostWait = 100 * time.Millisecond
@@ -29,8 +27,7 @@ const leaseLostWait = 100 * time.Millisecond
 //   - a *dlq.FinalError, retry.Permanent: no retry; returned for the dead letter.
 //   - cancellation of the message context: returned at once (not a failure).
 //   - *InProgressError, *LeaseLostError: not a failure; nacked after a wait
-//     (for InProgressError, its Wait as the store measured it, at most
-//     MaxInProgressWait).
+//     (for InProgressError, its Wait as the store measured it, at most 5s).
 //   - anything else is transient: retried in process, then nacked after the
 //     backoff delay, so the broker redelivers it for the next durable attempt.
 //     The backoff is policy.Delay of the message's durable attempt number
@@ -70,7 +67,7 @@ func Retry(policy *retry.Policy, breaker *retry.Breaker) (message.HandlerMiddlew
 				if breaker != nil {
 					permit = breaker.Allow()
 					if !permit.Allowed {
-						setOutcome(ctx, OutcomePaused)
+						setOutcome(ctx, chain.OutcomePaused)
 						nackAfter(ctx, permit.Wait)
 						return nil, ErrPaused
 					}
@@ -80,9 +77,9 @@ func Retry(policy *retry.Policy, breaker *retry.Breaker) (message.HandlerMiddlew
 				}
 				msgs, err := rep.runAttempt(h, msg)
 				msg.SetContext(ctx)
-				result, again := classify(ctx, err)
+				signal, again := classify(ctx, err)
 				if breaker != nil {
-					breaker.Record(permit, result)
+					breaker.Record(permit, signal)
 				}
 				if !again {
 					return msgs, err
@@ -94,12 +91,12 @@ func Retry(policy *retry.Policy, breaker *retry.Breaker) (message.HandlerMiddlew
 					// learns its lease expiry and waits for that instead.
 					wait := leaseLostWait
 					if ip != nil {
-						wait = min(max(ip.wait(), 10*time.Millisecond), MaxInProgressWait)
+						wait = min(max(ip.wait(), 10*time.Millisecond), defaults.MaxInProgressWait)
 					}
 					nackAfter(ctx, wait)
 					return nil, err
 				}
-				setOutcome(ctx, OutcomeRetry)
+				setOutcome(ctx, chain.OutcomeRetry)
 				delay := policy.Delay(durableAttempt(ctx, rep, n), err)
 				if n >= policy.InProcessAttempts() || time.Since(start)+delay > policy.MaxInProcessTime() {
 					// A retry.After delay is a promise ("not before d"):
@@ -137,25 +134,25 @@ func durableAttempt(ctx context.Context, rep *report, n int) int {
 	return max(a, n)
 }
 
-// classify maps an attempt's error to the breaker's result, and says whether
+// classify maps an attempt's error to the breaker's signal, and says whether
 // the delivery may go on (true) or must return now.
-func classify(ctx context.Context, err error) (retry.Result, bool) {
+func classify(ctx context.Context, err error) (retry.Signal, bool) {
 	if err == nil {
-		return retry.ResultSuccess, false
+		return retry.SignalSuccess, false
 	}
 	if _, ok := dlq.AsFinal(err); ok {
-		return retry.ResultNeutral, false
+		return retry.SignalNeutral, false
 	}
 	switch retry.Classify(ctx, err) {
 	case retry.ClassPermanent, retry.ClassCanceled:
-		return retry.ResultNeutral, false
+		return retry.SignalNeutral, false
 	}
 	var ip *InProgressError
 	var ll *LeaseLostError
 	if errors.As(err, &ip) || errors.As(err, &ll) {
-		return retry.ResultNeutral, true
+		return retry.SignalNeutral, true
 	}
-	return retry.ResultTransient, true
+	return retry.SignalTransient, true
 }
 
 // nackAfter arranges for the nack that follows to be redelivered no sooner

@@ -15,37 +15,10 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/envelope"
+	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/internal/options"
-)
-
-// ScopeName is the instrumentation scope of surely's tracer and meter.
-const ScopeName = "github.com/surely-dev/surely"
-
-// Span attributes surely adds to the messaging semantic conventions.
-const (
-	AttrOperationKey  = attribute.Key("surely.operation_key")
-	AttrAttempt       = attribute.Key("surely.attempt")
-	AttrDeliveryCount = attribute.Key("surely.delivery_count")
-	AttrOutcome       = attribute.Key("surely.outcome")
-	// AttrPrevious is how the previous attempt ended (failed, canceled,
-	// unknown), on an attempt span and on a previous_attempt link.
-	AttrPrevious = attribute.Key("surely.previous")
-	// AttrDeadLetterReason is the dead-letter reason (dlq.Reason).
-	AttrDeadLetterReason = attribute.Key("surely.dead_letter.reason")
-	// AttrLink says what a link points to: LinkCreation,
-	// LinkPreviousAttempt or LinkDeadLetter.
-	AttrLink = attribute.Key("surely.link")
-)
-
-// Values of AttrLink.
-const (
-	// LinkCreation: the message's creation context (the producer's span).
-	LinkCreation = "creation"
-	// LinkPreviousAttempt: the span of the attempt before this one, in this
-	// process or, through the store's attempt ledger, in another.
-	LinkPreviousAttempt = "previous_attempt"
-	// LinkDeadLetter: the dead-letter span of the message a replay republished.
-	LinkDeadLetter = "dead_letter"
 )
 
 type tracing struct {
@@ -91,29 +64,35 @@ func WithConsumerGroup(group string) Option {
 // conventions, through tp (the OTel API only; surely never installs an SDK).
 //
 // Each attempt span is a child of the span in the message context, if any,
-// and is linked to:
+// and is linked to (the link's attribute surely.link says which):
 //
-//   - the message's creation context, extracted from the metadata with the
-//     propagator (see package propagate for the producer's side);
-//   - the previous attempt's span: in this delivery from memory; on a
+//   - the message's creation context (surely.link=creation), extracted
+//     from the metadata with the propagator (see package propagate for the
+//     producer's side);
+//   - the previous attempt's span (surely.link=previous_attempt, with
+//     surely.attempt and surely.previous): in this delivery from memory; on a
 //     redelivery, from the store's attempt ledger (Dedup records each
 //     claim's span there, so the link crosses processes and crashes; the
 //     ledger is read with one Store.Get, only on redeliveries whose span
 //     is recording, i.e. sampled);
 //   - on the first attempt of a replayed message, the dead-letter span of
-//     the message it replays (dlq.KeyReplayLink).
+//     the message it replays (surely.link=dead_letter, from
+//     surely_replay_link).
 //
 // The span carries surely.outcome (processed, duplicate, in_progress, retry,
 // dead_lettered, conflict, lease_lost, and paused, canceled,
-// dead_letter_failed), the operation key, the durable attempt number and
-// the broker's delivery count when the adapter reports one. An attempt
+// dead_letter_failed), surely.dead_letter.reason for a dead letter, the
+// operation key (surely.operation_key), the durable attempt number
+// (surely.attempt), how the previous attempt ended (surely.previous) and
+// the broker's delivery count (surely.delivery_count) when the adapter
+// reports one. The tracer is "github.com/surely-dev/surely". An attempt
 // that is retried ends with outcome retry. A duplicate, a dead letter or a
 // conflict is an outcome, not a span error; an error of the handler (or of
 // the store) is recorded with status Error.
 //
 // Publishing a dead letter gets its own span, a child of the attempt span,
 // whose traceparent DeadLetter writes into the envelope
-// (dlq.KeyDeadLetterTraceparent).
+// (surely_dlq_traceparent).
 //
 // Trace shares the per-delivery report with Observe; put it outside
 // Observe (handler.New does). In-process attempts get spans of their own
@@ -132,7 +111,7 @@ func Trace(tp trace.TracerProvider, opts ...Option) (message.HandlerMiddleware, 
 		return nil, err
 	}
 	t := &tracing{
-		tracer: tp.Tracer(ScopeName),
+		tracer: tp.Tracer(chain.ScopeName),
 		prop:   options.Get[propagation.TextMapPropagator](set, optPropagator, propagation.TraceContext{}),
 		system: options.Get(set, optSystem, "watermill"),
 		group:  options.Get(set, optConsumerGroup, ""),
@@ -158,8 +137,8 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 		base, rep := withReport(ctx)
 		ts := &traceState{t: t, msg: msg, parent: trace.SpanFromContext(ctx), topic: message.SubscribeTopicFromCtx(ctx)}
 		ts.creation = t.creation(msg)
-		if v := msg.Metadata.Get(dlq.KeyReplayLink); v != "" {
-			ts.replay = ParseTraceparent(v)
+		if v := msg.Metadata.Get(envelope.KeyReplayLink); v != "" {
+			ts.replay = parseTraceparent(v)
 		}
 		rep.trace = ts
 		ts.start(base)
@@ -169,7 +148,7 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 			if !returned { // a panic passes through (the router recovers it and nacks)
 				msg.SetContext(ctx)
 				ts.span.SetStatus(codes.Error, "panic")
-				ts.end(OutcomeRetry, "")
+				ts.end(chain.OutcomeRetry, "")
 				rep.trace = nil
 			}
 		}()
@@ -181,8 +160,8 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 			ts.recordError(err)
 		}
 		outcome := rep.outcome
-		if outcome == OutcomePaused && ts.ran {
-			outcome = OutcomeRetry // the paused wait came after a failed attempt
+		if outcome == chain.OutcomePaused && ts.ran {
+			outcome = chain.OutcomeRetry // the paused wait came after a failed attempt
 		}
 		ts.end(outcome, rep.reason)
 		rep.trace = nil
@@ -193,7 +172,7 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 // settle gives the report its final outcome when no step set one, or when
 // the chain failed after a step reported success.
 func settle(ctx context.Context, rep *report, err error) {
-	if rep.outcome == "" || (err != nil && (rep.outcome == OutcomeProcessed || rep.outcome == OutcomeDuplicate)) {
+	if rep.outcome == "" || (err != nil && (rep.outcome == chain.OutcomeProcessed || rep.outcome == chain.OutcomeDuplicate)) {
 		rep.outcome = fallbackOutcome(ctx, err)
 	}
 }
@@ -206,7 +185,7 @@ type traceState struct {
 	topic    string
 	parent   trace.Span        // the span of the delivery's context (may be a no-op)
 	creation trace.SpanContext // extracted from the metadata
-	replay   trace.SpanContext // dlq.KeyReplayLink
+	replay   trace.SpanContext // surely_replay_link
 
 	span        trace.Span
 	ctx         context.Context // the delivery's context with span
@@ -223,15 +202,15 @@ func (ts *traceState) start(ctx context.Context) {
 	t := ts.t
 	links := make([]trace.Link, 0, 3)
 	if ts.creation.IsValid() {
-		links = append(links, trace.Link{SpanContext: ts.creation, Attributes: []attribute.KeyValue{AttrLink.String(LinkCreation)}})
+		links = append(links, trace.Link{SpanContext: ts.creation, Attributes: []attribute.KeyValue{chain.AttrLink.String(chain.LinkCreation)}})
 	}
 	if ts.n == 0 && ts.replay.IsValid() {
-		links = append(links, trace.Link{SpanContext: ts.replay, Attributes: []attribute.KeyValue{AttrLink.String(LinkDeadLetter)}})
+		links = append(links, trace.Link{SpanContext: ts.replay, Attributes: []attribute.KeyValue{chain.AttrLink.String(chain.LinkDeadLetter)}})
 	}
 	if ts.prev.IsValid() {
-		la := []attribute.KeyValue{AttrLink.String(LinkPreviousAttempt)}
+		la := []attribute.KeyValue{chain.AttrLink.String(chain.LinkPreviousAttempt)}
 		if ts.prevAttempt > 0 {
-			la = append(la, AttrAttempt.Int(ts.prevAttempt))
+			la = append(la, chain.AttrAttempt.Int(ts.prevAttempt))
 		}
 		links = append(links, trace.Link{SpanContext: ts.prev, Attributes: la})
 	}
@@ -247,7 +226,7 @@ func (ts *traceState) start(ctx context.Context) {
 		attrs = append(attrs, semconv.MessagingConsumerGroupName(t.group))
 	}
 	if info, ok := delivery.InfoFrom(ctx); ok && info.Count > 0 {
-		attrs = append(attrs, AttrDeliveryCount.Int(info.Count))
+		attrs = append(attrs, chain.AttrDeliveryCount.Int(info.Count))
 	}
 	ctx = trace.ContextWithSpan(ctx, ts.parent)
 	name := "process"
@@ -260,10 +239,10 @@ func (ts *traceState) start(ctx context.Context) {
 	ts.errRecorded, ts.attempt = false, 0
 }
 
-func (ts *traceState) end(o Outcome, reason string) {
-	ts.span.SetAttributes(AttrOutcome.String(spanOutcome(o, reason)))
-	if o == OutcomeDeadLettered && reason != "" {
-		ts.span.SetAttributes(AttrDeadLetterReason.String(reason))
+func (ts *traceState) end(o chain.Outcome, reason string) {
+	ts.span.SetAttributes(chain.AttrOutcome.String(spanOutcome(o, reason)))
+	if o == chain.OutcomeDeadLettered && reason != "" {
+		ts.span.SetAttributes(chain.AttrDeadLetterReason.String(reason))
 	}
 	ts.span.End()
 	ts.prev, ts.prevAttempt = ts.span.SpanContext(), ts.attempt
@@ -274,7 +253,7 @@ func (ts *traceState) end(o Outcome, reason string) {
 // span (outcome retry) and starts a new one linked to it.
 func (ts *traceState) runAttempt(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
 	if ts.ran {
-		ts.end(OutcomeRetry, "") // Retry goes on only after a transient failure
+		ts.end(chain.OutcomeRetry, "") // Retry goes on only after a transient failure
 		ts.start(msg.Context())
 		msg.SetContext(ts.ctx) // Retry restores its own context after the attempt
 	}
@@ -286,11 +265,11 @@ func (ts *traceState) runAttempt(h message.HandlerFunc, msg *message.Message) ([
 
 // claimed annotates the current span with the claim Dedup acquired and,
 // on a redelivery, links it to the previous attempt's span from the ledger.
-func (ts *traceState) claimed(ctx context.Context, store idempotency.Store, op *idempotency.Operation) {
+func (ts *traceState) claimed(ctx context.Context, store idempotency.Store, op *opctx.Op) {
 	ts.attempt = op.Attempt
-	ts.span.SetAttributes(AttrOperationKey.String(op.Key), AttrAttempt.Int(op.Attempt))
-	if op.Previous.Result != idempotency.PreviousNone {
-		ts.span.SetAttributes(AttrPrevious.String(string(op.Previous.Result)))
+	ts.span.SetAttributes(chain.AttrOperationKey.String(op.Key), chain.AttrAttempt.Int(op.Attempt))
+	if op.Previous != "" {
+		ts.span.SetAttributes(chain.AttrPrevious.String(string(op.Previous)))
 	}
 	if op.Attempt <= 1 || (ts.prev.IsValid() && ts.prevAttempt == op.Attempt-1) {
 		return // first attempt, or the previous one ran in this delivery (linked at start)
@@ -311,9 +290,9 @@ func (ts *traceState) claimed(ctx context.Context, store idempotency.Store, op *
 		if !sc.IsValid() {
 			return
 		}
-		la := []attribute.KeyValue{AttrLink.String(LinkPreviousAttempt), AttrAttempt.Int(a.Attempt)}
+		la := []attribute.KeyValue{chain.AttrLink.String(chain.LinkPreviousAttempt), chain.AttrAttempt.Int(a.Attempt)}
 		if a.Result != "" {
-			la = append(la, AttrPrevious.String(a.Result))
+			la = append(la, chain.AttrPrevious.String(string(a.Result)))
 		}
 		ts.span.AddLink(trace.Link{SpanContext: sc, Attributes: la})
 		return
@@ -364,14 +343,14 @@ func spanError(err error) bool {
 }
 
 // spanOutcome maps a delivery outcome to surely.outcome.
-func spanOutcome(o Outcome, reason string) string {
+func spanOutcome(o chain.Outcome, reason string) string {
 	switch {
-	case o == OutcomeDeadLettered && reason == string(dlq.ReasonConflict):
+	case o == chain.OutcomeDeadLettered && reason == string(dlq.ReasonConflict):
 		return "conflict"
-	case o == OutcomeUnprocessed:
-		return string(OutcomeProcessed)
+	case o == chain.OutcomeUnprocessed:
+		return string(chain.OutcomeProcessed)
 	case o == "":
-		return string(OutcomeRetry)
+		return string(chain.OutcomeRetry)
 	}
 	return string(o)
 }
@@ -402,10 +381,10 @@ func startDeadLetter(ctx context.Context, msg *message.Message, f *dlq.Failure, 
 			semconv.MessagingDestinationName(topic),
 			semconv.MessagingOperationTypeSend,
 			semconv.MessagingOperationName("dead_letter"),
-			semconv.MessagingMessageID(dlq.DeadLetterUUID(msg.UUID)),
-			AttrDeadLetterReason.String(string(f.Reason)),
+			semconv.MessagingMessageID(envelope.DeadLetterUUID(msg.UUID)),
+			chain.AttrDeadLetterReason.String(string(f.Reason)),
 		))
-	f.Traceparent = Traceparent(span.SpanContext())
+	f.Traceparent = traceparent(span.SpanContext())
 	return ctx, span //nolint:spancheck // the caller ends it with endDeadLetter
 }
 
@@ -420,8 +399,8 @@ func endDeadLetter(span trace.Span, err error) {
 	span.End()
 }
 
-// Traceparent formats sc as a W3C traceparent ("" when sc is invalid).
-func Traceparent(sc trace.SpanContext) string {
+// traceparent formats sc as a W3C traceparent ("" when sc is invalid).
+func traceparent(sc trace.SpanContext) string {
 	if !sc.IsValid() {
 		return ""
 	}
@@ -430,9 +409,9 @@ func Traceparent(sc trace.SpanContext) string {
 	return c["traceparent"]
 }
 
-// ParseTraceparent parses a W3C traceparent; an invalid one gives an
+// parseTraceparent parses a W3C traceparent; an invalid one gives an
 // invalid SpanContext.
-func ParseTraceparent(v string) trace.SpanContext {
+func parseTraceparent(v string) trace.SpanContext {
 	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": v})
 	return trace.SpanContextFromContext(ctx)
 }

@@ -16,15 +16,15 @@ import (
 	"github.com/surely-dev/surely/internal/options"
 )
 
-// Defaults of the forwarder options (watermill-sql's).
+// Defaults of the forwarder options (watermill-sql's), stated in their docs.
 const (
-	DefaultPollInterval   = time.Second
-	DefaultRetryInterval  = time.Second
-	DefaultPublishTimeout = 30 * time.Second
+	defaultPollInterval   = time.Second
+	defaultRetryInterval  = time.Second
+	defaultPublishTimeout = 30 * time.Second
 )
 
-// ErrForwarderClosed is returned by Run on a Forwarder that was closed.
-var ErrForwarderClosed = errors.New("outbox: forwarder closed")
+// errForwarderClosed is returned by Run on a Forwarder that was closed.
+var errForwarderClosed = errors.New("outbox: forwarder closed")
 
 // Names of the forwarder's options.
 const (
@@ -106,9 +106,9 @@ func (o *Outbox) Forwarder(pub message.Publisher, opts ...Option) (*Forwarder, e
 		poll, retry, timeout time.Duration
 	}{
 		logger:  options.Get(set, options.Logger, slog.New(slog.DiscardHandler)),
-		poll:    options.Get(set, optPoll, DefaultPollInterval),
-		retry:   options.Get(set, optRetry, DefaultRetryInterval),
-		timeout: options.Get(set, optTimeout, DefaultPublishTimeout),
+		poll:    options.Get(set, optPoll, defaultPollInterval),
+		retry:   options.Get(set, optRetry, defaultRetryInterval),
+		timeout: options.Get(set, optTimeout, defaultPublishTimeout),
 	}
 	logger := watermill.NewSlogLogger(c.logger.With("outbox", o.table))
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(o.db), wsql.SubscriberConfig{
@@ -142,14 +142,14 @@ func (o *Outbox) Forwarder(pub message.Publisher, opts ...Option) (*Forwarder, e
 // Run forwards events until ctx is done or Close is called, then returns
 // nil. It returns an error at once when it cannot start: the tables are
 // missing (Migrate), the database does not answer, or the forwarder already
-// ran or was closed (ErrForwarderClosed): a Forwarder runs once. Database
+// ran or was closed: a Forwarder runs once. Database
 // and publish errors while it runs are logged and retried, not returned.
 func (f *Forwarder) Run(ctx context.Context) error {
 	f.mu.Lock()
 	switch {
 	case f.closed:
 		f.mu.Unlock()
-		return ErrForwarderClosed
+		return errForwarderClosed
 	case f.started:
 		f.mu.Unlock()
 		return errors.New("outbox: Forwarder.Run called twice")

@@ -14,9 +14,8 @@ import (
 	"github.com/surely-dev/surely/internal/options"
 )
 
-// DefaultTable is the outbox table unless WithTable names another; the
-// offsets table is its name + "_offsets".
-const DefaultTable = "surely_outbox"
+// defaultTable is the outbox table unless WithTable names another.
+const defaultTable = "surely_outbox"
 
 // consumerGroup is the forwarders' row in the offsets table.
 const consumerGroup = "surely_forwarder"
@@ -85,8 +84,8 @@ func New(db *sql.DB, opts ...Option) (*Outbox, error) {
 	if err := set.Check(ErrInvalidOption, "outbox.New", optTable); err != nil {
 		return nil, err
 	}
-	o := &Outbox{db: db, table: options.Get(set, optTable, DefaultTable)}
-	messages, offsets := quoteIdent(o.table), quoteIdent(o.OffsetsTable())
+	o := &Outbox{db: db, table: options.Get(set, optTable, defaultTable)}
+	messages, offsets := quoteIdent(o.table), quoteIdent(o.offsetsTable())
 	o.schema = wsql.DefaultPostgreSQLSchema{
 		GenerateMessagesTableName: func(string) string { return messages },
 		// Migrate's own lock rather than the one every watermill-sql user
@@ -99,11 +98,8 @@ func New(db *sql.DB, opts ...Option) (*Outbox, error) {
 	return o, nil
 }
 
-// Table returns the name of the outbox table.
-func (o *Outbox) Table() string { return o.table }
-
-// OffsetsTable returns the name of the forwarders' offsets table.
-func (o *Outbox) OffsetsTable() string { return o.table + "_offsets" }
+// offsetsTable is the name of the forwarders' offsets table.
+func (o *Outbox) offsetsTable() string { return o.table + "_offsets" }
 
 // Migrate creates the outbox table and the offsets table unless they exist,
 // running the CREATE TABLE IF NOT EXISTS statements of watermill-sql's
@@ -117,7 +113,7 @@ func (o *Outbox) Migrate(ctx context.Context) error {
 	}
 	oqs, err := o.offsets.SchemaInitializingQueries(wsql.OffsetsSchemaInitializingQueriesParams{Topic: o.table})
 	if err != nil {
-		return fmt.Errorf("outbox: migrate %s: %w", o.OffsetsTable(), err)
+		return fmt.Errorf("outbox: migrate %s: %w", o.offsetsTable(), err)
 	}
 	tx, err := o.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -199,7 +195,7 @@ const forwarded = `(m."transaction_id", m."offset") <= (o.last_processed_transac
 // publisher refuses.
 func (o *Outbox) Pending(ctx context.Context) (int64, error) {
 	q := `SELECT COUNT(*) FROM ` + quoteIdent(o.table) + ` m WHERE NOT EXISTS (SELECT 1 FROM ` +
-		quoteIdent(o.OffsetsTable()) + ` o WHERE o.consumer_group = $1 AND ` + forwarded + `)`
+		quoteIdent(o.offsetsTable()) + ` o WHERE o.consumer_group = $1 AND ` + forwarded + `)`
 	var n int64
 	if err := o.db.QueryRowContext(ctx, q, consumerGroup).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outbox: pending in %s: %w", o.table, err)
@@ -213,7 +209,7 @@ func (o *Outbox) Pending(ctx context.Context) (int64, error) {
 // which only moves forward); call it periodically from one process.
 func (o *Outbox) Purge(ctx context.Context) (int64, error) {
 	q := `DELETE FROM ` + quoteIdent(o.table) + ` WHERE ("transaction_id", "offset") IN (SELECT m."transaction_id", m."offset" FROM ` +
-		quoteIdent(o.table) + ` m JOIN ` + quoteIdent(o.OffsetsTable()) + ` o ON o.consumer_group = $1 WHERE ` + forwarded +
+		quoteIdent(o.table) + ` m JOIN ` + quoteIdent(o.offsetsTable()) + ` o ON o.consumer_group = $1 WHERE ` + forwarded +
 		` ORDER BY m."transaction_id", m."offset" LIMIT $2)`
 	var total int64
 	for {

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 // KeyPublishedAt is the metadata entry holding the time of a message's first
@@ -24,11 +25,8 @@ var ErrInvalidOption = errors.New("propagate: invalid option")
 // published.
 var ErrInvalidKey = errors.New("propagate: invalid operation key")
 
-// KeyFunc makes the operation key of a message that has none.
-type KeyFunc func(msg *message.Message) (string, error)
-
-// UUIDKey is the default KeyFunc: the message UUID.
-func UUIDKey(msg *message.Message) (string, error) { return msg.UUID, nil }
+// uuidKey is the default key function: the message UUID.
+func uuidKey(msg *message.Message) (string, error) { return msg.UUID, nil }
 
 // Publisher stamps the operation key, the trace context and the publish
 // time into each message's metadata, then publishes through the wrapped
@@ -36,7 +34,7 @@ func UUIDKey(msg *message.Message) (string, error) { return msg.UUID, nil }
 type Publisher struct {
 	pub   message.Publisher
 	field string
-	key   KeyFunc
+	key   func(*message.Message) (string, error)
 	prop  propagation.TextMapPropagator
 	now   func() time.Time
 	// fields are prop's Fields, asked once: a TextMapPropagator's
@@ -60,11 +58,11 @@ func WithKeyMetadata(name string) Option {
 	}
 }
 
-// WithKey sets how the key of a message without one is made (default
-// UUIDKey). Derive it from the message (its UUID, a business identifier in
+// WithKey sets how the key of a message without one is made (default: the
+// message UUID). Derive it from the message (its UUID, a business identifier in
 // the payload), never from the time or a random source, so that a copy
 // gets the same key.
-func WithKey(fn KeyFunc) Option {
+func WithKey(fn func(msg *message.Message) (string, error)) Option {
 	return func(p *Publisher) error {
 		if fn == nil {
 			return fmt.Errorf("%w: nil key function", ErrInvalidOption)
@@ -105,7 +103,7 @@ func NewPublisher(pub message.Publisher, opts ...Option) (*Publisher, error) {
 		return nil, fmt.Errorf("%w: nil publisher", ErrInvalidOption)
 	}
 	p := &Publisher{
-		pub: pub, field: idempotency.DefaultMetadataKey, key: UUIDKey,
+		pub: pub, field: idempotency.DefaultMetadataKey, key: uuidKey,
 		prop: propagation.TraceContext{}, now: time.Now,
 	}
 	for _, o := range opts {
@@ -132,7 +130,7 @@ func (p *Publisher) Stamp(msg *message.Message) error {
 			return fmt.Errorf("%w: message %q: %w", ErrInvalidKey, msg.UUID, err)
 		}
 	}
-	if err := idempotency.ValidateKey(key); err != nil {
+	if err := idem.ValidateKey(key); err != nil {
 		return fmt.Errorf("%w: message %q, %s: %w", ErrInvalidKey, msg.UUID, p.field, err)
 	}
 	if msg.Metadata == nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/faults"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/propagate"
 )
 
@@ -81,10 +82,10 @@ func TestBadKeysAreRejectedAndNothingIsPublished(t *testing.T) {
 	for name, tc := range map[string]struct {
 		key  string
 		uuid string
-		fn   propagate.KeyFunc
+		fn   func(*message.Message) (string, error)
 	}{
 		"empty UUID":        {uuid: ""},
-		"too long key":      {uuid: "u", key: strings.Repeat("k", idempotency.MaxKeyLen+1)},
+		"too long key":      {uuid: "u", key: strings.Repeat("k", idem.MaxKeyLen+1)},
 		"control character": {uuid: "u", key: "a\x00b"},
 		"key function fails": {uuid: "u", fn: func(*message.Message) (string, error) {
 			return "", errors.New("no order id in payload")

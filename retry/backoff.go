@@ -6,13 +6,13 @@ import (
 	"time"
 )
 
-// DefaultMultiplier is the growth factor of a [Backoff] whose Multiplier is 0.
-const DefaultMultiplier = 2.0
+// defaultMultiplier is the growth factor of a backoff whose Multiplier is 0.
+const defaultMultiplier = 2.0
 
 // maxDuration is the largest time.Duration.
 const maxDuration = time.Duration(math.MaxInt64)
 
-// Backoff is exponential backoff with equal jitter (AWS Architecture Blog,
+// backoff is exponential backoff with equal jitter (AWS Architecture Blog,
 // "Exponential Backoff And Jitter"): the delay after the n-th failed attempt
 // (n starts at 1) is drawn uniformly from [cap(n)/2, cap(n)] where
 //
@@ -24,11 +24,14 @@ const maxDuration = time.Duration(math.MaxInt64)
 // draw from [0, cap(n)], can retry after no delay at all) and keeps the
 // delay growing with n.
 //
-// Backoff is a plain value with no validation (use [WithBackoff] for that):
+// A backoff is a plain value with no validation ([WithBackoff] checks):
 // an Initial <= 0 gives no delay, a Max <= 0 means no cap (other than the
-// largest Duration), a Multiplier of 0 means [DefaultMultiplier], and a
+// largest Duration), a Multiplier of 0 means defaultMultiplier, and a
 // Multiplier below 1 (or NaN) means 1, a constant cap.
-type Backoff struct {
+//
+// Its fields and methods are exported for the package's tests, which name
+// it retry.Backoff (export_test.go).
+type backoff struct {
 	Initial    time.Duration
 	Max        time.Duration
 	Multiplier float64
@@ -36,7 +39,7 @@ type Backoff struct {
 
 // Cap returns cap(n), the upper bound of Delay(n). n < 1 is read as 1.
 // It never overflows: for huge n it returns Max.
-func (b Backoff) Cap(n int) time.Duration {
+func (b backoff) Cap(n int) time.Duration {
 	if b.Initial <= 0 {
 		return 0
 	}
@@ -50,7 +53,7 @@ func (b Backoff) Cap(n int) time.Duration {
 	m := b.Multiplier
 	switch {
 	case m == 0:
-		m = DefaultMultiplier
+		m = defaultMultiplier
 	case !(m >= 1): // below 1 or NaN
 		m = 1
 	}
@@ -65,7 +68,7 @@ func (b Backoff) Cap(n int) time.Duration {
 // Delay returns the wait after the n-th failed attempt: a uniform draw from
 // [Cap(n)/2, Cap(n)]. rnd returns a float in [0, 1) (a value outside is
 // clamped); nil means math/rand/v2's Float64.
-func (b Backoff) Delay(n int, rnd func() float64) time.Duration {
+func (b backoff) Delay(n int, rnd func() float64) time.Duration {
 	c := b.Cap(n)
 	if c <= 0 {
 		return 0

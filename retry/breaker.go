@@ -8,20 +8,17 @@ import (
 	"github.com/surely-dev/surely/internal/options"
 )
 
-// Breaker defaults.
+// Breaker defaults (each documented at its option) and the bounds of a
+// denied [Permit]'s Wait.
 const (
-	DefaultWindow          = 20
-	DefaultMinSamples      = 10
-	DefaultThreshold       = 0.8
-	DefaultCooldownInitial = 5 * time.Second
-	DefaultCooldownMax     = time.Minute
-)
-
-// Wait bounds of a denied [Permit].
-const (
-	// MinWait is the shortest Wait of a denied Permit, so that a consumer
+	defaultWindow          = 20
+	defaultMinSamples      = 10
+	defaultThreshold       = 0.8
+	defaultCooldownInitial = 5 * time.Second
+	defaultCooldownMax     = time.Minute
+	// minWait is the shortest Wait of a denied Permit, so that a consumer
 	// nacking with it does not spin.
-	MinWait = 100 * time.Millisecond
+	minWait = 100 * time.Millisecond
 	// maxRecheck bounds the Wait of a caller denied while a probe is in flight.
 	maxRecheck = time.Second
 )
@@ -31,7 +28,7 @@ type BreakerState int
 
 const (
 	// BreakerClosed means normal operation; every attempt is allowed and its
-	// result recorded.
+	// signal recorded.
 	BreakerClosed BreakerState = iota
 	// BreakerOpen means a dependency looks down; no attempt is allowed until the
 	// cooldown has passed.
@@ -43,72 +40,63 @@ const (
 
 // String returns "closed", "open" or "half-open".
 func (s BreakerState) String() string {
-	switch s {
-	case BreakerClosed:
-		return "closed"
-	case BreakerOpen:
-		return "open"
-	case BreakerHalfOpen:
-		return "half-open"
-	default:
-		return fmt.Sprintf("BreakerState(%d)", int(s))
-	}
+	return enumString("BreakerState", int(s), "closed", "open", "half-open")
 }
 
-// Result is the outcome of an attempt, as a [Breaker] sees it.
-type Result int
+// Signal is what one attempt tells a [Breaker] about the dependency.
+type Signal int
 
 const (
-	// ResultSuccess means the attempt succeeded.
-	ResultSuccess Result = iota
-	// ResultTransient means the attempt failed with a transient error, the sign
+	// SignalSuccess means the attempt succeeded.
+	SignalSuccess Signal = iota
+	// SignalTransient means the attempt failed with a transient error, the sign
 	// of an outage the breaker looks for.
-	ResultTransient
-	// ResultNeutral means neither. Permanent errors (the message is bad, not the
+	SignalTransient
+	// SignalNeutral means neither. Permanent errors (the message is bad, not the
 	// dependency), duplicates, cancellations. Not counted.
-	ResultNeutral
+	SignalNeutral
 )
 
 // String returns "success", "transient" or "neutral".
-func (r Result) String() string {
-	switch r {
-	case ResultSuccess:
-		return "success"
-	case ResultTransient:
-		return "transient"
-	case ResultNeutral:
-		return "neutral"
-	default:
-		return fmt.Sprintf("Result(%d)", int(r))
-	}
+func (s Signal) String() string {
+	return enumString("Signal", int(s), "success", "transient", "neutral")
 }
 
-// ResultOf maps a [Class] to the [Result] a Breaker records: transient is
-// transient, permanent and canceled are neutral.
-func ResultOf(c Class) Result {
-	if c == ClassTransient {
-		return ResultTransient
+// enumString is the name of value v of the enumeration typ, whose values
+// 0, 1, ... are named names; another value prints as typ(v).
+func enumString(typ string, v int, names ...string) string {
+	if v >= 0 && v < len(names) {
+		return names[v]
 	}
-	return ResultNeutral
+	return fmt.Sprintf("%s(%d)", typ, v)
+}
+
+// SignalOf maps a [Class] to the [Signal] a Breaker records: transient is
+// transient, permanent and canceled are neutral.
+func SignalOf(c Class) Signal {
+	if c == ClassTransient {
+		return SignalTransient
+	}
+	return SignalNeutral
 }
 
 // Permit is the answer of [Breaker.Allow].
 type Permit struct {
 	// Allowed: the caller may make the attempt, and must then pass this
-	// Permit to [Breaker.Record] with the attempt's result.
+	// Permit to [Breaker.Record] with the attempt's signal.
 	Allowed bool
 	// Probe: the attempt is the single probe of a half-open breaker; its
-	// result decides whether the breaker closes or opens again.
+	// signal decides whether the breaker closes or opens again.
 	Probe bool
 	// Wait is set when the attempt is not allowed: how long the caller
 	// should wait (typically: nack the message with this delay) before
 	// asking again. It is the remaining cooldown when the breaker is open, a
 	// short re-check interval when a probe is in flight, and never less
-	// than [MinWait].
+	// than 100ms.
 	Wait time.Duration
 
 	// ticket ties the permit to the breaker period that issued it, so that
-	// late results are not mixed into a later one.
+	// late signals are not mixed into a later one.
 	ticket uint64
 }
 
@@ -135,7 +123,7 @@ type Breaker struct {
 
 	mu    sync.Mutex
 	state BreakerState
-	// ring of the last counted results while closed (true: transient).
+	// ring of the last counted signals while closed (true: transient).
 	ring      []bool
 	next      int // index of the next write into ring
 	samples   int // filled entries of ring
@@ -152,7 +140,7 @@ type Breaker struct {
 }
 
 // NewBreaker returns a closed Breaker with the defaults (the last 20
-// results, at least 10 of them, 80% transient failures open it, cooldown
+// signals, at least 10 of them, 80% transient failures open it, cooldown
 // from 5s doubling up to 1m), changed by opts. It takes [WithWindow],
 // [WithMinSamples], [WithThreshold] and [WithCooldown]. Every error wraps
 // [ErrInvalidOption].
@@ -164,17 +152,17 @@ func NewBreaker(opts ...Option) (*Breaker, error) {
 	if err := set.Check(ErrInvalidOption, "retry.NewBreaker", optWindow, optMinSamples, optThreshold, optCooldown); err != nil {
 		return nil, err
 	}
-	cooldown := options.Get(set, optCooldown, bounds{DefaultCooldownInitial, DefaultCooldownMax})
+	cooldown := options.Get(set, optCooldown, bounds{defaultCooldownInitial, defaultCooldownMax})
 	b := &Breaker{
-		window:          options.Get(set, optWindow, DefaultWindow),
-		minSamples:      options.Get(set, optMinSamples, DefaultMinSamples),
+		window:          options.Get(set, optWindow, defaultWindow),
+		minSamples:      options.Get(set, optMinSamples, defaultMinSamples),
 		minSamplesSet:   set.Has(optMinSamples),
-		threshold:       options.Get(set, optThreshold, DefaultThreshold),
+		threshold:       options.Get(set, optThreshold, defaultThreshold),
 		cooldownInitial: cooldown.initial,
 		cooldownMax:     cooldown.max,
 	}
 	if !b.minSamplesSet {
-		b.minSamples = min(DefaultMinSamples, b.window)
+		b.minSamples = min(defaultMinSamples, b.window)
 	}
 	if b.minSamples > b.window {
 		return nil, fmt.Errorf("%w: WithMinSamples(%d) exceeds the window (%d)", ErrInvalidOption, b.minSamples, b.window)
@@ -184,32 +172,16 @@ func NewBreaker(opts ...Option) (*Breaker, error) {
 	return b, nil
 }
 
-// WithWindow sets how many recent results (successes and transient
+// WithWindow sets how many recent signals (successes and transient
 // failures) the breaker remembers while closed. Default 20; n >= 1. Taken
 // by [NewBreaker].
-func WithWindow(n int) Option {
-	return func(s *options.Set) error {
-		if n < 1 {
-			return fmt.Errorf("%w: WithWindow(%d): must be >= 1", ErrInvalidOption, n)
-		}
-		s.Put(optWindow, n)
-		return nil
-	}
-}
+func WithWindow(n int) Option { return atLeastOne(optWindow, n) }
 
-// WithMinSamples sets how many results the window must hold before the
+// WithMinSamples sets how many signals the window must hold before the
 // breaker may open, so that two failures out of two do not stop a consumer.
 // Default 10, or the window if it is smaller; 1 <= n <= window. Taken by
 // [NewBreaker].
-func WithMinSamples(n int) Option {
-	return func(s *options.Set) error {
-		if n < 1 {
-			return fmt.Errorf("%w: WithMinSamples(%d): must be >= 1", ErrInvalidOption, n)
-		}
-		s.Put(optMinSamples, n)
-		return nil
-	}
-}
+func WithMinSamples(n int) Option { return atLeastOne(optMinSamples, n) }
 
 // WithThreshold sets the ratio of transient failures in the window that
 // opens the breaker. Default 0.8; 0 < ratio <= 1. Taken by [NewBreaker].
@@ -257,7 +229,7 @@ func (b *Breaker) State() BreakerState {
 // flight, otherwise no, re-check shortly.
 //
 // Every allowed Permit must be passed to [Breaker.Record] once the attempt
-// is over, whatever its outcome ([ResultNeutral] if nothing can be said).
+// is over, whatever its outcome ([SignalNeutral] if nothing can be said).
 func (b *Breaker) Allow() Permit {
 	if b == nil {
 		return Permit{Allowed: true}
@@ -268,10 +240,10 @@ func (b *Breaker) Allow() Permit {
 	b.advance(now)
 	switch b.state {
 	case BreakerOpen:
-		return Permit{Wait: max(b.openUntil.Sub(now), MinWait)}
+		return Permit{Wait: max(b.openUntil.Sub(now), minWait)}
 	case BreakerHalfOpen:
 		if b.probing && now.Sub(b.probeSince) < b.cooldownMax {
-			return Permit{Wait: max(min(b.cooldown, maxRecheck), MinWait)}
+			return Permit{Wait: max(min(b.cooldown, maxRecheck), minWait)}
 		}
 		// No probe in flight, or the one in flight is lost: issue one.
 		b.seq++
@@ -282,19 +254,19 @@ func (b *Breaker) Allow() Permit {
 	}
 }
 
-// Record reports the result of an attempt made with p.
+// Record reports the signal of an attempt made with p.
 //
 // Closed: a success or a transient failure enters the window; when it holds
-// at least MinSamples results and the transient ratio reaches the
+// at least MinSamples signals and the transient ratio reaches the
 // threshold, the breaker opens. Half-open, for the probe: a success closes
 // the breaker (empty window, initial cooldown); a transient failure opens it
-// again with the cooldown doubled (up to its max); a neutral result frees
+// again with the cooldown doubled (up to its max); a neutral signal frees
 // the probe slot and the breaker stays half-open.
 //
-// Results of non-probe permits issued before the breaker opened are ignored,
+// Signals of non-probe permits issued before the breaker opened are ignored,
 // as are denied permits, permits from an earlier closed period, and a probe
-// that was given up. Neutral results never count.
-func (b *Breaker) Record(p Permit, r Result) {
+// that was given up. Neutral signals never count.
+func (b *Breaker) Record(p Permit, s Signal) {
 	if b == nil || !p.Allowed {
 		return
 	}
@@ -302,33 +274,42 @@ func (b *Breaker) Record(p Permit, r Result) {
 	defer b.mu.Unlock()
 	now := time.Now()
 	b.advance(now)
-
 	if p.Probe {
-		if b.state != BreakerHalfOpen || !b.probing || p.ticket != b.probe {
-			return // stale probe
-		}
-		b.probing = false
-		switch r {
-		case ResultSuccess:
-			b.close()
-		case ResultTransient:
-			b.cooldown = doubled(b.cooldown, b.cooldownMax)
-			b.open(now)
-		}
+		b.recordProbe(p, s, now)
 		return
 	}
-
 	if b.state != BreakerClosed || p.ticket != b.epoch {
 		return // admitted in an earlier period
 	}
-	var transient bool
-	switch r {
-	case ResultSuccess:
-	case ResultTransient:
-		transient = true
-	default:
-		return
+	switch s {
+	case SignalSuccess:
+		b.count(false, now)
+	case SignalTransient:
+		b.count(true, now)
 	}
+}
+
+// recordProbe records the signal of the probe p: a success closes the
+// breaker, a transient failure opens it again with the cooldown doubled,
+// a neutral signal only frees the probe slot.
+func (b *Breaker) recordProbe(p Permit, s Signal, now time.Time) {
+	if b.state != BreakerHalfOpen || !b.probing || p.ticket != b.probe {
+		return // stale probe
+	}
+	b.probing = false
+	switch s {
+	case SignalSuccess:
+		b.close()
+	case SignalTransient:
+		b.cooldown = doubled(b.cooldown, b.cooldownMax)
+		b.open(now)
+	}
+}
+
+// count enters a signal of the closed period into the window (true: a
+// transient failure) and opens the breaker when the window holds enough
+// signals and the transient ratio reaches the threshold.
+func (b *Breaker) count(transient bool, now time.Time) {
 	if b.samples == b.window {
 		if b.ring[b.next] {
 			b.transient--

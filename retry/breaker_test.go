@@ -30,7 +30,7 @@ func setupBreaker(t *testing.T, opts ...retry.Option) *retry.Breaker {
 }
 
 // record runs one allowed attempt with result r.
-func record(t *testing.T, b *retry.Breaker, r retry.Result) {
+func record(t *testing.T, b *retry.Breaker, r retry.Signal) {
 	t.Helper()
 	p := b.Allow()
 	require.True(t, p.Allowed, "attempt denied in state %v", b.State())
@@ -42,7 +42,7 @@ func record(t *testing.T, b *retry.Breaker, r retry.Result) {
 func openBreaker(t *testing.T, b *retry.Breaker) {
 	t.Helper()
 	for range 10 {
-		record(t, b, retry.ResultTransient)
+		record(t, b, retry.SignalTransient)
 	}
 	require.Equal(t, retry.BreakerOpen, b.State())
 }
@@ -55,10 +55,10 @@ func TestBreakerDefaults(t *testing.T) {
 		assert.Equal(t, retry.BreakerClosed, b.State())
 		// Nine transient failures: below MinSamples (10).
 		for range 9 {
-			record(t, b, retry.ResultTransient)
+			record(t, b, retry.SignalTransient)
 		}
 		assert.Equal(t, retry.BreakerClosed, b.State())
-		record(t, b, retry.ResultTransient)
+		record(t, b, retry.SignalTransient)
 		require.Equal(t, retry.BreakerOpen, b.State())
 		p := b.Allow()
 		assert.False(t, p.Allowed)
@@ -71,14 +71,14 @@ func TestBreakerOpensAtThreshold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setupBreaker(t)
 		// 2 successes, then 7 transient: 7/9, below MinSamples anyway.
-		record(t, b, retry.ResultSuccess)
-		record(t, b, retry.ResultSuccess)
+		record(t, b, retry.SignalSuccess)
+		record(t, b, retry.SignalSuccess)
 		for range 7 {
-			record(t, b, retry.ResultTransient)
+			record(t, b, retry.SignalTransient)
 		}
 		assert.Equal(t, retry.BreakerClosed, b.State())
 		// 10th sample: 8/10 transient = threshold.
-		record(t, b, retry.ResultTransient)
+		record(t, b, retry.SignalTransient)
 		assert.Equal(t, retry.BreakerOpen, b.State())
 	})
 }
@@ -90,9 +90,9 @@ func TestBreakerStaysClosedBelowThreshold(t *testing.T) {
 		// 7 of every 10 fail, forever: never 80%.
 		for range 50 {
 			for i := range 10 {
-				r := retry.ResultTransient
+				r := retry.SignalTransient
 				if i%10 < 3 {
-					r = retry.ResultSuccess
+					r = retry.SignalSuccess
 				}
 				record(t, b, r)
 			}
@@ -107,14 +107,14 @@ func TestBreakerWindowForgets(t *testing.T) {
 		b := setupBreaker(t)
 		// 3 successes then 7 failures: 7/10.
 		for range 3 {
-			record(t, b, retry.ResultSuccess)
+			record(t, b, retry.SignalSuccess)
 		}
 		for range 7 {
-			record(t, b, retry.ResultTransient)
+			record(t, b, retry.SignalTransient)
 		}
 		assert.Equal(t, retry.BreakerClosed, b.State())
 		// The next failure pushes out the oldest success: 8/10.
-		record(t, b, retry.ResultTransient)
+		record(t, b, retry.SignalTransient)
 		assert.Equal(t, retry.BreakerOpen, b.State())
 	})
 }
@@ -124,16 +124,16 @@ func TestBreakerNeutralNotCounted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setupBreaker(t)
 		for range 100 {
-			record(t, b, retry.ResultNeutral)
+			record(t, b, retry.SignalNeutral)
 		}
 		assert.Equal(t, retry.BreakerClosed, b.State())
 		// Neutral results neither fill the window nor dilute the ratio.
 		for range 9 {
-			record(t, b, retry.ResultTransient)
-			record(t, b, retry.ResultNeutral)
+			record(t, b, retry.SignalTransient)
+			record(t, b, retry.SignalNeutral)
 		}
 		assert.Equal(t, retry.BreakerClosed, b.State(), "9 samples < MinSamples")
-		record(t, b, retry.ResultTransient)
+		record(t, b, retry.SignalTransient)
 		assert.Equal(t, retry.BreakerOpen, b.State())
 	})
 }
@@ -161,7 +161,7 @@ func TestBreakerOpenDenies(t *testing.T) {
 		assert.Equal(t, retry.BreakerOpen, b.State())
 
 		// Recording a denied permit changes nothing.
-		b.Record(p, retry.ResultSuccess)
+		b.Record(p, retry.SignalSuccess)
 		assert.Equal(t, retry.BreakerOpen, b.State())
 	})
 }
@@ -194,15 +194,15 @@ func TestBreakerProbeSuccessCloses(t *testing.T) {
 
 		probe := b.Allow()
 		require.True(t, probe.Probe)
-		b.Record(probe, retry.ResultSuccess)
+		b.Record(probe, retry.SignalSuccess)
 		assert.Equal(t, retry.BreakerClosed, b.State())
 
 		// The window was reset: nine failures are below MinSamples again.
 		for range 9 {
-			record(t, b, retry.ResultTransient)
+			record(t, b, retry.SignalTransient)
 		}
 		assert.Equal(t, retry.BreakerClosed, b.State())
-		record(t, b, retry.ResultTransient)
+		record(t, b, retry.SignalTransient)
 		assert.Equal(t, retry.BreakerOpen, b.State())
 		assert.Equal(t, 5*time.Second, b.Allow().Wait, "the cooldown was reset")
 	})
@@ -227,7 +227,7 @@ func TestBreakerProbeFailureDoublesCooldown(t *testing.T) {
 
 			probe := b.Allow()
 			require.True(t, probe.Probe)
-			b.Record(probe, retry.ResultTransient)
+			b.Record(probe, retry.SignalTransient)
 			require.Equal(t, retry.BreakerOpen, b.State())
 		}
 
@@ -235,7 +235,7 @@ func TestBreakerProbeFailureDoublesCooldown(t *testing.T) {
 		time.Sleep(40 * time.Second)
 		probe := b.Allow()
 		require.True(t, probe.Probe)
-		b.Record(probe, retry.ResultSuccess)
+		b.Record(probe, retry.SignalSuccess)
 		openBreaker(t, b)
 		assert.Equal(t, 5*time.Second, b.Allow().Wait)
 	})
@@ -251,13 +251,13 @@ func TestBreakerNeutralProbe(t *testing.T) {
 		probe := b.Allow()
 		require.True(t, probe.Probe)
 		require.False(t, b.Allow().Allowed, "one probe at a time")
-		b.Record(probe, retry.ResultNeutral)
+		b.Record(probe, retry.SignalNeutral)
 		assert.Equal(t, retry.BreakerHalfOpen, b.State(), "a neutral probe decides nothing")
 
 		next := b.Allow()
 		require.True(t, next.Allowed, "the slot was freed")
 		require.True(t, next.Probe)
-		b.Record(next, retry.ResultSuccess)
+		b.Record(next, retry.SignalSuccess)
 		assert.Equal(t, retry.BreakerClosed, b.State())
 	})
 }
@@ -275,7 +275,7 @@ func TestBreakerLateResultsIgnored(t *testing.T) {
 		openBreaker(t, b)
 
 		for _, p := range late {
-			b.Record(p, retry.ResultSuccess)
+			b.Record(p, retry.SignalSuccess)
 		}
 		assert.Equal(t, retry.BreakerOpen, b.State(), "late successes do not close an open breaker")
 
@@ -283,26 +283,26 @@ func TestBreakerLateResultsIgnored(t *testing.T) {
 		probe := b.Allow()
 		require.True(t, probe.Probe)
 		for _, p := range late {
-			b.Record(p, retry.ResultTransient)
+			b.Record(p, retry.SignalTransient)
 		}
 		assert.Equal(t, retry.BreakerHalfOpen, b.State(), "late failures do not reopen a half-open breaker")
 		require.False(t, b.Allow().Allowed, "nor free the probe slot")
 
-		b.Record(probe, retry.ResultSuccess)
+		b.Record(probe, retry.SignalSuccess)
 		require.Equal(t, retry.BreakerClosed, b.State())
 
 		// Late results from the earlier closed period stay out of the new window:
 		// with them, 9 failures would reach 10 samples.
 		for _, p := range late {
-			b.Record(p, retry.ResultTransient)
+			b.Record(p, retry.SignalTransient)
 		}
 		for range 9 {
-			record(t, b, retry.ResultTransient)
+			record(t, b, retry.SignalTransient)
 		}
 		assert.Equal(t, retry.BreakerClosed, b.State())
 
 		// A stale probe permit is ignored too.
-		b.Record(probe, retry.ResultTransient)
+		b.Record(probe, retry.SignalTransient)
 		assert.Equal(t, retry.BreakerClosed, b.State())
 	})
 }
@@ -324,9 +324,9 @@ func TestBreakerLostProbe(t *testing.T) {
 		next := b.Allow()
 		require.True(t, next.Allowed)
 		require.True(t, next.Probe)
-		b.Record(lost, retry.ResultSuccess)
+		b.Record(lost, retry.SignalSuccess)
 		assert.Equal(t, retry.BreakerHalfOpen, b.State(), "the lost probe's result is stale")
-		b.Record(next, retry.ResultSuccess)
+		b.Record(next, retry.SignalSuccess)
 		assert.Equal(t, retry.BreakerClosed, b.State())
 	})
 }
@@ -367,7 +367,7 @@ func TestBreakerSingleProbeUnderConcurrency(t *testing.T) {
 
 		assert.Equal(t, int32(1), probes.Load())
 		assert.Equal(t, int32(workers-1), denied.Load())
-		b.Record(<-probeCh, retry.ResultSuccess)
+		b.Record(<-probeCh, retry.SignalSuccess)
 		assert.Equal(t, retry.BreakerClosed, b.State())
 	})
 }
@@ -398,12 +398,12 @@ func TestBreakerConcurrentUse(t *testing.T) {
 						time.Sleep(time.Millisecond)
 						inFlight.Add(-1)
 					}
-					r := retry.ResultTransient
+					r := retry.SignalTransient
 					switch {
 					case i%7 == 0:
-						r = retry.ResultNeutral
+						r = retry.SignalNeutral
 					case (i+w)%5 == 0 && i > 100:
-						r = retry.ResultSuccess
+						r = retry.SignalSuccess
 					}
 					b.Record(p, r)
 				}
@@ -420,7 +420,7 @@ func TestBreakerNil(t *testing.T) {
 	p := b.Allow()
 	assert.True(t, p.Allowed)
 	assert.False(t, p.Probe)
-	b.Record(p, retry.ResultTransient)
+	b.Record(p, retry.SignalTransient)
 	assert.Equal(t, retry.BreakerClosed, b.State())
 }
 
@@ -430,7 +430,7 @@ func TestBreakerMinSamplesDefaultFollowsWindow(t *testing.T) {
 		b, err := retry.NewBreaker(retry.WithWindow(4))
 		require.NoError(t, err)
 		for range 4 {
-			record(t, b, retry.ResultTransient)
+			record(t, b, retry.SignalTransient)
 		}
 		assert.Equal(t, retry.BreakerOpen, b.State(), "MinSamples defaults to the window when it is below 10")
 	})
@@ -476,11 +476,11 @@ func TestBreakerStrings(t *testing.T) {
 	assert.Equal(t, "open", retry.BreakerOpen.String())
 	assert.Equal(t, "half-open", retry.BreakerHalfOpen.String())
 	assert.Equal(t, "BreakerState(9)", retry.BreakerState(9).String())
-	assert.Equal(t, "success", retry.ResultSuccess.String())
-	assert.Equal(t, "transient", retry.ResultTransient.String())
-	assert.Equal(t, "neutral", retry.ResultNeutral.String())
-	assert.Equal(t, "Result(9)", retry.Result(9).String())
-	assert.Equal(t, retry.ResultTransient, retry.ResultOf(retry.ClassTransient))
-	assert.Equal(t, retry.ResultNeutral, retry.ResultOf(retry.ClassPermanent))
-	assert.Equal(t, retry.ResultNeutral, retry.ResultOf(retry.ClassCanceled))
+	assert.Equal(t, "success", retry.SignalSuccess.String())
+	assert.Equal(t, "transient", retry.SignalTransient.String())
+	assert.Equal(t, "neutral", retry.SignalNeutral.String())
+	assert.Equal(t, "Signal(9)", retry.Signal(9).String())
+	assert.Equal(t, retry.SignalTransient, retry.SignalOf(retry.ClassTransient))
+	assert.Equal(t, retry.SignalNeutral, retry.SignalOf(retry.ClassPermanent))
+	assert.Equal(t, retry.SignalNeutral, retry.SignalOf(retry.ClassCanceled))
 }

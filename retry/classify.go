@@ -7,17 +7,17 @@ import (
 	"time"
 )
 
-// PermanentError marks an error as not worth retrying: the same message will
-// fail the same way however often it is tried (a validation error, a payload
-// that cannot be decoded). Create it with [Permanent]; detect it with
-// [IsPermanent] or errors.As.
-type PermanentError struct {
+// permanentError marks an error as not worth retrying: the same message
+// will fail the same way however often it is tried (a validation error, a
+// payload that cannot be decoded). [Permanent] makes it; [IsPermanent]
+// detects it.
+type permanentError struct {
 	Err error
 }
 
 // Error returns the text of the wrapped error unchanged: the classification
 // lives in the type, not in the text.
-func (e *PermanentError) Error() string {
+func (e *permanentError) Error() string {
 	if e == nil || e.Err == nil {
 		return "retry: permanent error"
 	}
@@ -25,7 +25,7 @@ func (e *PermanentError) Error() string {
 }
 
 // Unwrap returns the wrapped error, so errors.Is and errors.As see through it.
-func (e *PermanentError) Unwrap() error {
+func (e *permanentError) Unwrap() error {
 	if e == nil {
 		return nil
 	}
@@ -38,23 +38,23 @@ func Permanent(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := err.(*PermanentError); ok { //nolint:errorlint // only the outermost error: a wrapped mark is wrapped again on purpose
+	if _, ok := err.(*permanentError); ok { //nolint:errorlint // only the outermost error: a wrapped mark is wrapped again on purpose
 		return err // already marked at the top: do not wrap twice
 	}
-	return &PermanentError{Err: err}
+	return &permanentError{Err: err}
 }
 
 // IsPermanent reports whether err, or any error it wraps or joins, was
 // marked with [Permanent].
 func IsPermanent(err error) bool {
-	var pe *PermanentError
+	var pe *permanentError
 	return errors.As(err, &pe)
 }
 
-// AfterError is a transient error that carries the earliest time to retry,
-// relative to the failure: typically a dependency's Retry-After header or a
-// rate limiter's reset time. Create it with [After]; read it with [AfterDelay].
-type AfterError struct {
+// afterError is a transient error that carries the earliest time to retry,
+// relative to the failure: typically a dependency's Retry-After header or
+// a rate limiter's reset time. [After] makes it; [AfterDelay] reads it.
+type afterError struct {
 	// Delay is the minimum wait before the next attempt. A negative Delay is
 	// read as 0.
 	Delay time.Duration
@@ -62,7 +62,7 @@ type AfterError struct {
 }
 
 // Error returns the text of the wrapped error followed by the delay.
-func (e *AfterError) Error() string {
+func (e *afterError) Error() string {
 	if e == nil {
 		return "retry: retry after"
 	}
@@ -73,7 +73,7 @@ func (e *AfterError) Error() string {
 }
 
 // Unwrap returns the wrapped error, so errors.Is and errors.As see through it.
-func (e *AfterError) Unwrap() error {
+func (e *afterError) Unwrap() error {
 	if e == nil {
 		return nil
 	}
@@ -91,28 +91,24 @@ func After(d time.Duration, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &AfterError{Delay: max(d, 0), Err: err}
+	return &afterError{Delay: max(d, 0), Err: err}
 }
 
 // AfterDelay returns the delay asked for with [After] by err, or by the first
 // such error found in its tree (errors.As order), and whether there was one.
 // The delay is never negative.
 func AfterDelay(err error) (time.Duration, bool) {
-	var ae *AfterError
+	var ae *afterError
 	if !errors.As(err, &ae) {
 		return 0, false
 	}
 	return max(ae.Delay, 0), true
 }
 
-// IsCanceled reports whether err is a shutdown rather than a failure of the
+// isCanceled reports whether err is a shutdown rather than a failure of the
 // message: err is (or wraps) context.Canceled or context.DeadlineExceeded AND
-// ctx itself is done.
-//
-// Pass the context of the delivery (the message context), not a per-attempt
-// context derived from it: an attempt that hit its own timeout while the
-// delivery context is still live is a transient failure, not a cancellation.
-func IsCanceled(ctx context.Context, err error) bool {
+// ctx itself is done (see [Classify]).
+func isCanceled(ctx context.Context, err error) bool {
 	if ctx == nil || ctx.Err() == nil {
 		return false
 	}
@@ -135,33 +131,29 @@ const (
 
 // String returns "transient", "permanent" or "canceled".
 func (c Class) String() string {
-	switch c {
-	case ClassTransient:
-		return "transient"
-	case ClassPermanent:
-		return "permanent"
-	case ClassCanceled:
-		return "canceled"
-	default:
-		return fmt.Sprintf("Class(%d)", int(c))
-	}
+	return enumString("Class", int(c), "transient", "permanent", "canceled")
 }
 
 // Classify decides what to do with a failed attempt, in this order:
 //
-//  1. [IsCanceled]: [ClassCanceled] (a shutdown beats everything, even an
-//     error marked permanent, because the message is not at fault);
+//  1. err is (or wraps) context.Canceled or context.DeadlineExceeded and
+//     ctx itself is done: [ClassCanceled] (a shutdown beats everything,
+//     even an error marked permanent, because the message is not at fault);
 //  2. [IsPermanent]: [ClassPermanent];
 //  3. otherwise: [ClassTransient], including errors marked with [After] and
 //     errors nobody classified (unknown errors are retried, within budget).
 //
 // Classify is meant for non-nil errors; a nil err yields ClassTransient, the
 // zero Class.
+//
+// Pass the context of the delivery (the message context), not a per-attempt
+// context derived from it: an attempt that hit its own timeout while the
+// delivery context is still live is a transient failure, not a cancellation.
 func Classify(ctx context.Context, err error) Class {
 	switch {
 	case err == nil:
 		return ClassTransient
-	case IsCanceled(ctx, err):
+	case isCanceled(ctx, err):
 		return ClassCanceled
 	case IsPermanent(err):
 		return ClassPermanent

@@ -1,8 +1,9 @@
 // Package retry is surely's retry policy: how a failed attempt is
 // classified, how long to wait before the next one, how many attempts a
 // message gets, and when to stop attempting at all because a dependency is
-// down. It is pure policy: it imports nothing but the standard library, runs
-// no goroutine and sleeps nowhere. The retry middleware applies it.
+// down. It is pure policy: it imports nothing outside the standard library
+// but surely's internal option and default packages, runs no goroutine
+// and sleeps nowhere. The retry middleware applies it.
 //
 // # Classification
 //
@@ -36,15 +37,15 @@
 // done, which is a shutdown, not a fault of the message. A canceled attempt
 // spends no budget and is nacked; it wins even over [Permanent], so that a
 // handler that wraps every error as permanent does not dead-letter messages
-// during a deploy. Pass the delivery context to [Classify] and
-// [IsCanceled], not a per-attempt one: an attempt that hits its own timeout
-// is a transient failure.
+// during a deploy. Pass the delivery context to [Classify], not a
+// per-attempt one: an attempt that hits its own timeout is a transient
+// failure.
 //
 // # Backoff
 //
-// [Backoff] is exponential with equal jitter: after the n-th failed attempt
-// the wait is drawn uniformly from [c/2, c], c = min(Max,
-// Initial*Multiplier^(n-1)). The jitter spreads the consumers that failed
+// The backoff ([WithBackoff]) is exponential with equal jitter: after the
+// n-th failed attempt the wait is drawn uniformly from [c/2, c], c =
+// min(max, initial*2^(n-1)). The jitter spreads the consumers that failed
 // together when a dependency went down, so they do not come back in
 // lockstep; the floor of c/2 means no failed attempt is retried at once.
 // n is the message's durable attempt number (the retry middleware takes it
@@ -82,7 +83,7 @@
 // When a database or downstream API is down, every message fails
 // transiently. Retrying each one burns its budget and, a few minutes later,
 // fills the dead letter with messages that were fine. A [Breaker] watches
-// the last results of one consumer ([WithWindow], default 20). When at least
+// the last signals of one consumer ([WithWindow], default 20). When at least
 // [WithMinSamples] (10) are known and [WithThreshold] (80%) of them are
 // transient failures, it opens: [Breaker.Allow] denies attempts and the
 // consumer nacks with [Permit.Wait], running nothing and spending no
@@ -90,10 +91,11 @@
 // and lets one probe through at a time. A successful probe closes it; a
 // transient failure opens it again for twice the cooldown (up to 1m).
 //
-// Only [ResultSuccess] and [ResultTransient] count. Permanent errors (the
-// message is bad, not the dependency), duplicates and cancellations are
-// [ResultNeutral]: recording them changes nothing, and a neutral probe only
-// frees the probe slot. [ResultOf] maps a [Class] to its Result.
+// Each attempt gives the breaker a [Signal]. Only [SignalSuccess] and
+// [SignalTransient] count. Permanent errors (the message is bad, not the
+// dependency), duplicates and cancellations are [SignalNeutral]: recording
+// them changes nothing, and a neutral probe only frees the probe slot.
+// [SignalOf] maps a [Class] to its Signal.
 //
 // Each process decides alone from what it sees; there is no shared state.
 // Time is read with time.Now, so tests drive it with testing/synctest.

@@ -106,9 +106,9 @@ func ExampleBreaker() {
 	}
 	var attemptErr error // = the handler's error
 	if attemptErr == nil {
-		breaker.Record(permit, retry.ResultSuccess)
+		breaker.Record(permit, retry.SignalSuccess)
 	} else {
-		breaker.Record(permit, retry.ResultOf(retry.Classify(context.Background(), attemptErr)))
+		breaker.Record(permit, retry.SignalOf(retry.Classify(context.Background(), attemptErr)))
 	}
 	fmt.Println(breaker.State())
 	// Output:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/options"
 )
 
@@ -12,13 +13,13 @@ import (
 // [NewPolicy] and [NewBreaker]. Test for it with errors.Is.
 var ErrInvalidOption = errors.New("retry: invalid option")
 
-// Policy defaults.
+// Policy defaults, each documented at its option.
 const (
-	DefaultMaxAttempts       = 5
-	DefaultInProcessAttempts = 3
-	DefaultBackoffInitial    = 100 * time.Millisecond
-	DefaultBackoffMax        = 10 * time.Second
-	DefaultMaxInProcessTime  = 10 * time.Second
+	defaultMaxAttempts       = defaults.MaxAttempts
+	defaultInProcessAttempts = 3
+	defaultBackoffInitial    = 100 * time.Millisecond
+	defaultBackoffMax        = 10 * time.Second
+	defaultMaxInProcessTime  = defaults.MaxInProcessTime
 )
 
 // Policy is the retry policy of one handler: the durable attempt budget, the
@@ -27,7 +28,7 @@ const (
 type Policy struct {
 	maxAttempts       int
 	inProcessAttempts int
-	backoff           Backoff
+	backoff           backoff
 	maxInProcessTime  time.Duration
 	rnd               func() float64
 }
@@ -70,16 +71,16 @@ func NewPolicy(opts ...Option) (*Policy, error) {
 		optMaxAttempts, optInProcessAttempts, optBackoff, optMaxInProcessTime, optRand); err != nil {
 		return nil, err
 	}
-	backoff := options.Get(set, optBackoff, bounds{DefaultBackoffInitial, DefaultBackoffMax})
+	bo := options.Get(set, optBackoff, bounds{defaultBackoffInitial, defaultBackoffMax})
 	p := &Policy{
-		maxAttempts:       options.Get(set, optMaxAttempts, DefaultMaxAttempts),
-		inProcessAttempts: options.Get(set, optInProcessAttempts, DefaultInProcessAttempts),
-		backoff: Backoff{
-			Initial:    backoff.initial,
-			Max:        backoff.max,
-			Multiplier: DefaultMultiplier,
+		maxAttempts:       options.Get(set, optMaxAttempts, defaultMaxAttempts),
+		inProcessAttempts: options.Get(set, optInProcessAttempts, defaultInProcessAttempts),
+		backoff: backoff{
+			Initial:    bo.initial,
+			Max:        bo.max,
+			Multiplier: defaultMultiplier,
 		},
-		maxInProcessTime: options.Get(set, optMaxInProcessTime, DefaultMaxInProcessTime),
+		maxInProcessTime: options.Get(set, optMaxInProcessTime, defaultMaxInProcessTime),
 		rnd:              options.Get[func() float64](set, optRand, nil),
 	}
 	return p, nil
@@ -89,15 +90,7 @@ func NewPolicy(opts ...Option) (*Policy, error) {
 // counted across deliveries, consumers and crashes (the dedup store counts
 // them). When it is spent the message is dead-lettered. Default 5; n >= 1.
 // Taken by [NewPolicy].
-func WithMaxAttempts(n int) Option {
-	return func(s *options.Set) error {
-		if n < 1 {
-			return fmt.Errorf("%w: WithMaxAttempts(%d): must be >= 1", ErrInvalidOption, n)
-		}
-		s.Put(optMaxAttempts, n)
-		return nil
-	}
-}
+func WithMaxAttempts(n int) Option { return atLeastOne(optMaxAttempts, n) }
 
 // WithInProcessAttempts sets how many attempts one delivery makes, with
 // backoff in between, before it gives the message back to the broker (nack)
@@ -107,18 +100,23 @@ func WithMaxAttempts(n int) Option {
 // It is an upper bound: a delivery also stops when the durable budget
 // ([WithMaxAttempts]) or the in-process time ([WithMaxInProcessTime]) runs
 // out, so it may exceed MaxAttempts without harm.
-func WithInProcessAttempts(n int) Option {
+func WithInProcessAttempts(n int) Option { return atLeastOne(optInProcessAttempts, n) }
+
+// atLeastOne is the option name (its own name, "WithWindow") of a count n,
+// which must be at least 1.
+func atLeastOne(name string, n int) Option {
 	return func(s *options.Set) error {
 		if n < 1 {
-			return fmt.Errorf("%w: WithInProcessAttempts(%d): must be >= 1", ErrInvalidOption, n)
+			return fmt.Errorf("%w: %s(%d): must be >= 1", ErrInvalidOption, name, n)
 		}
-		s.Put(optInProcessAttempts, n)
+		s.Put(name, n)
 		return nil
 	}
 }
 
 // WithBackoff sets the bounds of the exponential backoff (multiplier 2, equal
-// jitter, see [Backoff]). Default 100ms and 10s. It needs
+// jitter: after the n-th failed attempt the wait is drawn from [c/2, c],
+// c = min(max, initial × 2^(n-1))). Default 100ms and 10s. It needs
 // 0 <= initial <= max; initial 0 retries without waiting. Taken by
 // [NewPolicy].
 func WithBackoff(initial, maxDelay time.Duration) Option {
@@ -168,11 +166,9 @@ func (p *Policy) InProcessAttempts() int { return p.inProcessAttempts }
 // MaxInProcessTime returns the time budget of in-process retries in one delivery.
 func (p *Policy) MaxInProcessTime() time.Duration { return p.maxInProcessTime }
 
-// Backoff returns the backoff the policy uses.
-func (p *Policy) Backoff() Backoff { return p.backoff }
-
 // Delay returns the wait before attempt n+1, after attempt n (n >= 1)
-// failed with err: a draw of the policy's [Backoff] for n, or the delay
+// failed with err: a draw of the policy's backoff for n (see
+// [WithBackoff]), or the delay
 // asked for with [After] when err carries a longer one. n is the message's
 // durable attempt number (the retry middleware passes the dedup store's
 // count when it has one), so the wait grows across redeliveries.

@@ -22,7 +22,6 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/childproc"
 	"github.com/surely-dev/surely/internal/faults"
-	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -152,9 +151,9 @@ func runChild(newSubscriber NewChildSubscriber, shared SharedStore) error {
 		handler.WithBreaker(nil),
 		handler.WithLease(cfg.Lease),
 		handler.WithConsumerGroup(cfg.Group),
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			say("OUTCOME %s %s %d", p.Outcome, p.Msg.Metadata.Get(idempotency.DefaultMetadataKey), p.Attempt)
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	)
 	if err != nil {

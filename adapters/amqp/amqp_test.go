@@ -48,7 +48,7 @@ type env struct {
 	admin *amqp.Connection
 	topic string
 	pub   *surelyamqp.Publisher
-	store *memstore.Store
+	store idempotency.Store
 	dead  *faults.Publisher
 	rec   *recorder
 }

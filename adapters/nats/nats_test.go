@@ -59,7 +59,7 @@ type env struct {
 	topic    string
 	consumer string
 	pub      *surelynats.Publisher
-	store    *memstore.Store
+	store    idempotency.Store
 	dead     *faults.Publisher
 	rec      *recorder
 }

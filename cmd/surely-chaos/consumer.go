@@ -27,7 +27,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
-	"github.com/surely-dev/surely/middleware"
+	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -292,22 +292,22 @@ func (c *consumer) chain(store idempotency.Store, fn message.HandlerFunc, pub me
 		handler.WithStore(store, c.n.namespace),
 		handler.WithDeadLetter(pub, c.n.deadTopic),
 		handler.WithPolicy(policy),
-		handler.WithIdentity(extractor, middleware.RejectMissingKey),
+		handler.WithIdentity(extractor, handler.RejectMissingKey),
 		handler.WithLease(lease),
 		handler.WithStoreTimeout(consumerStoreTimeout),
 		handler.WithConsumerGroup(c.n.group),
 		handler.WithLogger(c.logger()),
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			token, ran := c.tokens.LoadAndDelete(p.Msg)
 			switch p.Outcome {
-			case middleware.OutcomeLeaseLost:
+			case handler.OutcomeLeaseLost:
 				c.fenced(p.Msg)
-			case middleware.OutcomeProcessed:
+			case handler.OutcomeProcessed:
 				if ran {
 					c.acked(p.Msg, token.(string))
 				}
 			}
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	)
 }
@@ -327,12 +327,12 @@ func debugLogger() *slog.Logger {
 
 // before is what every attempt does before its effect: decode, fail as the
 // operation's kind says, work a little.
-func (c *consumer) before(msg *message.Message) (payload, *idempotency.Operation, error) {
+func (c *consumer) before(msg *message.Message) (payload, *opctx.Op, error) {
 	var p payload
 	if err := json.Unmarshal(msg.Payload, &p); err != nil {
 		return p, nil, retry.Permanent(fmt.Errorf("malformed operation: %w", err))
 	}
-	op, ok := idempotency.OperationFrom(msg.Context())
+	op, ok := opctx.From(msg.Context())
 	if !ok {
 		return p, nil, errors.New("no operation in the context")
 	}
@@ -395,7 +395,7 @@ func (c *consumer) inboxHandler(store *sqlstore.Store) message.HandlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		// Once the inbox claims in its transaction (idempotency.InTxClaims),
+		// Once the inbox claims in its transaction (opctx.InTxClaims),
 		// the pause point is before the claim: a stopped delivery has none
 		// yet, and on resuming it finds the operation another consumer
 		// completed (no effect), which is its fencing.

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/oplist"
 )
 
@@ -102,7 +103,7 @@ you know it.
 		Args: exactArgs(1, "one operation key"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if namespace != "" {
-				if err := idempotency.ValidateNamespace(namespace); err != nil {
+				if err := idem.ValidateNamespace(namespace); err != nil {
 					return usageErr("--namespace: %w", err)
 				}
 			}
@@ -136,7 +137,7 @@ you know it.
 // inspectEveryNamespace shows the records of key in every namespace of the
 // store: found with the store's listing, each read in full with Get.
 func (a *app) inspectEveryNamespace(ctx context.Context, st idempotency.Store, key string, asJSON bool) error {
-	if err := idempotency.ValidateKey(key); err != nil {
+	if err := idem.ValidateKey(key); err != nil {
 		return usageErr("operation key: %w", err)
 	}
 	f := oplist.Filter{Key: key, Limit: oplist.MaxLimit}
@@ -242,7 +243,7 @@ func printLedger(w io.Writer, h []idempotency.AttemptRecord) error {
 	fprintln(tw, "  ATTEMPT\tSTARTED\tENDED\tRESULT\tREASON\tTRACE ID\tSPAN ID\tERROR")
 	for _, r := range h {
 		fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Attempt, stampMilli(r.Started), stampMilli(r.Ended),
-			orDash(r.Result), orDash(r.Reason), orDash(r.TraceID), orDash(r.SpanID), orDash(clip(r.Error, 200)))
+			orDash(string(r.Result)), orDash(r.Reason), orDash(r.TraceID), orDash(r.SpanID), orDash(clip(r.Error, 200)))
 	}
 	return tw.Flush()
 }

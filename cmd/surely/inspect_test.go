@@ -100,7 +100,7 @@ func assertChain(t *testing.T, out string, ns, key string) {
 	assert.Equal(t, "done", rec.State)
 	assert.Equal(t, 3, rec.Attempts)
 	require.Len(t, rec.Ledger, 3, out)
-	wantResult := []string{"failed", "failed", "done"}
+	wantResult := []idempotency.AttemptResult{"failed", "failed", "done"}
 	for i, c := range chain {
 		l := rec.Ledger[i]
 		assert.Equal(t, i+1, l.Attempt)

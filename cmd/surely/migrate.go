@@ -15,6 +15,7 @@ import (
 
 	"github.com/surely-dev/surely/cmd/surely/internal/endpoint"
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
@@ -181,7 +182,7 @@ func (t *schemaTarget) sqlArchive() error {
 	}
 	var opts []dlq.Option
 	if t.ep.Prefix != "" {
-		opts = append(opts, sqlarchive.WithTablePrefix(t.ep.Prefix))
+		opts = append(opts, archive.WithPrefix(t.ep.Prefix))
 	}
 	dialect := map[endpoint.Kind]sqlarchive.Dialect{endpoint.Postgres: sqlarchive.Postgres, endpoint.MySQL: sqlarchive.MySQL, endpoint.SQLite: sqlarchive.SQLite}[t.ep.Kind]
 	t.migrate = func(ctx context.Context, db *sql.DB) error {

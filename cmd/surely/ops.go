@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/oplist"
 )
 
@@ -185,7 +186,7 @@ func opsFilterCheck(f *oplist.Filter, olderThan string) error {
 		}
 	}
 	if f.Namespace != "" {
-		if err := idempotency.ValidateNamespace(f.Namespace); err != nil {
+		if err := idem.ValidateNamespace(f.Namespace); err != nil {
 			return usageErr("--namespace: %w", err)
 		}
 	}

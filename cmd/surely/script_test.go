@@ -82,6 +82,7 @@ import (
 
 	"github.com/surely-dev/surely/cmd/surely/internal/endpoint"
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/redisarchive"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/handler"
@@ -305,7 +306,7 @@ func scriptArchive(ts *testscript.TestScript) (message.Publisher, func()) {
 	case endpoint.Redis:
 		client, err := redisClient(ctx, ep)
 		ts.Check(err)
-		ar, err := redisarchive.New(client, redisarchive.WithKeyPrefix(ep.Prefix))
+		ar, err := redisarchive.New(client, archive.WithPrefix(ep.Prefix))
 		ts.Check(err)
 		return ar, func() { _ = client.Close() }
 	case endpoint.Postgres, endpoint.MySQL, endpoint.SQLite:
@@ -314,7 +315,7 @@ func scriptArchive(ts *testscript.TestScript) (message.Publisher, func()) {
 		dialect := map[endpoint.Kind]sqlarchive.Dialect{endpoint.Postgres: sqlarchive.Postgres, endpoint.MySQL: sqlarchive.MySQL, endpoint.SQLite: sqlarchive.SQLite}[ep.Kind]
 		var opts []dlq.Option
 		if ep.Prefix != "" {
-			opts = append(opts, sqlarchive.WithTablePrefix(ep.Prefix))
+			opts = append(opts, archive.WithPrefix(ep.Prefix))
 		}
 		ar, err := sqlarchive.New(db, dialect, opts...)
 		ts.Check(err)

@@ -15,7 +15,6 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
-	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -34,9 +33,9 @@ func Example() {
 	},
 		handler.WithStore(store, "charge"),
 		handler.WithDeadLetter(arch, "dead"), // the topic is ignored
-		handler.WithOnOutcome(func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(context.Context, handler.OutcomeParams) handler.OutcomeResult {
 			settled <- struct{}{} // after the dead letter was stored
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	)
 	if err != nil {

@@ -23,7 +23,7 @@ import (
 // T+23h. The archive holds the conflict's dead letter.
 type retentionSetup struct {
 	clock *fakeClock
-	store *memstore.Store
+	store idempotency.Store
 	arch  archive.Archive
 	entry string
 }
@@ -43,7 +43,7 @@ func newRetentionSetup(t *testing.T, reason dlq.Reason, storeRetention time.Dura
 
 	src := message.NewMessage("src-conflict", []byte(`{"order":1,"amount":"99.00"}`))
 	src.Metadata.Set(idempotency.DefaultMetadataKey, "order-1")
-	env := dlq.Envelope(src, dlq.Failure{
+	env := dlq.Wrap(src, dlq.Failure{
 		Reason: reason, Err: errors.New("fingerprint mismatch"), Attempts: 1,
 		OperationKey: "order-1", Fingerprint: "fp-b", Topic: "orders", Handler: "reserve",
 		Namespace: "reserve", Retention: 24 * time.Hour, At: c.Now(),

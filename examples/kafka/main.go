@@ -47,6 +47,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
+	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/twmb/franz-go/pkg/kfake"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, pure Go
@@ -57,7 +58,6 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
-	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/propagate"
 	"github.com/surely-dev/surely/retry"
 )
@@ -284,7 +284,8 @@ func (a *app) ship(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*me
 // recordDeadLetter keeps each dead letter once (by UUID), with where it
 // sits in the dead-letter topic.
 func (a *app) recordDeadLetter(msg *message.Message) error {
-	partition, offset, _ := surelykafka.Position(msg.Context())
+	partition, _ := wmkafka.MessagePartitionFromCtx(msg.Context())
+	offset, _ := wmkafka.MessagePartitionOffsetFromCtx(msg.Context())
 	md := msg.Metadata
 	_, err := a.db.ExecContext(msg.Context(),
 		`INSERT OR IGNORE INTO dead_letters (uuid, op_key, reason, error, partition, kafka_offset) VALUES (?, ?, ?, ?, ?, ?)`,
@@ -300,7 +301,7 @@ type consumer struct {
 	done   chan struct{}
 
 	mu     sync.Mutex
-	counts map[middleware.Outcome]int
+	counts map[handler.Outcome]int
 }
 
 func startConsumer(ctx context.Context, brokers []string, deadPub message.Publisher, a *app) (*consumer, error) {
@@ -315,19 +316,19 @@ func startConsumer(ctx context.Context, brokers []string, deadPub message.Publis
 	if err != nil {
 		return nil, err
 	}
-	c := &consumer{done: make(chan struct{}), counts: map[middleware.Outcome]int{}}
+	c := &consumer{done: make(chan struct{}), counts: map[handler.Outcome]int{}}
 	h, err := handler.New(a.store.Inbox(a.ship),
 		handler.WithStore(a.store, group),
 		handler.WithDeadLetter(deadPub, deadTopic),
 		handler.WithPolicy(policy),
-		handler.WithIdentity(extractor, middleware.RejectMissingKey),
+		handler.WithIdentity(extractor, handler.RejectMissingKey),
 		handler.WithLease(5*time.Second),
 		handler.WithConsumerGroup(group),
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			c.mu.Lock()
 			c.counts[p.Outcome]++
 			c.mu.Unlock()
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	)
 	if err != nil {
@@ -375,10 +376,10 @@ func (c *consumer) Close() {
 	<-c.done
 }
 
-func (c *consumer) outcomes() map[middleware.Outcome]int {
+func (c *consumer) outcomes() map[handler.Outcome]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[middleware.Outcome]int, len(c.counts))
+	out := make(map[handler.Outcome]int, len(c.counts))
 	for k, v := range c.counts {
 		out[k] = v
 	}
@@ -391,7 +392,7 @@ func (c *consumer) outcomes() map[middleware.Outcome]int {
 func (c *consumer) waitSettled(ctx context.Context, a *app, batch []order) error {
 	for {
 		o := c.outcomes()
-		acked := o[middleware.OutcomeProcessed] + o[middleware.OutcomeDuplicate] + o[middleware.OutcomeDeadLettered]
+		acked := o[handler.OutcomeProcessed] + o[handler.OutcomeDuplicate] + o[handler.OutcomeDeadLettered]
 		missing, err := a.unaccounted(ctx, batch)
 		if err == nil && acked >= len(batch) && len(missing) == 0 {
 			return nil
@@ -430,7 +431,7 @@ func (a *app) unaccounted(ctx context.Context, batch []order) ([]string, error) 
 // report prints the dead letters and the retried attempts, then the
 // summary, counted from the business tables, the outcomes and the inbox's
 // attempt ledger.
-func report(ctx context.Context, w io.Writer, a *app, batch []order, outcomes map[middleware.Outcome]int) (summary, error) {
+func report(ctx context.Context, w io.Writer, a *app, batch []order, outcomes map[handler.Outcome]int) (summary, error) {
 	rows, err := a.db.QueryContext(ctx, `SELECT op_key, reason, error, partition, kafka_offset FROM dead_letters ORDER BY op_key`)
 	if err != nil {
 		return summary{}, err
@@ -448,7 +449,7 @@ func report(ctx context.Context, w io.Writer, a *app, batch []order, outcomes ma
 		return summary{}, err
 	}
 
-	s := summary{Published: len(batch), Duplicates: outcomes[middleware.OutcomeDuplicate]}
+	s := summary{Published: len(batch), Duplicates: outcomes[handler.OutcomeDuplicate]}
 	for _, q := range []struct {
 		dst   *int
 		query string

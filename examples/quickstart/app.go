@@ -14,7 +14,7 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, pure Go
 
 	surelynats "github.com/surely-dev/surely/adapters/nats"
-	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
@@ -22,7 +22,7 @@ import (
 
 // app is the business side: a SQLite database with the payments charged
 // (deliberately without a unique constraint, so a double charge would
-// show), the dead letters received, and a log of delivery outcomes.
+// show), the dead letters, and a log of delivery outcomes.
 type app struct {
 	db    *sql.DB
 	store *sqlstore.Store
@@ -68,13 +68,18 @@ func (a *app) charge(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*
 	return nil, err
 }
 
-// recordDeadLetter keeps each dead letter once (by UUID): a message may be
-// dead-lettered more than once when it is redelivered.
-func (a *app) recordDeadLetter(msg *message.Message) error {
-	md := msg.Metadata
-	_, err := a.db.ExecContext(msg.Context(), `INSERT OR IGNORE INTO dead_letters (uuid, op_key, body, reason, error) VALUES (?, ?, ?, ?, ?)`,
-		msg.UUID, md.Get(dlq.KeyOperationKey), string(msg.Payload), md.Get(dlq.KeyReason), md.Get(dlq.KeyError))
-	return err
+// outcome records how a delivery ended, and each dead letter once (by the
+// message UUID): a message may be dead-lettered more than once when it is
+// redelivered. The chain reports a dead letter only once its publish
+// succeeded, and before it acks the message.
+func (a *app) outcome(ctx context.Context, p handler.OutcomeParams) handler.OutcomeResult {
+	ctx = context.WithoutCancel(ctx)
+	_, _ = a.db.ExecContext(ctx, `INSERT INTO outcomes (outcome) VALUES (?)`, string(p.Outcome))
+	if p.Outcome == handler.OutcomeDeadLettered {
+		_, _ = a.db.ExecContext(ctx, `INSERT OR IGNORE INTO dead_letters (uuid, op_key, body, reason, error) VALUES (?, ?, ?, ?, ?)`,
+			p.Msg.UUID, p.Key, string(p.Msg.Payload), p.Reason, fmt.Sprint(p.Cause))
+	}
+	return handler.OutcomeResult{}
 }
 
 type consumer struct {
@@ -82,15 +87,11 @@ type consumer struct {
 	done   chan struct{}
 }
 
-// startConsumer runs a router with the payment handler and the dead-letter
-// recorder until ctx ends or Close.
+// startConsumer runs a router with the payment handler until ctx ends or
+// Close.
 func startConsumer(ctx context.Context, natsURL string, a *app) (*consumer, error) {
 	logger := watermill.NopLogger{}
-	sub, err := surelynats.NewSubscriber(natsURL, consumerName, surelynats.WithAckWait(2*time.Second), surelynats.WithConcurrency(4))
-	if err != nil {
-		return nil, err
-	}
-	deadSub, err := surelynats.NewSubscriber(natsURL, deadConsumer, surelynats.WithAckWait(2*time.Second))
+	sub, err := surelynats.NewSubscriber(natsURL, consumerName, delivery.WithAckWait(2*time.Second), delivery.WithConcurrency(4))
 	if err != nil {
 		return nil, err
 	}
@@ -119,10 +120,7 @@ func startConsumer(ctx context.Context, natsURL string, a *app) (*consumer, erro
 		handler.WithLease(2*time.Second),
 		handler.WithStoreTimeout(time.Second), // shorter than the lease
 		handler.WithLogger(slog.New(slog.DiscardHandler)),
-		handler.WithOnOutcome(func(ctx context.Context, p handler.OutcomeParams) handler.OutcomeResult {
-			_, _ = a.db.ExecContext(context.WithoutCancel(ctx), `INSERT INTO outcomes (outcome) VALUES (?)`, string(p.Outcome))
-			return handler.OutcomeResult{}
-		}),
+		handler.WithOnOutcome(a.outcome),
 	)
 	if err != nil {
 		return nil, err
@@ -132,7 +130,6 @@ func startConsumer(ctx context.Context, natsURL string, a *app) (*consumer, erro
 		return nil, err
 	}
 	router.AddConsumerHandler("charge-payments", topic, sub, handler.NoPublish(h))
-	router.AddConsumerHandler("record-dead-letters", deadTopic, deadSub, a.recordDeadLetter)
 	c := &consumer{router: router, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)

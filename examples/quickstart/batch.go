@@ -60,18 +60,13 @@ func publish(ctx context.Context, natsURL string, batch []order) error {
 	return nil
 }
 
-// waitSettled waits until both durable consumers have nothing left to
+// waitSettled waits until the durable consumer has nothing left to
 // deliver or ack, and every operation is charged or dead-lettered.
 func waitSettled(ctx context.Context, b *broker, a *app, batch []order) error {
 	for {
 		done, err := b.settled(ctx, consumerName, topic)
 		if err != nil {
 			return err
-		}
-		if done {
-			if done, err = b.settled(ctx, deadConsumer, deadTopic); err != nil {
-				return err
-			}
 		}
 		if done && a != nil {
 			missing, err := a.unaccounted(ctx, batch)
@@ -85,10 +80,8 @@ func waitSettled(ctx context.Context, b *broker, a *app, batch []order) error {
 		}
 		select {
 		case <-ctx.Done():
-			for _, c := range [][2]string{{consumerName, topic}, {deadConsumer, deadTopic}} {
-				if info, err := b.info(context.WithoutCancel(ctx), c[0], c[1]); err == nil {
-					fmt.Printf("consumer %s: pending=%d ack_pending=%d redelivered=%d delivered=%d filter=%q\n", c[0], info.NumPending, info.NumAckPending, info.NumRedelivered, info.Delivered.Consumer, info.Config.FilterSubject)
-				}
+			if info, err := b.info(context.WithoutCancel(ctx), consumerName, topic); err == nil {
+				fmt.Printf("consumer %s: pending=%d ack_pending=%d redelivered=%d delivered=%d filter=%q\n", consumerName, info.NumPending, info.NumAckPending, info.NumRedelivered, info.Delivered.Consumer, info.Config.FilterSubject)
 			}
 			if a != nil {
 				missing, _ := a.unaccounted(context.WithoutCancel(ctx), batch)

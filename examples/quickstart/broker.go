@@ -17,7 +17,6 @@ const (
 	topic        = "payments"
 	deadTopic    = "payments.dead"
 	consumerName = "quickstart"
-	deadConsumer = "quickstart-dead"
 )
 
 // broker is an embedded NATS server with JetStream, on a random loopback

@@ -27,11 +27,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	surelyamqp "github.com/surely-dev/surely/adapters/amqp"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
-	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -54,7 +54,7 @@ type tally struct {
 	effects  map[string]int // operation key → effects
 	failed   map[string]bool
 	dead     map[string]string // operation key → reason
-	outcomes map[middleware.Outcome]int
+	outcomes map[handler.Outcome]int
 	retried  int
 }
 
@@ -93,7 +93,7 @@ func run() error {
 		return err
 	}
 	defer func() { _ = pub.Close() }()
-	sub, err := surelyamqp.NewSubscriber(amqpURL, surelyamqp.WithConcurrency(4))
+	sub, err := surelyamqp.NewSubscriber(amqpURL, delivery.WithConcurrency(4))
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func run() error {
 		return err
 	}
 
-	t := &tally{effects: map[string]int{}, failed: map[string]bool{}, dead: map[string]string{}, outcomes: map[middleware.Outcome]int{}}
+	t := &tally{effects: map[string]int{}, failed: map[string]bool{}, dead: map[string]string{}, outcomes: map[handler.Outcome]int{}}
 	fulfil := func(msg *message.Message) ([]*message.Message, error) {
 		key, body := idempotency.KeyFrom(msg.Context()), string(msg.Payload)
 		t.mu.Lock()
@@ -128,11 +128,11 @@ func run() error {
 		handler.WithDeadLetter(pub, deadQueue),
 		handler.WithPolicy(policy),
 		handler.WithLease(5*time.Second),
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			t.mu.Lock()
 			t.outcomes[p.Outcome]++
 			t.mu.Unlock()
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	)
 	if err != nil {
@@ -184,7 +184,7 @@ func run() error {
 
 	for {
 		t.mu.Lock()
-		acked := t.outcomes[middleware.OutcomeProcessed] + t.outcomes[middleware.OutcomeDuplicate] + t.outcomes[middleware.OutcomeDeadLettered]
+		acked := t.outcomes[handler.OutcomeProcessed] + t.outcomes[handler.OutcomeDuplicate] + t.outcomes[handler.OutcomeDeadLettered]
 		deadSeen := len(t.dead)
 		t.mu.Unlock()
 		if acked >= published && deadSeen >= 2 {
@@ -213,8 +213,8 @@ func run() error {
 		fmt.Printf("dead letter: key=%q reason=%s\n", k, reason)
 	}
 	fmt.Printf("summary: published=%d processed=%d duplicates=%d retried=%d dead_lettered=%d lost=%d double_effects=%d\n",
-		published, t.outcomes[middleware.OutcomeProcessed], t.outcomes[middleware.OutcomeDuplicate], t.retried,
-		t.outcomes[middleware.OutcomeDeadLettered], lost, double)
+		published, t.outcomes[handler.OutcomeProcessed], t.outcomes[handler.OutcomeDuplicate], t.retried,
+		t.outcomes[handler.OutcomeDeadLettered], lost, double)
 	if lost != 0 || double != 0 {
 		return errors.New("an order was lost or fulfilled twice")
 	}

@@ -15,10 +15,10 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, pure Go
 
 	surelynats "github.com/surely-dev/surely/adapters/nats"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
-	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -78,7 +78,7 @@ func runConsumerProcess() error {
 	defer func() { _ = db.Close() }()
 
 	natsURL := os.Getenv(envNATS)
-	sub, err := surelynats.NewSubscriber(natsURL, group, surelynats.WithAckWait(2*time.Second))
+	sub, err := surelynats.NewSubscriber(natsURL, group, delivery.WithAckWait(2*time.Second))
 	if err != nil {
 		return err
 	}
@@ -142,9 +142,9 @@ func newHandler(tp *sdktrace.TracerProvider, store idempotency.Store, dead messa
 		handler.WithConsumerGroup(group),
 		handler.WithTracerProvider(tp),
 		handler.WithMessagingSystem("nats"),
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			fmt.Printf("%s%s attempt=%d\n", markOutcome, p.Outcome, p.Attempt)
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	)
 }

@@ -45,15 +45,24 @@
 //
 // The subtests follow the package doc of idempotency: exactly one winner
 // among concurrent claims; takeover after lease expiry with a new token and
-// PreviousUnknown; fencing by token (a stale owner gets ErrLeaseLost and
+// ResultUnknown as the previous attempt; fencing by token (a stale owner gets ErrLeaseLost and
 // changes nothing, an expired owner nobody replaced still succeeds);
 // Completed with the stored outcome byte for byte; Release and the
-// PreviousFailed/PreviousCanceled hand-over; Conflict in every state; the
+// ResultFailed/ResultCanceled hand-over; Conflict in every state; the
 // durable budget (releases, final releases and crash loops all end
 // Exhausted, canceled releases are refunded); retention; namespaces and
 // opaque keys (separators, glob and hash-tag characters, Unicode); request
 // validation (ErrInvalidRequest, nothing stored); the history bound and text
 // truncation; Get.
+//
+// Transitions holds the store to the state machine itself: surely writes
+// it once, as pure functions over a record that memstore and sqlstore run
+// (and redisstore's Lua scripts must agree with). Each of its scenarios
+// (completions and duplicates; failed, canceled and final releases;
+// replays reopening a record; crash loops; retry-after delays; stale
+// owners) drives the store and those functions through the same calls and
+// requires the same answer to every call and the same record after it
+// (times only where they are set: the store's clock is not the model's).
 //
 // Where the contract is silent the suite decides, and says so here:
 //

@@ -60,6 +60,9 @@ type env struct {
 	h   Harness
 	ctx context.Context
 	ns  string
+	// newHarness builds another Harness, for subtests that need their
+	// own clock.
+	newHarness func(t *testing.T) Harness
 }
 
 func setup(t *testing.T, newHarness func(t *testing.T) Harness) *env {
@@ -69,7 +72,7 @@ func setup(t *testing.T, newHarness func(t *testing.T) Harness) *env {
 	require.NotNil(t, h.Advance, "Harness.Advance")
 	require.Greater(t, h.Lease, time.Duration(0), "Harness.Lease")
 	require.Greater(t, h.Retention, time.Duration(0), "Harness.Retention")
-	return &env{t: t, h: h, ctx: t.Context(), ns: randomNamespace()}
+	return &env{t: t, h: h, ctx: t.Context(), ns: randomNamespace(), newHarness: newHarness}
 }
 
 // randomNamespace returns a namespace no other subtest or run uses.

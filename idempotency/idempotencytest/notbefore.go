@@ -63,7 +63,7 @@ func testRetryAfterDelaysClaim(t *testing.T, e *env) {
 
 	e.passDelay(f.RetryAfter)
 	res := e.acquire(e.req("k"), 2)
-	require.Equal(t, idempotency.Previous{Result: idempotency.PreviousFailed, Error: f.Error}, res.Previous)
+	require.Equal(t, []any{idempotency.ResultFailed, f.Error}, []any{res.Previous, res.PreviousError})
 	rec = e.get("k")
 	require.True(t, rec.NotBefore.IsZero(), "a claim clears NotBefore")
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 var tests = []struct {
@@ -55,6 +56,7 @@ var tests = []struct {
 	{"RetryAfterIgnoredWhenFinalOrCanceled", testRetryAfterIgnoredWhenFinalOrCanceled},
 	{"RetryAfterKeepsRecord", testRetryAfterKeepsRecord},
 	{"ReleaseWithoutDelayKeepsNoNotBefore", testReleaseWithoutDelayKeepsNoNotBefore},
+	{"Transitions", testTransitions},
 }
 
 // N claims race for one fresh key: exactly one wins, the others see its
@@ -87,7 +89,7 @@ func testConcurrentClaimsOneWinner(t *testing.T, e *env) {
 	}
 	require.NotNil(t, winner, "no claim acquired the key")
 	require.Equal(t, 1, winner.Lease.Attempt)
-	require.Equal(t, idempotency.PreviousNone, winner.Previous.Result)
+	require.Empty(t, winner.Previous)
 	for i, res := range results {
 		if &results[i] == winner {
 			continue
@@ -117,7 +119,7 @@ func testLeaseExpiryTakeover(t *testing.T, e *env) {
 	e.expireLeases()
 	second := e.acquire(e.req("k"), 2)
 	require.NotEqual(t, first.Lease.Token, second.Lease.Token, "a takeover mints a new token")
-	require.Equal(t, idempotency.Previous{Result: idempotency.PreviousUnknown}, second.Previous)
+	require.Equal(t, idempotency.ResultUnknown, second.Previous)
 
 	rec := e.get("k")
 	require.Equal(t, idempotency.StateInProgress, rec.State)
@@ -227,7 +229,7 @@ func testReleaseThenClaim(t *testing.T, e *env) {
 
 	res := e.acquire(e.req("k"), 2)
 	require.NotEqual(t, l.Token, res.Lease.Token)
-	require.Equal(t, idempotency.Previous{Result: idempotency.PreviousFailed, Error: testFailure.Error}, res.Previous)
+	require.Equal(t, []any{idempotency.ResultFailed, testFailure.Error}, []any{res.Previous, res.PreviousError})
 
 	rec = e.get("k")
 	require.Equal(t, idempotency.StateInProgress, rec.State)
@@ -362,7 +364,7 @@ func testExhaustedByCrashLoop(t *testing.T, e *env) {
 	for i := 1; i <= 3; i++ {
 		res := e.acquire(req, i)
 		if i > 1 {
-			require.Equal(t, idempotency.PreviousUnknown, res.Previous.Result, "attempt %d", i)
+			require.Equal(t, idempotency.ResultUnknown, res.Previous, "attempt %d", i)
 		}
 		e.expireLeases()
 	}
@@ -386,7 +388,7 @@ func testCanceledReleaseNotCharged(t *testing.T, e *env) {
 	e.release(l, idempotency.Failure{Error: "context canceled", Canceled: true})
 
 	res := e.acquire(req, 2)
-	require.Equal(t, idempotency.PreviousCanceled, res.Previous.Result)
+	require.Equal(t, idempotency.ResultCanceled, res.Previous)
 	rec := e.get("k")
 	require.Equal(t, 2, rec.Attempts)
 	require.Equal(t, 1, rec.Canceled)
@@ -395,7 +397,7 @@ func testCanceledReleaseNotCharged(t *testing.T, e *env) {
 
 	e.release(res.Lease, idempotency.Failure{Error: "context canceled", Canceled: true, Final: true})
 	res = e.acquire(req, 3)
-	require.Equal(t, idempotency.PreviousCanceled, res.Previous.Result, "Final is ignored on a canceled release")
+	require.Equal(t, idempotency.ResultCanceled, res.Previous, "Final is ignored on a canceled release")
 	rec = e.get("k")
 	require.Equal(t, 3, rec.Attempts)
 	require.Equal(t, 2, rec.Canceled)
@@ -472,7 +474,7 @@ func testRetentionForgetsDone(t *testing.T, e *env) {
 	req := e.req("k")
 	req.Fingerprint = fpB
 	res := e.acquire(req, 1)
-	require.Equal(t, idempotency.PreviousNone, res.Previous.Result)
+	require.Empty(t, res.Previous)
 	rec := e.get("k")
 	require.Equal(t, fpB, rec.Fingerprint)
 	require.Len(t, rec.History, 1)
@@ -497,7 +499,7 @@ func testRetentionForgetsFailedAndExhausted(t *testing.T, e *env) {
 		req := e.req(key)
 		req.MaxAttempts = 1
 		res := e.acquire(req, 1)
-		require.Equal(t, idempotency.PreviousNone, res.Previous.Result, key)
+		require.Empty(t, res.Previous, key)
 	}
 }
 
@@ -519,7 +521,7 @@ func testRetentionForgetsAbandoned(t *testing.T, e *env) {
 	e.h.Advance(t, 2*e.h.Retention)
 	e.requireNotFound("extended")
 	res := e.acquire(e.req("abandoned"), 1)
-	require.Equal(t, idempotency.PreviousNone, res.Previous.Result)
+	require.Empty(t, res.Previous)
 }
 
 // The same key in two namespaces is two records.
@@ -561,7 +563,7 @@ func testKeysAreOpaque(t *testing.T, e *env) {
 	keys := []string{
 		"a", "A", "a:b", "a:b:c", "b:c", "{a}", "{a}:b", "*", "a*", "?", "[a]", "a b",
 		"a\u00a0b", "größe/支付 ✓", "🙂", "../a", "%s", `"a"`, `a\b`,
-		strings.Repeat("k", idempotency.MaxKeyLen),
+		strings.Repeat("k", idem.MaxKeyLen),
 	}
 	for i, key := range keys {
 		req := e.req(key)
@@ -627,7 +629,7 @@ func testFencingByTokenNotTime(t *testing.T, e *env) {
 
 	e.release(release, testFailure)
 	res = e.acquire(e.req("release"), 2)
-	require.Equal(t, idempotency.Previous{Result: idempotency.PreviousFailed, Error: testFailure.Error}, res.Previous,
+	require.Equal(t, []any{idempotency.ResultFailed, testFailure.Error}, []any{res.Previous, res.PreviousError},
 		"the late Release is recorded, not an unknown outcome")
 
 	ext, err := e.h.Store.Extend(e.ctx, extend, longLease)
@@ -650,7 +652,7 @@ func testInvalidRequests(t *testing.T, e *env) {
 		{"DEL in key", func(r *idempotency.ClaimRequest) { r.Key = "a\x7fb" }},
 		{"C1 control in key", func(r *idempotency.ClaimRequest) { r.Key = "a\u0085b" }},
 		{"key not UTF-8", func(r *idempotency.ClaimRequest) { r.Key = "a\xffb" }},
-		{"key too long", func(r *idempotency.ClaimRequest) { r.Key = strings.Repeat("k", idempotency.MaxKeyLen+1) }},
+		{"key too long", func(r *idempotency.ClaimRequest) { r.Key = strings.Repeat("k", idem.MaxKeyLen+1) }},
 		{"empty namespace", func(r *idempotency.ClaimRequest) { r.Namespace = "" }},
 		{"namespace with colon", func(r *idempotency.ClaimRequest) { r.Namespace += ":x" }},
 		{"namespace with space", func(r *idempotency.ClaimRequest) { r.Namespace += " x" }},
@@ -689,7 +691,7 @@ func testInvalidRequests(t *testing.T, e *env) {
 // The attempt history keeps the newest MaxHistory entries, and error and
 // stack texts are truncated (on a UTF-8 boundary).
 func testHistoryBounded(t *testing.T, e *env) {
-	n := idempotency.MaxHistory + 5
+	n := idem.MaxHistory + 5
 	req := e.req("k")
 	req.MaxAttempts = n + 1
 	for i := 1; i <= n; i++ {
@@ -698,29 +700,29 @@ func testHistoryBounded(t *testing.T, e *env) {
 	}
 	rec := e.get("k")
 	require.Equal(t, n, rec.Attempts)
-	require.Len(t, rec.History, idempotency.MaxHistory)
+	require.Len(t, rec.History, idem.MaxHistory)
 	for j, h := range rec.History {
-		attempt := n - idempotency.MaxHistory + 1 + j
+		attempt := n - idem.MaxHistory + 1 + j
 		require.Equal(t, attempt, h.Attempt, "newest entries are kept, oldest first")
 		require.Equal(t, fmt.Sprintf("err %d", attempt), h.Error)
 	}
 	res := e.acquire(req, n+1)
-	require.Equal(t, fmt.Sprintf("err %d", n), res.Previous.Error)
+	require.Equal(t, fmt.Sprintf("err %d", n), res.PreviousError)
 	rec = e.get("k")
-	require.Len(t, rec.History, idempotency.MaxHistory)
-	require.Equal(t, n+1, rec.History[idempotency.MaxHistory-1].Attempt)
-	require.Equal(t, idempotency.ResultInProgress, rec.History[idempotency.MaxHistory-1].Result)
+	require.Len(t, rec.History, idem.MaxHistory)
+	require.Equal(t, n+1, rec.History[idem.MaxHistory-1].Attempt)
+	require.Equal(t, idempotency.ResultInProgress, rec.History[idem.MaxHistory-1].Result)
 
 	// Truncation: the byte limit falls inside a two-byte rune.
-	longErr := "x" + strings.Repeat("é", idempotency.MaxErrorLen)
-	longStack := "y" + strings.Repeat("ü", idempotency.MaxStackLen)
+	longErr := "x" + strings.Repeat("é", idem.MaxErrorLen)
+	longStack := "y" + strings.Repeat("ü", idem.MaxStackLen)
 	l := e.acquire(e.req("long"), 1).Lease
 	e.release(l, idempotency.Failure{Error: longErr, Stack: longStack})
 	h := e.get("long").History[0]
-	requireTruncated(t, longErr, h.Error, idempotency.MaxErrorLen)
-	requireTruncated(t, longStack, h.Stack, idempotency.MaxStackLen)
+	requireTruncated(t, longErr, h.Error, idem.MaxErrorLen)
+	requireTruncated(t, longStack, h.Stack, idem.MaxStackLen)
 	res = e.acquire(e.req("long"), 2)
-	requireTruncated(t, longErr, res.Previous.Error, idempotency.MaxErrorLen)
+	requireTruncated(t, longErr, res.PreviousError, idem.MaxErrorLen)
 }
 
 func requireTruncated(t *testing.T, full, got string, limit int) {
@@ -786,8 +788,8 @@ func testReopenExhaustedByBudget(t *testing.T, e *env) {
 
 	// Replay run r1: a fresh budget of 3 more attempts.
 	res := e.acquire(reopen(req, "r1"), 4)
-	require.Equal(t, idempotency.PreviousFailed, res.Previous.Result)
-	require.Equal(t, "attempt 3 failed", res.Previous.Error)
+	require.Equal(t, idempotency.ResultFailed, res.Previous)
+	require.Equal(t, "attempt 3 failed", res.PreviousError)
 	rec := e.get("k")
 	require.Equal(t, "r1", rec.ReopenedBy)
 	require.Equal(t, 3, rec.BudgetBase)
@@ -809,7 +811,7 @@ func testReopenExhaustedByBudget(t *testing.T, e *env) {
 
 	// Another run reopens it again.
 	res = e.acquire(reopen(req, "r2"), 7)
-	require.Equal(t, "attempt 6 failed", res.Previous.Error)
+	require.Equal(t, "attempt 6 failed", res.PreviousError)
 	rec = e.get("k")
 	require.Equal(t, "r2", rec.ReopenedBy)
 	require.Equal(t, 6, rec.BudgetBase)
@@ -825,8 +827,8 @@ func testReopenExhaustedByFinalRelease(t *testing.T, e *env) {
 	require.Equal(t, idempotency.Exhausted, e.claim(req).Status)
 
 	res := e.acquire(reopen(req, "r1"), 2)
-	require.Equal(t, idempotency.PreviousFailed, res.Previous.Result)
-	require.Equal(t, "invalid card", res.Previous.Error)
+	require.Equal(t, idempotency.ResultFailed, res.Previous)
+	require.Equal(t, "invalid card", res.PreviousError)
 	rec := e.get("k")
 	require.Equal(t, "r1", rec.ReopenedBy)
 	require.Equal(t, 1, rec.BudgetBase)
@@ -853,7 +855,7 @@ func testReopenExhaustedByCrashLoop(t *testing.T, e *env) {
 	}
 	require.Equal(t, idempotency.Exhausted, e.claim(req).Status)
 	res := e.acquire(reopen(req, "r1"), 3)
-	require.Equal(t, idempotency.PreviousUnknown, res.Previous.Result)
+	require.Equal(t, idempotency.ResultUnknown, res.Previous)
 	require.Equal(t, 2, e.get("k").BudgetBase)
 }
 
@@ -912,7 +914,7 @@ func testReopenNotLiveLease(t *testing.T, e *env) {
 	// record, with one the claim gets a fresh budget.
 	e.expireLeases()
 	res = e.acquire(reopen(req, "r1"), 2)
-	require.Equal(t, idempotency.PreviousUnknown, res.Previous.Result)
+	require.Equal(t, idempotency.ResultUnknown, res.Previous)
 	rec := e.get("k")
 	require.Equal(t, "r1", rec.ReopenedBy)
 	require.Equal(t, 1, rec.BudgetBase)
@@ -934,7 +936,7 @@ func testReopenCreatesRecord(t *testing.T, e *env) {
 
 // A malformed replay ID is an invalid request and stores nothing.
 func testReopenInvalidID(t *testing.T, e *env) {
-	for i, id := range []string{"a\nb", "a\x00b", "a\xffb", strings.Repeat("r", idempotency.MaxKeyLen+1)} {
+	for i, id := range []string{"a\nb", "a\x00b", "a\xffb", strings.Repeat("r", idem.MaxKeyLen+1)} {
 		key := fmt.Sprintf("bad-reopen-%d", i)
 		_, err := e.h.Store.Claim(e.ctx, reopen(e.req(key), id))
 		require.ErrorIs(t, err, idempotency.ErrInvalidRequest, "reopen ID %q", id)

@@ -11,11 +11,11 @@ import (
 )
 
 // The store's read-only listing for the surely command (internal/oplist).
-func init() { oplist.Register((*Store).listRecords) }
+func init() { oplist.Register((*store).listRecords) }
 
 // listRecords returns the live records f selects, in (namespace, key) order,
 // without their outcome. The cursor is the last entry's namespace and key.
-func (s *Store) listRecords(ctx context.Context, f oplist.Filter) (oplist.Page, error) {
+func (s *store) listRecords(ctx context.Context, f oplist.Filter) (oplist.Page, error) {
 	if err := ctx.Err(); err != nil {
 		return oplist.Page{}, err
 	}

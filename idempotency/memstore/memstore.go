@@ -8,21 +8,18 @@ package memstore
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/options"
+	"github.com/surely-dev/surely/internal/record"
 )
 
-// DefaultRetention is how long records are kept unless
-// idempotency.WithRetention is given.
-const DefaultRetention = 24 * time.Hour
-
-// Store is an in-memory idempotency.Store. The zero value is not usable; call New.
-type Store struct {
+// store is the in-memory idempotency.Store that New returns.
+type store struct {
 	mu        sync.Mutex
 	now       func() time.Time
 	retention time.Duration
@@ -32,10 +29,11 @@ type Store struct {
 
 type recordKey struct{ ns, key string }
 
-// New returns an empty store. It takes idempotency.WithRetention (default
-// DefaultRetention) and idempotency.WithClock (default time.Now); any other
+// New returns an empty in-memory store. It also reports its retention
+// (idempotency.RetentionReporter). It takes idempotency.WithRetention (default
+// 24h) and idempotency.WithClock (default time.Now); any other
 // option is an error wrapping idempotency.ErrInvalidOption.
-func New(opts ...idempotency.Option) (*Store, error) {
+func New(opts ...idempotency.Option) (idempotency.Store, error) {
 	set, err := options.Apply(idempotency.ErrInvalidOption, opts)
 	if err != nil {
 		return nil, err
@@ -43,17 +41,17 @@ func New(opts ...idempotency.Option) (*Store, error) {
 	if err := set.Check(idempotency.ErrInvalidOption, "memstore.New", options.Retention, options.Clock); err != nil {
 		return nil, err
 	}
-	return &Store{
+	return &store{
 		now:       options.Get(set, options.Clock, time.Now),
-		retention: options.Get(set, options.Retention, DefaultRetention),
+		retention: options.Get(set, options.Retention, idem.DefaultRetention),
 		records:   map[recordKey]*idempotency.Record{},
 	}, nil
 }
 
-var _ idempotency.Store = (*Store)(nil)
+var _ idempotency.RetentionReporter = (*store)(nil)
 
 // get returns the live record, forgetting it when its retention has passed.
-func (s *Store) get(k recordKey, now time.Time) *idempotency.Record {
+func (s *store) get(k recordKey, now time.Time) *idempotency.Record {
 	r := s.records[k]
 	if r == nil {
 		return nil
@@ -66,7 +64,7 @@ func (s *Store) get(k recordKey, now time.Time) *idempotency.Record {
 }
 
 // Claim implements idempotency.Store.
-func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+func (s *store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
 		return idempotency.ClaimResult{}, err
 	}
@@ -77,118 +75,32 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	defer s.mu.Unlock()
 	now := s.now()
 	k := recordKey{req.Namespace, req.Key}
-	r := s.get(k, now)
-	prev := idempotency.Previous{}
-	if r != nil {
-		if r.Fingerprint != req.Fingerprint {
-			return idempotency.ClaimResult{Status: idempotency.Conflict, StoredFingerprint: r.Fingerprint}, nil
-		}
-		switch r.State {
-		case idempotency.StateDone:
-			return idempotency.ClaimResult{Status: idempotency.Completed, Outcome: cloneOutcome(r.Outcome)}, nil
-		case idempotency.StateExhausted:
-			if !reopens(req, r) {
-				return exhausted(r), nil
-			}
-			prev = previousOf(r.History)
-		case idempotency.StateInProgress:
-			if now.Before(r.LeaseUntil) {
-				return idempotency.ClaimResult{Status: idempotency.InProgress, Until: r.LeaseUntil, Wait: r.LeaseUntil.Sub(now)}, nil
-			}
-			// The owner's lease expired without Complete or Release.
-			if n := len(r.History); n > 0 && r.History[n-1].Result == idempotency.ResultInProgress {
-				r.History[n-1].Result = idempotency.ResultUnknown
-				r.History[n-1].Ended = r.LeaseUntil
-			}
-			r.State = idempotency.StateFailed
-			prev = idempotency.Previous{Result: idempotency.PreviousUnknown}
-		case idempotency.StateFailed:
-			if now.Before(r.NotBefore) {
-				// The last attempt asked for a delay: not charged.
-				return idempotency.ClaimResult{Status: idempotency.InProgress, Until: r.NotBefore, Wait: r.NotBefore.Sub(now)}, nil
-			}
-			prev = previousOf(r.History)
-		}
-		if reopens(req, r) {
-			// A replay run gives the record a fresh budget, once per run.
-			r.ReopenedBy = req.Reopen
-			r.BudgetBase = r.Attempts - r.Canceled
-		}
-		if r.Attempts-r.Canceled-r.BudgetBase >= req.MaxAttempts {
-			r.State = idempotency.StateExhausted
-			r.ExpiresAt = now.Add(s.retention)
-			return exhausted(r), nil
-		}
-	} else {
-		r = &idempotency.Record{Namespace: req.Namespace, Key: req.Key, Fingerprint: req.Fingerprint, ReopenedBy: req.Reopen}
-		s.records[k] = r
-	}
 	s.seq++
-	r.Attempts++
-	r.State = idempotency.StateInProgress
-	r.NotBefore = time.Time{}
-	var tok [32]byte
-	b := strconv.AppendUint(tok[:0], s.seq, 36)
-	b = append(b, '.')
-	b = strconv.AppendInt(b, int64(r.Attempts), 10)
-	r.Token = string(b)
-	r.LeaseUntil = now.Add(req.Lease)
-	// An owner that dies leaves a failure of unknown outcome: forget it a
-	// retention after its lease expires, like a FAILED record.
-	r.ExpiresAt = r.LeaseUntil.Add(s.retention)
-	r.History = appendHistory(r.History, idempotency.AttemptRecord{
-		Attempt: r.Attempts, Started: now, Result: idempotency.ResultInProgress,
-		TraceID: req.TraceID, SpanID: req.SpanID,
-	})
-	return idempotency.ClaimResult{
-		Status:   idempotency.Acquired,
-		Lease:    idempotency.Lease{Namespace: req.Namespace, Key: req.Key, Token: r.Token, Attempt: r.Attempts, Until: r.LeaseUntil},
-		Previous: prev,
-	}, nil
-}
-
-// reopens reports whether req reopens r: a replay ID that has not reopened
-// it yet, on a FAILED or EXHAUSTED record.
-func reopens(req idempotency.ClaimRequest, r *idempotency.Record) bool {
-	return req.Reopen != "" && req.Reopen != r.ReopenedBy &&
-		(r.State == idempotency.StateFailed || r.State == idempotency.StateExhausted)
-}
-
-// previousOf tells how the last attempt of a FAILED or EXHAUSTED record ended.
-func previousOf(h []idempotency.AttemptRecord) idempotency.Previous {
-	n := len(h)
-	if n == 0 {
-		return idempotency.Previous{}
+	res, next := record.Claim(s.get(k, now), req, "mem."+strconv.FormatUint(s.seq, 36), now, s.retention)
+	if next != nil {
+		s.records[k] = next
 	}
-	switch last := h[n-1]; last.Result {
-	case idempotency.ResultCanceled:
-		return idempotency.Previous{Result: idempotency.PreviousCanceled}
-	case idempotency.ResultUnknown:
-		return idempotency.Previous{Result: idempotency.PreviousUnknown}
-	default:
-		return idempotency.Previous{Result: idempotency.PreviousFailed, Error: last.Error}
+	if res.Outcome != nil {
+		res.Outcome = cloneOutcome(res.Outcome)
 	}
+	return res, nil
 }
 
-func exhausted(r *idempotency.Record) idempotency.ClaimResult {
-	return idempotency.ClaimResult{Status: idempotency.Exhausted, Attempts: r.Attempts, History: append([]idempotency.AttemptRecord(nil), r.History...)}
-}
-
-func appendHistory(h []idempotency.AttemptRecord, a idempotency.AttemptRecord) []idempotency.AttemptRecord {
-	h = append(h, a)
-	if len(h) > idempotency.MaxHistory {
-		h = append(h[:0:0], h[len(h)-idempotency.MaxHistory:]...)
+// write stores the record that decide returns for the record of lease, as
+// it is now; decide's nil record with a nil error changes nothing.
+func (s *store) write(ctx context.Context, lease idempotency.Lease, decide func(cur *idempotency.Record, now time.Time) (*idempotency.Record, error)) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	return h
-}
-
-// owned returns the record if lease is its current, live lease.
-func (s *Store) owned(lease idempotency.Lease, now time.Time) (*idempotency.Record, error) {
-	r := s.get(recordKey{lease.Namespace, lease.Key}, now)
-	if r == nil || r.State != idempotency.StateInProgress || r.Token != lease.Token || lease.Token == "" {
-		return nil, idempotency.ErrLeaseLost
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	k := recordKey{lease.Namespace, lease.Key}
+	next, err := decide(s.get(k, now), now)
+	if next != nil {
+		s.records[k] = next
 	}
-	return r, nil
+	return err
 }
 
 // Complete implements idempotency.Store.
@@ -197,93 +109,39 @@ func (s *Store) owned(lease idempotency.Lease, now time.Time) (*idempotency.Reco
 // claimed the key (the token is still current): the effect did commit. A
 // Complete re-sent with the lease that completed the record succeeds and
 // changes nothing.
-func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	r, err := s.owned(lease, now)
-	if err != nil {
-		if d := s.get(recordKey{lease.Namespace, lease.Key}, now); d != nil &&
-			d.State == idempotency.StateDone && d.Token == lease.Token && lease.Token != "" {
-			return nil
-		}
-		return err
-	}
-	r.State = idempotency.StateDone
-	r.Outcome = cloneOutcome(&outcome)
-	r.LeaseUntil = time.Time{}
-	r.ExpiresAt = now.Add(s.retention)
-	if n := len(r.History); n > 0 {
-		r.History[n-1].Result = idempotency.ResultDone
-		r.History[n-1].Ended = now
-	}
-	return nil
+func (s *store) Complete(ctx context.Context, lease idempotency.Lease, outcome idempotency.Outcome) error {
+	return s.write(ctx, lease, func(cur *idempotency.Record, now time.Time) (*idempotency.Record, error) {
+		return record.Complete(cur, lease, *cloneOutcome(&outcome), now, s.retention)
+	})
 }
 
 // Release implements idempotency.Store.
-func (s *Store) Release(ctx context.Context, lease idempotency.Lease, f idempotency.Failure) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	r, err := s.owned(lease, now)
-	if err != nil {
-		return err
-	}
-	r.State = idempotency.StateFailed
-	result := idempotency.ResultFailed
-	if f.Canceled {
-		r.Canceled++
-		result = idempotency.ResultCanceled
-	} else if f.Final {
-		r.State = idempotency.StateExhausted
-	}
-	r.LeaseUntil = time.Time{}
-	r.NotBefore = time.Time{}
-	r.ExpiresAt = now.Add(s.retention)
-	if r.State == idempotency.StateFailed && !f.Canceled && f.RetryAfter > 0 {
-		r.NotBefore = now.Add(f.RetryAfter)
-		r.ExpiresAt = r.NotBefore.Add(s.retention)
-	}
-	if n := len(r.History); n > 0 {
-		h := &r.History[n-1]
-		h.Result, h.Ended = result, now
-		h.Error = idempotency.Truncate(f.Error, idempotency.MaxErrorLen)
-		h.Type = f.ErrorType
-		h.Reason = f.Reason
-		h.Stack = idempotency.Truncate(f.Stack, idempotency.MaxStackLen)
-	}
-	return nil
+func (s *store) Release(ctx context.Context, lease idempotency.Lease, f idempotency.Failure) error {
+	return s.write(ctx, lease, func(cur *idempotency.Record, now time.Time) (*idempotency.Record, error) {
+		return record.Release(cur, lease, f, now, s.retention)
+	})
 }
 
 // Extend implements idempotency.Store.
-func (s *Store) Extend(ctx context.Context, lease idempotency.Lease, d time.Duration) (idempotency.Lease, error) {
+func (s *store) Extend(ctx context.Context, lease idempotency.Lease, d time.Duration) (idempotency.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return lease, err
 	}
-	if d <= 0 {
-		return lease, fmt.Errorf("%w: extension must be positive, got %v", idempotency.ErrInvalidRequest, d)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	r, err := s.owned(lease, now)
-	if err != nil {
+	if err := record.CheckExtension(d); err != nil {
 		return lease, err
 	}
-	r.LeaseUntil = now.Add(d)
-	r.ExpiresAt = r.LeaseUntil.Add(s.retention)
-	lease.Until = r.LeaseUntil
-	return lease, nil
+	err := s.write(ctx, lease, func(cur *idempotency.Record, now time.Time) (*idempotency.Record, error) {
+		next, err := record.Extend(cur, lease, d, now, s.retention)
+		if next != nil {
+			lease.Until = next.LeaseUntil
+		}
+		return next, err
+	})
+	return lease, err
 }
 
 // Get implements idempotency.Store.
-func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Record, error) {
+func (s *store) Get(ctx context.Context, namespace, key string) (idempotency.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return idempotency.Record{}, err
 	}
@@ -324,4 +182,4 @@ func cloneOutcome(o *idempotency.Outcome) *idempotency.Outcome {
 
 // Retention is how long DONE, FAILED and EXHAUSTED records are kept
 // (idempotency.RetentionReporter).
-func (s *Store) Retention() time.Duration { return s.retention }
+func (s *store) Retention() time.Duration { return s.retention }

@@ -12,14 +12,14 @@ import (
 	"github.com/surely-dev/surely/internal/options"
 )
 
-// MaxBatch is the largest batch WithBatching accepts.
-const MaxBatch = 4096
+// maxBatch is the largest batch WithBatching accepts.
+const maxBatch = 4096
 
 // WithBatching makes concurrent Claim and Complete calls share round trips
 // (group commit): a call made while fewer than two round trips of the
 // store's are in flight is sent at once, alone, exactly as without
 // batching; calls made while two are in flight wait for one to return and
-// are then sent together, at most maxBatch calls per round trip (the rest
+// are then sent together, at most n calls per round trip (the rest
 // wait for the next one). There is no timer: an idle store adds no
 // latency, and the window in which calls are gathered is the round trips
 // already in flight.
@@ -47,15 +47,14 @@ const MaxBatch = 4096
 // Release, Extend, Get, and a Claim or Complete under WithWaitReplicas are
 // always sent on their own. Batching suits many concurrent handlers on one store
 // (a router with many messages in flight); with one handler at a time it
-// changes nothing. maxBatch must be between 2 and MaxBatch; 64 is a good
-// start.
-func WithBatching(maxBatch int) idempotency.Option {
+// changes nothing. n must be between 2 and 4096; 64 is a good start.
+func WithBatching(n int) idempotency.Option {
 	return func(s *options.Set) error {
-		if maxBatch < 2 || maxBatch > MaxBatch {
+		if n < 2 || n > maxBatch {
 			return fmt.Errorf("%w: redisstore: batch size must be between 2 and %d, got %d",
-				idempotency.ErrInvalidOption, MaxBatch, maxBatch)
+				idempotency.ErrInvalidOption, maxBatch, n)
 		}
-		s.Put(optBatching, maxBatch)
+		s.Put(optBatching, n)
 		return nil
 	}
 }

@@ -64,7 +64,7 @@
 //	until_ms  lease expiry (server clock, Unix ms) while in progress; absent
 //	          or empty otherwise
 //	outcome   JSON of idempotency.Outcome, once done
-//	history   JSON array of the newest idempotency.MaxHistory attempts; a
+//	history   JSON array of the newest 20 attempts; a
 //	          claim writes its attempt last, with its result as last member
 //	req       ID of the last Complete or Release (makes a re-sent call safe)
 //	nb_ms     retry-after time of a failed record (server clock, Unix ms):

@@ -1,5 +1,7 @@
 package redisstore
 
+import "github.com/surely-dev/surely/internal/idem"
+
 // Queued returns how many calls wait in s's batch queue, not yet sent.
 func Queued(s *Store) int {
 	if s.batch == nil {
@@ -28,3 +30,10 @@ func Idle(s *Store) bool {
 	defer s.batch.mu.Unlock()
 	return s.batch.flushers == 0 && len(s.batch.queue) == 0
 }
+
+// The defaults and bounds the package doc states.
+const (
+	DefaultPrefix    = defaultPrefix
+	DefaultRetention = idem.DefaultRetention
+	MaxBatch         = maxBatch
+)

@@ -96,7 +96,7 @@ func TestRecordForms(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, idempotency.Acquired, res.Status)
 				require.Equal(t, 2, res.Lease.Attempt)
-				require.Equal(t, idempotency.Previous{Result: idempotency.PreviousFailed, Error: "boom"}, res.Previous)
+				require.Equal(t, []any{idempotency.ResultFailed, "boom"}, []any{res.Previous, res.PreviousError})
 				out := idempotency.Outcome{Messages: []idempotency.StoredMessage{{UUID: "u", Payload: []byte("p")}}}
 				require.NoError(t, s.Complete(ctx, res.Lease, out))
 				res, err = s.Claim(ctx, claimReq(key))
@@ -107,7 +107,7 @@ func TestRecordForms(t *testing.T) {
 				require.Equal(t, idempotency.StateDone, rec.State)
 				require.Equal(t, 2, rec.Attempts)
 				require.Len(t, rec.History, 2)
-				require.Equal(t, []string{"failed", "done"}, []string{rec.History[0].Result, rec.History[1].Result})
+				require.Equal(t, []idempotency.AttemptResult{"failed", "done"}, []idempotency.AttemptResult{rec.History[0].Result, rec.History[1].Result})
 
 				// Completed by its first attempt: a duplicate, a conflict,
 				// a re-sent Complete, and a stale owner changing nothing.
@@ -135,7 +135,7 @@ func TestRecordForms(t *testing.T) {
 				require.Equal(t, out, *rec.Outcome)
 				require.Len(t, rec.History, 1)
 				h := rec.History[0]
-				require.Equal(t, "done", h.Result)
+				require.Equal(t, idempotency.ResultDone, h.Result)
 				require.Equal(t, trace, h.TraceID)
 				require.Equal(t, l.Until.Add(-time.Minute), h.Started)
 				require.False(t, h.Ended.Before(h.Started), "ended %v, started %v", h.Ended, h.Started)
@@ -149,7 +149,7 @@ func TestRecordForms(t *testing.T) {
 				res, err = s.Claim(ctx, claimReq(key))
 				require.NoError(t, err)
 				require.Equal(t, idempotency.Acquired, res.Status)
-				require.Equal(t, idempotency.PreviousCanceled, res.Previous.Result)
+				require.Equal(t, idempotency.ResultCanceled, res.Previous)
 				rec = get(key)
 				require.Equal(t, 2, rec.Attempts)
 				require.Equal(t, 1, rec.Canceled)
@@ -177,11 +177,11 @@ func TestFastRecordTakeover(t *testing.T) {
 		return res.Status == idempotency.Acquired
 	}, 10*time.Second, time.Millisecond)
 	require.Equal(t, 2, res.Lease.Attempt)
-	require.Equal(t, idempotency.PreviousUnknown, res.Previous.Result)
+	require.Equal(t, idempotency.ResultUnknown, res.Previous)
 	require.ErrorIs(t, s.Complete(ctx, dead, idempotency.Outcome{}), idempotency.ErrLeaseLost, "the dead owner is fenced off")
 	require.NoError(t, s.Complete(ctx, res.Lease, idempotency.Outcome{}))
 	rec, err := s.Get(ctx, "ns", "k")
 	require.NoError(t, err)
-	require.Equal(t, []string{"unknown", "done"}, []string{rec.History[0].Result, rec.History[1].Result})
+	require.Equal(t, []idempotency.AttemptResult{"unknown", "done"}, []idempotency.AttemptResult{rec.History[0].Result, rec.History[1].Result})
 	require.Equal(t, dead.Until, rec.History[0].Ended, "the unknown attempt ended with its lease")
 }

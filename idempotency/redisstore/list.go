@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/oplist"
 )
 
@@ -86,7 +87,7 @@ func (s *Store) listScan(ctx context.Context, page *oplist.Page, f oplist.Filter
 		var batch [][2]string
 		for _, k := range keys {
 			ns, key, ok := strings.Cut(strings.TrimPrefix(k, s.prefix), ":")
-			if seen[k] || !ok || idempotency.ValidateNamespace(ns) != nil {
+			if seen[k] || !ok || idem.ValidateNamespace(ns) != nil {
 				continue
 			}
 			seen[k] = true

@@ -15,14 +15,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/options"
+	"github.com/surely-dev/surely/internal/record"
 )
 
-// Defaults of the options.
-const (
-	DefaultPrefix    = "surely:"
-	DefaultRetention = 24 * time.Hour
-)
+// defaultPrefix is the prefix of the store's keys unless WithPrefix
+// names another.
+const defaultPrefix = "surely:"
 
 // ErrNotReplicated is returned (wrapped) under WithWaitReplicas when fewer
 // replicas than asked acknowledged a record within the timeout:
@@ -129,7 +129,7 @@ func WithHashRecords() idempotency.Option {
 // server cannot be reached or refuses the scripts.
 //
 // Options: WithPrefix, WithBatching, WithWaitReplicas, WithHashRecords, and
-// of the common ones idempotency.WithRetention (default DefaultRetention,
+// of the common ones idempotency.WithRetention (default 24h,
 // at least 1ms; Redis expires the records with PEXPIRE) and
 // idempotency.WithLogger (default slog.Default(); the store logs only
 // warnings: the persistence warning of New and script reloads). Any other
@@ -155,8 +155,8 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...idempotency.
 	wait := options.Get(set, optWaitReplicas, waitReplicas{})
 	s := &Store{
 		client:      client,
-		prefix:      options.Get(set, optPrefix, DefaultPrefix),
-		retention:   options.Get(set, options.Retention, DefaultRetention),
+		prefix:      options.Get(set, optPrefix, defaultPrefix),
+		retention:   options.Get(set, options.Retention, idem.DefaultRetention),
 		logger:      options.Get(set, options.Logger, slog.Default()),
 		waitN:       wait.n,
 		waitTimeout: wait.timeout,
@@ -215,28 +215,12 @@ func ms(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-func fromMs(v int64) time.Time {
-	if v <= 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(v)
-}
+func fromMs(v int64) time.Time { return record.FromMs(v) }
 
 // histEntry is one attempt as stored in the record's history field (JSON,
 // written by the Lua scripts with cjson). Times are milliseconds of the
 // server clock.
-type histEntry struct {
-	Attempt int     `json:"attempt"`
-	Started float64 `json:"started_ms"`
-	Ended   float64 `json:"ended_ms,omitempty"`
-	Result  string  `json:"result"`
-	Error   string  `json:"error,omitempty"`
-	Type    string  `json:"type,omitempty"`
-	Reason  string  `json:"reason,omitempty"`
-	Stack   string  `json:"stack,omitempty"`
-	TraceID string  `json:"trace_id,omitempty"`
-	SpanID  string  `json:"span_id,omitempty"`
-}
+type histEntry = record.Entry[float64]
 
 func decodeHistory(s string) ([]idempotency.AttemptRecord, error) {
 	if s == "" || s == "[]" || s == "{}" { // cjson writes an empty table as {}
@@ -246,22 +230,7 @@ func decodeHistory(s string) ([]idempotency.AttemptRecord, error) {
 	if err := json.Unmarshal([]byte(s), &hs); err != nil {
 		return nil, fmt.Errorf("redisstore: decode history: %w", err)
 	}
-	out := make([]idempotency.AttemptRecord, len(hs))
-	for i, h := range hs {
-		out[i] = idempotency.AttemptRecord{
-			Attempt: h.Attempt,
-			Started: fromMs(int64(h.Started)),
-			Ended:   fromMs(int64(h.Ended)),
-			Result:  h.Result,
-			Error:   h.Error,
-			Type:    h.Type,
-			Reason:  h.Reason,
-			Stack:   h.Stack,
-			TraceID: h.TraceID,
-			SpanID:  h.SpanID,
-		}
-	}
-	return out, nil
+	return record.Attempts(hs), nil
 }
 
 func decodeOutcome(s string) (*idempotency.Outcome, error) {
@@ -316,7 +285,7 @@ func (s *Store) claimArgs(req idempotency.ClaimRequest, token string) []any {
 		fast = fastRecord(req, token, lease, retention, ids)
 	}
 	return []any{req.Fingerprint, lease, req.MaxAttempts, token, retention, lease + retention,
-		idempotency.MaxHistory, ids, req.Reopen, fast}
+		idem.MaxHistory, ids, req.Reopen, fast}
 }
 
 // Argument positions in claimArgs.
@@ -453,10 +422,10 @@ func claimResult(v any, req idempotency.ClaimRequest, token string) (idempotency
 		res = idempotency.ClaimResult{
 			Status:   idempotency.Acquired,
 			Lease:    lease,
-			Previous: idempotency.Previous{Result: idempotency.PreviousResult(r.str(3))},
+			Previous: idempotency.AttemptResult(r.str(3)),
 		}
-		if res.Previous.Result == idempotency.PreviousFailed {
-			res.Previous.Error = r.str(4)
+		if res.Previous == idempotency.ResultFailed {
+			res.PreviousError = r.str(4)
 		}
 	default:
 		return idempotency.ClaimResult{}, fmt.Errorf("redisstore: claim: unexpected reply %v", v)
@@ -470,7 +439,7 @@ func claimResult(v any, req idempotency.ClaimRequest, token string) (idempotency
 // owns reports whether lease can name a record: an empty token or a
 // namespace that Claim would refuse never matches one.
 func owns(lease idempotency.Lease) bool {
-	return lease.Token != "" && idempotency.ValidateNamespace(lease.Namespace) == nil
+	return lease.Token != "" && idem.ValidateNamespace(lease.Namespace) == nil
 }
 
 // Complete implements idempotency.Store in one round trip (EVALSHA), two
@@ -653,8 +622,8 @@ func (s *Store) Release(ctx context.Context, lease idempotency.Lease, f idempote
 	}
 	v, err := s.evalSha(ctx, s.client, scriptRelease, s.redisKey(lease.Namespace, lease.Key),
 		lease.Token, newID(), ms(s.retention), flag(f.Canceled), flag(f.Final),
-		idempotency.Truncate(f.Error, idempotency.MaxErrorLen), f.ErrorType, f.Reason,
-		idempotency.Truncate(f.Stack, idempotency.MaxStackLen), ms(max(f.RetryAfter, 0)))
+		idem.Truncate(f.Error, idem.MaxErrorLen), f.ErrorType, f.Reason,
+		idem.Truncate(f.Stack, idem.MaxStackLen), ms(max(f.RetryAfter, 0)))
 	if err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}
@@ -666,8 +635,8 @@ func (s *Store) Extend(ctx context.Context, lease idempotency.Lease, d time.Dura
 	if err := ctx.Err(); err != nil {
 		return lease, err
 	}
-	if d <= 0 {
-		return lease, fmt.Errorf("%w: extension must be positive, got %v", idempotency.ErrInvalidRequest, d)
+	if err := record.CheckExtension(d); err != nil {
+		return lease, err
 	}
 	if !owns(lease) {
 		return lease, idempotency.ErrLeaseLost
@@ -695,7 +664,7 @@ func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Rec
 	if err := ctx.Err(); err != nil {
 		return idempotency.Record{}, err
 	}
-	if idempotency.ValidateNamespace(namespace) != nil {
+	if idem.ValidateNamespace(namespace) != nil {
 		return idempotency.Record{}, idempotency.ErrNotFound
 	}
 	v, err := s.evalSha(ctx, s.client, scriptGet, s.redisKey(namespace, key))

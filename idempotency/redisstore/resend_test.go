@@ -56,7 +56,7 @@ func TestResentCallsAnswerAsTheFirst(t *testing.T) {
 	first := claim("t1")
 	require.Equal(t, idempotency.Acquired, first.Status)
 	require.Equal(t, 1, first.Lease.Attempt)
-	require.Equal(t, idempotency.Previous{}, first.Previous)
+	require.Empty(t, first.Previous)
 	require.Equal(t, first, claim("t1"), "a re-sent first claim")
 	require.Equal(t, idempotency.InProgress, claim("t-other").Status, "another claim sees the live lease")
 
@@ -67,7 +67,7 @@ func TestResentCallsAnswerAsTheFirst(t *testing.T) {
 	second := claim("t2")
 	require.Equal(t, idempotency.Acquired, second.Status)
 	require.Equal(t, 2, second.Lease.Attempt)
-	require.Equal(t, idempotency.Previous{Result: idempotency.PreviousFailed, Error: "boom"}, second.Previous)
+	require.Equal(t, []any{idempotency.ResultFailed, "boom"}, []any{second.Previous, second.PreviousError})
 	require.Equal(t, second, claim("t2"), "a re-sent claim after a failure")
 
 	require.Equal(t, int64(1), complete("t2", "c1"))

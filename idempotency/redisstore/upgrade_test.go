@@ -10,6 +10,7 @@ import (
 
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 // previous runs the scripts of the previous release (testdata/previous),
@@ -46,7 +47,7 @@ func (p *previous) run(name, key string, args ...any) any {
 // claim returns the attempt it acquired.
 func (p *previous) claim(key, token, traceID string) int64 {
 	p.t.Helper()
-	v := p.run("claim", key, "fp", 60000, 5, token, 60000, idempotency.MaxHistory, traceID, "00f067aa0ba902b7", "")
+	v := p.run("claim", key, "fp", 60000, 5, token, 60000, idem.MaxHistory, traceID, "00f067aa0ba902b7", "")
 	r, ok := v.([]any)
 	require.True(p.t, ok, "reply %v", v)
 	require.Equal(p.t, "acquired", r[0])
@@ -97,7 +98,7 @@ func TestRollingUpgrade(t *testing.T) {
 	attempts := func(hs []idempotency.AttemptRecord) []attempt {
 		out := make([]attempt, len(hs))
 		for i, h := range hs {
-			out[i] = attempt{h.Attempt, h.Result, h.Error, h.TraceID, h.SpanID}
+			out[i] = attempt{h.Attempt, string(h.Result), h.Error, h.TraceID, h.SpanID}
 		}
 		return out
 	}
@@ -120,7 +121,7 @@ func TestRollingUpgrade(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, idempotency.Acquired, res.Status)
 		require.Equal(t, 2, res.Lease.Attempt)
-		require.Equal(t, idempotency.Previous{Result: idempotency.PreviousFailed, Error: "boom"}, res.Previous)
+		require.Equal(t, []any{idempotency.ResultFailed, "boom"}, []any{res.Previous, res.PreviousError})
 		require.NoError(t, s.Complete(ctx, res.Lease, idempotency.Outcome{}))
 		require.Equal(t, []attempt{
 			{1, "failed", "boom", trace, "00f067aa0ba902b7"},
@@ -146,7 +147,7 @@ func TestRollingUpgrade(t *testing.T) {
 			name string
 			args []any
 		}{
-			{"claim", []any{"fp", 60000, 5, "t2", 60000, idempotency.MaxHistory, "", "", ""}},
+			{"claim", []any{"fp", 60000, 5, "t2", 60000, idem.MaxHistory, "", "", ""}},
 			{"complete", []any{l.Token, l.Token, "{}", 60000}},
 			{"release", []any{l.Token, randomHex(16), 60000, "0", "0", "boom", "", "", ""}},
 		} {
@@ -155,7 +156,7 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		require.NoError(t, s.Complete(ctx, l, idempotency.Outcome{}))
 		_, err := client.Eval(ctx, old.src["claim"], []string{prefix + "ns:f"},
-			"fp", 60000, 5, "t2", 60000, idempotency.MaxHistory, "", "", "").Result()
+			"fp", 60000, 5, "t2", 60000, idem.MaxHistory, "", "", "").Result()
 		require.True(t, redis.HasErrorPrefix(err, "WRONGTYPE"), "claim of a fast DONE record: %v", err)
 		require.Equal(t, []attempt{{1, "done", "", "", ""}}, attempts(history("f")))
 	})

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	surelydelivery "github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/middleware"
 )
 
 // counted returns msg as delivered by a broker that counts deliveries,
@@ -32,7 +32,7 @@ func TestCrashInsideTransactionCounted(t *testing.T) {
 		require.ErrorIs(t, err, idempotency.ErrNotFound, "the claim died with it: one transaction")
 
 		outcome := c.runChildCounted(t, key, "pay 10", "", 2)
-		require.Equal(t, string(middleware.OutcomeProcessed), outcome)
+		require.Equal(t, string(handler.OutcomeProcessed), outcome)
 		require.Equal(t, 1, c.count(t, key), "effect exactly once")
 		rec := c.record(t, key)
 		require.Equal(t, idempotency.StateDone, rec.State)
@@ -54,7 +54,7 @@ func TestCrashAfterCommitCounted(t *testing.T) {
 		require.Equal(t, 1, rec.Attempts)
 
 		outcome := c.runChildCounted(t, key, "pay 10", "", 2)
-		require.Equal(t, string(middleware.OutcomeDuplicate), outcome)
+		require.Equal(t, string(handler.OutcomeDuplicate), outcome)
 		require.Equal(t, 1, c.count(t, key), "effect exactly once")
 	})
 }
@@ -95,7 +95,7 @@ func TestCrashEveryAttempt(t *testing.T) {
 					require.Zero(t, c.count(t, key), "crash %d", i)
 				}
 				outcome := c.runChildCounted(t, key, "poison", "", count(broker.crashes+1))
-				require.Equal(t, string(middleware.OutcomeDeadLettered), outcome)
+				require.Equal(t, string(handler.OutcomeDeadLettered), outcome)
 				require.Zero(t, c.count(t, key), "no effect ever committed")
 				rec := c.record(t, key)
 				require.Equal(t, idempotency.StateExhausted, rec.State)

@@ -38,8 +38,8 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/faults"
+	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/internal/testsql"
-	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -137,7 +137,7 @@ func crashChild() int {
 	effect := rebind(dialect, "INSERT INTO "+quote(dialect, table+"_fx")+" (op_key, payload, attempt) VALUES (?, ?, ?)")
 	key := os.Getenv(crashKeyEnv)
 	pay := func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error) {
-		op, _ := idempotency.OperationFrom(ctx)
+		op, _ := opctx.From(ctx)
 		if op.Key == key && (op.Deferred != nil) != inTx {
 			// The dedup step left the claim to the inbox (op.Deferred)
 			// exactly when the store claims in its transaction: the
@@ -159,7 +159,7 @@ func crashChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	var outcome middleware.Outcome
+	var outcome handler.Outcome
 	h, err := handler.New(s.Inbox(pay),
 		handler.WithStore(s, crashNamespace),
 		handler.WithDeadLetter(faults.NewPublisher(0), deadTopic),
@@ -170,9 +170,9 @@ func crashChild() int {
 		// third of it): a claim that times out on a loaded machine after
 		// it committed would count an attempt that no crash took.
 		handler.WithStoreTimeout(crashLease*9/10),
-		handler.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+		handler.WithOnOutcome(func(_ context.Context, p handler.OutcomeParams) handler.OutcomeResult {
 			outcome = p.Outcome
-			return middleware.OutcomeResult{}
+			return handler.OutcomeResult{}
 		}),
 	)
 	if err != nil {
@@ -288,7 +288,7 @@ func setupCrash(t *testing.T, b backend, path crashPath) *crashEnv {
 		c.childEnv = append(c.childEnv, crashDialectEnv+"=mysql")
 	}
 	c.inboxEnv = setupInbox(t, b)
-	c.childEnv = append(c.childEnv, crashTableEnv+"="+c.store.Table())
+	c.childEnv = append(c.childEnv, crashTableEnv+"="+sqlstore.Table(c.store))
 	return c
 }
 
@@ -331,7 +331,7 @@ func TestCrashInsideTransaction(t *testing.T) {
 		require.Equal(t, 1, rec.Attempts, "the crashed attempt is counted")
 
 		outcome := c.runChild(t, key, "pay 10", "")
-		require.Equal(t, string(middleware.OutcomeProcessed), outcome)
+		require.Equal(t, string(handler.OutcomeProcessed), outcome)
 		require.Equal(t, 1, c.count(t, key), "effect exactly once")
 		rec = c.record(t, key)
 		require.Equal(t, idempotency.StateDone, rec.State)
@@ -352,7 +352,7 @@ func TestCrashAfterCommit(t *testing.T) {
 		require.Equal(t, idempotency.StateDone, c.record(t, key).State, "with its DONE mark")
 
 		outcome := c.runChild(t, key, "pay 10", "")
-		require.Equal(t, string(middleware.OutcomeDuplicate), outcome)
+		require.Equal(t, string(handler.OutcomeDuplicate), outcome)
 		require.Equal(t, 1, c.count(t, key), "effect exactly once")
 		rec := c.record(t, key)
 		require.Equal(t, idempotency.StateDone, rec.State)

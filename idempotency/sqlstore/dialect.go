@@ -37,7 +37,7 @@ var (
 	schemaSQLite string
 )
 
-// schemaFile returns the embedded schema file of d, written for DefaultTable.
+// schemaFile returns the embedded schema file of d, written for defaultTable.
 func (d Dialect) schemaFile() string {
 	switch d {
 	case Postgres:
@@ -52,7 +52,7 @@ func (d Dialect) schemaFile() string {
 }
 
 // ddl returns the statements Migrate runs for table: those of the
-// embedded schema file, with table in place of DefaultTable (the table name
+// embedded schema file, with table in place of defaultTable (the table name
 // and the prefix of its index name). Comment lines are dropped and the
 // statements split at ";".
 func (d Dialect) ddl(table string) []string {
@@ -66,7 +66,7 @@ func (d Dialect) ddl(table string) []string {
 	var out []string
 	for stmt := range strings.SplitSeq(b.String(), ";") {
 		if stmt = strings.TrimSpace(stmt); stmt != "" {
-			out = append(out, strings.ReplaceAll(stmt, DefaultTable, table))
+			out = append(out, strings.ReplaceAll(stmt, defaultTable, table))
 		}
 	}
 	return out

@@ -28,7 +28,7 @@
 //	expires_at_ms      end of the retention: from then on the row reads as absent
 //	updated_at_ms      time of the last write
 //	outcome            JSON of idempotency.Outcome, once done
-//	history            JSON array of the newest idempotency.MaxHistory attempts
+//	history            JSON array of the newest 20 attempts
 //	reopened_by, budget_base  the replay that last reopened the record, and its budget base
 //	not_before_ms      retry-after time of a failed record (else 0): no claim before it
 //	created_at_ms      time the row was inserted (0 for rows of earlier versions); never updated
@@ -96,7 +96,7 @@
 //     IGNORE would take a shared lock, and two claims upgrading theirs with
 //     FOR UPDATE deadlock), then SELECT ... FOR UPDATE. MySQL has no
 //     RETURNING: a claim of a new key gets its lease back as the INSERT's
-//     last insert ID (LAST_INSERT_ID(expr); 0 for a duplicate key). Fingerprints are limited to MaxFingerprintLen bytes.
+//     last insert ID (LAST_INSERT_ID(expr); 0 for a duplicate key). Fingerprints are limited to 255 bytes.
 //   - SQLite: there are no row locks; each transaction of the store starts
 //     with a write statement, which takes the database's write lock at once
 //     (the effect of BEGIN IMMEDIATE, so _txlock=immediate in the DSN is
@@ -104,7 +104,7 @@
 //     with the INSERT again, the inbox with its INSERT or its fenced
 //     UPDATE; a claim of a new key, Complete, Release and Extend are a
 //     single statement and need no transaction. Only the inbox
-//     of a message without a record (middleware.ProcessWithoutDedup),
+//     of a message without a record (handler.ProcessWithoutDedup),
 //     which has no row to write, begins with an UPDATE that matches no row
 //     (modernc.org/sqlite sets BEGIN IMMEDIATE only for a whole DSN,
 //     _txlock=immediate, which the store does not own). Concurrent writers
@@ -193,15 +193,15 @@
 // Inbox turns a TxHandler, func(ctx, tx, msg), into the Watermill handler
 // for handler.New or middleware.Dedup used with this store: the effect and
 // the DONE mark, with the produced messages, commit together or not at
-// all. The dedup step then skips its Complete (idempotency.Operation
-// Committed). A failing or panicking handler, or a failed commit, rolls
+// all. The dedup step then skips its Complete (the inbox tells it so through
+// the message context, by a signal private to surely). A failing or panicking handler, or a failed commit, rolls
 // everything back; the failure is recorded as for any attempt and the next
 // delivery runs again.
 //
 // Where the claim goes is the design decision of this mode. By default the
 // dedup step claims first, in a commit of its own, and the inbox's
 // transaction marks DONE under that lease. With WithInTxClaims the dedup
-// step offers the claim to the inbox (idempotency.InTxClaims); the inbox
+// step offers the claim to the inbox (through the message context); the inbox
 // accepts on its first call when the dedup step uses this very store (not
 // a wrapper of it), so a process's first message takes the general path,
 // and every later one the following. Use it only when the chain's handler
@@ -252,7 +252,7 @@
 //     elsewhere, a paused consumer, a retry-after delay). A database crash
 //     loses nothing committed.
 //   - claim committed first, crash after the claim: the attempt is counted;
-//     after the lease the redelivery takes over (PreviousUnknown) and the
+//     after the lease the redelivery takes over (ResultUnknown) and the
 //     record's budget bounds a crash loop exactly. On PostgreSQL this
 //     claim's commit is asynchronous: a crash of the consumer loses nothing
 //     (the server has the commit); a crash of the database within about
@@ -327,10 +327,10 @@
 // database, then Complete):
 //
 //   - before the effect: the claim is counted; after the lease expires the
-//     redelivery takes over with PreviousUnknown and runs the effect.
+//     redelivery takes over with ResultUnknown and runs the effect.
 //   - after the effect, before Complete commits: the record stays
 //     IN_PROGRESS; after the lease the redelivery runs the effect again
-//     (PreviousUnknown tells the handler to reconcile). Lease mode survives
+//     (ResultUnknown tells the handler to reconcile). Lease mode survives
 //     this crash only with an idempotent external effect.
 //   - after Complete, before the ack: the redelivery is a duplicate; the
 //     stored produced messages are re-emitted.

@@ -3,6 +3,8 @@ package sqlstore
 import (
 	"database/sql"
 	"time"
+
+	"github.com/surely-dev/surely/internal/sqldialect"
 )
 
 // AdvanceClock moves s's view of the database clock forward by d, so that
@@ -29,3 +31,18 @@ func PreparedStatements(s *Store) int {
 	}
 	return 0
 }
+
+// Table returns the name of the store's table.
+func Table(s *Store) string { return s.table }
+
+// ErrNoOperation is the error of an Inbox handler run outside the dedup step.
+var ErrNoOperation = errNoOperation
+
+// DialectName is the name of d (its schema file's).
+func DialectName(d Dialect) string { return sqldialect.Name(int(d)) }
+
+// The defaults and bounds the package doc states.
+const (
+	DefaultTable      = defaultTable
+	MaxFingerprintLen = maxFingerprintLen
+)

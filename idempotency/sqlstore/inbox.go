@@ -9,11 +9,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/opctx"
 )
 
-// ErrNoOperation is returned by an Inbox handler called without an
-// idempotency.Operation in the message context, i.e. outside the dedup step.
-var ErrNoOperation = errors.New("sqlstore: Inbox must run inside handler.New/middleware.Dedup with this store (no idempotency.Operation in the message context)")
+// errNoOperation is returned by an Inbox handler called without an
+// operation in the message context, i.e. outside the dedup step.
+var errNoOperation = errors.New("sqlstore: Inbox must run inside handler.New/middleware.Dedup with this store (no idempotency.Operation in the message context)")
 
 // TxHandler is a business handler that does its effect inside tx. It must
 // not Commit or Roll back tx (the inbox does), nor use any other connection
@@ -41,7 +42,7 @@ type TxHandler func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*m
 // process's first message, a wrapped store), the dedup step claims the
 // operation first, in a transaction of its own, and the inbox:
 //
-//  1. reads the idempotency.Operation from msg.Context() (ErrNoOperation
+//  1. reads the operation from msg.Context() (an error
 //     without one);
 //  2. begins a transaction (READ COMMITTED on PostgreSQL and MySQL);
 //  3. marks the record DONE with one UPDATE fenced on the lease (IN_PROGRESS
@@ -51,8 +52,8 @@ type TxHandler func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*m
 //     idempotency.ErrLeaseLost: fn never runs for a stale owner;
 //  4. runs fn(ctx, tx, msg) with ctx = msg.Context();
 //  5. stores the produced messages, if any, in the record (the outcome
-//     Complete would store), commits, and sets Operation.Committed, so
-//     that the dedup step skips Complete.
+//     Complete would store), commits, and tells the dedup step so, which
+//     then skips Complete.
 //
 // When fn fails or panics, or the commit fails, the transaction is rolled
 // back (fn's effect with it) and the error returned (a panic goes on
@@ -70,7 +71,7 @@ type TxHandler func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*m
 // step 3 stops it. The DONE record's times are those of step 3.
 //
 // A message without an operation key, processed under
-// middleware.ProcessWithoutDedup, has no record: fn then runs in a
+// handler.ProcessWithoutDedup, has no record: fn then runs in a
 // transaction of its own, committed when fn returns nil.
 func (s *Store) Inbox(fn TxHandler) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
@@ -78,9 +79,9 @@ func (s *Store) Inbox(fn TxHandler) message.HandlerFunc {
 		if fn == nil {
 			return nil, errors.New("sqlstore: Inbox was given a nil TxHandler")
 		}
-		op, ok := idempotency.OperationFrom(ctx)
+		op, ok := opctx.From(ctx)
 		if !ok {
-			return nil, ErrNoOperation
+			return nil, errNoOperation
 		}
 		if op.Key == "" {
 			return s.inboxWithoutRecord(ctx, fn, msg)

@@ -10,20 +10,17 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/opctx"
 )
 
 // inboxDeferred makes the claim the dedup step left to the inbox (dc) and
 // runs fn: in one transaction with the claim unless dc.Durable, else after
 // committing the claim on its own. See the package doc, "Transactional
 // inbox".
-func (s *Store) inboxDeferred(ctx context.Context, fn TxHandler, msg *message.Message, op *idempotency.Operation, dc *idempotency.DeferredClaim) ([]*message.Message, error) {
+func (s *Store) inboxDeferred(ctx context.Context, fn TxHandler, msg *message.Message, op *opctx.Op, dc *opctx.DeferredClaim) ([]*message.Message, error) {
 	req := dc.Request
-	if err := req.Validate(); err != nil {
+	if err := validate(req); err != nil {
 		return nil, err
-	}
-	if len(req.Fingerprint) > MaxFingerprintLen {
-		return nil, fmt.Errorf("%w: fingerprint of %d bytes, the limit is %d",
-			idempotency.ErrInvalidRequest, len(req.Fingerprint), MaxFingerprintLen)
 	}
 	if dc.Durable {
 		s.prepare(ctx, s.fq.fencedDone.sql, s.fq.setOutcome.sql) // and those of claimCommitted
@@ -38,16 +35,11 @@ func (s *Store) inboxDeferred(ctx context.Context, fn TxHandler, msg *message.Me
 		if res.Status != idempotency.Acquired {
 			return nil, nil
 		}
-		acquired(op, res)
+		op.Acquired(res)
 		return s.inboxClaimed(ctx, fn, msg, op, r)
 	}
 	s.prepare(ctx, append(s.claimTexts(), s.fq.insertDone.sql, s.fq.complete.sql, s.fq.setOutcome.sql)...)
 	return s.inboxOneTx(ctx, fn, msg, op, dc)
-}
-
-// acquired tells op about the claim res.
-func acquired(op *idempotency.Operation, res idempotency.ClaimResult) {
-	op.Attempt, op.Token, op.Previous = res.Lease.Attempt, res.Lease.Token, res.Previous
 }
 
 // inboxOneTx claims, runs fn and marks the record DONE in one transaction.
@@ -56,7 +48,7 @@ func acquired(op *idempotency.Operation, res idempotency.ClaimResult) {
 // messages). When fn fails, the claim is rolled back with the effect; the
 // inbox then claims again, committed, so that the dedup step can record
 // the failure.
-func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Message, op *idempotency.Operation, dc *idempotency.DeferredClaim) (_ []*message.Message, err error) {
+func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Message, op *opctx.Op, dc *opctx.DeferredClaim) (_ []*message.Message, err error) {
 	req := dc.Request
 	tx, err := s.db.BeginTx(ctx, s.txOptions())
 	if err != nil {
@@ -81,57 +73,9 @@ func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Messa
 		}
 	}()
 
-	token := newToken()
-	const attempt = 1 // a first delivery, with no record: see claimFast
-	h, err := histPieces([]histEntry{{Attempt: attempt, Started: histMarker, Ended: histMarker,
-		Result: idempotency.ResultDone, TraceID: req.TraceID, SpanID: req.SpanID}})
+	res, inserted, err := s.claimInTx(ctx, tx, req, dc.PriorDeliveries)
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: inbox %q: %w", req.Key, err)
-	}
-	var (
-		res      idempotency.ClaimResult
-		inserted bool
-	)
-	for try := 0; ; try++ {
-		if try == 3 {
-			return nil, fmt.Errorf("sqlstore: inbox %q: the record's row vanished three times during the claim", req.Key)
-		}
-		q := s.fq.insertDone
-		result, err := s.exec(ctx, tx, q.sql, q.argv(map[string]any{
-			"ns": req.Namespace, "key": req.Key, "fp": req.Fingerprint, "token": token, "attempts": attempt,
-			"retention": ms(s.retention), "h0": h[0], "h1": h[1], "h2": h[2], "skew": s.skew.Load(),
-		})...)
-		if err != nil {
-			return nil, fmt.Errorf("sqlstore: inbox %q: insert: %w", req.Key, err)
-		}
-		var n int64
-		if s.fq.claimNewReturns {
-			n, err = result.RowsAffected()
-		} else if n, err = insertedID(result); n > 0 {
-			n = 1 // MySQL: the row's retention end
-		}
-		if err != nil {
-			return nil, fmt.Errorf("sqlstore: inbox %q: insert: %w", req.Key, err)
-		}
-		if n == 1 {
-			inserted = true
-			res = idempotency.ClaimResult{Status: idempotency.Acquired, Lease: idempotency.Lease{
-				Namespace: req.Namespace, Key: req.Key, Token: token, Attempt: attempt,
-			}}
-			if dc.PriorDeliveries > 0 {
-				res.Previous = idempotency.Previous{Result: idempotency.PreviousUnknown}
-			}
-			break
-		}
-		// A row exists: the general claim, in this transaction.
-		var found bool
-		res, _, found, err = s.claim(ctx, tx, req)
-		if err != nil {
-			return nil, fmt.Errorf("sqlstore: inbox %q: claim: %w", req.Key, err)
-		}
-		if found {
-			break
-		}
 	}
 	dc.Made, dc.Result = true, res
 	if res.Status != idempotency.Acquired {
@@ -144,34 +88,14 @@ func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Messa
 		return nil, nil
 	}
 	claimed = true
-	acquired(op, res)
+	op.Acquired(res)
 
 	msgs, err := fn(ctx, tx, msg)
 	if err != nil {
 		return nil, err
 	}
-	var out []byte
-	if len(msgs) > 0 || !inserted {
-		if out, err = json.Marshal(idempotency.Outcome{Messages: storedMessages(msgs)}); err != nil {
-			return nil, fmt.Errorf("sqlstore: inbox %q: encode outcome: %w", req.Key, err)
-		}
-	}
-	if inserted {
-		if out != nil {
-			if err := s.setOutcome(ctx, tx, req.Namespace, req.Key, token, out); err != nil {
-				return nil, fmt.Errorf("sqlstore: inbox %q: %w", req.Key, err)
-			}
-		}
-	} else {
-		// The record is this transaction's (locked by the claim): the
-		// fenced statement of Complete marks it DONE, reading the clock.
-		ok, err := s.completeIn(ctx, tx, res.Lease, out)
-		if err == nil && !ok {
-			err = errors.New("the claimed record changed under its row lock")
-		}
-		if err != nil {
-			return nil, fmt.Errorf("sqlstore: inbox %q: mark done: %w", req.Key, err)
-		}
+	if err := s.markDone(ctx, tx, res.Lease, inserted, msgs); err != nil {
+		return nil, fmt.Errorf("sqlstore: inbox %q: %w", req.Key, err)
 	}
 	if err := tx.Commit(); err != nil {
 		// Unknown whether the commit happened: the claim made again (see
@@ -183,12 +107,100 @@ func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Messa
 	return msgs, nil
 }
 
+// claimInTx claims req in tx: for a key without a row, one INSERT of the
+// record already DONE (inserted is true), else the general claim. prior
+// is the broker's count of earlier deliveries (see claimFast).
+func (s *Store) claimInTx(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest, prior int) (res idempotency.ClaimResult, inserted bool, err error) {
+	token := newToken()
+	const attempt = 1 // a first delivery, with no record: see claimFast
+	h, err := histPieces([]histEntry{{Attempt: attempt, Started: histMarker, Ended: histMarker,
+		Result: idempotency.ResultDone, TraceID: req.TraceID, SpanID: req.SpanID}})
+	if err != nil {
+		return res, false, err
+	}
+	for try := 0; try < 3; try++ {
+		if inserted, err = s.insertDone(ctx, tx, req, token, h); err != nil {
+			return res, false, err
+		}
+		if inserted {
+			res = idempotency.ClaimResult{Status: idempotency.Acquired, Lease: idempotency.Lease{
+				Namespace: req.Namespace, Key: req.Key, Token: token, Attempt: attempt,
+			}}
+			if prior > 0 {
+				res.Previous = idempotency.ResultUnknown
+			}
+			return res, true, nil
+		}
+		// A row exists: the general claim, in this transaction.
+		var found bool
+		if res, _, found, err = s.claim(ctx, tx, req); err != nil {
+			return res, false, fmt.Errorf("claim: %w", err)
+		}
+		if found {
+			return res, false, nil
+		}
+	}
+	return res, false, errors.New("the record's row vanished three times during the claim")
+}
+
+// insertDone inserts the record of req DONE under token, with the history
+// pieces h (histPieces), in tx; false when the key has a row.
+func (s *Store) insertDone(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest, token string, h []string) (bool, error) {
+	q := s.fq.insertDone
+	result, err := s.exec(ctx, tx, q.sql, q.argv(map[string]any{
+		"ns": req.Namespace, "key": req.Key, "fp": req.Fingerprint, "token": token, "attempts": 1,
+		"retention": ms(s.retention), "h0": h[0], "h1": h[1], "h2": h[2], "skew": s.skew.Load(),
+	})...)
+	if err != nil {
+		return false, fmt.Errorf("insert: %w", err)
+	}
+	var n int64
+	if s.fq.claimNewReturns {
+		n, err = result.RowsAffected()
+	} else if n, err = insertedID(result); n > 0 {
+		n = 1 // MySQL: the row's retention end
+	}
+	if err != nil {
+		return false, fmt.Errorf("insert: %w", err)
+	}
+	return n == 1, nil
+}
+
+// markDone finishes the record of lease, claimed in tx, after its effect
+// produced msgs: a record inserted DONE gets the outcome when there is
+// one; a record the general claim took is marked DONE with it by the
+// fenced statement of Complete, which reads the clock.
+func (s *Store) markDone(ctx context.Context, tx *sql.Tx, lease idempotency.Lease, inserted bool, msgs []*message.Message) error {
+	var out []byte
+	if len(msgs) > 0 || !inserted {
+		var err error
+		if out, err = json.Marshal(idempotency.Outcome{Messages: storedMessages(msgs)}); err != nil {
+			return fmt.Errorf("encode outcome: %w", err)
+		}
+	}
+	if inserted {
+		if out == nil {
+			return nil
+		}
+		return s.setOutcome(ctx, tx, lease.Namespace, lease.Key, lease.Token, out)
+	}
+	// The record is this transaction's (locked by the claim).
+	ok, err := s.completeIn(ctx, tx, lease, out)
+	if err == nil && !ok {
+		err = errors.New("the claimed record changed under its row lock")
+	}
+	if err != nil {
+		return fmt.Errorf("mark done: %w", err)
+	}
+	return nil
+}
+
 // inboxClaimed runs fn after a committed claim whose record is r: BEGIN, a
 // fenced UPDATE that marks the record DONE only while it is this
 // attempt's (else ErrLeaseLost, and fn does not run), fn's statements,
 // COMMIT. The UPDATE also takes the row lock (on SQLite the database's
 // write lock) for the transaction.
-func (s *Store) inboxClaimed(ctx context.Context, fn TxHandler, msg *message.Message, op *idempotency.Operation, r row) ([]*message.Message, error) {
+func (s *Store) inboxClaimed(ctx context.Context, fn TxHandler, msg *message.Message, op *opctx.Op, r row) ([]*message.Message, error) {
 	tx, err := s.db.BeginTx(ctx, s.txOptions())
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: inbox %q: begin: %w", op.Key, err)
@@ -229,7 +241,7 @@ func (s *Store) inboxClaimed(ctx context.Context, fn TxHandler, msg *message.Mes
 // op's attempt, stores the messages fn produced as the record's outcome,
 // and commits: the effect and its DONE record commit together or not at
 // all.
-func (s *Store) effectThenCommit(ctx context.Context, tx *sql.Tx, fn TxHandler, msg *message.Message, op *idempotency.Operation) ([]*message.Message, error) {
+func (s *Store) effectThenCommit(ctx context.Context, tx *sql.Tx, fn TxHandler, msg *message.Message, op *opctx.Op) ([]*message.Message, error) {
 	msgs, err := fn(ctx, tx, msg)
 	if err != nil {
 		return nil, err

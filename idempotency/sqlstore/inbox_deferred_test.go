@@ -15,17 +15,18 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/faults"
+	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/internal/sqlcount"
 )
 
 // deferredRun is what the inbox did with a claim the dedup step left to it.
 type deferredRun struct {
-	op    *idempotency.Operation
-	dc    *idempotency.DeferredClaim
+	op    *opctx.Op
+	dc    *opctx.DeferredClaim
 	out   []*message.Message
 	err   error
-	calls int                  // how many times fn ran
-	seen  idempotency.Previous // op.Previous as fn saw it
+	calls int                       // how many times fn ran
+	seen  idempotency.AttemptResult // op.Previous as fn saw it
 }
 
 // runDeferred hands s's inbox around fn a claim of key left to it, as the
@@ -34,9 +35,9 @@ type deferredRun struct {
 func runDeferred(s *sqlstore.Store, fn sqlstore.TxHandler, key, fingerprint string, durable bool, prior int) deferredRun {
 	req := idempotency.ClaimRequest{Namespace: inboxNS, Key: key, Fingerprint: fingerprint, Lease: time.Minute, MaxAttempts: 5}
 	r := deferredRun{
-		op: &idempotency.Operation{Namespace: inboxNS, Key: key, Fingerprint: fingerprint,
-			InTx: idempotency.NewInTxClaims(s)},
-		dc: &idempotency.DeferredClaim{Request: req, Durable: durable, PriorDeliveries: prior},
+		op: &opctx.Op{Operation: idempotency.Operation{Namespace: inboxNS, Key: key, Fingerprint: fingerprint},
+			InTx: opctx.NewInTxClaims(s)},
+		dc: &opctx.DeferredClaim{Request: req, Durable: durable, PriorDeliveries: prior},
 	}
 	r.op.Deferred = r.dc
 	h := s.Inbox(func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error) {
@@ -88,18 +89,18 @@ func TestInboxOneTxPreviousAfterEarlierDeliveries(t *testing.T) {
 		effect := func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error) {
 			return nil, e.effect(ctx, tx, msg)
 		}
-		for prior, want := range map[int]idempotency.PreviousResult{
-			0: idempotency.PreviousNone,
-			1: idempotency.PreviousUnknown,
-			2: idempotency.PreviousUnknown,
+		for prior, want := range map[int]idempotency.AttemptResult{
+			0: idempotency.AttemptResult(""),
+			1: idempotency.ResultUnknown,
+			2: idempotency.ResultUnknown,
 		} {
 			key := "order-" + randomHex(4)
 			r := runDeferred(e.store, effect, key, "fp", false, prior)
 			require.NoError(t, r.err)
 			require.True(t, r.dc.Made)
 			require.Equal(t, idempotency.Acquired, r.dc.Result.Status)
-			require.Equal(t, want, r.dc.Result.Previous.Result, "%d prior deliveries", prior)
-			require.Equal(t, want, r.seen.Result, "%d prior deliveries: what the handler saw", prior)
+			require.Equal(t, want, r.dc.Result.Previous, "%d prior deliveries", prior)
+			require.Equal(t, want, r.seen, "%d prior deliveries: what the handler saw", prior)
 			require.True(t, r.op.Committed)
 			require.Equal(t, 1, e.count(t, key))
 		}
@@ -151,7 +152,7 @@ func TestInboxOneTxTakesOverFailedRecord(t *testing.T) {
 		require.Equal(t, 1, r.calls)
 		require.Equal(t, idempotency.Acquired, r.dc.Result.Status)
 		require.Equal(t, 2, r.dc.Result.Lease.Attempt)
-		require.Equal(t, idempotency.PreviousFailed, r.seen.Result)
+		require.Equal(t, idempotency.ResultFailed, r.seen)
 		require.True(t, r.op.Committed)
 		require.Equal(t, 1, e.count(t, "order-1"))
 		rec := e.get(t, "order-1")
@@ -219,7 +220,7 @@ func setupInboxOn(t *testing.T, b backend, db *sql.DB) *inboxEnv {
 	t.Helper()
 	s := newStore(t, db, b.dialect, sqlstore.WithInTxClaims())
 	e := &inboxEnv{b: b, db: db, store: s, counted: faults.NewStore(s), dead: faults.NewPublisher(0),
-		effects: s.Table() + "_fx"}
+		effects: sqlstore.Table(s) + "_fx"}
 	keyType := "TEXT"
 	if b.dialect == sqlstore.MySQL {
 		keyType = "VARCHAR(512)"

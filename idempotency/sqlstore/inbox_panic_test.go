@@ -12,7 +12,7 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
-	"github.com/surely-dev/surely/middleware"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // TestInboxPanickingTxHandlerIsBounded: a TxHandler that panics on every
@@ -34,7 +34,7 @@ func TestInboxPanickingTxHandlerIsBounded(t *testing.T) {
 					tc.key, string(msg.Payload))
 				require.NoError(t, err)
 				panic("nil map in the pricing code")
-			}, handler.WithIdentity(mustExtractor(t), middleware.ProcessWithoutDedup))
+			}, handler.WithIdentity(mustExtractor(t), handler.ProcessWithoutDedup))
 			src := message.NewMessage(watermill.NewUUID(), []byte("pay 10"))
 			if tc.key != "" {
 				src.Metadata.Set("idempotency_key", tc.key)
@@ -56,7 +56,7 @@ func TestInboxPanickingTxHandlerIsBounded(t *testing.T) {
 			dead := e.dead.Published(deadTopic)
 			require.Len(t, dead, 1)
 			require.Equal(t, string(dlq.ReasonPanic), dead[0].Metadata.Get(dlq.KeyReason))
-			require.Equal(t, "5", dead[0].Metadata.Get(dlq.KeyAttempts))
+			require.Equal(t, "5", dead[0].Metadata.Get(envelope.KeyAttempts))
 		})
 	}
 }

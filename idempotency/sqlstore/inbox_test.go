@@ -17,6 +17,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/faults"
+	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -42,7 +43,7 @@ func setupInbox(t *testing.T, b backend) *inboxEnv {
 	db := b.open(t)
 	s := newStore(t, db, b.dialect, sqlstore.WithInTxClaims())
 	e := &inboxEnv{b: b, db: db, store: s, counted: faults.NewStore(s), dead: faults.NewPublisher(0),
-		effects: s.Table() + "_fx"}
+		effects: sqlstore.Table(s) + "_fx"}
 	keyType := "TEXT"
 	if b.dialect == sqlstore.MySQL {
 		keyType = "VARCHAR(512)"
@@ -107,9 +108,9 @@ func delivery(key, payload string) *message.Message {
 
 // operationMsg is a message whose context carries op, as the dedup step
 // hands it to the inbox.
-func operationMsg(ctx context.Context, op *idempotency.Operation, payload string) *message.Message {
+func operationMsg(ctx context.Context, op *opctx.Op, payload string) *message.Message {
 	msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
-	msg.SetContext(idempotency.WithOperation(ctx, op))
+	msg.SetContext(opctx.With(ctx, op))
 	return msg
 }
 
@@ -122,8 +123,8 @@ func claim(t testing.TB, s *sqlstore.Store, key string, lease time.Duration) ide
 	return res
 }
 
-func opOf(l idempotency.Lease) *idempotency.Operation {
-	return &idempotency.Operation{Namespace: l.Namespace, Key: l.Key, Fingerprint: "fp", Attempt: l.Attempt, Token: l.Token}
+func opOf(l idempotency.Lease) *opctx.Op {
+	return &opctx.Op{Operation: idempotency.Operation{Namespace: l.Namespace, Key: l.Key, Fingerprint: "fp", Attempt: l.Attempt, Token: l.Token}}
 }
 
 // The effect and the DONE mark commit together, in the handler's
@@ -375,7 +376,7 @@ func TestInboxWithoutOperation(t *testing.T) {
 	require.ErrorIs(t, err, sqlstore.ErrNoOperation)
 	require.Zero(t, calls.Load())
 
-	_, err = s.Inbox(nil)(operationMsg(t.Context(), &idempotency.Operation{Key: "k"}, ""))
+	_, err = s.Inbox(nil)(operationMsg(t.Context(), &opctx.Op{Operation: idempotency.Operation{Key: "k"}}, ""))
 	require.Error(t, err)
 }
 
@@ -386,7 +387,7 @@ func TestInboxWithoutKey(t *testing.T) {
 	h := e.chain(t, func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error) {
 		_, err := tx.ExecContext(ctx, "INSERT INTO "+quote(e.b.dialect, e.effects)+" (op_key, payload, attempt) VALUES ('', ?, 0)", string(msg.Payload))
 		return nil, err
-	}, handler.WithIdentity(mustExtractor(t), middleware.ProcessWithoutDedup))
+	}, handler.WithIdentity(mustExtractor(t), handler.ProcessWithoutDedup))
 	_, err := h(message.NewMessage(watermill.NewUUID(), []byte("no key")))
 	require.NoError(t, err)
 	require.Equal(t, 1, e.count(t, ""))

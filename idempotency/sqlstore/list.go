@@ -10,6 +10,7 @@ import (
 
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/oplist"
+	"github.com/surely-dev/surely/internal/record"
 	"github.com/surely-dev/surely/internal/sqldialect"
 )
 
@@ -138,7 +139,7 @@ func scanListed(rows *sql.Rows) (oplist.Entry, error) {
 		if err := json.Unmarshal(history, &hs); err != nil {
 			return e, fmt.Errorf("decode the history of %q in %q: %w", e.Key, e.Namespace, err)
 		}
-		e.History = toAttempts(hs)
+		e.History = record.Attempts(hs)
 	}
 	return e, nil
 }

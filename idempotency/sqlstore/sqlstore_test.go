@@ -20,6 +20,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/idempotencytest"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/testsql"
 )
 
@@ -193,7 +194,7 @@ func TestLeaseExpiresOnDatabaseClock(t *testing.T) {
 		res3, err := s.Claim(t.Context(), req)
 		require.NoError(t, err)
 		require.Equal(t, idempotency.Acquired, res3.Status)
-		require.Equal(t, idempotency.PreviousUnknown, res3.Previous.Result)
+		require.Equal(t, idempotency.ResultUnknown, res3.Previous)
 		require.Equal(t, 2, res3.Lease.Attempt)
 	})
 }
@@ -226,10 +227,10 @@ func TestNewValidatesOptions(t *testing.T) {
 	s, err := sqlstore.New(db, sqlstore.SQLite, sqlstore.WithTable(strings.Repeat("t", 48)),
 		idempotency.WithRetention(time.Millisecond), idempotency.WithLogger(slog.Default()))
 	require.NoError(t, err)
-	require.Equal(t, strings.Repeat("t", 48), s.Table())
+	require.Equal(t, strings.Repeat("t", 48), sqlstore.Table(s))
 	s, err = sqlstore.New(db, sqlstore.SQLite)
 	require.NoError(t, err)
-	require.Equal(t, sqlstore.DefaultTable, s.Table())
+	require.Equal(t, sqlstore.DefaultTable, sqlstore.Table(s))
 }
 
 // New touches nothing: no table until Migrate, which is idempotent.
@@ -322,7 +323,7 @@ func TestSchemaFileAppliedByHand(t *testing.T) {
 func TestKeysCompareByteForByte(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
 		s := newStore(t, b.open(t), b.dialect)
-		keys := []string{"k", "K", "k ", "k  ", "é", "e\u0301", "ß", "ss", strings.Repeat("ü", idempotency.MaxKeyLen/2)}
+		keys := []string{"k", "K", "k ", "k  ", "é", "e\u0301", "ß", "ss", strings.Repeat("ü", idem.MaxKeyLen/2)}
 		for i, key := range keys {
 			res, err := s.Claim(t.Context(), idempotency.ClaimRequest{
 				Namespace: "ns", Key: key, Fingerprint: fmt.Sprint("fp-", i), Lease: time.Minute, MaxAttempts: 1,
@@ -384,7 +385,7 @@ func TestPurge(t *testing.T) {
 		require.Zero(t, n)
 
 		var rows int
-		require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+quote(b.dialect, s.Table())).Scan(&rows))
+		require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+quote(b.dialect, sqlstore.Table(s))).Scan(&rows))
 		require.Equal(t, 1, rows)
 	})
 }
@@ -395,7 +396,7 @@ func TestPurgeBatches(t *testing.T) {
 	s := newStore(t, db, sqlstore.SQLite)
 	// 2500 expired rows, written directly.
 	_, err := db.ExecContext(t.Context(), `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 2500)
-		INSERT INTO `+quote(sqlstore.SQLite, s.Table())+` SELECT 'ns', 'k'||i, 'done', 'fp', 't', 1, 0, 0, 1, 1, '{}', '[]', '', 0, 0, 0 FROM n`)
+		INSERT INTO `+quote(sqlstore.SQLite, sqlstore.Table(s))+` SELECT 'ns', 'k'||i, 'done', 'fp', 't', 1, 0, 0, 1, 1, '{}', '[]', '', 0, 0, 0 FROM n`)
 	require.NoError(t, err)
 	n, err := s.Purge(t.Context())
 	require.NoError(t, err)

@@ -114,8 +114,8 @@ func TestReleaseKeepsAnyErrorText(t *testing.T) {
 		res, err = s.Claim(ctx, req)
 		require.NoError(t, err)
 		require.Equal(t, idempotency.Acquired, res.Status)
-		require.Equal(t, idempotency.PreviousFailed, res.Previous.Result)
-		require.Equal(t, msg, res.Previous.Error)
+		require.Equal(t, idempotency.ResultFailed, res.Previous)
+		require.Equal(t, msg, res.PreviousError)
 		// Extensions back to back, within one millisecond or not, keep
 		// the lease (MySQL counts a row set to its own values as unchanged).
 		for range 3 {

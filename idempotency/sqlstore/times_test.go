@@ -64,12 +64,12 @@ func TestEmptyHistoryColumn(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
 		db := b.open(t)
 		s := newStore(t, db, b.dialect)
-		for state, prev := range map[idempotency.State]idempotency.PreviousResult{
-			idempotency.StateFailed:     idempotency.PreviousNone,
-			idempotency.StateInProgress: idempotency.PreviousUnknown,
+		for state, prev := range map[idempotency.State]idempotency.AttemptResult{
+			idempotency.StateFailed:     idempotency.AttemptResult(""),
+			idempotency.StateInProgress: idempotency.ResultUnknown,
 		} {
 			key := string(state)
-			_, err := db.ExecContext(t.Context(), rebind(b.dialect, "INSERT INTO "+quote(b.dialect, s.Table())+
+			_, err := db.ExecContext(t.Context(), rebind(b.dialect, "INSERT INTO "+quote(b.dialect, sqlstore.Table(s))+
 				" (namespace, op_key, state, fingerprint, token, attempts, canceled, lease_until_ms, expires_at_ms, updated_at_ms, outcome, history)"+
 				" VALUES ('ns', ?, ?, 'fp', 't', 1, 0, 1, ?, 1, NULL, '')"), key, key, time.Now().Add(time.Hour).UnixMilli())
 			require.NoError(t, err)
@@ -82,7 +82,7 @@ func TestEmptyHistoryColumn(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, idempotency.Acquired, res.Status, "%s", state)
 			require.Equal(t, 2, res.Lease.Attempt, "%s", state)
-			require.Equal(t, prev, res.Previous.Result, "%s", state)
+			require.Equal(t, prev, res.Previous, "%s", state)
 			rec, err = s.Get(t.Context(), "ns", key)
 			require.NoError(t, err)
 			require.Len(t, rec.History, 1, "%s: the new attempt", state)

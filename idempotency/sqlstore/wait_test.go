@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 )
 
 // A claim refused while a lease or a retry-after delay runs always asks
@@ -55,7 +56,7 @@ func TestRecordForgottenWhenRetentionEnds(t *testing.T) {
 		db := b.open(t)
 		s := newStore(t, db, b.dialect)
 		end := time.Now().Add(30 * time.Millisecond).UnixMilli()
-		_, err := db.ExecContext(t.Context(), rebind(b.dialect, "INSERT INTO "+quote(b.dialect, s.Table())+
+		_, err := db.ExecContext(t.Context(), rebind(b.dialect, "INSERT INTO "+quote(b.dialect, sqlstore.Table(s))+
 			" (namespace, op_key, state, fingerprint, token, attempts, canceled, lease_until_ms, expires_at_ms, updated_at_ms, outcome, history)"+
 			" VALUES ('ns', 'k', 'in_progress', 'fp', 't', 1, 0, ?, ?, 1, NULL, '[]')"), end, end)
 		require.NoError(t, err)
@@ -65,7 +66,7 @@ func TestRecordForgottenWhenRetentionEnds(t *testing.T) {
 			require.NoError(t, err)
 			if res.Status == idempotency.Acquired {
 				require.Equal(t, 1, res.Lease.Attempt, "a new record")
-				require.Equal(t, idempotency.PreviousNone, res.Previous.Result)
+				require.Empty(t, res.Previous)
 				return
 			}
 			require.Equal(t, idempotency.InProgress, res.Status)

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 // DefaultLimit is the page size when Filter.Limit is 0; MaxLimit bounds it.
@@ -62,7 +63,7 @@ type Filter struct {
 // Validate checks the filter.
 func (f Filter) Validate() error {
 	if f.Namespace != "" {
-		if err := idempotency.ValidateNamespace(f.Namespace); err != nil {
+		if err := idem.ValidateNamespace(f.Namespace); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidFilter, err)
 		}
 	}

@@ -23,6 +23,9 @@ import (
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/idempotency/redisstore"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
+	"github.com/surely-dev/surely/internal/defaults"
+	"github.com/surely-dev/surely/internal/envelope"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/testenv"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
@@ -49,7 +52,7 @@ import (
 //     or, for retry.After(d), of at least d (all of it, even beyond the
 //     in-process time), or, when another owner holds a live lease, of what
 //     is left of it by the store's clock (at most
-//     middleware.MaxInProgressWait): no delivery loop without a delay;
+//     defaults.MaxInProgressWait): no delivery loop without a delay;
 //   - the nack of a transient failure waits at least half the backoff's cap
 //     for the record's attempt number (capped at the in-process time): the
 //     delay grows across deliveries, whatever the jitter draws;
@@ -108,7 +111,7 @@ func memBackend(t *rapid.T) propBackend {
 	return propBackend{
 		store: st, ns: "prop", lease: 30 * time.Second, maxInProc: 10 * time.Second,
 		now: clk.Now, advance: clk.advance,
-		expire: func() { clk.advance(memstore.DefaultRetention + time.Hour) },
+		expire: func() { clk.advance(idem.DefaultRetention + time.Hour) },
 	}
 }
 
@@ -196,7 +199,7 @@ func (m *propMsg) message() *message.Message {
 		msg.Metadata.Set(idempotency.DefaultMetadataKey, m.key)
 	}
 	if m.replay != "" {
-		msg.Metadata.Set(dlq.KeyReplayID, m.replay)
+		msg.Metadata.Set(envelope.KeyReplayID, m.replay)
 	}
 	return msg
 }
@@ -230,8 +233,7 @@ type propWorld struct {
 	crashes  map[string]int // abandoned leases and canceled attempts per key since then
 
 	// the current delivery's drawn behaviour
-	missing   middleware.MissingKeyPolicy
-	policy    *retry.Policy
+	missing   handler.MissingKeyPolicy
 	keyless   map[string]int  // failed handler runs of keyless messages since their last success or dead letter, per UUID
 	succeeded map[string]bool // the handler returned nil for the current delivery (per UUID)
 	everOK    map[string]bool // the handler returned nil for a delivery of this keyless UUID
@@ -245,7 +247,7 @@ type propWorld struct {
 }
 
 func newPropWorld(t *rapid.T, b propBackend) *propWorld {
-	missing := rapid.SampledFrom([]middleware.MissingKeyPolicy{middleware.RejectMissingKey, middleware.ProcessWithoutDedup}).Draw(t, "missing key")
+	missing := rapid.SampledFrom([]handler.MissingKeyPolicy{handler.RejectMissingKey, handler.ProcessWithoutDedup}).Draw(t, "missing key")
 	w := &propWorld{missing: missing, keyless: map[string]int{}, succeeded: map[string]bool{}, everOK: map[string]bool{},
 		t: t, store: b.store, b: b, dead: &propDLQ{},
 		attempts: map[string]int{}, seen: map[string]int{}, runs: map[string]int{}, crashes: map[string]int{},
@@ -262,7 +264,6 @@ func newPropWorld(t *rapid.T, b propBackend) *propWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.policy = policy
 	fn := w.business
 	if b.inbox != nil {
 		fn = b.inboxStore.Inbox(func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*message.Message, error) {
@@ -469,8 +470,7 @@ func (w *propWorld) checkDelay(m *propMsg, ctl *propControl, err error) {
 		w.t.Fatalf("%s nacked without a delay (%v)", m.uuid, err)
 	}
 	want := propMinDelay
-	var ae *retry.AfterError
-	if errors.As(err, &ae) {
+	if _, ok := retry.AfterDelay(err); ok {
 		want = max(want, w.after)
 	}
 	var ip *middleware.InProgressError
@@ -481,13 +481,13 @@ func (w *propWorld) checkDelay(m *propMsg, ctl *propControl, err error) {
 		// Another owner's live lease, or a retry.After's not-before time:
 		// wait for it (by the store's clock), up to MaxInProgressWait; 50ms
 		// of slack for the real clock's progress.
-		left := min(ip.Until.Sub(w.b.now()), middleware.MaxInProgressWait) - 50*time.Millisecond
+		left := min(ip.Until.Sub(w.b.now()), defaults.MaxInProgressWait) - 50*time.Millisecond
 		want = max(want, left)
 	case errors.As(err, &ll), final, w.ran == 0:
 	case w.result == resTransient || w.result == resPanic || w.result == resAfter:
 		// The backoff after the record's attempt w.ran: at least half its
 		// cap (equal jitter), capped at the in-process time.
-		want = max(want, min(w.policy.Backoff().Cap(w.ran)/2, w.b.maxInProc))
+		want = max(want, min(backoffCap(w.ran)/2, w.b.maxInProc))
 	}
 	if d := delays[len(delays)-1]; d < want {
 		w.t.Fatalf("%s nacked with a delay of %v, want at least %v (%v)", m.uuid, d, want, err)
@@ -665,4 +665,14 @@ func TestPropertyChainSQLiteInbox(t *testing.T) {
 			now: time.Now, advance: realAdvance(lease), inbox: db, inboxStore: st,
 		}, 25)
 	})
+}
+
+// backoffCap is the cap of the policy's backoff delay after attempt n:
+// min(1s, 10×propMinDelay × 2^(n-1)) (its retry.WithBackoff).
+func backoffCap(n int) time.Duration {
+	c := 10 * propMinDelay
+	for i := 1; i < n && c < time.Second; i++ {
+		c *= 2
+	}
+	return min(c, time.Second)
 }

@@ -1,0 +1,88 @@
+// Package idem holds what package idempotency shares with the other
+// packages of surely without exporting it: the bounds of keys and of the
+// texts a store keeps, their checks, and the context key of the running
+// attempt. It imports no package of surely, so that idempotency can
+// import it; idempotency's errors of the same names are these.
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// DefaultRetention is every store's retention unless
+// idempotency.WithRetention is given (its doc states it).
+const DefaultRetention = 24 * time.Hour
+
+// Bounds shared by every store and by the dead-letter envelope (the
+// package doc of idempotency states them).
+const (
+	// MaxKeyLen is the longest operation key accepted, in bytes.
+	MaxKeyLen = 512
+	// MaxHistory is how many attempt records a store keeps per key (newest kept).
+	MaxHistory = 20
+	// MaxErrorLen bounds the error text kept per attempt, in bytes.
+	MaxErrorLen = 2048
+	// MaxStackLen bounds the stack kept per attempt, in bytes.
+	MaxStackLen = 4096
+)
+
+// The errors of package idempotency that the checks here return.
+var (
+	ErrNoKey          = errors.New("idempotency: message has no operation key")
+	ErrInvalidKey     = errors.New("idempotency: invalid operation key")
+	ErrInvalidRequest = errors.New("idempotency: invalid request")
+)
+
+// OperationKey is the context key of the running attempt's state, the
+// *opctx.Op the dedup step keeps (read by idempotency.OperationFrom).
+type OperationKey struct{}
+
+// ValidateKey checks an operation key: non-empty (else ErrNoKey), at most
+// MaxKeyLen bytes, valid UTF-8 and free of control characters (else an
+// error wrapping ErrInvalidKey).
+func ValidateKey(key string) error {
+	if key == "" {
+		return ErrNoKey
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	if !utf8.ValidString(key) {
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidKey)
+	}
+	for i, r := range key {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: control character %U at byte %d", ErrInvalidKey, r, i)
+		}
+	}
+	return nil
+}
+
+// ValidateNamespace checks that ns can be used as a namespace: it must
+// match [A-Za-z0-9._-]{1,128} (else an error wrapping ErrInvalidRequest).
+func ValidateNamespace(ns string) error {
+	ok := len(ns) >= 1 && len(ns) <= 128
+	for i := 0; ok && i < len(ns); i++ {
+		c := ns[i]
+		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
+	}
+	if !ok {
+		return fmt.Errorf("%w: namespace %q must match [A-Za-z0-9._-]{1,128}", ErrInvalidRequest, ns)
+	}
+	return nil
+}
+
+// Truncate shortens s to at most n bytes without splitting a UTF-8 sequence.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
