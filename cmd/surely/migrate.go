@@ -165,13 +165,7 @@ func (t *schemaTarget) sqlStore() error {
 		opts = append(opts, sqlstore.WithTable(t.ep.Table))
 	}
 	dialect := map[endpoint.Kind]sqlstore.Dialect{endpoint.Postgres: sqlstore.Postgres, endpoint.MySQL: sqlstore.MySQL, endpoint.SQLite: sqlstore.SQLite}[t.ep.Kind]
-	t.migrate = func(ctx context.Context, db *sql.DB) error {
-		st, err := sqlstore.New(db, dialect, opts...)
-		if err != nil {
-			return withOptionCode(err)
-		}
-		return st.Migrate(ctx)
-	}
+	t.migrate = migrateWith(func(db *sql.DB) (*sqlstore.Store, error) { return sqlstore.New(db, dialect, opts...) })
 	return nil
 }
 
@@ -185,13 +179,7 @@ func (t *schemaTarget) sqlArchive() error {
 		opts = append(opts, archive.WithPrefix(t.ep.Prefix))
 	}
 	dialect := map[endpoint.Kind]sqlarchive.Dialect{endpoint.Postgres: sqlarchive.Postgres, endpoint.MySQL: sqlarchive.MySQL, endpoint.SQLite: sqlarchive.SQLite}[t.ep.Kind]
-	t.migrate = func(ctx context.Context, db *sql.DB) error {
-		ar, err := sqlarchive.New(db, dialect, opts...)
-		if err != nil {
-			return withOptionCode(err)
-		}
-		return ar.Migrate(ctx)
-	}
+	t.migrate = migrateWith(func(db *sql.DB) (*sqlarchive.Archive, error) { return sqlarchive.New(db, dialect, opts...) })
 	return nil
 }
 
@@ -207,17 +195,25 @@ func (t *schemaTarget) sqlOutbox() error {
 	if t.ep.Table != "" {
 		opts = append(opts, outbox.WithTable(t.ep.Table))
 	}
-	t.migrate = func(ctx context.Context, db *sql.DB) error {
-		o, err := outbox.New(db, opts...)
+	t.migrate = migrateWith(func(db *sql.DB) (*outbox.Outbox, error) { return outbox.New(db, opts...) })
+	return nil
+}
+
+// migrateWith returns the migrate function of a package: open builds its
+// object on a database (sqlstore.New, sqlarchive.New, outbox.New), whose
+// Migrate runs the package's statements. An invalid option (a bad table
+// name) is a usage error.
+func migrateWith[M interface{ Migrate(context.Context) error }](open func(db *sql.DB) (M, error)) func(context.Context, *sql.DB) error {
+	return func(ctx context.Context, db *sql.DB) error {
+		m, err := open(db)
 		if errors.Is(err, outbox.ErrInvalidOption) {
 			return withCode(exitUsage, err)
 		}
 		if err != nil {
-			return err
+			return withOptionCode(err)
 		}
-		return o.Migrate(ctx)
+		return m.Migrate(ctx)
 	}
-	return nil
 }
 
 // statements returns what t's Migrate runs on an empty database.
