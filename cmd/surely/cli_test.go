@@ -17,6 +17,7 @@ func TestHelpGolden(t *testing.T) {
 	for _, path := range [][]string{
 		{}, {"dlq"}, {"dlq", "stats"}, {"dlq", "ls"}, {"dlq", "show"},
 		{"dlq", "replay"}, {"dlq", "purge"}, {"dlq", "runs"}, {"dlq", "runs", "show"}, {"dlq", "runs", "cancel"}, {"inspect"},
+		{"ops"}, {"ops", "ls"}, {"migrate"}, {"migrate", "status"}, {"migrate", "up"},
 	} {
 		name := "help_" + strings.Join(append([]string{"surely"}, path...), "_")
 		t.Run(name, func(t *testing.T) {
@@ -34,7 +35,7 @@ func TestRootHelpListsCommands(t *testing.T) {
 	a, _, _ := testApp(t)
 	out, _, code := run(t, a, "--help")
 	require.Equal(t, 0, code)
-	for _, c := range []string{"dlq stats", "dlq ls", "dlq show", "dlq replay", "dlq runs", "dlq purge", "inspect KEY"} {
+	for _, c := range []string{"dlq stats", "dlq ls", "dlq show", "dlq replay", "dlq runs", "dlq purge", "inspect KEY", "ops ls", "migrate status|up", "completion"} {
 		assert.Contains(t, out, "surely "+c, c)
 	}
 	out, _, code = run(t, a, "dlq", "--help")
@@ -61,7 +62,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dlq", "show"}, "one dead-letter ID"},
 		{[]string{"dlq", "stats", "extra"}, "takes no arguments"},
 		{[]string{"dlq", "purge", "--archive", "mem:fixture"}, "needs a filter"},
-		{[]string{"inspect", "k", "--store", "mem:s"}, "--namespace"},
+		{[]string{"ops", "ls", "--store", "mem:s", "--state", "stuck"}, "--state"},
+		{[]string{"dlq", "stat"}, "Did you mean this?\n\tstats"},
 		{[]string{"inspect", "k", "--namespace", "a:b", "--store", "mem:s"}, "namespace"},
 		{[]string{"inspect", "--namespace", "n"}, "one operation key"},
 	} {

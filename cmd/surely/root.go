@@ -34,6 +34,7 @@ const exitCodesHelp = `Exit status:
   3    not found: no such dead letter, operation record or replay run
   4    refused: a replay aborted (replayed messages kept failing) or refused
        entries (retention guard), or purge ran without --yes
+  5    migrate status: a schema is missing or not up to date
   130  replay interrupted (Ctrl-C, or surely dlq runs cancel): its cursor is
        saved, continue it with surely dlq replay --resume RUN_ID`
 
@@ -132,7 +133,8 @@ func newRootCmd(stdout, stderr io.Writer, env func(string) string) *cobra.Comman
 func execute(ctx context.Context, a *app, args []string) int {
 	root := a.rootCmd()
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
+	err = withSchemaHint(cmd, err)
 	if sw, ok := a.stdout.(*stickyWriter); ok && sw.err != nil && err == nil {
 		err = fmt.Errorf("writing the output: %w", sw.err)
 	}
@@ -154,8 +156,9 @@ func (a *app) rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "surely",
 		Short: "Operate surely's dead letters and dedup records",
-		Long: `surely lists, shows, replays and purges archived dead letters, and shows
-the dedup store's record of one operation (its attempt ledger and trace IDs).
+		Long: `surely lists, shows, replays and purges archived dead letters, shows the
+dedup store's record of one operation (its attempt ledger and trace IDs) or
+lists its records by state, and creates or updates the SQL schemas.
 
   surely dlq stats                    count open dead letters by reason, topic, handler, error type
   surely dlq ls [filters]             list them, a page at a time
@@ -163,7 +166,10 @@ the dedup store's record of one operation (its attempt ledger and trace IDs).
   surely dlq replay [filters|ID...]   republish them, rate limited, resumable (--dry-run first)
   surely dlq runs [show|cancel RUN]   the replay runs, what became of their entries
   surely dlq purge [filters|ID...]    discard them, with a reason (--why, --yes)
-  surely inspect KEY --namespace NS   the dedup record of one operation and its attempt ledger
+  surely inspect KEY [--namespace NS] the dedup record of one operation and its attempt ledger
+  surely ops ls [--state S]           list the dedup store's records by namespace, state and age
+  surely migrate status|up            create or update the SQL schema of a store, archive, outbox
+  surely completion bash|zsh|fish     a shell completion script
 
 A dead letter is open until a replay republishes it (replayed), then
 resolved once its operation completed, or failed again (its new dead
@@ -173,10 +179,11 @@ Every setting can come from a flag or from a SURELY_* environment variable;
 the flag wins. Read commands print JSON with --json.
 
 ` + exitCodesHelp,
-		Version:           buildVersion(),
-		SilenceErrors:     true,
-		SilenceUsage:      true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		Version:       buildVersion(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// "surely completion bash|zsh|fish|powershell" prints a script.
+		SuggestionsMinimumDistance: 2,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			if err := a.applyEnv(cmd); err != nil {
 				return err
@@ -191,7 +198,7 @@ the flag wins. Read commands print JSON with --json.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &codeError{code: exitUsage, err: err}
 	})
-	root.AddCommand(a.dlqCmd(), a.inspectCmd())
+	root.AddCommand(a.dlqCmd(), a.inspectCmd(), a.opsCmd(), a.migrateCmd())
 	return root
 }
 
@@ -267,6 +274,9 @@ A typical session, from an alert to a safe replay:
 }
 
 func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 && cmd.HasAvailableSubCommands() {
+		return unknownSubcommand(cmd, args[0])
+	}
 	if len(args) > 0 {
 		return usageErr("%s takes no arguments, got %q", cmd.CommandPath(), strings.Join(args, " "))
 	}
