@@ -26,7 +26,10 @@
 // discarded by an operator with a reason, kept as a tombstone. When the
 // replayed message fails again, its dead letter is a new open entry
 // (surely_replay_of names the old one) and the archive links the old entry
-// to it (Entry.FailedAgainAs). Filter.States selects by state, Stats
+// to it (Entry.FailedAgainAs). The old entry is not reopened: the operation
+// is open once, as the new entry, so the open count and a replay of the
+// open entries never take a still-failing operation twice, and the chain
+// of attempts stays readable from either end. Filter.States selects by state, Stats
 // counts ByState, and RegisterMetrics reports the open entries only.
 //
 // RegisterMetrics exports the backlog as two OTel gauges per original
