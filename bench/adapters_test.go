@@ -21,6 +21,7 @@ import (
 	surelygochannel "github.com/surely-dev/surely/adapters/gochannel"
 	surelynats "github.com/surely-dev/surely/adapters/nats"
 	surelyredis "github.com/surely-dev/surely/adapters/redisstream"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/idempotency/redisstore"
 	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/internal/testenv"
@@ -299,7 +300,7 @@ func openNATS(b *testing.B) func(b *testing.B) adapterRun {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = pub.Close() })
-		sub, err := surelynats.NewSubscriber(url, "bench", surelynats.WithConcurrency(adapterConcurrency))
+		sub, err := surelynats.NewSubscriber(url, "bench", delivery.WithConcurrency(adapterConcurrency))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -364,7 +365,7 @@ func openAMQP(b *testing.B) func(b *testing.B) adapterRun {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = pub.Close() })
-		sub, err := surelyamqp.NewSubscriber(url, surelyamqp.WithConcurrency(adapterConcurrency))
+		sub, err := surelyamqp.NewSubscriber(url, delivery.WithConcurrency(adapterConcurrency))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 
@@ -43,25 +45,9 @@ func (s *server) selection(ctx context.Context, r *http.Request) (query, error) 
 	if err != nil || q.ErrType == "" {
 		return q, err
 	}
-	var ids []string
-	p := archive.Page{Limit: 1000, OmitPayload: true}
-	for {
-		es, err := s.src.list(ctx, q.filter, p)
-		if err != nil {
-			return q, err
-		}
-		for _, e := range es {
-			if q.matches(e) {
-				ids = append(ids, e.ID)
-			}
-		}
-		if len(ids) > maxIDs {
-			return q, fmt.Errorf("more than %d entries have error type %q: narrow the filter", maxIDs, q.ErrType)
-		}
-		if len(es) < p.Limit {
-			break
-		}
-		p.After = es[len(es)-1].Seq
+	ids, err := s.ids(ctx, q)
+	if err != nil {
+		return q, err
 	}
 	if len(ids) == 0 {
 		ids = []string{"-"} // no entry has this ID: selects nothing
@@ -238,4 +224,61 @@ func (s *server) toRun(w http.ResponseWriter, id string) {
 	// absolute).
 	w.Header().Set("Location", "run?id="+url.QueryEscape(id))
 	w.WriteHeader(http.StatusSeeOther)
+}
+
+// discard moves the selection to the lifecycle's tombstone, with a reason
+// and a confirmation; at most maxIDs entries at a time.
+func (s *server) discard(w http.ResponseWriter, r *http.Request) {
+	q, err := s.selection(r.Context(), r)
+	why := strings.TrimSpace(r.PostForm.Get("why"))
+	switch {
+	case err != nil:
+	case why == "" || len(why) > 1000 || strings.IndexFunc(why, unicode.IsControl) >= 0:
+		err = fmt.Errorf("reason: say why, in at most 1000 characters, on one line")
+	case r.PostForm.Get("confirm") != "yes":
+		err = fmt.Errorf("confirm the discard: tick the box")
+	}
+	var ids []string
+	if err == nil {
+		ids, err = s.ids(r.Context(), q)
+	}
+	if err != nil {
+		s.render(w, r, http.StatusBadRequest, "dryrun", "Replay or discard", dryRunData{Query: q, Err: s.redact(err.Error())})
+		return
+	}
+	n := 0
+	if len(ids) > 0 {
+		n, err = s.src.discard(r.Context(), why, ids...)
+	}
+	if err != nil {
+		s.fail(w, r, http.StatusBadGateway, "the entries could not be discarded", err)
+		return
+	}
+	s.audit(r, "discard", "filter", q.values().Encode(), "reason", why, "discarded", n)
+	w.Header().Set("Location", "list?state=discarded")
+	w.WriteHeader(http.StatusSeeOther)
+}
+
+// ids lists the IDs the selection selects, at most maxIDs.
+func (s *server) ids(ctx context.Context, q query) ([]string, error) {
+	var ids []string
+	p := archive.Page{Limit: 500, OmitPayload: true}
+	for {
+		es, err := s.src.list(ctx, q.filter, p)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range es {
+			if q.matches(e) {
+				ids = append(ids, e.ID)
+			}
+		}
+		if len(ids) > maxIDs {
+			return nil, fmt.Errorf("more than %d entries match: narrow the filter", maxIDs)
+		}
+		if len(es) < p.Limit {
+			return ids, nil
+		}
+		p.After = es[len(es)-1].Seq
+	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/surely-dev/surely/console"
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/internal/testsql"
 )
@@ -78,13 +79,15 @@ func benchConsole(b *testing.B, db *sql.DB, dialect sqlarchive.Dialect) http.Han
 	b.Helper()
 	var r [5]byte
 	_, _ = rand.Read(r[:])
-	ar, err := sqlarchive.New(db, dialect, sqlarchive.WithTablePrefix("consolebench_"+hex.EncodeToString(r[:])))
+	prefix := "consolebench_" + hex.EncodeToString(r[:])
+	ar, err := sqlarchive.New(db, dialect, archive.WithPrefix(prefix))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
-		for _, table := range ar.Tables() {
-			_, _ = db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+table)
+		// The tables of the prefix (sqlarchive's doc names them).
+		for _, table := range []string{"entries", "replayed", "runs", "seqlock"} {
+			_, _ = db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+prefix+"_"+table)
 		}
 	})
 	if err := ar.Migrate(b.Context()); err != nil {

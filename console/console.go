@@ -60,7 +60,7 @@ type config struct {
 	traceURL       string
 	replayOpts     []dlq.Option
 	store          idempotency.Store
-	redact         dlq.Redactor
+	redact         func(string) string
 	log            *slog.Logger
 	now            func() time.Time
 }
@@ -171,7 +171,7 @@ func New(ar archive.Archive, opts ...dlq.Option) (http.Handler, error) {
 		traceURL:       options.Get(s, nameTraceURL, ""),
 		replayOpts:     options.Get[[]dlq.Option](s, nameReplayOptions, nil),
 		store:          options.Get[idempotency.Store](s, nameReplayStore, nil),
-		redact:         options.Get[dlq.Redactor](s, nameRedactor, nil),
+		redact:         options.Get[func(string) string](s, nameRedactor, nil),
 		log:            options.Get(s, options.Logger, slog.Default()),
 		now:            options.Get(s, options.Clock, time.Now),
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/surely-dev/surely/console"
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 func TestNewRequiresAnAuthorizationChoice(t *testing.T) {
@@ -42,7 +43,7 @@ func TestNewRequiresAnAuthorizationChoice(t *testing.T) {
 
 func TestPagesCarryASecurityPolicy(t *testing.T) {
 	srv := serve(t, newArchive(t, letter{uuid: "m1", topic: "orders"}), console.WithoutAuth())
-	for _, path := range []string{"/", "/list", "/entry?id=" + dlq.DeadLetterUUID("m1"), "/static/style.css", "/entry?id=nope"} {
+	for _, path := range []string{"/", "/list", "/entry?id=" + envelope.DeadLetterUUID("m1"), "/static/style.css", "/entry?id=nope"} {
 		resp, err := srv.Client().Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
@@ -92,7 +93,7 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 		md:      map[string]string{"x-note": evil, evil: "v"},
 	})
 	srv := serve(t, ar, console.WithoutAuth(), console.WithPublisher(&recorder{}))
-	id := dlq.DeadLetterUUID("evil")
+	id := envelope.DeadLetterUUID("evil")
 	for _, path := range []string{"/", "/list", "/entry?id=" + id, "/list?topic=" + url.QueryEscape(evil)} {
 		code, page := get(t, srv, path)
 		if code != http.StatusOK {
@@ -194,7 +195,7 @@ func TestEntryPageShowsPayloadHistoryAndTraceLinks(t *testing.T) {
 		letter{uuid: "big", payload: big},
 	)
 	srv := serve(t, ar, console.WithoutAuth(), console.WithTraceURL("https://jaeger.example/trace/{trace_id}?uiFind={span_id}"))
-	_, page := get(t, srv, "/entry?id="+dlq.DeadLetterUUID("json"))
+	_, page := get(t, srv, "/entry?id="+envelope.DeadLetterUUID("json"))
 	for _, want := range []string{
 		"{\n  &#34;a&#34;: 1,", "JSON", `<th>tenant</th><td>t1</td>`, `<b>attempt 2</b>`, "worker-1",
 		`href="https://jaeger.example/trace/4bf92f3577b34da6a3ce929d0e0e4736?uiFind=00f067aa0ba902b7"`,
@@ -204,10 +205,10 @@ func TestEntryPageShowsPayloadHistoryAndTraceLinks(t *testing.T) {
 			t.Errorf("the entry page lacks %q", want)
 		}
 	}
-	if _, page := get(t, srv, "/entry?id="+dlq.DeadLetterUUID("bin")); !strings.Contains(page, "binary (hex)") || !strings.Contains(page, "00 01 02 ff fe") {
+	if _, page := get(t, srv, "/entry?id="+envelope.DeadLetterUUID("bin")); !strings.Contains(page, "binary (hex)") || !strings.Contains(page, "00 01 02 ff fe") {
 		t.Error("a binary payload is not shown as hex")
 	}
-	_, page = get(t, srv, "/entry?id="+dlq.DeadLetterUUID("big"))
+	_, page = get(t, srv, "/entry?id="+envelope.DeadLetterUUID("big"))
 	if !strings.Contains(page, "Cut: the payload is larger") || len(page) > 400<<10 {
 		t.Errorf("a 2 MiB payload: page of %d bytes, want it cut", len(page))
 	}
@@ -216,7 +217,7 @@ func TestEntryPageShowsPayloadHistoryAndTraceLinks(t *testing.T) {
 func TestHiddenPayloadsNeedAClick(t *testing.T) {
 	ar := newArchive(t, letter{uuid: "p", payload: []byte("card 4111-1111")})
 	srv := serve(t, ar, console.WithoutAuth(), console.WithHiddenPayloads())
-	id := dlq.DeadLetterUUID("p")
+	id := envelope.DeadLetterUUID("p")
 	if _, page := get(t, srv, "/entry?id="+id); strings.Contains(page, "4111") || !strings.Contains(page, `id="show-payload"`) {
 		t.Error("the payload is shown although hidden")
 	}
@@ -228,13 +229,13 @@ func TestHiddenPayloadsNeedAClick(t *testing.T) {
 func TestRedactorAppliesToPayloadErrorsAndMetadata(t *testing.T) {
 	ar := newArchive(t, letter{uuid: "s", payload: []byte("token=s3cret"), err: errors.New("dial s3cret@db"), md: map[string]string{"auth": "s3cret"}})
 	srv := serve(t, ar, console.WithoutAuth(), dlq.WithRedactor(func(s string) string { return strings.ReplaceAll(s, "s3cret", "xxxxx") }))
-	for _, path := range []string{"/list", "/entry?id=" + dlq.DeadLetterUUID("s")} {
+	for _, path := range []string{"/list", "/entry?id=" + envelope.DeadLetterUUID("s")} {
 		if _, page := get(t, srv, path); strings.Contains(page, "s3cret") || !strings.Contains(page, "xxxxx") {
 			t.Errorf("%s shows an unredacted text", path)
 		}
 	}
 	srv = serve(t, ar, console.WithoutAuth(), dlq.WithRedactor(func(string) string { panic("no") }))
-	if _, page := get(t, srv, "/entry?id="+dlq.DeadLetterUUID("s")); strings.Contains(page, "s3cret") {
+	if _, page := get(t, srv, "/entry?id="+envelope.DeadLetterUUID("s")); strings.Contains(page, "s3cret") {
 		t.Error("a panicking redactor lets the text through")
 	}
 }
@@ -280,7 +281,7 @@ func TestReadOnlyHidesAndRefusesActions(t *testing.T) {
 		"no publisher": nil,
 	} {
 		srv := serve(t, ar, append(opts, console.WithoutAuth())...)
-		for _, path := range []string{"/list", "/entry?id=" + dlq.DeadLetterUUID("a")} {
+		for _, path := range []string{"/list", "/entry?id=" + envelope.DeadLetterUUID("a")} {
 			if _, page := get(t, srv, path); strings.Contains(page, "dry-run") || strings.Contains(page, `type="checkbox"`) {
 				t.Errorf("%s: %s offers an action", name, path)
 			}
@@ -333,7 +334,7 @@ func TestReplayDryRunThenRun(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("dry run: %d %s", resp.StatusCode, page)
 	}
-	for _, want := range []string{"<b>2</b> dead letters would be replayed", "<b>2</b> refused", dlq.DeadLetterUUID("old"), dlq.DeadLetterUUID("unknown"), "retention is unknown"} {
+	for _, want := range []string{"<b>2</b> dead letters would be replayed", "<b>2</b> refused", envelope.DeadLetterUUID("old"), envelope.DeadLetterUUID("unknown"), "retention is unknown"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the dry run page lacks %q", want)
 		}
@@ -385,7 +386,7 @@ func TestReplaySelectedEntriesAndErrorType(t *testing.T) {
 		letter{uuid: "c", topic: "orders", retention: 72 * time.Hour},
 	)
 	srv := serve(t, ar, console.WithoutAuth(), console.WithPublisher(pub))
-	page := body(t, post(t, srv, "/dry-run", url.Values{"scope": {"selected"}, "id": {dlq.DeadLetterUUID("a"), dlq.DeadLetterUUID("c")}}))
+	page := body(t, post(t, srv, "/dry-run", url.Values{"scope": {"selected"}, "id": {envelope.DeadLetterUUID("a"), envelope.DeadLetterUUID("c")}}))
 	if !strings.Contains(page, "<b>2</b> dead letters would be replayed") {
 		t.Error("a selection of two is not two")
 	}

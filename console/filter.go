@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"fmt"
 	"html/template"
 	"net/url"
@@ -11,12 +12,14 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // query is a list or replay selection as the page's form gives it.
 type query struct {
 	Reason, Topic, Handler, ErrType, Key, Text string
 	Replay                                     string // the re-failures of this replay run
+	State                                      string // a lifecycle state, or "all"; default open
 	From, To                                   string // "2006-01-02T15:04" (UTC) or RFC 3339
 	IDs                                        []string
 	After                                      int64
@@ -37,6 +40,7 @@ func parseQuery(v url.Values) (query, error) {
 		Reason: v.Get("reason"), Topic: v.Get("topic"), Handler: v.Get("handler"),
 		ErrType: v.Get("errtype"), Key: v.Get("key"), Text: v.Get("q"),
 		From: v.Get("from"), To: v.Get("to"), IDs: v["id"], Replay: v.Get("replay"),
+		State: cmp.Or(v.Get("state"), string(archive.StateOpen)),
 	}
 	for name, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "key": q.Key, "q": q.Text, "replay": q.Replay} {
 		if err := checkField(s); err != nil {
@@ -45,6 +49,10 @@ func parseQuery(v url.Values) (query, error) {
 	}
 	if q.Reason != "" && !knownReason(q.Reason) {
 		return q, fmt.Errorf("filter reason: %q is not a dead-letter reason", q.Reason)
+	}
+	states, ok := lifecycle[q.State]
+	if !ok {
+		return q, fmt.Errorf("filter state: %q is not open, replayed, resolved, discarded or all", q.State)
 	}
 	if len(q.IDs) > maxIDs {
 		return q, fmt.Errorf("a selection names at most %d entries, got %d", maxIDs, len(q.IDs))
@@ -62,7 +70,7 @@ func parseQuery(v url.Values) (query, error) {
 	}
 	q.filter = archive.Filter{
 		IDs: q.IDs, Reason: dlq.Reason(q.Reason), Topic: q.Topic, Handler: q.Handler,
-		Key: q.Key, ErrorContains: q.Text, ReplayID: q.Replay,
+		Key: q.Key, ErrorContains: q.Text, ReplayID: q.Replay, States: states,
 	}
 	if q.filter.DeadLetteredAfter, err = parseTime("from", q.From); err != nil {
 		return q, err
@@ -71,6 +79,15 @@ func parseQuery(v url.Values) (query, error) {
 		return q, err
 	}
 	return q, nil
+}
+
+// lifecycle maps the state filter's values to the archive's states.
+var lifecycle = map[string][]archive.State{
+	"all":                          nil,
+	string(archive.StateOpen):      {archive.StateOpen},
+	string(archive.StateReplayed):  {archive.StateReplayed},
+	string(archive.StateResolved):  {archive.StateResolved},
+	string(archive.StateDiscarded): {archive.StateDiscarded},
 }
 
 func checkField(s string) error {
@@ -107,7 +124,11 @@ func parseTime(name, s string) (time.Time, error) {
 // values is the selection as URL values, without the cursor.
 func (q query) values() url.Values {
 	v := url.Values{}
-	for k, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "key": q.Key, "q": q.Text, "from": q.From, "to": q.To, "replay": q.Replay} {
+	state := q.State
+	if state == string(archive.StateOpen) {
+		state = "" // the default
+	}
+	for k, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "key": q.Key, "q": q.Text, "from": q.From, "to": q.To, "replay": q.Replay, "state": state} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -125,7 +146,7 @@ func (q query) Encode() template.URL { return template.URL(q.values().Encode()) 
 // Fields lists the selection as name/value pairs (for hidden form fields).
 func (q query) Fields() [][2]string {
 	var out [][2]string
-	for _, k := range []string{"reason", "topic", "handler", "errtype", "key", "q", "from", "to", "replay"} {
+	for _, k := range []string{"state", "reason", "topic", "handler", "errtype", "key", "q", "from", "to", "replay"} {
 		if s := q.values().Get(k); s != "" {
 			out = append(out, [2]string{k, s})
 		}
@@ -142,5 +163,5 @@ func (q query) Empty() bool { return len(q.values()) == 0 }
 // matches applies the parts of the selection the archive cannot: the
 // error type (the root of the envelope's error types).
 func (q query) matches(e archive.Entry) bool {
-	return q.ErrType == "" || dlq.RootErrorType(e.ErrorTypes) == q.ErrType
+	return q.ErrType == "" || envelope.RootErrorType(e.ErrorTypes) == q.ErrType
 }

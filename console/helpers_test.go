@@ -60,11 +60,11 @@ func deadLetter(l letter) *message.Message {
 			{Attempt: 2, Started: l.at.Add(-time.Second), Ended: l.at, Result: idempotency.ResultFailed, Error: l.err.Error()},
 		},
 	}
-	return dlq.Envelope(msg, f, nil, "worker-1", "group")
+	return dlq.Wrap(msg, f, nil, "worker-1", "group")
 }
 
 // newArchive returns a memarchive holding the letters.
-func newArchive(t *testing.T, letters ...letter) *memarchive.Archive {
+func newArchive(t *testing.T, letters ...letter) archive.Archive {
 	t.Helper()
 	ar, err := memarchive.New(dlq.WithClock(func() time.Time { return t0 }))
 	if err != nil {

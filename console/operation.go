@@ -69,8 +69,8 @@ func (s *server) operation(w http.ResponseWriter, r *http.Request) {
 			d.More = true
 			break
 		}
-		md := e.Message.Metadata
-		d.Chain = append(d.Chain, link{Entry: e, ReplayOf: md.Get(dlq.KeyReplayOf), ReplayID: md.Get(dlq.KeyReplayID)})
+		env, _ := dlq.ParseEnvelope(e.Message) // a field that does not parse is zero; the entry page says why
+		d.Chain = append(d.Chain, link{Entry: e, ReplayOf: env.ReplayOf, ReplayID: env.ReplayID})
 	}
 	s.render(w, r, http.StatusOK, "operation", "Operation "+key, d)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 func TestOperationPageShowsTheRecordAndTheChain(t *testing.T) {
@@ -34,18 +35,18 @@ func TestOperationPageShowsTheRecordAndTheChain(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}
-	for _, want := range []string{`id="record-state">in_progress<`, "<b>attempt 1</b>", "4bf92f3577b34da6a3ce929d0e0e4736", `href="entry?id=` + dlq.DeadLetterUUID("o7")} {
+	for _, want := range []string{`id="record-state">in_progress<`, "<b>attempt 1</b>", "4bf92f3577b34da6a3ce929d0e0e4736", `href="entry?id=` + envelope.DeadLetterUUID("o7")} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the operation page lacks %q", want)
 		}
 	}
-	if strings.Contains(page, dlq.DeadLetterUUID("o8")) {
+	if strings.Contains(page, envelope.DeadLetterUUID("o8")) {
 		t.Error("the operation page lists another operation's dead letter")
 	}
 	if _, page := get(t, srv, "/operation?ns=ns&key=never"); !strings.Contains(page, `id="record-missing"`) {
 		t.Error("a missing record is not said so")
 	}
-	if _, page := get(t, srv, "/entry?id="+dlq.DeadLetterUUID("o7")); !strings.Contains(page, `href="operation?ns=ns&amp;key=order-7"`) {
+	if _, page := get(t, srv, "/entry?id="+envelope.DeadLetterUUID("o7")); !strings.Contains(page, `href="operation?ns=ns&amp;key=order-7"`) {
 		t.Error("the entry page does not link to its operation")
 	}
 	if code, _ := get(t, srv, "/operation?ns=ns"); code != http.StatusBadRequest {
@@ -53,7 +54,7 @@ func TestOperationPageShowsTheRecordAndTheChain(t *testing.T) {
 	}
 	// Without a store: the dead letters only.
 	srv = serve(t, ar, console.WithoutAuth())
-	if _, page := get(t, srv, "/operation?ns=ns&key=order-7"); !strings.Contains(page, "has no dedup store") || !strings.Contains(page, dlq.DeadLetterUUID("o7")) {
+	if _, page := get(t, srv, "/operation?ns=ns&key=order-7"); !strings.Contains(page, "has no dedup store") || !strings.Contains(page, envelope.DeadLetterUUID("o7")) {
 		t.Error("without a store the page does not show the dead letters and say why the record is missing")
 	}
 }

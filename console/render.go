@@ -15,6 +15,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // maxPayloadShown bounds the payload bytes an entry page shows.
@@ -28,7 +29,7 @@ func funcs(c config) template.FuncMap {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05.000Z")
 		},
-		"rootType": dlq.RootErrorType,
+		"rootType": envelope.RootErrorType,
 		"redact":   func(s string) string { return applyRedactor(c.redact, s) },
 		"short": func(s string, n int) string {
 			if utf8.RuneCountInString(s) <= n {
@@ -43,6 +44,7 @@ func funcs(c config) template.FuncMap {
 			return s
 		},
 		"running": func(state string) bool { return state == "running" },
+		"states":  func() []string { return []string{"open", "replayed", "resolved", "discarded", "all"} },
 		"reasons": func() []string {
 			return []string{"exhausted", "permanent", "conflict", "no_key", "lease_lost", "panic", "decode"}
 		},
@@ -61,14 +63,14 @@ func funcs(c config) template.FuncMap {
 func (s *server) redact(text string) string { return applyRedactor(s.c.redact, text) }
 
 // applyRedactor runs r over text; a nil r returns text, a panicking r
-// dlq.RedactorPanicked.
-func applyRedactor(r dlq.Redactor, text string) (out string) {
+// the envelope's placeholder.
+func applyRedactor(r func(string) string, text string) (out string) {
 	if r == nil || text == "" {
 		return text
 	}
 	defer func() {
 		if recover() != nil {
-			out = dlq.RedactorPanicked
+			out = envelope.RedactorPanicked
 		}
 	}()
 	return r(text)
@@ -110,7 +112,7 @@ func (s *server) entryView(e archive.Entry, show bool) entryData {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if k == dlq.KeyHistory {
+		if k == envelope.KeyHistory {
 			continue
 		}
 		f := field{k, s.redact(md[k])}
@@ -120,12 +122,13 @@ func (s *server) entryView(e archive.Entry, show bool) entryData {
 			d.Metadata = append(d.Metadata, f)
 		}
 	}
-	d.Host = md.Get(dlq.KeyHost)
-	d.TraceURL = s.traceLink(md.Get(dlq.KeyTraceID), md.Get(dlq.KeySpanID))
-	hist, err := dlq.ParseHistory(md)
+	env, err := dlq.ParseEnvelope(e.Message)
 	if err != nil {
 		d.HistoryErr = s.redact(err.Error())
 	}
+	d.Host = env.Host
+	d.TraceURL = s.traceLink(env.TraceID, env.SpanID)
+	hist := env.History
 	d.Attempts = s.timeline(hist)
 	d.PayloadSize = len(e.Message.Payload)
 	if show {

@@ -58,6 +58,7 @@ func newServer(src source, c config) (http.Handler, error) {
 	mux.HandleFunc("POST /replay", s.action(s.replay))
 	mux.HandleFunc("POST /resume", s.action(s.resume))
 	mux.HandleFunc("POST /cancel", s.action(s.cancel))
+	mux.HandleFunc("POST /discard", s.action(s.discard))
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	return secure(c, mux), nil
 }
@@ -131,11 +132,16 @@ type overviewData struct {
 	Stats                               archive.Stats
 	OldestAge                           string
 	Reasons, Topics, Handlers, ErrTypes []count
+	States                              []count // every entry, by lifecycle state
 	Chart                               chart
 }
 
 func (s *server) overview(w http.ResponseWriter, r *http.Request) {
-	st, err := s.src.stats(r.Context(), archive.Filter{})
+	st, err := s.src.stats(r.Context(), archive.Filter{States: []archive.State{archive.StateOpen}})
+	var all archive.Stats
+	if err == nil {
+		all, err = s.src.stats(r.Context(), archive.Filter{})
+	}
 	if err != nil {
 		s.fail(w, r, http.StatusBadGateway, "the archive could not be read", err)
 		return
@@ -148,7 +154,7 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	d := overviewData{
 		Stats: st, Reasons: sorted(st.ByReason), Topics: sorted(st.ByTopic),
-		Handlers: sorted(st.ByHandler), ErrTypes: sorted(st.ByErrorType), Chart: ch,
+		Handlers: sorted(st.ByHandler), ErrTypes: sorted(st.ByErrorType), Chart: ch, States: sorted(all.ByState),
 	}
 	if st.Total > 0 {
 		d.OldestAge = age(now.Sub(st.Oldest))

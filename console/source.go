@@ -20,6 +20,10 @@ type source interface {
 	loadRun(ctx context.Context, id string) (archive.ReplayRun, error)
 	replay(ctx context.Context, pub message.Publisher, f archive.Filter, opts ...dlq.Option) (result, error)
 	resume(ctx context.Context, pub message.Publisher, id string, opts ...dlq.Option) (result, error)
+	// discard moves entries to the lifecycle's tombstone, with a reason.
+	discard(ctx context.Context, reason string, ids ...string) (int, error)
+	// runs lists the replay runs, the most recently started first.
+	runs(ctx context.Context) ([]archive.ReplayRun, error)
 }
 
 // result is what the console reads of a replay call's summary.
@@ -28,7 +32,7 @@ type result struct {
 	Replayed, Refused, WouldReplay, Refailed int
 }
 
-func resultOf(r replay.Result) result {
+func resultOf(r replay.Summary) result {
 	return result{State: string(r.State), Replayed: r.Replayed, Refused: r.Refused, WouldReplay: r.WouldReplay, Refailed: r.Refailed}
 }
 
@@ -37,7 +41,7 @@ type archiveSource struct{ ar archive.Archive }
 
 func (s archiveSource) get(ctx context.Context, id string) (archive.Entry, error) {
 	e, err := s.ar.Get(ctx, id)
-	if errors.Is(err, archive.ErrEntryNotFound) {
+	if errors.Is(err, archive.ErrNotFound) {
 		return e, errNotFound
 	}
 	return e, err
@@ -53,7 +57,7 @@ func (s archiveSource) stats(ctx context.Context, f archive.Filter) (archive.Sta
 
 func (s archiveSource) loadRun(ctx context.Context, id string) (archive.ReplayRun, error) {
 	r, err := s.ar.LoadReplay(ctx, id)
-	if errors.Is(err, archive.ErrReplayNotFound) {
+	if errors.Is(err, archive.ErrNotFound) {
 		return r, errNotFound
 	}
 	return r, err
@@ -67,4 +71,12 @@ func (s archiveSource) replay(ctx context.Context, pub message.Publisher, f arch
 func (s archiveSource) resume(ctx context.Context, pub message.Publisher, id string, opts ...dlq.Option) (result, error) {
 	r, err := replay.Resume(ctx, s.ar, pub, id, opts...)
 	return resultOf(r), err
+}
+
+func (s archiveSource) discard(ctx context.Context, reason string, ids ...string) (int, error) {
+	return s.ar.Mark(ctx, archive.Mark{To: archive.StateDiscarded, Note: reason}, ids...)
+}
+
+func (s archiveSource) runs(ctx context.Context) ([]archive.ReplayRun, error) {
+	return s.ar.ListReplays(ctx)
 }

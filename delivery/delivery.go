@@ -13,6 +13,13 @@
 //
 // Without them (GoChannel, Kafka) the middleware falls back to waiting
 // before it returns the error, and to the store's own lease.
+//
+// Every adapter's constructors take Option values. The options that mean
+// the same in several adapters are defined here, once: WithLogger,
+// WithCloseTimeout, WithConcurrency, WithAckWait and WithResendInterval.
+// Each adapter checks them against its own bounds, and refuses, naming
+// it, an option it does not take (another adapter's WithMarshaler, a
+// Subscriber option given to a Publisher).
 package delivery
 
 import (

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/faults"
 	"github.com/surely-dev/surely/internal/idem"
 )
@@ -35,20 +37,20 @@ func TestEnvelopeKeepsOriginalBytesAndAddsContext(t *testing.T) {
 	f.At, f.TraceID = at, "0af7651916cd43dd8448eb211c80319c"
 	f.Topic, f.Handler = "payments", "charge"
 
-	env := dlq.Envelope(msg, f, nil, "host-1", "billing")
-	require.Equal(t, dlq.DeadLetterUUID("uuid-1"), env.UUID)
+	env := dlq.Wrap(msg, f, nil, "host-1", "billing")
+	require.Equal(t, envelope.DeadLetterUUID("uuid-1"), env.UUID)
 	require.NotEqual(t, "uuid-1", env.UUID, "a broker deduplicating by id must not drop the dead letter")
-	require.Equal(t, env.UUID, dlq.Envelope(msg, f, nil, "", "").UUID, "every copy has the same UUID")
+	require.Equal(t, env.UUID, dlq.Wrap(msg, f, nil, "", "").UUID, "every copy has the same UUID")
 	require.Equal(t, payload, []byte(env.Payload))
 	require.Equal(t, "acme", env.Metadata.Get("tenant"))
 	require.Equal(t, "évènement\t1", env.Metadata.Get("ce_id"))
 	want := map[string]string{
-		dlq.KeyVersion: "1", dlq.KeyOriginalUUID: "uuid-1", dlq.KeyReason: "exhausted", dlq.KeyError: "charge: timeout",
-		dlq.KeyAttempts: "2", dlq.KeyOriginalTopic: "payments", dlq.KeyHandler: "charge",
-		dlq.KeyConsumerGroup: "billing", dlq.KeyOperationKey: "pay-1", dlq.KeyFingerprint: "abc",
-		dlq.KeyTraceID: "0af7651916cd43dd8448eb211c80319c", dlq.KeyHost: "host-1",
-		dlq.KeyFirstFailureAt: "2026-11-30T06:58:00Z", dlq.KeyLastFailureAt: "2026-11-30T06:59:00Z",
-		dlq.KeyDeadLetteredAt: "2026-11-30T07:00:00Z",
+		envelope.KeyVersion: "1", envelope.KeyOriginalUUID: "uuid-1", dlq.KeyReason: "exhausted", dlq.KeyError: "charge: timeout",
+		envelope.KeyAttempts: "2", envelope.KeyOriginalTopic: "payments", envelope.KeyHandler: "charge",
+		envelope.KeyConsumerGroup: "billing", dlq.KeyOperationKey: "pay-1", envelope.KeyFingerprint: "abc",
+		envelope.KeyTraceID: "0af7651916cd43dd8448eb211c80319c", envelope.KeyHost: "host-1",
+		envelope.KeyFirstFailureAt: "2026-11-30T06:58:00Z", envelope.KeyLastFailureAt: "2026-11-30T06:59:00Z",
+		envelope.KeyDeadLetteredAt: "2026-11-30T07:00:00Z",
 	}
 	for k, v := range want {
 		require.Equal(t, v, env.Metadata.Get(k), k)
@@ -58,7 +60,7 @@ func TestEnvelopeKeepsOriginalBytesAndAddsContext(t *testing.T) {
 			require.True(t, strings.HasPrefix(k, "surely_"), "added key %q is not prefixed", k)
 		}
 	}
-	got, err := dlq.ParseHistory(env.Metadata)
+	got, err := envelope.ParseHistory(env.Metadata)
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	require.Equal(t, "timeout", got[0].Error)
@@ -71,18 +73,18 @@ func TestEnvelopeWritesOptionalKeysOnlyWhenSet(t *testing.T) {
 	msg := message.NewMessage("uuid-1", nil)
 	f := dlq.Failure{Reason: dlq.ReasonPermanent, Err: errors.New("boom")}
 
-	bare := dlq.Envelope(msg, f, nil, "", "")
-	for _, k := range []string{dlq.KeyNamespace, dlq.KeyRetention, dlq.KeyDeadLetterTraceparent} {
+	bare := dlq.Wrap(msg, f, nil, "", "")
+	for _, k := range []string{envelope.KeyNamespace, envelope.KeyRetention, envelope.KeyDeadLetterTraceparent} {
 		_, ok := bare.Metadata[k]
 		require.False(t, ok, "%s is absent when the failure has no value for it", k)
 	}
 
 	f.Namespace, f.Retention = "orders", 90*time.Minute
 	f.Traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-	env := dlq.Envelope(msg, f, nil, "", "")
-	require.Equal(t, "orders", env.Metadata.Get(dlq.KeyNamespace))
-	require.Equal(t, "1h30m0s", env.Metadata.Get(dlq.KeyRetention))
-	require.Equal(t, f.Traceparent, env.Metadata.Get(dlq.KeyDeadLetterTraceparent))
+	env := dlq.Wrap(msg, f, nil, "", "")
+	require.Equal(t, "orders", env.Metadata.Get(envelope.KeyNamespace))
+	require.Equal(t, "1h30m0s", env.Metadata.Get(envelope.KeyRetention))
+	require.Equal(t, f.Traceparent, env.Metadata.Get(envelope.KeyDeadLetterTraceparent))
 }
 
 func TestHistoryIsBounded(t *testing.T) {
@@ -92,9 +94,9 @@ func TestHistoryIsBounded(t *testing.T) {
 		hist = append(hist, idempotency.AttemptRecord{Attempt: i + 1, Result: idempotency.ResultFailed,
 			Error: strings.Repeat("e", idem.MaxErrorLen), Stack: strings.Repeat("s", idem.MaxStackLen)})
 	}
-	env := dlq.Envelope(message.NewMessage("u", nil), dlq.Failure{Reason: dlq.ReasonPanic, Err: errors.New("boom"), History: hist}, nil, "", "")
-	require.LessOrEqual(t, len(env.Metadata.Get(dlq.KeyHistory)), dlq.MaxHistoryBytes)
-	got, err := dlq.ParseHistory(env.Metadata)
+	env := dlq.Wrap(message.NewMessage("u", nil), dlq.Failure{Reason: dlq.ReasonPanic, Err: errors.New("boom"), History: hist}, nil, "", "")
+	require.LessOrEqual(t, len(env.Metadata.Get(envelope.KeyHistory)), envelope.MaxHistoryBytes)
+	got, err := envelope.ParseHistory(env.Metadata)
 	require.NoError(t, err)
 	require.NotEmpty(t, got)
 	require.Equal(t, idem.MaxHistory, got[len(got)-1].Attempt, "the newest attempt is kept")
@@ -104,17 +106,17 @@ func TestHistoryIsBounded(t *testing.T) {
 func TestErrorTypes(t *testing.T) {
 	t.Parallel()
 	base := errors.New("x")
-	require.Equal(t, "*errors.errorString", dlq.ErrorTypes(base))
-	require.Equal(t, "*fmt.wrapError > *errors.errorString", dlq.ErrorTypes(fmt.Errorf("a: %w", base)))
+	require.Equal(t, "*errors.errorString", envelope.ErrorTypes(base))
+	require.Equal(t, "*fmt.wrapError > *errors.errorString", envelope.ErrorTypes(fmt.Errorf("a: %w", base)))
 	require.Equal(t, "*dlq.FinalError > *errors.joinError[*errors.errorString, *fmt.wrapError > *errors.errorString]",
-		dlq.ErrorTypes(dlq.Final(dlq.ReasonPermanent, errors.Join(base, fmt.Errorf("b: %w", base)))))
-	require.Equal(t, "", dlq.ErrorTypes(nil))
+		envelope.ErrorTypes(dlq.Final(dlq.ReasonPermanent, errors.Join(base, fmt.Errorf("b: %w", base)))))
+	require.Equal(t, "", envelope.ErrorTypes(nil))
 }
 
 func TestRedactorAndPublisher(t *testing.T) {
 	t.Parallel()
 	pub := faults.NewPublisher(1)
-	p, err := dlq.NewPublisher(pub, "dead", dlq.WithRedactor(func(s string) string { return strings.ReplaceAll(s, "s3cret", "[redacted]") }), dlq.WithHost("h"))
+	p, err := dlq.NewPublisher(pub, "dead", dlq.WithRedactor(func(s string) string { return strings.ReplaceAll(s, "s3cret", "[redacted]") }))
 	require.NoError(t, err)
 	msg := message.NewMessage("u", []byte("p"))
 	f := dlq.Failure{Reason: dlq.ReasonPermanent, Err: errors.New("token s3cret refused"),
@@ -142,23 +144,24 @@ func TestRootErrorType(t *testing.T) {
 		"*dlq.FinalError > *fmt.wrapError > *net.OpError":       "*net.OpError",
 		"*fmt.wrapError > *errors.joinError[*a.B > *a.C, *d.E]": "*errors.joinError[*a.B > *a.C, *d.E]",
 	} {
-		require.Equal(t, want, dlq.RootErrorType(in), in)
+		require.Equal(t, want, envelope.RootErrorType(in), in)
 	}
-	chain := dlq.ErrorTypes(fmt.Errorf("x: %w", errors.Join(errors.New("a"), errors.New("b"))))
-	require.Equal(t, "*errors.joinError[*errors.errorString, *errors.errorString]", dlq.RootErrorType(chain))
+	chain := envelope.ErrorTypes(fmt.Errorf("x: %w", errors.Join(errors.New("a"), errors.New("b"))))
+	require.Equal(t, "*errors.joinError[*errors.errorString, *errors.errorString]", envelope.RootErrorType(chain))
 }
 
 func TestPublisherOptions(t *testing.T) {
 	t.Parallel()
 	pub := faults.NewPublisher(0)
-	p, err := dlq.NewPublisher(pub, "dead", dlq.WithConsumerGroup("g1"), dlq.WithHost("h1"))
+	p, err := dlq.NewPublisher(pub, "dead", dlq.WithConsumerGroup("g1"))
 	require.NoError(t, err)
 	require.Equal(t, "dead", p.Topic())
 	require.NoError(t, p.Publish(context.Background(), message.NewMessage("u", nil), dlq.Failure{Reason: dlq.ReasonPermanent}))
 	out := pub.Published("dead")
 	require.Len(t, out, 1)
-	require.Equal(t, "g1", out[0].Metadata.Get(dlq.KeyConsumerGroup))
-	require.Equal(t, "h1", out[0].Metadata.Get(dlq.KeyHost))
+	require.Equal(t, "g1", out[0].Metadata.Get(envelope.KeyConsumerGroup))
+	host, _ := os.Hostname()
+	require.Equal(t, host, out[0].Metadata.Get(envelope.KeyHost))
 
 	for name, o := range map[string]dlq.Option{
 		"nil option":     nil,

@@ -5,17 +5,42 @@
 // # Envelope
 //
 // A dead-lettered message keeps the original payload and metadata byte for
-// byte. Its UUID is derived from the original's (DeadLetterUUID): the same
-// for every copy, but not the original's, which brokers that deduplicate by
-// message id would drop as a duplicate; the original UUID is in
-// KeyOriginalUUID. surely adds metadata keys, all prefixed "surely_" and versioned
-// by KeyVersion ("1"): the reason (exhausted, permanent, conflict, no_key,
-// panic, decode, lease_lost), the error text and its Go type chain, the
-// durable attempt count, the first and last failure times, the per-attempt
-// history as JSON (bounded to MaxHistoryBytes), the original topic, handler,
-// consumer group, operation key, payload fingerprint, trace and span ID, and
-// the host. Every error text passes through a Redactor first, so secrets in
-// error messages can be kept out.
+// byte. Its UUID is derived from the original's (UUIDv5): the same for
+// every copy, but not the original's, which brokers that deduplicate by
+// message id would drop as a duplicate. surely adds metadata keys, all
+// prefixed "surely_"; ParseEnvelope reads them all into an Envelope, and
+// the keys a handler reads most are constants here (KeyReason, KeyError,
+// KeyOperationKey). Every error text passes through a redactor first
+// (WithRedactor), so secrets in error messages can be kept out. The keys
+// (version 1):
+//
+//	surely_dlq_version       envelope version, "1"
+//	surely_reason            Reason: exhausted, permanent, conflict, no_key, lease_lost, panic, decode
+//	surely_error             final error text, redacted, at most 2 KiB
+//	surely_error_types       Go types of the error's chain, outermost first, " > " between them
+//	surely_attempts          durable attempt count, decimal (0: unknown)
+//	surely_first_failure_at  first failed attempt, RFC 3339 with nanoseconds
+//	surely_last_failure_at   last failed attempt, RFC 3339 with nanoseconds
+//	surely_dead_lettered_at  when it was dead-lettered, RFC 3339 with nanoseconds
+//	surely_history           per-attempt ledger, JSON (idempotency.AttemptRecord), at most 16 KiB:
+//	                         oldest entries, then stacks of all but the newest, dropped to fit
+//	surely_original_topic    topic the message was consumed from
+//	surely_original_uuid     the message's UUID
+//	surely_handler           Watermill handler name
+//	surely_consumer_group    consumer group (WithConsumerGroup)
+//	surely_operation_key     operation key (empty for no_key)
+//	surely_fingerprint       payload fingerprint
+//	surely_namespace         dedup namespace of the handler (when known)
+//	surely_dedup_retention   the store's retention, a Go duration (when the store reports it)
+//	surely_trace_id          trace ID of the failing attempt, hex
+//	surely_span_id           span ID of the failing attempt, hex
+//	surely_dlq_traceparent   W3C traceparent of the dead-letter span (when tracing is on)
+//	surely_host              host name of the process (os.Hostname)
+//
+// A replay (dlq/replay) adds surely_replay_of (the archived entry it
+// replays), surely_replay_id (the run) and surely_replay_link (the
+// dead-letter span's traceparent) to the message it republishes; they
+// travel into the dead letter of a replayed message that fails again.
 //
 // # Acking
 //
@@ -28,10 +53,11 @@
 // A message can be dead-lettered more than once: an exhausted message that
 // is delivered again (its ack was lost, or the broker handed an in-flight
 // message to a second consumer) finds its record EXHAUSTED and is published
-// again. Every copy has the same UUID (DeadLetterID of the source), so a
+// again. Every copy has the same UUID (derived from the source's), so a
 // dead-letter consumer or archive dedups by UUID. A message republished by
-// a replay run is a new source: its dead letter's ID also derives from the
-// run (see DeadLetterID).
+// a replay run is a new source: its dead letter's UUID derives from its
+// UUID and the run's ID, so a replayed message that fails again is a new
+// archive entry, not a copy of the one it replays.
 //
 // # Configuration
 //
@@ -40,7 +66,7 @@
 // dlq/replay) takes its required inputs as arguments and the rest as
 // options of one type, Option. The options common to several of them are
 // defined here (WithLogger, WithClock, WithRetention); those of one
-// package in that package (redisarchive.WithKeyPrefix, replay.WithRate).
+// package in that package (archive.WithPrefix, replay.WithRate).
 // A constructor given an option it does not use returns an error wrapping
 // ErrInvalidOption.
 //

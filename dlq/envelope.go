@@ -9,87 +9,25 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/google/uuid"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/options"
 )
 
-// Metadata keys surely adds to a dead-lettered message. The original
-// metadata is kept as it was; these keys are all prefixed "surely_".
+// Metadata keys of the envelope that a consumer of dead letters reads
+// most, for a Watermill handler that looks at a dead letter's metadata
+// directly. ParseEnvelope reads every key of the envelope (the package
+// doc lists them).
 const (
-	KeyVersion        = "surely_dlq_version"
-	KeyReason         = "surely_reason"
-	KeyError          = "surely_error"
-	KeyErrorTypes     = "surely_error_types"
-	KeyAttempts       = "surely_attempts"
-	KeyFirstFailureAt = "surely_first_failure_at"
-	KeyLastFailureAt  = "surely_last_failure_at"
-	KeyDeadLetteredAt = "surely_dead_lettered_at"
-	KeyHistory        = "surely_history"
-	KeyOriginalTopic  = "surely_original_topic"
-	KeyHandler        = "surely_handler"
-	KeyConsumerGroup  = "surely_consumer_group"
-	KeyOperationKey   = "surely_operation_key"
-	KeyFingerprint    = "surely_fingerprint"
-	KeyTraceID        = "surely_trace_id"
-	KeySpanID         = "surely_span_id"
-	KeyHost           = "surely_host"
-	KeyOriginalUUID   = "surely_original_uuid"
-	// KeyNamespace is the dedup namespace of the handler, so the operation's
-	// store record can be found (surely inspect, replay).
-	KeyNamespace = "surely_namespace"
-	// KeyRetention is the dedup store's retention (a Go duration) when the
-	// store reports it (idempotency.RetentionReporter): a replay of a dead
-	// letter older than this may find its record gone.
-	KeyRetention = "surely_dedup_retention"
+	// KeyReason holds the Reason.
+	KeyReason = envelope.KeyReason
+	// KeyError holds the final error's text, redacted and bounded.
+	KeyError = envelope.KeyError
+	// KeyOperationKey holds the operation key (empty for no_key).
+	KeyOperationKey = envelope.KeyOperationKey
 )
-
-// Metadata keys a replay adds to a republished message.
-const (
-	// KeyReplayOf is the ID of the archived dead letter the message replays.
-	KeyReplayOf = "surely_replay_of"
-	// KeyReplayID is the ID of the replay run. The dedup step passes it to
-	// Claim as ClaimRequest.Reopen, so an EXHAUSTED record gets a fresh
-	// budget once per replay run.
-	KeyReplayID = "surely_replay_id"
-	// KeyReplayLink is the W3C traceparent of the dead-letter span, so the
-	// replayed message's first attempt span links back to it.
-	KeyReplayLink = "surely_replay_link"
-	// KeyDeadLetterTraceparent is the W3C traceparent of the dead-letter
-	// span, written into the envelope when tracing is on.
-	KeyDeadLetterTraceparent = "surely_dlq_traceparent"
-)
-
-// uuidSpace is the UUIDv5 namespace of dead-letter UUIDs.
-var uuidSpace = uuid.MustParse("6f1b3c1e-52a4-4d52-9a63-1d9f2f0c8e77")
-
-// DeadLetterUUID is the UUID of the dead letter of the message with UUID
-// original: derived (UUIDv5), so every copy of one message's dead letter has
-// the same UUID, yet it differs from the original's. A broker that drops a
-// publish whose id it has seen (JetStream's Nats-Msg-Id, SQS FIFO
-// deduplication) would otherwise drop the dead letter as a duplicate of
-// the original message.
-func DeadLetterUUID(original string) string {
-	return uuid.NewSHA1(uuidSpace, []byte("surely-dlq:"+original)).String()
-}
-
-// DeadLetterID is the UUID of msg's dead letter: DeadLetterUUID of its
-// UUID, or, for a message republished by a replay run (KeyReplayID set),
-// of its UUID and the run's ID. A replayed message that fails again is
-// then a new archive entry carrying KeyReplayID, not a copy of the entry
-// it replays, so the run can see its re-failures.
-func DeadLetterID(msg *message.Message) string {
-	if run := msg.Metadata.Get(KeyReplayID); run != "" {
-		return DeadLetterUUID(msg.UUID + "\x00replay:" + run)
-	}
-	return DeadLetterUUID(msg.UUID)
-}
-
-// MaxHistoryBytes bounds the JSON of KeyHistory: oldest entries, then
-// stacks of all but the newest entry, are dropped to fit.
-const MaxHistoryBytes = 16 << 10
 
 // Failure is the context of a final failure, written into the envelope.
 type Failure struct {
@@ -103,7 +41,7 @@ type Failure struct {
 	OperationKey, Fingerprint string
 	// Topic and Handler default to the Watermill values in the message context.
 	Topic, Handler string
-	// ErrorTypes overrides ErrorTypes(Err) in KeyErrorTypes when set.
+	// ErrorTypes overrides the type chain of Err in the envelope when set.
 	ErrorTypes string
 	// Namespace is the handler's dedup namespace (may be empty).
 	Namespace string
@@ -111,8 +49,8 @@ type Failure struct {
 	Retention time.Duration
 	// TraceID and SpanID of the failing attempt, hex (may be empty).
 	TraceID, SpanID string
-	// Traceparent is the W3C traceparent of the dead-letter span, written
-	// to KeyDeadLetterTraceparent (may be empty: tracing off).
+	// Traceparent is the W3C traceparent of the dead-letter span (may be
+	// empty: tracing off).
 	Traceparent string
 	// At is when the message was dead-lettered (default: now).
 	At time.Time
@@ -130,19 +68,17 @@ func FailureFrom(err error) Failure {
 	return f
 }
 
-// Redactor rewrites an error text before it is written anywhere (envelope,
-// history). Use it to strip secrets such as connection strings or tokens.
-// A Redactor that panics is contained: the text it was given is replaced
-// by RedactorPanicked, never written unredacted.
-type Redactor func(text string) string
+// redactor rewrites an error text before it is written (see WithRedactor).
+type redactor = func(text string) string
 
-// Envelope returns the dead-letter message for msg: its payload and
-// metadata byte for byte, plus the surely_* keys describing f. Its UUID is
-// DeadLetterID(msg); the original UUID is in KeyOriginalUUID. Error
+// Wrap returns the dead-letter message for msg, as a Publisher publishes
+// it: msg's payload and metadata byte for byte, plus the surely_* keys
+// describing f (see the package doc). Its UUID is derived from msg's (see
+// Copies in the package doc); the original UUID is in the envelope. Error
 // texts pass through redact (nil: unchanged). host and group may be empty.
-func Envelope(msg *message.Message, f Failure, redact Redactor, host, group string) *message.Message {
+func Wrap(msg *message.Message, f Failure, redact func(text string) string, host, group string) *message.Message {
 	redact = safeRedactor(redact)
-	out := message.NewMessage(DeadLetterID(msg), msg.Payload)
+	out := message.NewMessage(envelope.DeadLetterID(msg), msg.Payload)
 	for k, v := range msg.Metadata {
 		out.Metadata[k] = v
 	}
@@ -152,35 +88,35 @@ func Envelope(msg *message.Message, f Failure, redact Redactor, host, group stri
 		errText = redact(f.Err.Error())
 	}
 	md := out.Metadata
-	md[KeyVersion] = Version
-	md[KeyOriginalUUID] = msg.UUID
-	md[KeyReason] = string(f.Reason)
-	md[KeyError] = idem.Truncate(errText, idem.MaxErrorLen)
-	md[KeyErrorTypes] = f.ErrorTypes
+	md[envelope.KeyVersion] = envelope.Version
+	md[envelope.KeyOriginalUUID] = msg.UUID
+	md[envelope.KeyReason] = string(f.Reason)
+	md[envelope.KeyError] = idem.Truncate(errText, idem.MaxErrorLen)
+	md[envelope.KeyErrorTypes] = f.ErrorTypes
 	if f.ErrorTypes == "" {
-		md[KeyErrorTypes] = ErrorTypes(f.Err)
+		md[envelope.KeyErrorTypes] = envelope.ErrorTypes(f.Err)
 	}
-	md[KeyAttempts] = strconv.Itoa(f.Attempts)
-	md[KeyDeadLetteredAt] = f.At.UTC().Format(time.RFC3339Nano)
+	md[envelope.KeyAttempts] = strconv.Itoa(f.Attempts)
+	md[envelope.KeyDeadLetteredAt] = f.At.UTC().Format(time.RFC3339Nano)
 	first, last := failureWindow(f.History, f.At)
-	md[KeyFirstFailureAt] = first.UTC().Format(time.RFC3339Nano)
-	md[KeyLastFailureAt] = last.UTC().Format(time.RFC3339Nano)
-	md[KeyHistory] = historyJSON(f.History, redact)
-	md[KeyOriginalTopic] = f.Topic
-	md[KeyHandler] = f.Handler
-	md[KeyConsumerGroup] = group
-	md[KeyOperationKey] = f.OperationKey
-	md[KeyFingerprint] = f.Fingerprint
-	md[KeyTraceID] = f.TraceID
-	md[KeySpanID] = f.SpanID
-	md[KeyHost] = host
+	md[envelope.KeyFirstFailureAt] = first.UTC().Format(time.RFC3339Nano)
+	md[envelope.KeyLastFailureAt] = last.UTC().Format(time.RFC3339Nano)
+	md[envelope.KeyHistory] = historyJSON(f.History, redact)
+	md[envelope.KeyOriginalTopic] = f.Topic
+	md[envelope.KeyHandler] = f.Handler
+	md[envelope.KeyConsumerGroup] = group
+	md[envelope.KeyOperationKey] = f.OperationKey
+	md[envelope.KeyFingerprint] = f.Fingerprint
+	md[envelope.KeyTraceID] = f.TraceID
+	md[envelope.KeySpanID] = f.SpanID
+	md[envelope.KeyHost] = host
 	f.setOptionalKeys(md)
 	return out
 }
 
 // safeRedactor returns redact with its panics contained, or the identity
 // when redact is nil.
-func safeRedactor(redact Redactor) Redactor {
+func safeRedactor(redact redactor) redactor {
 	if redact == nil {
 		return func(s string) string { return s }
 	}
@@ -206,13 +142,13 @@ func (f Failure) withDefaults(ctx context.Context) Failure {
 // value for them.
 func (f Failure) setOptionalKeys(md message.Metadata) {
 	if f.Namespace != "" {
-		md[KeyNamespace] = f.Namespace
+		md[envelope.KeyNamespace] = f.Namespace
 	}
 	if f.Retention > 0 {
-		md[KeyRetention] = f.Retention.String()
+		md[envelope.KeyRetention] = f.Retention.String()
 	}
 	if f.Traceparent != "" {
-		md[KeyDeadLetterTraceparent] = f.Traceparent
+		md[envelope.KeyDeadLetterTraceparent] = f.Traceparent
 	}
 }
 
@@ -241,7 +177,7 @@ func failureWindow(history []idempotency.AttemptRecord, at time.Time) (first, la
 	return first, last
 }
 
-func historyJSON(h []idempotency.AttemptRecord, redact Redactor) string {
+func historyJSON(h []idempotency.AttemptRecord, redact redactor) string {
 	h = append([]idempotency.AttemptRecord(nil), h...)
 	for i := range h {
 		h[i].Error = redact(h[i].Error)
@@ -253,7 +189,7 @@ func historyJSON(h []idempotency.AttemptRecord, redact Redactor) string {
 		if err != nil {
 			return "[]"
 		}
-		if len(b) <= MaxHistoryBytes || len(h) == 0 {
+		if len(b) <= envelope.MaxHistoryBytes || len(h) == 0 {
 			return string(b)
 		}
 		// Drop stacks of older entries first, then the oldest entries.
@@ -288,32 +224,23 @@ func historyJSON(h []idempotency.AttemptRecord, redact Redactor) string {
 	}
 }
 
-// ParseHistory decodes KeyHistory of a dead-lettered message.
-func ParseHistory(md message.Metadata) ([]idempotency.AttemptRecord, error) {
-	var h []idempotency.AttemptRecord
-	s := md.Get(KeyHistory)
-	if s == "" {
-		return nil, nil
-	}
-	if err := json.Unmarshal([]byte(s), &h); err != nil {
-		return nil, fmt.Errorf("dlq: %s: %w", KeyHistory, err)
-	}
-	return h, nil
-}
-
 // Publisher publishes dead letters to one topic through any Watermill
 // publisher. It never closes the publisher it was given.
 type Publisher struct {
 	pub    message.Publisher
 	topic  string
-	redact Redactor
+	redact redactor
 	host   string
 	group  string
 }
 
-// WithRedactor sets the hook every error text passes through before
-// NewPublisher's publisher writes it (default: none, texts unchanged).
-func WithRedactor(r Redactor) Option {
+// WithRedactor sets the hook every error text (the error, the history's
+// errors and stacks) passes through before NewPublisher's publisher writes
+// it (default: none, texts unchanged). Use it to strip secrets such as
+// connection strings or tokens. A redactor that panics is contained: the
+// text it was given is replaced by "[text withheld: the redactor
+// panicked]", never written unredacted.
+func WithRedactor(r func(text string) string) Option {
 	return func(s *options.Set) error {
 		if r == nil {
 			return fmt.Errorf("%w: nil redactor", ErrInvalidOption)
@@ -324,19 +251,14 @@ func WithRedactor(r Redactor) Option {
 }
 
 // WithConsumerGroup names the consumer group NewPublisher's publisher
-// writes to KeyConsumerGroup (default: empty).
+// writes into the envelope (default: empty).
 func WithConsumerGroup(group string) Option {
 	return func(s *options.Set) error { s.Put(nameConsumerGroup, group); return nil }
 }
 
-// WithHost overrides the host name NewPublisher's publisher writes to
-// KeyHost (default os.Hostname).
-func WithHost(host string) Option {
-	return func(s *options.Set) error { s.Put(nameHost, host); return nil }
-}
-
 // NewPublisher returns a dead-letter publisher to topic. It takes
-// WithRedactor, WithConsumerGroup and WithHost.
+// WithRedactor and WithConsumerGroup. The envelope's host is the process's
+// host name (os.Hostname).
 func NewPublisher(pub message.Publisher, topic string, opts ...Option) (*Publisher, error) {
 	if pub == nil {
 		return nil, fmt.Errorf("%w: nil publisher", ErrInvalidOption)
@@ -348,14 +270,14 @@ func NewPublisher(pub message.Publisher, topic string, opts ...Option) (*Publish
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Check(ErrInvalidOption, "dlq.NewPublisher", nameRedactor, nameConsumerGroup, nameHost); err != nil {
+	if err := s.Check(ErrInvalidOption, "dlq.NewPublisher", nameRedactor, nameConsumerGroup); err != nil {
 		return nil, err
 	}
 	host, _ := os.Hostname()
 	return &Publisher{
 		pub: pub, topic: topic,
-		redact: options.Get[Redactor](s, nameRedactor, nil),
-		host:   options.Get(s, nameHost, host),
+		redact: options.Get[redactor](s, nameRedactor, nil),
+		host:   host,
 		group:  options.Get(s, nameConsumerGroup, ""),
 	}, nil
 }
@@ -363,16 +285,13 @@ func NewPublisher(pub message.Publisher, topic string, opts ...Option) (*Publish
 // Topic is the dead-letter topic.
 func (p *Publisher) Topic() string { return p.topic }
 
-// RedactorPanicked replaces a text that a Redactor panicked on: a text
-// that could not be redacted is never written.
-const RedactorPanicked = "[text withheld: the redactor panicked]"
-
-// contained wraps redact so that a panic in it yields RedactorPanicked.
-func contained(redact Redactor) Redactor {
+// contained wraps redact so that a panic in it yields
+// a placeholder ("[text withheld: the redactor panicked]").
+func contained(redact redactor) redactor {
 	return func(s string) (out string) {
 		defer func() {
 			if recover() != nil {
-				out = RedactorPanicked
+				out = envelope.RedactorPanicked
 			}
 		}()
 		return redact(s)
@@ -382,7 +301,7 @@ func contained(redact Redactor) Redactor {
 // Publish writes the envelope of msg. The source message may be acked only
 // after Publish returned nil.
 func (p *Publisher) Publish(ctx context.Context, msg *message.Message, f Failure) error {
-	env := Envelope(msg, f, p.redact, p.host, p.group)
+	env := Wrap(msg, f, p.redact, p.host, p.group)
 	env.SetContext(ctx)
 	if err := p.pub.Publish(p.topic, env); err != nil {
 		return fmt.Errorf("dlq: publish to %q: %w", p.topic, err)

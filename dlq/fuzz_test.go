@@ -12,14 +12,15 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 )
 
 // FuzzEnvelope builds the dead letter of an arbitrary message and failure,
 // and parses it back. The payload must travel byte for byte, every original
 // metadata entry outside the surely_ prefix must be kept as it was, the
-// history must be valid JSON within MaxHistoryBytes that ParseHistory reads
-// back as the newest entries in order, and Envelope must return (a history
+// history must be valid JSON within MaxHistoryBytes that ParseEnvelope reads
+// back as the newest entries in order, and Wrap must return (a history
 // it cannot shrink would loop forever). The history's text fields are the
 // fuzzed strings repeated 1+scale times, so that the inputs stay small (and
 // quick to minimize) while the texts reach past the bounds.
@@ -50,7 +51,7 @@ func FuzzEnvelope(f *testing.F) {
 			err = errors.New(errText)
 		}
 		f := dlq.Failure{Reason: dlq.ReasonExhausted, Err: err, Attempts: len(hist), History: hist, OperationKey: mdValue, At: start}
-		env := dlq.Envelope(msg, f, strings.ToUpper, "host", "group")
+		env := dlq.Wrap(msg, f, strings.ToUpper, "host", "group")
 
 		if !bytes.Equal(env.Payload, payload) {
 			t.Fatal("payload changed")
@@ -60,20 +61,20 @@ func FuzzEnvelope(f *testing.F) {
 				t.Fatalf("metadata %q: %q became %q", k, v, env.Metadata[k])
 			}
 		}
-		if env.Metadata.Get(dlq.KeyReason) != string(dlq.ReasonExhausted) || env.Metadata.Get(dlq.KeyOriginalUUID) != "uuid-1" {
+		if env.Metadata.Get(dlq.KeyReason) != string(dlq.ReasonExhausted) || env.Metadata.Get(envelope.KeyOriginalUUID) != "uuid-1" {
 			t.Fatal("surely_ keys missing")
 		}
 		if len(env.Metadata.Get(dlq.KeyError)) > idem.MaxErrorLen {
 			t.Fatalf("error text of %d bytes", len(env.Metadata.Get(dlq.KeyError)))
 		}
-		raw := env.Metadata.Get(dlq.KeyHistory)
-		if len(raw) > dlq.MaxHistoryBytes {
-			t.Fatalf("history of %d bytes, the bound is %d", len(raw), dlq.MaxHistoryBytes)
+		raw := env.Metadata.Get(envelope.KeyHistory)
+		if len(raw) > envelope.MaxHistoryBytes {
+			t.Fatalf("history of %d bytes, the bound is %d", len(raw), envelope.MaxHistoryBytes)
 		}
 		if !json.Valid([]byte(raw)) {
 			t.Fatalf("history is not JSON: %q", raw)
 		}
-		got, perr := dlq.ParseHistory(env.Metadata)
+		got, perr := envelope.ParseHistory(env.Metadata)
 		if perr != nil {
 			t.Fatal(perr)
 		}
@@ -106,7 +107,7 @@ func FuzzParseHistory(f *testing.F) {
 	f.Add(`[{"started":"not a time"}]`)
 	f.Add("\xff")
 	f.Fuzz(func(t *testing.T, s string) {
-		h, err := dlq.ParseHistory(message.Metadata{dlq.KeyHistory: s})
+		h, err := envelope.ParseHistory(message.Metadata{envelope.KeyHistory: s})
 		if err != nil && h != nil {
 			t.Fatal("entries with an error")
 		}
@@ -118,11 +119,11 @@ func FuzzParseHistory(f *testing.F) {
 
 // TestEnvelopeBoundsOneHugeEntry: a single history entry whose type,
 // reason or trace fields alone exceed MaxHistoryBytes used to make
-// Envelope loop forever (found by FuzzEnvelope). Every text field of the
+// Wrap loop forever (found by FuzzEnvelope). Every text field of the
 // entry is now bounded and the newest attempt is kept.
 func TestEnvelopeBoundsOneHugeEntry(t *testing.T) {
 	t.Parallel()
-	huge := strings.Repeat("\x01", 3*dlq.MaxHistoryBytes)
+	huge := strings.Repeat("\x01", 3*envelope.MaxHistoryBytes)
 	for name, e := range map[string]idempotency.AttemptRecord{
 		"type":     {Type: huge},
 		"reason":   {Reason: huge},
@@ -131,12 +132,12 @@ func TestEnvelopeBoundsOneHugeEntry(t *testing.T) {
 		"all":      {Result: idempotency.AttemptResult(huge), Error: huge, Type: huge, Reason: huge, Stack: huge, TraceID: huge, SpanID: huge},
 	} {
 		e.Attempt = 7
-		env := dlq.Envelope(message.NewMessage("u", []byte("p")), dlq.Failure{Reason: dlq.ReasonExhausted, History: []idempotency.AttemptRecord{e}}, nil, "", "")
-		raw := env.Metadata.Get(dlq.KeyHistory)
-		if len(raw) > dlq.MaxHistoryBytes {
+		env := dlq.Wrap(message.NewMessage("u", []byte("p")), dlq.Failure{Reason: dlq.ReasonExhausted, History: []idempotency.AttemptRecord{e}}, nil, "", "")
+		raw := env.Metadata.Get(envelope.KeyHistory)
+		if len(raw) > envelope.MaxHistoryBytes {
 			t.Fatalf("%s: history of %d bytes", name, len(raw))
 		}
-		got, err := dlq.ParseHistory(env.Metadata)
+		got, err := envelope.ParseHistory(env.Metadata)
 		if err != nil || len(got) != 1 || got[0].Attempt != 7 {
 			t.Fatalf("%s: got %+v, %v", name, got, err)
 		}

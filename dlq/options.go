@@ -17,7 +17,7 @@ var ErrInvalidOption = errors.New("dlq: invalid option")
 // archive.Ingest, archive.RegisterMetrics, memarchive.New,
 // redisarchive.New, sqlarchive.New, replay.Run and replay.Resume. The
 // options common to several of them are defined here; those of one
-// package (redisarchive.WithKeyPrefix, replay.WithRate, ...) in that
+// package (archive.WithPrefix, replay.WithRate, ...) in that
 // package. A constructor given an option it does not use returns an error
 // wrapping ErrInvalidOption: an option that does not apply is never
 // silently ignored.
@@ -29,7 +29,6 @@ type Option func(*options.Set) error
 const (
 	nameRedactor      = "WithRedactor"
 	nameConsumerGroup = "WithConsumerGroup"
-	nameHost          = "WithHost"
 )
 
 // WithLogger sets the logger of a constructor of the family. What it logs,

@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
@@ -129,7 +128,7 @@ type config struct {
 	missingKey MissingKeyPolicy
 	logger     *slog.Logger
 	onOutcome  func(context.Context, OutcomeParams) OutcomeResult
-	redact     dlq.Redactor
+	redact     func(text string) string
 	group      string
 	storeTO    time.Duration
 	tracer     trace.TracerProvider
@@ -312,8 +311,8 @@ func WithOnOutcome(fn func(context.Context, OutcomeParams) OutcomeResult) Option
 
 // WithRedactor passes every error text through r before it is stored in the
 // attempt history or written to a dead letter. A text on which r panics is
-// replaced by dlq.RedactorPanicked, never written unredacted.
-func WithRedactor(r dlq.Redactor) Option {
+// replaced by a placeholder ("[text withheld: the redactor panicked]"), never written unredacted.
+func WithRedactor(r func(text string) string) Option {
 	return required(r == nil, "redactor", func(c *config) { c.redact = r })
 }
 

@@ -94,7 +94,7 @@ type ClaimRequest struct {
 	// TraceID and SpanID of the attempt (hex, may be empty) are kept in the
 	// attempt history so a redelivery chain can be followed across processes.
 	TraceID, SpanID string
-	// Reopen is the ID of a replay run (dlq.KeyReplayID) that republished
+	// Reopen is the ID of a replay run (surely_replay_id) that republished
 	// this message. When set and the record is EXHAUSTED or FAILED and has
 	// not yet been reopened by this ID, the store gives it a fresh budget
 	// (the attempts charged so far no longer count against MaxAttempts; the

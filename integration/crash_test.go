@@ -11,6 +11,7 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // TestCrashPoints kills a consumer process (SIGKILL) at each point of the
@@ -121,16 +122,16 @@ func TestCrashLoopReachesDeadLetter(t *testing.T) {
 	dead := s.deadLetters(t)
 	require.NotEmpty(t, dead)
 	for _, d := range dead {
-		require.Equal(t, dlq.DeadLetterUUID(src.UUID), d.UUID, "every copy is the same message")
-		require.Equal(t, src.UUID, d.Metadata.Get(dlq.KeyOriginalUUID))
+		require.Equal(t, envelope.DeadLetterUUID(src.UUID), d.UUID, "every copy is the same message")
+		require.Equal(t, src.UUID, d.Metadata.Get(envelope.KeyOriginalUUID))
 		require.Equal(t, string(src.Payload), string(d.Payload), "payload byte for byte")
 		require.Equal(t, "acme", d.Metadata.Get("tenant"), "original metadata travels")
 		require.Equal(t, string(dlq.ReasonExhausted), d.Metadata.Get(dlq.KeyReason))
-		require.Equal(t, "3", d.Metadata.Get(dlq.KeyAttempts), "counted across process restarts")
+		require.Equal(t, "3", d.Metadata.Get(envelope.KeyAttempts), "counted across process restarts")
 		require.Equal(t, key, d.Metadata.Get(dlq.KeyOperationKey))
-		require.Equal(t, s.n.Group(), d.Metadata.Get(dlq.KeyConsumerGroup))
-		require.Equal(t, s.n.Stream(), d.Metadata.Get(dlq.KeyOriginalTopic))
-		hist, err := dlq.ParseHistory(d.Metadata)
+		require.Equal(t, s.n.Group(), d.Metadata.Get(envelope.KeyConsumerGroup))
+		require.Equal(t, s.n.Stream(), d.Metadata.Get(envelope.KeyOriginalTopic))
+		hist, err := envelope.ParseHistory(d.Metadata)
 		require.NoError(t, err)
 		require.Len(t, hist, 3)
 		for i, h := range hist {

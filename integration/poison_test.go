@@ -25,6 +25,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/childproc"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -213,14 +214,14 @@ func TestPoisonCrashLoopOnSQLite(t *testing.T) {
 	dead := s.deadLetters(t)
 	require.NotEmpty(t, dead)
 	for _, d := range dead { // one per delivery that found the record exhausted
-		require.Equal(t, dlq.DeadLetterUUID(src.UUID), d.UUID)
+		require.Equal(t, envelope.DeadLetterUUID(src.UUID), d.UUID)
 		require.True(t, bytes.Equal(src.Payload, d.Payload), "payload byte for byte")
 		for k, v := range src.Metadata {
 			require.Equal(t, v, d.Metadata.Get(k), "metadata %q", k)
 		}
 		require.Equal(t, string(dlq.ReasonExhausted), d.Metadata.Get(dlq.KeyReason))
-		require.Equal(t, "3", d.Metadata.Get(dlq.KeyAttempts), "counted across process deaths")
-		hist, err := dlq.ParseHistory(d.Metadata)
+		require.Equal(t, "3", d.Metadata.Get(envelope.KeyAttempts), "counted across process deaths")
+		hist, err := envelope.ParseHistory(d.Metadata)
 		require.NoError(t, err)
 		require.Len(t, hist, 3)
 		for i, h := range hist {

@@ -20,6 +20,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/internal/options"
@@ -32,7 +33,7 @@ type dedupConfig struct {
 	extendEvery  time.Duration
 	maxHeld      time.Duration
 	storeTimeout time.Duration
-	redact       dlq.Redactor
+	redact       func(text string) string
 	logger       *slog.Logger
 }
 
@@ -95,8 +96,8 @@ func WithStoreTimeout(d time.Duration) Option {
 
 // WithHistoryRedactor passes every error text through r before it is stored
 // in the attempt history. A text on which r panics is stored as
-// dlq.RedactorPanicked, never unredacted. Taken by Dedup.
-func WithHistoryRedactor(r dlq.Redactor) Option {
+// a placeholder ("[text withheld: the redactor panicked]"), never unredacted. Taken by Dedup.
+func WithHistoryRedactor(r func(text string) string) Option {
 	return func(s *options.Set) error {
 		if r == nil {
 			return fmt.Errorf("%w: nil redactor", ErrInvalidOption)
@@ -172,7 +173,7 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 		extendEvery:  ext.every,
 		maxHeld:      ext.maxHeld,
 		storeTimeout: options.Get(set, optStoreTimeout, time.Duration(0)),
-		redact:       options.Get[dlq.Redactor](set, optRedactor, nil),
+		redact:       options.Get[func(text string) string](set, optRedactor, nil),
 		logger:       options.Get[*slog.Logger](set, options.Logger, nil),
 	}
 	if c.extendEvery == 0 {
@@ -334,7 +335,7 @@ func (d *dedup) request(ctx context.Context, msg *message.Message, op *opctx.Op,
 	}
 	// A replayed message reopens an EXHAUSTED record once per replay run.
 	// A malformed run ID is ignored (no reopen), never stored.
-	if id := msg.Metadata.Get(dlq.KeyReplayID); id != "" && reopen == "" {
+	if id := msg.Metadata.Get(envelope.KeyReplayID); id != "" && reopen == "" {
 		if err := idem.ValidateKey(id); err != nil {
 			d.cfg.log().WarnContext(ctx, "surely: ignoring an invalid replay ID; the record is not reopened",
 				"key", op.Key, "error", err)
@@ -791,7 +792,7 @@ func (d *dedup) failure(ctx context.Context, err error) idempotency.Failure {
 	}
 	f := idempotency.Failure{
 		Error:     redact(err.Error()),
-		ErrorType: dlq.ErrorTypes(err),
+		ErrorType: envelope.ErrorTypes(err),
 		Reason:    "error",
 	}
 	// The store keeps the record from a claim until the delay has passed.
@@ -839,11 +840,11 @@ func extract(ex *idempotency.Extractor, msg *message.Message) (id idempotency.Op
 }
 
 // safeRedact applies redact to s; a redactor that panics yields
-// dlq.RedactorPanicked, never the unredacted s.
-func safeRedact(redact dlq.Redactor, s string) (out string) {
+// a placeholder ("[text withheld: the redactor panicked]"), never the unredacted s.
+func safeRedact(redact func(text string) string, s string) (out string) {
 	defer func() {
 		if recover() != nil {
-			out = dlq.RedactorPanicked
+			out = envelope.RedactorPanicked
 		}
 	}()
 	return redact(s)

@@ -13,11 +13,12 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 )
 
-// A replayed message (dlq.KeyReplayID set) reopens an EXHAUSTED record
+// A replayed message (surely_replay_id set) reopens an EXHAUSTED record
 // once per replay run; a malformed run ID is ignored and logged.
 func TestDedupReopensOncePerReplayRun(t *testing.T) {
 	t.Parallel()
@@ -37,7 +38,7 @@ func TestDedupReopensOncePerReplayRun(t *testing.T) {
 		msg := message.NewMessage("uuid-1", []byte(`{"n":1}`))
 		msg.Metadata.Set(idempotency.DefaultMetadataKey, "op-1")
 		if replayID != "" {
-			msg.Metadata.Set(dlq.KeyReplayID, replayID)
+			msg.Metadata.Set(envelope.KeyReplayID, replayID)
 		}
 		_, err := h(msg)
 		return err

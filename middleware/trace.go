@@ -16,6 +16,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/internal/options"
 )
@@ -76,7 +77,7 @@ func WithConsumerGroup(group string) Option {
 //     is recording, i.e. sampled);
 //   - on the first attempt of a replayed message, the dead-letter span of
 //     the message it replays (surely.link=dead_letter, from
-//     dlq.KeyReplayLink).
+//     surely_replay_link).
 //
 // The span carries surely.outcome (processed, duplicate, in_progress, retry,
 // dead_lettered, conflict, lease_lost, and paused, canceled,
@@ -91,7 +92,7 @@ func WithConsumerGroup(group string) Option {
 //
 // Publishing a dead letter gets its own span, a child of the attempt span,
 // whose traceparent DeadLetter writes into the envelope
-// (dlq.KeyDeadLetterTraceparent).
+// (surely_dlq_traceparent).
 //
 // Trace shares the per-delivery report with Observe; put it outside
 // Observe (handler.New does). In-process attempts get spans of their own
@@ -136,7 +137,7 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 		base, rep := withReport(ctx)
 		ts := &traceState{t: t, msg: msg, parent: trace.SpanFromContext(ctx), topic: message.SubscribeTopicFromCtx(ctx)}
 		ts.creation = t.creation(msg)
-		if v := msg.Metadata.Get(dlq.KeyReplayLink); v != "" {
+		if v := msg.Metadata.Get(envelope.KeyReplayLink); v != "" {
 			ts.replay = parseTraceparent(v)
 		}
 		rep.trace = ts
@@ -184,7 +185,7 @@ type traceState struct {
 	topic    string
 	parent   trace.Span        // the span of the delivery's context (may be a no-op)
 	creation trace.SpanContext // extracted from the metadata
-	replay   trace.SpanContext // dlq.KeyReplayLink
+	replay   trace.SpanContext // surely_replay_link
 
 	span        trace.Span
 	ctx         context.Context // the delivery's context with span
@@ -380,7 +381,7 @@ func startDeadLetter(ctx context.Context, msg *message.Message, f *dlq.Failure, 
 			semconv.MessagingDestinationName(topic),
 			semconv.MessagingOperationTypeSend,
 			semconv.MessagingOperationName("dead_letter"),
-			semconv.MessagingMessageID(dlq.DeadLetterUUID(msg.UUID)),
+			semconv.MessagingMessageID(envelope.DeadLetterUUID(msg.UUID)),
 			chain.AttrDeadLetterReason.String(string(f.Reason)),
 		))
 	f.Traceparent = traceparent(span.SpanContext())

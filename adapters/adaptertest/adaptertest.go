@@ -84,6 +84,13 @@ type Features struct {
 	// SQS visibility timeout). Default 1s; keep it short: the slow-handler
 	// test runs a handler for 3×AckWait and the crash test waits for it.
 	AckWait time.Duration
+	// CloseTimeout is the close timeout of the subscribers NewSubscriber
+	// returns (delivery.WithCloseTimeout in surely's adapters): how long
+	// their Close waits for a message in flight to be acked or nacked
+	// before it gives up on it. Keep it short (a second or two): the
+	// CloseTimeout test waits for it. Zero: the adapter's Close does not
+	// wait for messages in flight (GoChannel), and the test is skipped.
+	CloseTimeout time.Duration
 	// Messages is the size of the load test (default 2,000). Lower it only
 	// for a broker too slow for that under -race, and say why.
 	Messages int

@@ -95,6 +95,12 @@
 //     reads). The parent and the children share Features.SharedStore,
 //     where the record ends DONE after two attempts, the first one's
 //     result unknown.
+//   - CloseTimeout (with Features.CloseTimeout): a subscriber's Close,
+//     with a message handed out and never settled, returns no sooner than
+//     the close timeout (or AckWait, when the delivery ends there) and
+//     well before 30s (the default an adapter would
+//     fall back to), cancels the message's context, and the broker hands
+//     the message to another subscriber of the group.
 //   - WatermillPubSub (with Features.PubSub): Watermill's universal
 //     tests.TestPubSub; Features.PubSubSkip names the ones an adapter
 //     departs from on purpose, with the reason.

@@ -36,6 +36,7 @@ var suiteTests = []suiteTest{
 	{"Malformed", testMalformed},
 	{"Load", testLoad},
 	{"CrashRedelivers", testCrash},
+	{"CloseTimeout", testCloseTimeout},
 }
 
 // waitTimeout bounds the wait for one message's deliveries.

@@ -6,24 +6,28 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/surely-dev/surely/delivery"
 )
 
-// DeliveryLimit is the x-delivery-limit of the queues surely declares:
+// deliveryLimit is the x-delivery-limit of the queues surely declares:
 // effectively none. RabbitMQ 4 gives quorum queues a default limit of 20
 // deliveries (per its 4.0 release notes), after which a message is dropped
 // (or dead-lettered by the broker); RabbitMQ 3 reads -1 as a limit below one and dropped a message at
 // its first nack (measured on 3.10.8). A large explicit value means
 // "unlimited" on both, so surely's durable attempt budget and dead letter
 // decide when a message stops being retried, never the broker.
-const DeliveryLimit = math.MaxInt32
+const deliveryLimit = math.MaxInt32
 
 // QueueArguments returns the arguments surely declares every queue with:
 // a quorum queue (x-queue-type quorum: replicated, and it counts deliveries
-// in the x-delivery-count header) with DeliveryLimit. Queues are durable,
+// in the x-delivery-count header) with an x-delivery-limit of 2^31-1: in
+// effect none, so that surely's attempt budget decides, never the broker. Queues are durable,
 // neither exclusive nor auto-deleted. Create a queue with exactly these
 // arguments when you declare it yourself: the Subscriber declares the
 // queue with them, and RabbitMQ refuses a declaration whose arguments
@@ -34,8 +38,62 @@ const DeliveryLimit = math.MaxInt32
 func QueueArguments() amqp.Table {
 	return amqp.Table{
 		"x-queue-type":     amqp.QueueTypeQuorum,
-		"x-delivery-limit": int64(DeliveryLimit),
+		"x-delivery-limit": int64(deliveryLimit),
 	}
+}
+
+// link is the connection a Publisher or a Subscriber owns: dialed at
+// construction, dialed again on the next use after it was lost, closed by
+// Close (which sets closed).
+type link struct {
+	url       string
+	config    *amqp.Config // WithAMQPConfig's, or nil
+	name      string       // the connection name, without WithAMQPConfig
+	errClosed error        // returned once closed
+
+	dialMu sync.Mutex // one dial at a time
+	mu     sync.Mutex // guards conn and closed
+	conn   *amqp.Connection
+	closed bool
+}
+
+// dial sets the link up and dials its first connection (the constructors'
+// last step: a server that cannot be reached fails them).
+func (l *link) dial(url string, config *amqp.Config, name string, errClosed error) error {
+	if url == "" {
+		return fmt.Errorf("%w: empty url", delivery.ErrInvalidOption)
+	}
+	l.url, l.config, l.name, l.errClosed = url, config, name, errClosed
+	_, err := l.connection()
+	return err
+}
+
+// connection returns the live connection, dialing a new one when there is
+// none or it was lost.
+func (l *link) connection() (*amqp.Connection, error) {
+	l.dialMu.Lock()
+	defer l.dialMu.Unlock()
+	l.mu.Lock()
+	c, closed := l.conn, l.closed
+	l.mu.Unlock()
+	if closed {
+		return nil, l.errClosed
+	}
+	if c != nil && !c.IsClosed() {
+		return c, nil
+	}
+	c, err := amqp.DialConfig(l.url, dialConfig(l.config, l.name))
+	if err != nil {
+		return nil, fmt.Errorf("amqp: connect: %w", err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		_ = c.Close()
+		return nil, l.errClosed
+	}
+	l.conn = c
+	return c, nil
 }
 
 // dialConfig returns the amqp.Config to dial with: a copy of the caller's
@@ -65,22 +123,22 @@ func validQueueName(topic string) error {
 	return nil
 }
 
-// DefaultMarshaler returns watermill-amqp's DefaultMarshaler (metadata as
+// defaultMarshaler returns watermill-amqp's DefaultMarshaler (metadata as
 // string headers, the UUID in the _watermill_message_uuid header, persistent
-// delivery mode) with TextHeaders as its PreprocessDelivery, so that headers
+// delivery mode) with textHeaders as its PreprocessDelivery, so that headers
 // set by other publishers as numbers or booleans decode as text instead of
 // failing.
-func DefaultMarshaler() wmamqp.DefaultMarshaler {
-	return wmamqp.DefaultMarshaler{PreprocessDelivery: TextHeaders}
+func defaultMarshaler() wmamqp.DefaultMarshaler {
+	return wmamqp.DefaultMarshaler{PreprocessDelivery: textHeaders}
 }
 
-// TextHeaders returns d with its integer, floating-point and boolean header
+// textHeaders returns d with its integer, floating-point and boolean header
 // values replaced by their text ("5", "1.5", "true"), for Watermill's
 // string-only metadata. Other values (tables, arrays, timestamps, decimals,
 // byte arrays, void) are left as they are: watermill-amqp's DefaultMarshaler
 // then fails on them, and the Subscriber hands the message out marked
 // undecodable. d's header table is not modified; the result has a copy.
-func TextHeaders(d amqp.Delivery) amqp.Delivery {
+func textHeaders(d amqp.Delivery) amqp.Delivery {
 	if len(d.Headers) == 0 {
 		return d
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelyamqp "github.com/surely-dev/surely/adapters/amqp"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
 	"github.com/surely-dev/surely/internal/testbroker"
@@ -27,12 +28,17 @@ import (
 // than this proves nothing more.
 const conformanceAckWait = 500 * time.Millisecond
 
+// conformanceCloseTimeout is the close timeout of the suite's subscribers
+// (Features.CloseTimeout).
+const conformanceCloseTimeout = 2 * time.Second
+
 func TestConformance(t *testing.T) {
 	adaptertest.Run(t, newConformanceAdapter, adaptertest.Features{
 		DeliveryCount:  true,  // quorum queues' x-delivery-count
 		NackDelay:      false, // AMQP 0-9-1 requeues at once
 		LeaseExtension: false, // nothing to extend: no ack deadline
 		AckWait:        conformanceAckWait,
+		CloseTimeout:   conformanceCloseTimeout,
 		// The crash test's processes share Redis here, not the default
 		// SQLite file: the suite runs on the store surely is used with
 		// most, and a SharedStore of an adapter's own stays tested.
@@ -146,7 +152,7 @@ func (a *conformanceAdapter) NewPublisher(t *testing.T) message.Publisher {
 // NewSubscriber returns a competing consumer of the topic's queue; see
 // newChildSubscriber for the group.
 func (a *conformanceAdapter) NewSubscriber(t *testing.T, _ string) message.Subscriber {
-	s, err := surelyamqp.NewSubscriber(a.url)
+	s, err := surelyamqp.NewSubscriber(a.url, delivery.WithCloseTimeout(conformanceCloseTimeout))
 	require.NoError(t, err)
 	return s
 }

@@ -14,14 +14,15 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
-// DeliveryCountHeader is the header in which a quorum queue counts the
+// deliveryCountHeader is the header in which a quorum queue counts the
 // earlier deliveries of a message (absent on the first). The Subscriber
 // turns it into delivery.Info.Count and removes it from the message's
 // metadata, so that surely never publishes it again (a quorum queue keeps a
 // publisher's x-delivery-count on the first delivery: measured).
-const DeliveryCountHeader = "x-delivery-count"
+const deliveryCountHeader = "x-delivery-count"
 
 // control is the delivery.Control of every AMQP delivery: core AMQP can do
 // neither of its two things.
@@ -51,7 +52,7 @@ func deliveryInfo(d amqp.Delivery) delivery.Info {
 		info.Count = 1
 		return info
 	}
-	if n, ok := intValue(d.Headers[DeliveryCountHeader]); ok && n >= 1 && n < 1<<31 {
+	if n, ok := intValue(d.Headers[deliveryCountHeader]); ok && n >= 1 && n < 1<<31 {
 		info.Count = int(n) + 1
 	}
 	return info
@@ -64,10 +65,10 @@ func receive(u wmamqp.Marshaler, d amqp.Delivery) (*message.Message, delivery.In
 	info := deliveryInfo(d)
 	in := d
 	in.Acknowledger = nil
-	if _, ok := d.Headers[DeliveryCountHeader]; ok {
+	if _, ok := d.Headers[deliveryCountHeader]; ok {
 		in.Headers = make(amqp.Table, len(d.Headers)-1)
 		for k, v := range d.Headers {
-			if k != DeliveryCountHeader {
+			if k != deliveryCountHeader {
 				in.Headers[k] = v
 			}
 		}
@@ -122,7 +123,7 @@ func undecodable(d amqp.Delivery, err error) *message.Message {
 	msg := message.NewMessage(id, append([]byte(nil), d.Body...))
 	msg.Metadata.Set(delivery.KeyDecodeError, err.Error())
 	if headers != nil {
-		msg.Metadata.Set(delivery.KeyDecodeHeaders, string(headers))
+		msg.Metadata.Set(envelope.KeyDecodeHeaders, string(headers))
 	}
 	return msg
 }

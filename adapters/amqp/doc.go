@@ -17,7 +17,7 @@
 // message context after unmarshaling, so nothing can ride along in it.
 //
 //	pub, err := amqp.NewPublisher(url, delivery.WithLogger(logger))
-//	sub, err := amqp.NewSubscriber(url, amqp.WithConcurrency(4), delivery.WithLogger(logger))
+//	sub, err := amqp.NewSubscriber(url, delivery.WithConcurrency(4), delivery.WithLogger(logger))
 //	h, err := handler.New(charge, handler.WithStore(store, "billing"), handler.WithDeadLetter(pub, "billing.dead"), ...)
 //	router.AddConsumerHandler("billing", "orders", sub, handler.NoPublish(h))
 //
@@ -45,14 +45,14 @@
 //     message's confirm on the same channel, and one message at a time is in
 //     flight on a channel), and Publish fails with ErrUnroutable. The next
 //     Publish to the topic declares the queue again.
-//   - x-delivery-limit DeliveryLimit (2^31-1): the broker never drops a
+//   - x-delivery-limit 2^31-1: the broker never drops a
 //     message after N deliveries (RabbitMQ 4.0's release notes give quorum
 //     queues a default limit of 20; on RabbitMQ 3, -1 dropped a message at
 //     its first nack, measured); surely's durable attempt budget and dead
 //     letter decide.
 //   - Manual acks, sent only when the router acked the message, i.e. after
 //     surely's chain returned nil; a nack requeues the message.
-//   - Prefetch (basic.qos) = WithConcurrency (default 1), on a channel
+//   - Prefetch (basic.qos) = delivery.WithConcurrency (default 1), on a channel
 //     of its own per topic: the broker hands this process no more messages
 //     than it works on, so the others stay available to other consumers,
 //     and up to Concurrency messages are handled at once.
@@ -131,14 +131,14 @@
 //
 // # Headers and malformed messages
 //
-// Watermill metadata is strings only. DefaultMarshaler converts header values
-// that other clients set as numbers or booleans to their text ("5", "true") in
-// its PreprocessDelivery (TextHeaders). A message whose headers still cannot be
+// Watermill metadata is strings only. The default marshaler (watermill-amqp's
+// DefaultMarshaler) converts header values that other clients set as numbers or
+// booleans to their text ("5", "true") in its PreprocessDelivery. A message whose headers still cannot be
 // decoded (a table, an array, a timestamp, a decimal, a byte array; a UUID
 // header that is not a string), or that makes the Marshaler fail, panic or
 // return nothing, never stops the subscription nor loops: it is handed out as a
 // message whose metadata has only delivery.KeyDecodeError (the error) and
-// delivery.KeyDecodeHeaders (the raw headers as JSON, without
+// "surely_decode_headers" (the raw headers as JSON, without
 // x-delivery-count), whose payload is the raw body, and whose UUID is the
 // Watermill UUID header, else the AMQP message-id, else a hash of headers and
 // body. surely's chain dead-letters it with reason "decode" before looking for

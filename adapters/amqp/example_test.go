@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	surelyamqp "github.com/surely-dev/surely/adapters/amqp"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency/memstore"
 )
@@ -18,7 +19,7 @@ import (
 // message's context (delivery count, nack with delay, lease extension).
 func Example() {
 	ctx := context.Background()
-	sub, err := surelyamqp.NewSubscriber("amqp://guest:guest@127.0.0.1:5672/", surelyamqp.WithConcurrency(4))
+	sub, err := surelyamqp.NewSubscriber("amqp://guest:guest@127.0.0.1:5672/", delivery.WithConcurrency(4))
 	if err != nil {
 		log.Fatal(err)
 	}

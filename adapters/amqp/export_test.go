@@ -1,6 +1,9 @@
 package amqp
 
-import amqp "github.com/rabbitmq/amqp091-go"
+import (
+	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
 
 // DropConnection closes the subscriber's current connection, as a network
 // failure would: the broker requeues what it held unacked, and the
@@ -28,3 +31,12 @@ func DropPublisherConnection(p *Publisher) {
 // AfterSend makes p run f on the publishing channel after each message is
 // sent and before its confirmation is read (set it before any Publish).
 func AfterSend(p *Publisher, f func(*amqp.Channel)) { p.afterSend = f }
+
+// Unexported values the tests compare with.
+const (
+	DeliveryLimit       = deliveryLimit
+	DeliveryCountHeader = deliveryCountHeader
+)
+
+// DefaultMarshaler is the Subscriber's and Publisher's default marshaler.
+func DefaultMarshaler() wmamqp.DefaultMarshaler { return defaultMarshaler() }

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // fuzzTable builds an AMQP header table from fuzz bytes: each entry is a
@@ -20,7 +21,7 @@ import (
 // publisher may put there.
 func fuzzTable(data []byte, depth int) amqp.Table {
 	t := amqp.Table{}
-	keys := []string{DeliveryCountHeader, "_watermill_message_uuid", "k"}
+	keys := []string{deliveryCountHeader, "_watermill_message_uuid", "k"}
 	for len(data) >= 2 && len(t) < 8 {
 		sel, kl := data[0], int(data[1])
 		data = data[2:]
@@ -101,7 +102,7 @@ func FuzzReceive(f *testing.F) {
 		table := fuzzTable(headers, 0)
 		before, _ := json.Marshal(table)
 		d := amqp.Delivery{Redelivered: redelivered, MessageId: messageID, Body: bytes.Clone(body), Headers: table}
-		u := DefaultMarshaler()
+		u := defaultMarshaler()
 		msg, info := receive(u, d)
 
 		if after, _ := json.Marshal(table); !bytes.Equal(before, after) {
@@ -110,7 +111,7 @@ func FuzzReceive(f *testing.F) {
 		if !bytes.Equal(msg.Payload, body) {
 			t.Fatal("body changed")
 		}
-		if _, ok := msg.Metadata[DeliveryCountHeader]; ok {
+		if _, ok := msg.Metadata[deliveryCountHeader]; ok {
 			t.Fatal("x-delivery-count reached the metadata")
 		}
 		switch {
@@ -130,17 +131,17 @@ func FuzzReceive(f *testing.F) {
 			t.Fatalf("marked message without an error text (%q) or UUID (%q)", text, msg.UUID)
 		}
 		for k := range msg.Metadata {
-			if k != delivery.KeyDecodeError && k != delivery.KeyDecodeHeaders {
+			if k != delivery.KeyDecodeError && k != envelope.KeyDecodeHeaders {
 				t.Fatalf("marked message carries %q", k)
 			}
 		}
-		if h, ok := msg.Metadata[delivery.KeyDecodeHeaders]; ok {
+		if h, ok := msg.Metadata[envelope.KeyDecodeHeaders]; ok {
 			if !json.Valid([]byte(h)) {
-				t.Fatalf("%s is not JSON: %q", delivery.KeyDecodeHeaders, h)
+				t.Fatalf("%s is not JSON: %q", envelope.KeyDecodeHeaders, h)
 			}
 			var m map[string]any
 			if json.Unmarshal([]byte(h), &m) == nil {
-				if _, ok := m[DeliveryCountHeader]; ok {
+				if _, ok := m[deliveryCountHeader]; ok {
 					t.Fatal("x-delivery-count kept in the raw headers")
 				}
 			}
@@ -162,12 +163,12 @@ func TestUndecodableHeadersAreAlwaysJSON(t *testing.T) {
 		"far timestamp":  {"00\xff": amqp.Decimal{}, "k": time.Unix(1<<44, 0)},
 		"NaN in a table": {"k\x00": amqp.Table{"f": math.NaN()}, "v": "\xc3\x28"},
 	} {
-		msg, _ := receive(DefaultMarshaler(), amqp.Delivery{Body: []byte("b"), Headers: h})
+		msg, _ := receive(defaultMarshaler(), amqp.Delivery{Body: []byte("b"), Headers: h})
 		if _, marked := delivery.DecodeError(msg); !marked {
 			t.Fatalf("%s: not marked undecodable", name)
 		}
-		if raw := msg.Metadata.Get(delivery.KeyDecodeHeaders); !json.Valid([]byte(raw)) {
-			t.Fatalf("%s: %s is not JSON: %q", name, delivery.KeyDecodeHeaders, raw)
+		if raw := msg.Metadata.Get(envelope.KeyDecodeHeaders); !json.Valid([]byte(raw)) {
+			t.Fatalf("%s: %s is not JSON: %q", name, envelope.KeyDecodeHeaders, raw)
 		}
 	}
 }

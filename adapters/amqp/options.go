@@ -13,16 +13,13 @@ import (
 	"github.com/surely-dev/surely/internal/options"
 )
 
-// Names of this package's options (see internal/options). WithConcurrency
-// means what it means in every adapter that has it, and records under the
-// same name. WithMarshaler's value has a type of this package's broker, so
-// it records under a qualified name: another adapter's WithMarshaler given
-// here is refused as an option this constructor does not take.
+// Names of this package's options (see internal/options.Load): qualified
+// with the package, so that another adapter's option of the same name is
+// refused by name.
 const (
-	optConcurrency = "WithConcurrency"
-	optChannels    = "WithChannels"
-	optMarshaler   = "amqp.WithMarshaler"
-	optAMQPConfig  = "WithAMQPConfig"
+	optChannels   = "amqp.WithChannels"
+	optMarshaler  = "amqp.WithMarshaler"
+	optAMQPConfig = "amqp.WithAMQPConfig"
 )
 
 // Bounds of the options.
@@ -33,21 +30,6 @@ const (
 	maxChannels = 1024
 )
 
-// WithConcurrency sets how many messages of one topic a Subscriber has in
-// flight at once: 1 to 65535, default 1. It is also the consumer's
-// prefetch (basic.qos), so the broker never hands this process more
-// messages than it works on: the others stay in the queue for other
-// consumers. Subscriber only.
-func WithConcurrency(n int) delivery.Option {
-	return func(s *options.Set) error {
-		if n < 1 || n > maxConcurrency {
-			return fmt.Errorf("%w: concurrency %d is not in 1..%d", delivery.ErrInvalidOption, n, maxConcurrency)
-		}
-		s.Put(optConcurrency, n)
-		return nil
-	}
-}
-
 // WithChannels sets the size of a Publisher's channel pool: how many
 // Publish calls run at once (more wait for a free channel), 1 to 1024,
 // default 8. Every channel is in confirm mode, and a Publish holds its
@@ -56,7 +38,7 @@ func WithConcurrency(n int) delivery.Option {
 func WithChannels(n int) delivery.Option {
 	return func(s *options.Set) error {
 		if n < 1 || n > maxChannels {
-			return fmt.Errorf("%w: channels %d is not in 1..%d", delivery.ErrInvalidOption, n, maxChannels)
+			return fmt.Errorf("%w: %s(%d) is not in 1..%d", delivery.ErrInvalidOption, optChannels, n, maxChannels)
 		}
 		s.Put(optChannels, n)
 		return nil
@@ -64,8 +46,10 @@ func WithChannels(n int) delivery.Option {
 }
 
 // WithMarshaler sets the conversion between Watermill messages and AMQP
-// messages (default DefaultMarshaler(): metadata as string headers, the
-// UUID in the _watermill_message_uuid header, persistent delivery mode).
+// messages (default: watermill-amqp's DefaultMarshaler with metadata as
+// string headers, the UUID in the _watermill_message_uuid header,
+// persistent delivery mode, and header values that are numbers or
+// booleans read as their text, so that other publishers' headers decode).
 // Give the Subscriber one compatible with the Publisher's. The Subscriber's
 // gets a copy of each delivery without the x-delivery-count header (that
 // is in delivery.Info) and without an Acknowledger: surely acks. The
@@ -73,13 +57,7 @@ func WithChannels(n int) delivery.Option {
 // NotPersistentDeliveryMode: a transient message is lost when the broker
 // restarts.
 func WithMarshaler(m wmamqp.Marshaler) delivery.Option {
-	return func(s *options.Set) error {
-		if m == nil {
-			return fmt.Errorf("%w: nil marshaler", delivery.ErrInvalidOption)
-		}
-		s.Put(optMarshaler, m)
-		return nil
-	}
+	return func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optMarshaler, m) }
 }
 
 // WithAMQPConfig sets the configuration passed to amqp.DialConfig (TLS,
@@ -88,13 +66,7 @@ func WithMarshaler(m wmamqp.Marshaler) delivery.Option {
 // uses a copy (with a Properties table of its own), so one *amqp.Config
 // may serve a Publisher and a Subscriber.
 func WithAMQPConfig(c *amqp.Config) delivery.Option {
-	return func(s *options.Set) error {
-		if c == nil {
-			return fmt.Errorf("%w: nil AMQP config", delivery.ErrInvalidOption)
-		}
-		s.Put(optAMQPConfig, c)
-		return nil
-	}
+	return func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optAMQPConfig, c) }
 }
 
 // subscriberConfig is what a Subscriber's options set.
@@ -107,26 +79,20 @@ type subscriberConfig struct {
 }
 
 func newSubscriberConfig(opts []delivery.Option) (subscriberConfig, error) {
-	s, err := options.Apply(delivery.ErrInvalidOption, opts)
+	const who = "amqp.NewSubscriber"
+	s, err := options.Load(delivery.ErrInvalidOption, who, opts,
+		options.Logger, options.CloseTimeout, options.Concurrency, optMarshaler, optAMQPConfig)
 	if err != nil {
 		return subscriberConfig{}, err
 	}
-	if err := s.Check(delivery.ErrInvalidOption, "amqp.NewSubscriber",
-		options.Logger, options.CloseTimeout, optConcurrency, optMarshaler, optAMQPConfig); err != nil {
-		return subscriberConfig{}, err
-	}
 	c := subscriberConfig{
-		concurrency:  options.Get(s, optConcurrency, 1),
-		marshaler:    options.Get[wmamqp.Marshaler](s, optMarshaler, DefaultMarshaler()),
+		marshaler:    options.Get[wmamqp.Marshaler](s, optMarshaler, defaultMarshaler()),
 		amqpConfig:   options.Get[*amqp.Config](s, optAMQPConfig, nil),
 		logger:       options.Get(s, options.Logger, options.Warnings()),
-		closeTimeout: options.Get(s, options.CloseTimeout, delivery.DefaultCloseTimeout),
+		closeTimeout: options.Get(s, options.CloseTimeout, options.DefaultCloseTimeout),
 	}
-	if c.concurrency > maxConcurrency {
-		// Another adapter's WithConcurrency, whose range is wider.
-		return c, fmt.Errorf("%w: concurrency %d is not in 1..%d", delivery.ErrInvalidOption, c.concurrency, maxConcurrency)
-	}
-	return c, nil
+	c.concurrency, err = options.Within(s, delivery.ErrInvalidOption, who, options.Concurrency, 1, 1, maxConcurrency)
+	return c, err
 }
 
 // publisherConfig is what a Publisher's options set.
@@ -138,17 +104,14 @@ type publisherConfig struct {
 }
 
 func newPublisherConfig(opts []delivery.Option) (publisherConfig, error) {
-	s, err := options.Apply(delivery.ErrInvalidOption, opts)
+	s, err := options.Load(delivery.ErrInvalidOption, "amqp.NewPublisher", opts,
+		options.Logger, optChannels, optMarshaler, optAMQPConfig)
 	if err != nil {
-		return publisherConfig{}, err
-	}
-	if err := s.Check(delivery.ErrInvalidOption, "amqp.NewPublisher",
-		options.Logger, optChannels, optMarshaler, optAMQPConfig); err != nil {
 		return publisherConfig{}, err
 	}
 	c := publisherConfig{
 		channels:   options.Get(s, optChannels, 8),
-		marshaler:  options.Get[wmamqp.Marshaler](s, optMarshaler, DefaultMarshaler()),
+		marshaler:  options.Get[wmamqp.Marshaler](s, optMarshaler, defaultMarshaler()),
 		amqpConfig: options.Get[*amqp.Config](s, optAMQPConfig, nil),
 		logger:     options.Get(s, options.Logger, options.Warnings()),
 	}

@@ -41,18 +41,12 @@ const returnBuffer = 4
 // into a queue (publisher confirms, mandatory flag). It owns its
 // connection. Its marshaler is watermill-amqp's Marshaler.
 type Publisher struct {
-	url     string
+	link    // its connection; link.mu also guards ready
 	cfg     publisherConfig
 	logger  *slog.Logger
 	slots   chan *pubChannel // the channel pool: a Publish takes one and puts it back
 	closing chan struct{}
-
-	dialMu sync.Mutex // one dial at a time
-
-	mu     sync.Mutex // guards conn, closed and ready
-	conn   *amqp.Connection
-	closed bool
-	ready  map[string]bool // topics whose queue was declared
+	ready   map[string]bool // topics whose queue was declared
 
 	closeOnce sync.Once
 	closeErr  error
@@ -88,15 +82,12 @@ var errPublisherClosed = fmt.Errorf("amqp: publisher: %w", delivery.ErrClosed)
 // mandatory on a channel in confirm mode, and persistent (delivery mode
 // 2), so a queue deleted later fails Publish with ErrUnroutable.
 func NewPublisher(url string, opts ...delivery.Option) (*Publisher, error) {
-	if url == "" {
-		return nil, fmt.Errorf("%w: empty url", delivery.ErrInvalidOption)
-	}
 	cfg, err := newPublisherConfig(opts)
 	if err != nil {
 		return nil, err
 	}
 	p := &Publisher{
-		url: url, cfg: cfg, logger: cfg.logger,
+		cfg: cfg, logger: cfg.logger,
 		slots:   make(chan *pubChannel, cfg.channels),
 		closing: make(chan struct{}),
 		ready:   map[string]bool{},
@@ -104,38 +95,10 @@ func NewPublisher(url string, opts ...delivery.Option) (*Publisher, error) {
 	for range cfg.channels {
 		p.slots <- &pubChannel{}
 	}
-	if _, err := p.connection(); err != nil {
+	if err := p.dial(url, cfg.amqpConfig, "surely publisher", errPublisherClosed); err != nil {
 		return nil, err
 	}
 	return p, nil
-}
-
-// connection returns the live connection, dialing a new one when there is
-// none or it was lost.
-func (p *Publisher) connection() (*amqp.Connection, error) {
-	p.dialMu.Lock()
-	defer p.dialMu.Unlock()
-	p.mu.Lock()
-	c, closed := p.conn, p.closed
-	p.mu.Unlock()
-	if closed {
-		return nil, errPublisherClosed
-	}
-	if c != nil && !c.IsClosed() {
-		return c, nil
-	}
-	c, err := amqp.DialConfig(p.url, dialConfig(p.cfg.amqpConfig, "surely publisher"))
-	if err != nil {
-		return nil, fmt.Errorf("amqp: connect: %w", err)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		_ = c.Close()
-		return nil, errPublisherClosed
-	}
-	p.conn = c
-	return c, nil
 }
 
 // Publish publishes msgs to the queue named topic, one after the other on

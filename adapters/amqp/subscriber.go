@@ -26,7 +26,7 @@ const (
 // Subscriber is a Watermill subscriber on RabbitMQ with safe defaults for
 // at-least-once delivery (see the package doc). It owns its connection.
 type Subscriber struct {
-	url    string
+	link   // its connection; link.mu also orders wg.Add in Subscribe before wg.Wait in Close
 	cfg    subscriberConfig
 	logger *slog.Logger
 
@@ -35,12 +35,7 @@ type Subscriber struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	dialMu sync.Mutex // one dial at a time
-
-	mu     sync.Mutex // guards conn and closed; orders wg.Add in Subscribe before wg.Wait in Close
-	conn   *amqp.Connection
-	closed bool
-	wg     sync.WaitGroup // subscriptions and their channels
+	wg sync.WaitGroup // subscriptions and their channels
 }
 
 var (
@@ -55,53 +50,20 @@ var errSubscriberClosed = fmt.Errorf("amqp: subscriber: %w", delivery.ErrClosed)
 // NewSubscriber connects to the RabbitMQ server at url (amqp.DialConfig,
 // with WithAMQPConfig's configuration) and returns a subscriber that owns
 // the connection: it reconnects when the connection is lost, and Close
-// closes it. It takes WithConcurrency, WithMarshaler, WithAMQPConfig,
-// delivery.WithLogger and delivery.WithCloseTimeout; any other option is
-// an error wrapping delivery.ErrInvalidOption.
+// closes it. It takes delivery.WithConcurrency (at most 65535, the
+// prefetch), WithMarshaler, WithAMQPConfig, delivery.WithLogger and
+// delivery.WithCloseTimeout; any other option is an error wrapping
+// delivery.ErrInvalidOption.
 func NewSubscriber(url string, opts ...delivery.Option) (*Subscriber, error) {
-	if url == "" {
-		return nil, fmt.Errorf("%w: empty url", delivery.ErrInvalidOption)
-	}
 	cfg, err := newSubscriberConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	s := &Subscriber{
-		url: url, cfg: cfg, logger: cfg.logger,
-		closing: make(chan struct{}), abandon: make(chan struct{}),
-	}
-	if _, err := s.connection(); err != nil {
+	s := &Subscriber{cfg: cfg, logger: cfg.logger, closing: make(chan struct{}), abandon: make(chan struct{})}
+	if err := s.dial(url, cfg.amqpConfig, "surely subscriber", errSubscriberClosed); err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-// connection returns the live connection, dialing a new one when there is
-// none or it was lost.
-func (s *Subscriber) connection() (*amqp.Connection, error) {
-	s.dialMu.Lock()
-	defer s.dialMu.Unlock()
-	s.mu.Lock()
-	c, closed := s.conn, s.closed
-	s.mu.Unlock()
-	if closed {
-		return nil, errSubscriberClosed
-	}
-	if c != nil && !c.IsClosed() {
-		return c, nil
-	}
-	c, err := amqp.DialConfig(s.url, dialConfig(s.cfg.amqpConfig, "surely subscriber"))
-	if err != nil {
-		return nil, fmt.Errorf("amqp: connect: %w", err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		_ = c.Close()
-		return nil, errSubscriberClosed
-	}
-	s.conn = c
-	return c, nil
 }
 
 // declare declares the queue of topic on ch (see QueueArguments).
@@ -180,8 +142,8 @@ func consumerTag() string {
 }
 
 // Subscribe declares the queue named topic (durable, QueueArguments) and
-// starts consuming it with manual acks and a prefetch of WithConcurrency's
-// n. Each message carries a delivery.Info and a
+// starts consuming it with manual acks and a prefetch of
+// delivery.WithConcurrency's n. Each message carries a delivery.Info and a
 // delivery.Control in its context, which derives from ctx. When the
 // channel or connection is lost the subscription opens a new one (with
 // backoff); the broker requeues what was unacked. The channel is closed

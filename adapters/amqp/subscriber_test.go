@@ -17,6 +17,7 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/middleware"
 )
 
@@ -128,7 +129,7 @@ func TestConcurrencyIsThePrefetch(t *testing.T) {
 	e := setup(t)
 	release := make(chan struct{})
 	var running, most atomic.Int32
-	_, stop := e.consume(t, []delivery.Option{surelyamqp.WithConcurrency(3)}, func(msg *message.Message) error {
+	_, stop := e.consume(t, []delivery.Option{delivery.WithConcurrency(3)}, func(msg *message.Message) error {
 		n := running.Add(1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
@@ -197,10 +198,10 @@ func TestMalformedMessageIsDeadLetteredAndConsumingGoesOn(t *testing.T) {
 	dead := e.dead.Published(deadTopic)[0]
 	require.Equal(t, "raw \x00 bytes", string(dead.Payload), "raw bytes travel to the dead letter")
 	require.Equal(t, string(dlq.ReasonDecode), dead.Metadata.Get(dlq.KeyReason))
-	require.Equal(t, "uuid-bad", dead.Metadata.Get(dlq.KeyOriginalUUID))
+	require.Equal(t, "uuid-bad", dead.Metadata.Get(envelope.KeyOriginalUUID))
 	require.Contains(t, dead.Metadata.Get(delivery.KeyDecodeError), "nested is not a string")
 	require.JSONEq(t, `{"_watermill_message_uuid":"uuid-bad","idempotency_key":"order-bad","nested":{"a":1}}`,
-		dead.Metadata.Get(delivery.KeyDecodeHeaders))
+		dead.Metadata.Get(envelope.KeyDecodeHeaders))
 	require.True(t, strings.Contains(dead.Metadata.Get(dlq.KeyError), middleware.ErrUndecodable.Error()))
 
 	stop()

@@ -29,11 +29,8 @@ func config() gochannel.Config {
 // It is for tests and examples: everything in it is lost when the process
 // ends (see the package doc).
 func New(opts ...delivery.Option) (*gochannel.GoChannel, error) {
-	s, err := options.Apply(delivery.ErrInvalidOption, opts)
+	s, err := options.Load(delivery.ErrInvalidOption, "gochannel.New", opts, options.Logger)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.Check(delivery.ErrInvalidOption, "gochannel.New", options.Logger); err != nil {
 		return nil, err
 	}
 	var wl watermill.LoggerAdapter = watermill.NopLogger{}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelykafka "github.com/surely-dev/surely/adapters/kafka"
+	"github.com/surely-dev/surely/delivery"
 )
 
 // conformanceFeatures: Kafka reports no delivery count, cannot delay one
@@ -22,6 +24,7 @@ import (
 // runs. AckWait sizes the tests; a dead consumer's partitions move on
 // after its session timeout (2 s in fastGroupConfig).
 var conformanceFeatures = adaptertest.Features{
+	CloseTimeout: conformanceCloseTimeout,
 	PubSub: &tests.Features{
 		ConsumerGroups: true,
 		Persistent:     true,
@@ -31,6 +34,10 @@ var conformanceFeatures = adaptertest.Features{
 			"to be acked or nacked before it cancels their contexts; Watermill expects them cancelled at once",
 	},
 }
+
+// conformanceCloseTimeout is the close timeout of the suite's subscribers
+// (Features.CloseTimeout).
+const conformanceCloseTimeout = 2 * time.Second
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
@@ -58,7 +65,8 @@ func (a *conformanceAdapter) NewPublisher(t *testing.T) message.Publisher {
 }
 
 func (a *conformanceAdapter) NewSubscriber(t *testing.T, group string) message.Subscriber {
-	sub, err := surelykafka.NewSubscriber(a.brokers, group, surelykafka.WithSaramaConfig(fastGroupConfig()))
+	sub, err := surelykafka.NewSubscriber(a.brokers, group, surelykafka.WithSaramaConfig(fastGroupConfig),
+		delivery.WithCloseTimeout(conformanceCloseTimeout))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	return topicCreatingSubscriber{Subscriber: sub, topics: a.topics}
@@ -119,9 +127,10 @@ func (s topicCreatingSubscriber) Subscribe(ctx context.Context, topic string) (<
 }
 
 // PublishMalformed publishes a record with two values for one header, which
-// surelykafka.Marshaler refuses to collapse.
+// the default marshaler refuses to collapse.
 func (a *conformanceAdapter) PublishMalformed(t *testing.T, topic string) []byte {
-	cfg := surelykafka.DefaultPublisherSaramaConfig()
+	cfg, err := surelykafka.PublisherSaramaConfig()
+	require.NoError(t, err)
 	p, err := sarama.NewSyncProducer(a.brokers, cfg)
 	require.NoError(t, err)
 	defer func() { _ = p.Close() }()

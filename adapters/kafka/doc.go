@@ -11,7 +11,7 @@
 //	router.AddConsumerHandler("billing", "orders", sub, handler.NoPublish(h))
 //
 // Both sides are watermill-kafka's, configured here, and use its wire
-// format (Marshaler: the UUID and every metadata entry as record headers,
+// format (the UUID and every metadata entry as record headers,
 // the payload as the record value). Both constructors take their optional
 // settings as delivery.Option values, this package's (WithMarshaler,
 // WithSaramaConfig) and delivery's (WithLogger, WithCloseTimeout), and
@@ -75,8 +75,9 @@
 // surely relies on its store's durable attempt count (which counts every
 // claim, crashes included), its retry step waits itself before it nacks,
 // and its dedup step extends only the store's lease. The context carries
-// the record's partition and offset (Position), and its timestamp and key
-// (watermill-kafka's MessageTimestampFromCtx, MessageKeyFromCtx). It
+// the record's partition, offset, timestamp and key (watermill-kafka's
+// MessagePartitionFromCtx, MessagePartitionOffsetFromCtx,
+// MessageTimestampFromCtx, MessageKeyFromCtx). It
 // derives from the values of the context given to Subscribe (the
 // router's) but is not cancelled with it; it is cancelled once the message
 // is settled or given up.
@@ -85,16 +86,16 @@
 //
 // A record that the Unmarshaler cannot decode (an error, a panic, no
 // message) is handed out as a message whose metadata has only
-// delivery.KeyDecodeError (the error) and delivery.KeyDecodeHeaders (the
+// delivery.KeyDecodeError (the error) and "surely_decode_headers" (the
 // headers as JSON, a list of [key, value] pairs in record order),
 // whose payload is the raw record value, and whose UUID is the record's
-// Watermill UUID header, else RecordID ("kafka-<topic>-<partition>-<offset>").
+// Watermill UUID header, else "kafka-<topic>-<partition>-<offset>".
 // surely's chain dead-letters it with reason "decode" before looking for
 // an operation key, and acks it after the dead letter was published. The
-// default Marshaler refuses a header key that occurs twice, which
+// default marshaler refuses a header key that occurs twice, which
 // watermill-kafka's DefaultMarshaler would silently collapse. A record
-// without a UUID header (from another producer) is decoded, with RecordID
-// as its UUID.
+// without a UUID header (from another producer) is decoded, with
+// "kafka-<topic>-<partition>-<offset>" as its UUID.
 //
 // # Publisher defaults
 //

@@ -35,7 +35,7 @@ const brokersEnv = "SURELY_ADAPTERTEST_KAFKA_BROKERS"
 // kfake cluster.
 func newChildSubscriber(group string) (message.Subscriber, error) {
 	return surelykafka.NewSubscriber(strings.Split(os.Getenv(brokersEnv), ","),
-		group, surelykafka.WithSaramaConfig(fastGroupConfig()))
+		group, surelykafka.WithSaramaConfig(fastGroupConfig))
 }
 
 // startKafka starts an in-process Kafka (franz-go's kfake) on loopback
@@ -54,18 +54,16 @@ func startKafka(t testing.TB) []string {
 	return c.ListenAddrs()
 }
 
-// fastGroupConfig is the subscribers' Sarama configuration in the tests:
-// surely's defaults with a group that notices a dead or new member in
+// fastGroupConfig adjusts the subscribers' Sarama configuration in the
+// tests: surely's defaults with a group that notices a dead or new member in
 // seconds rather than Kafka's 10 s session and 3 s heartbeat.
-func fastGroupConfig() *sarama.Config {
-	c := surelykafka.DefaultSubscriberSaramaConfig()
+func fastGroupConfig(c *sarama.Config) {
 	c.Consumer.Group.Session.Timeout = 2 * time.Second
 	c.Consumer.Group.Heartbeat.Interval = 200 * time.Millisecond
 	c.Consumer.Group.Rebalance.Timeout = 5 * time.Second
 	c.Consumer.Group.Rebalance.Retry.Backoff = 200 * time.Millisecond
 	c.Consumer.Retry.Backoff = 200 * time.Millisecond
 	c.Metadata.Retry.Backoff = 100 * time.Millisecond
-	return c
 }
 
 // newTopic creates a topic of 4 partitions with a random name.

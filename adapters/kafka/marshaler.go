@@ -1,7 +1,6 @@
 package kafka
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,28 +11,29 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
-// Marshaler is the default Marshaler and Unmarshaler of the Publisher and
-// the Subscriber: watermill-kafka's DefaultMarshaler wire format (the
+// strictMarshaler is the default Marshaler and Unmarshaler of the Publisher
+// and the Subscriber: watermill-kafka's DefaultMarshaler wire format (the
 // message UUID in the _watermill_message_uuid header, every metadata entry
 // a header, the payload as the record value), read strictly. Its
 // Unmarshal fails on a header key that occurs more than once, which
 // watermill-kafka's DefaultMarshaler would collapse into one value
 // (keeping the last), losing the others without a word.
-type Marshaler struct{}
+type strictMarshaler struct{}
 
-var _ wmkafka.MarshalerUnmarshaler = Marshaler{}
+var _ wmkafka.MarshalerUnmarshaler = strictMarshaler{}
 
 // Marshal is watermill-kafka's DefaultMarshaler.Marshal.
-func (Marshaler) Marshal(topic string, msg *message.Message) (*sarama.ProducerMessage, error) {
+func (strictMarshaler) Marshal(topic string, msg *message.Message) (*sarama.ProducerMessage, error) {
 	return wmkafka.DefaultMarshaler{}.Marshal(topic, msg)
 }
 
 // Unmarshal reads a record written by Marshal (or by any producer that
 // writes one header per key). A record without the UUID header gets the
-// UUID RecordID(record) from the Subscriber.
-func (Marshaler) Unmarshal(rec *sarama.ConsumerMessage) (*message.Message, error) {
+// UUID recordID(record) from the Subscriber.
+func (strictMarshaler) Unmarshal(rec *sarama.ConsumerMessage) (*message.Message, error) {
 	seen := make(map[string]struct{}, len(rec.Headers))
 	for _, h := range rec.Headers {
 		if h == nil {
@@ -48,10 +48,10 @@ func (Marshaler) Unmarshal(rec *sarama.ConsumerMessage) (*message.Message, error
 	return wmkafka.DefaultMarshaler{}.Unmarshal(rec)
 }
 
-// RecordID returns "kafka-<topic>-<partition>-<offset>", the UUID the
+// recordID returns "kafka-<topic>-<partition>-<offset>", the UUID the
 // Subscriber gives a message whose record carries none: stable across
 // redeliveries of the record, unique in the cluster.
-func RecordID(rec *sarama.ConsumerMessage) string {
+func recordID(rec *sarama.ConsumerMessage) string {
 	return "kafka-" + rec.Topic + "-" + strconv.FormatInt(int64(rec.Partition), 10) + "-" + strconv.FormatInt(rec.Offset, 10)
 }
 
@@ -69,7 +69,7 @@ func (s safeUnmarshaler) Unmarshal(rec *sarama.ConsumerMessage) (*message.Messag
 		return undecodable(rec, err), nil
 	}
 	if msg.UUID == "" {
-		msg.UUID = RecordID(rec)
+		msg.UUID = recordID(rec)
 	}
 	return msg, nil
 }
@@ -90,11 +90,11 @@ func decode(u wmkafka.Unmarshaler, rec *sarama.ConsumerMessage) (msg *message.Me
 
 // undecodable builds the marked message of a record that could not be
 // decoded: the raw value as payload, the error (delivery.KeyDecodeError),
-// the headers (delivery.KeyDecodeHeaders) as JSON, a list of [key, value]
+// the headers ("surely_decode_headers") as JSON, a list of [key, value]
 // pairs in record order, when there were any; bytes that are not UTF-8 are
 // replaced by U+FFFD in this copy. Its
 // UUID is the Watermill UUID header when there is exactly one, else
-// RecordID.
+// recordID.
 func undecodable(rec *sarama.ConsumerMessage, err error) *message.Message {
 	var id string
 	var ids int
@@ -110,24 +110,14 @@ func undecodable(rec *sarama.ConsumerMessage, err error) *message.Message {
 		pairs = append(pairs, [2]string{k, v})
 	}
 	if ids != 1 || id == "" {
-		id = RecordID(rec)
+		id = recordID(rec)
 	}
 	msg := message.NewMessage(id, append([]byte(nil), rec.Value...))
 	msg.Metadata.Set(delivery.KeyDecodeError, err.Error())
 	if len(pairs) > 0 {
 		if b, jerr := json.Marshal(pairs); jerr == nil {
-			msg.Metadata.Set(delivery.KeyDecodeHeaders, string(b))
+			msg.Metadata.Set(envelope.KeyDecodeHeaders, string(b))
 		}
 	}
 	return msg
-}
-
-// Position returns the partition and offset of the record that the message
-// of ctx (msg.Context()) was read from, as watermill-kafka put them there.
-// Its timestamp and key are there too (wmkafka.MessageTimestampFromCtx,
-// wmkafka.MessageKeyFromCtx).
-func Position(ctx context.Context) (partition int32, offset int64, ok bool) {
-	p, pok := wmkafka.MessagePartitionFromCtx(ctx)
-	o, ook := wmkafka.MessagePartitionOffsetFromCtx(ctx)
-	return p, o, pok && ook
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 func record(headers ...[2]string) *sarama.ConsumerMessage {
@@ -31,13 +32,13 @@ func TestMarshalerRoundTrip(t *testing.T) {
 	msg := message.NewMessage("uuid-1", []byte("payload"))
 	msg.Metadata.Set("idempotency_key", "order-1")
 	msg.Metadata.Set("tenant", "acme")
-	pm, err := Marshaler{}.Marshal("orders", msg)
+	pm, err := strictMarshaler{}.Marshal("orders", msg)
 	require.NoError(t, err)
 	rec := &sarama.ConsumerMessage{Topic: "orders", Value: []byte("payload")}
 	for _, h := range pm.Headers {
 		rec.Headers = append(rec.Headers, &sarama.RecordHeader{Key: h.Key, Value: h.Value})
 	}
-	got, err := safeUnmarshaler{u: Marshaler{}}.Unmarshal(rec)
+	got, err := safeUnmarshaler{u: strictMarshaler{}}.Unmarshal(rec)
 	require.NoError(t, err)
 	require.Equal(t, "uuid-1", got.UUID)
 	require.Equal(t, msg.Metadata, got.Metadata)
@@ -47,7 +48,7 @@ func TestMarshalerRoundTrip(t *testing.T) {
 }
 
 func TestUnmarshalWithoutUUIDHeaderGetsRecordID(t *testing.T) {
-	got, err := safeUnmarshaler{u: Marshaler{}}.Unmarshal(record([2]string{"tenant", "acme"}))
+	got, err := safeUnmarshaler{u: strictMarshaler{}}.Unmarshal(record([2]string{"tenant", "acme"}))
 	require.NoError(t, err)
 	require.Equal(t, "kafka-orders-3-42", got.UUID, "stable across redeliveries of the record")
 	require.Equal(t, "acme", got.Metadata.Get("tenant"))
@@ -61,13 +62,13 @@ func TestUndecodableRecordsAreMarkedNotFailed(t *testing.T) {
 		uuid    string
 	}{
 		"duplicate header": {
-			u:       Marshaler{},
+			u:       strictMarshaler{},
 			rec:     record([2]string{wmkafka.UUIDHeaderKey, "uuid-7"}, [2]string{"k", "a"}, [2]string{"k", "b"}),
 			errText: `header "k" occurs more than once`,
 			uuid:    "uuid-7",
 		},
 		"two UUID headers": {
-			u:       Marshaler{},
+			u:       strictMarshaler{},
 			rec:     record([2]string{wmkafka.UUIDHeaderKey, "uuid-7"}, [2]string{wmkafka.UUIDHeaderKey, "uuid-8"}),
 			errText: "occurs more than once",
 			uuid:    "kafka-orders-3-42",
@@ -103,7 +104,7 @@ func TestUndecodableRecordsAreMarkedNotFailed(t *testing.T) {
 			require.Equal(t, tc.rec.Value, []byte(got.Payload), "the raw value")
 			if len(tc.rec.Headers) > 0 {
 				var pairs [][2]string
-				require.NoError(t, json.Unmarshal([]byte(got.Metadata.Get(delivery.KeyDecodeHeaders)), &pairs))
+				require.NoError(t, json.Unmarshal([]byte(got.Metadata.Get(envelope.KeyDecodeHeaders)), &pairs))
 				require.Len(t, pairs, len(tc.rec.Headers))
 				require.Len(t, got.Metadata, 2)
 			} else {

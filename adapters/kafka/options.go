@@ -23,46 +23,64 @@ var ErrNoTopic = errors.New("kafka: topic does not exist")
 // nacks, so this only keeps a bare handler from spinning.
 const nackResendSleep = 100 * time.Millisecond
 
-// Names under which this package's options record their values.
+// Names of this package's options (see internal/options.Load): qualified
+// with the package, so that another adapter's option of the same name is
+// refused by name.
 const (
-	optMarshaler = "WithMarshaler"
-	optSarama    = "WithSaramaConfig"
+	optMarshaler = "kafka.WithMarshaler"
+	optSarama    = "kafka.WithSaramaConfig"
 )
 
 // WithMarshaler sets how Watermill messages and Kafka records convert, for
 // the Publisher (Marshal) and the Subscriber (Unmarshal); give both sides
-// the same one. The default is Marshaler{}, watermill-kafka's wire format
-// read strictly. watermill-kafka's NewWithPartitioningMarshaler sets a
+// the same one. The default is watermill-kafka's DefaultMarshaler wire
+// format (the message UUID in the _watermill_message_uuid header, every
+// metadata entry a header, the payload as the record value), read
+// strictly: a record with a header key that occurs more than once is
+// undecodable, where watermill-kafka's DefaultMarshaler would keep the
+// last value and lose the others without a word. watermill-kafka's NewWithPartitioningMarshaler sets a
 // record key (and so the partition, and the order) per message. Whatever
 // Unmarshal does (an error, a panic, no message) never stops the
 // subscription: the record is handed out marked undecodable (see the
 // package doc).
 func WithMarshaler(m wmkafka.MarshalerUnmarshaler) delivery.Option {
+	return func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optMarshaler, m) }
+}
+
+// WithSaramaConfig changes the Sarama client configuration the constructor
+// starts from, its safe defaults (see the package doc), with adjust: add
+// TLS, SASL, a client ID or a Kafka version there, so that the safe
+// settings stay. Several are applied in order. The result is used as
+// given, never repaired: the constructor refuses one that fails Sarama's
+// Validate, and NewPublisher one whose Producer.RequiredAcks is not
+// WaitForAll or whose Producer.Return.Successes is false.
+//
+// The Subscriber's defaults: ClientID "surely", offsets of a new group
+// from the oldest message, offsets committed (only those of acked
+// messages) every second and when the group's session ends, consumer
+// errors returned, no topic created by reading metadata. The Publisher's:
+// ClientID "surely", a synchronous, idempotent producer whose every
+// message is acknowledged by all in-sync replicas (RequiredAcks
+// WaitForAll), retried up to 10 times without duplicates or reordering
+// (Idempotent, one request in flight per broker: Net.MaxOpenRequests 1),
+// successes and errors returned, no topic created by publishing to it.
+func WithSaramaConfig(adjust func(*sarama.Config)) delivery.Option {
 	return func(s *options.Set) error {
-		if m == nil {
-			return fmt.Errorf("%w: kafka.WithMarshaler: nil", delivery.ErrInvalidOption)
+		if adjust == nil {
+			return fmt.Errorf("%w: %s: nil function", delivery.ErrInvalidOption, optSarama)
 		}
-		s.Put(optMarshaler, m)
+		prev := options.Get[[]func(*sarama.Config)](s, optSarama, nil)
+		s.Put(optSarama, append(prev[:len(prev):len(prev)], adjust))
 		return nil
 	}
 }
 
-// WithSaramaConfig sets the Sarama client configuration. The default is
-// DefaultSubscriberSaramaConfig() for a Subscriber and
-// DefaultPublisherSaramaConfig() for a Publisher: start from the matching
-// one to add TLS, SASL, a client ID or a Kafka version, so that the safe
-// settings stay. It is used as given, never repaired: the constructor
-// refuses one that fails Sarama's Validate, and NewPublisher one whose
-// Producer.RequiredAcks is not WaitForAll or whose
-// Producer.Return.Successes is false.
-func WithSaramaConfig(c *sarama.Config) delivery.Option {
-	return func(s *options.Set) error {
-		if c == nil {
-			return fmt.Errorf("%w: kafka.WithSaramaConfig: nil", delivery.ErrInvalidOption)
-		}
-		s.Put(optSarama, c)
-		return nil
+// saramaConfig returns base with the adjustments of s's WithSaramaConfig.
+func saramaConfig(s *options.Set, base *sarama.Config) *sarama.Config {
+	for _, adjust := range options.Get[[]func(*sarama.Config)](s, optSarama, nil) {
+		adjust(base)
 	}
+	return base
 }
 
 // subscriberConfig is what NewSubscriber's options set.
@@ -81,29 +99,16 @@ func newSubscriberConfig(group string, opts []delivery.Option) (subscriberConfig
 		return c, fmt.Errorf("%w: %s: a consumer group is required (without one, watermill-kafka reads every partition and commits no offsets)",
 			delivery.ErrInvalidOption, who)
 	}
-	s, err := options.Apply(delivery.ErrInvalidOption, opts)
+	s, err := options.Load(delivery.ErrInvalidOption, who, opts, optMarshaler, optSarama, options.CloseTimeout, options.Logger)
 	if err != nil {
 		return c, err
 	}
-	if err := s.Check(delivery.ErrInvalidOption, who,
-		optMarshaler, optSarama, options.CloseTimeout, options.Logger); err != nil {
-		return c, err
-	}
-	m, err := options.GetAs[wmkafka.MarshalerUnmarshaler](s, delivery.ErrInvalidOption, who, optMarshaler, Marshaler{})
-	if err != nil {
-		return c, err
-	}
-	c.unmarshaler = m
-	if c.sarama, err = options.GetAs(s, delivery.ErrInvalidOption, who, optSarama, (*sarama.Config)(nil)); err != nil {
-		return c, err
-	}
-	if c.sarama == nil {
-		c.sarama = DefaultSubscriberSaramaConfig()
-	}
+	c.unmarshaler = options.Get[wmkafka.MarshalerUnmarshaler](s, optMarshaler, strictMarshaler{})
+	c.sarama = saramaConfig(s, defaultSubscriberSaramaConfig())
 	if err := c.sarama.Validate(); err != nil {
 		return c, fmt.Errorf("%w: %s: Sarama config: %w", delivery.ErrInvalidOption, who, err)
 	}
-	c.closeTimeout = options.Get(s, options.CloseTimeout, delivery.DefaultCloseTimeout)
+	c.closeTimeout = options.Get(s, options.CloseTimeout, options.DefaultCloseTimeout)
 	c.logger = options.Get(s, options.Logger, options.Warnings())
 	return c, nil
 }
@@ -118,24 +123,12 @@ type publisherConfig struct {
 func newPublisherConfig(opts []delivery.Option) (publisherConfig, error) {
 	const who = "kafka.NewPublisher"
 	var c publisherConfig
-	s, err := options.Apply(delivery.ErrInvalidOption, opts)
+	s, err := options.Load(delivery.ErrInvalidOption, who, opts, optMarshaler, optSarama, options.Logger)
 	if err != nil {
 		return c, err
 	}
-	if err := s.Check(delivery.ErrInvalidOption, who, optMarshaler, optSarama, options.Logger); err != nil {
-		return c, err
-	}
-	m, err := options.GetAs[wmkafka.MarshalerUnmarshaler](s, delivery.ErrInvalidOption, who, optMarshaler, Marshaler{})
-	if err != nil {
-		return c, err
-	}
-	c.marshaler = m
-	if c.sarama, err = options.GetAs(s, delivery.ErrInvalidOption, who, optSarama, (*sarama.Config)(nil)); err != nil {
-		return c, err
-	}
-	if c.sarama == nil {
-		c.sarama = DefaultPublisherSaramaConfig()
-	}
+	c.marshaler = options.Get[wmkafka.MarshalerUnmarshaler](s, optMarshaler, strictMarshaler{})
+	c.sarama = saramaConfig(s, defaultPublisherSaramaConfig())
 	if c.sarama.Producer.RequiredAcks != sarama.WaitForAll {
 		return c, fmt.Errorf("%w: %s: Sarama config: Producer.RequiredAcks must be WaitForAll: with fewer, a published message can be lost with its leader",
 			delivery.ErrInvalidOption, who)
@@ -151,13 +144,13 @@ func newPublisherConfig(opts []delivery.Option) (publisherConfig, error) {
 	return c, nil
 }
 
-// DefaultSubscriberSaramaConfig returns the Sarama configuration of a
-// Subscriber given no WithSaramaConfig (see the package doc for why):
+// defaultSubscriberSaramaConfig returns the Sarama configuration of a
+// Subscriber before WithSaramaConfig (see the package doc for why):
 // offsets of a new group start at the oldest message, offsets are
 // committed (only those of acked messages) every second and when the
 // group's session ends, consumer errors are reported, and reading
 // metadata never creates a topic.
-func DefaultSubscriberSaramaConfig() *sarama.Config {
+func defaultSubscriberSaramaConfig() *sarama.Config {
 	c := sarama.NewConfig()
 	c.ClientID = "surely"
 	c.Consumer.Return.Errors = true
@@ -168,13 +161,13 @@ func DefaultSubscriberSaramaConfig() *sarama.Config {
 	return c
 }
 
-// DefaultPublisherSaramaConfig returns the Sarama configuration of a
-// Publisher given no WithSaramaConfig: a synchronous, idempotent producer
+// defaultPublisherSaramaConfig returns the Sarama configuration of a
+// Publisher before WithSaramaConfig: a synchronous, idempotent producer
 // whose every message is acknowledged by all in-sync replicas
 // (RequiredAcks WaitForAll), retried up to 10 times without duplicates or
 // reordering (Idempotent, one request in flight per broker), and that never
 // creates a topic by publishing to it.
-func DefaultPublisherSaramaConfig() *sarama.Config {
+func defaultPublisherSaramaConfig() *sarama.Config {
 	c := sarama.NewConfig()
 	c.ClientID = "surely"
 	c.Producer.RequiredAcks = sarama.WaitForAll

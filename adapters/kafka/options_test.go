@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/stretchr/testify/require"
 
 	surelykafka "github.com/surely-dev/surely/adapters/kafka"
@@ -21,27 +22,28 @@ func TestSubscriberOptions(t *testing.T) {
 		"nil Sarama config":  {surelykafka.WithSaramaConfig(nil)},
 		"zero close timeout": {delivery.WithCloseTimeout(0)},
 		"nil logger":         {delivery.WithLogger(nil)},
-		"Sarama's own validation": {surelykafka.WithSaramaConfig(func() *sarama.Config {
-			c := surelykafka.DefaultSubscriberSaramaConfig()
+		"Sarama's own validation": {surelykafka.WithSaramaConfig(func(c *sarama.Config) {
 			c.Consumer.Group.Heartbeat.Interval = c.Consumer.Group.Session.Timeout
-			return c
-		}())},
+		})},
 		// Another adapter's WithMarshaler records a marshaler of its own
-		// broker under the same name.
-		"another package's marshaler": {func(s *options.Set) error { s.Put("WithMarshaler", 42); return nil }},
+		// broker under its own name.
+		"another package's marshaler": {func(s *options.Set) error { s.Put("nats.WithMarshaler", 42); return nil }},
+		"a shared option not taken":   {delivery.WithConcurrency(2)},
 		// An option of no adapter's Subscriber.
 		"an option it does not take": {func(s *options.Set) error { s.Put("WithChannels", 2); return nil }},
 	} {
 		_, err := surelykafka.NewSubscriber(brokers, "g", opts...)
 		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
 	}
-	_, err := surelykafka.NewSubscriber(brokers, "")
+	_, err := surelykafka.NewSubscriber(brokers, "g", delivery.WithAckWait(time.Second))
+	require.ErrorContains(t, err, "kafka.NewSubscriber does not take option WithAckWait")
+	_, err = surelykafka.NewSubscriber(brokers, "")
 	require.ErrorIs(t, err, delivery.ErrInvalidOption, "no consumer group")
 	_, err = surelykafka.NewSubscriber(nil, "g")
 	require.ErrorIs(t, err, delivery.ErrInvalidOption, "no brokers")
 
-	sub, err := surelykafka.NewSubscriber(brokers, "g", surelykafka.WithMarshaler(surelykafka.Marshaler{}),
-		surelykafka.WithSaramaConfig(surelykafka.DefaultSubscriberSaramaConfig()),
+	sub, err := surelykafka.NewSubscriber(brokers, "g", surelykafka.WithMarshaler(wmkafka.DefaultMarshaler{}),
+		surelykafka.WithSaramaConfig(func(c *sarama.Config) { c.ClientID = "billing" }),
 		delivery.WithCloseTimeout(time.Second), delivery.WithLogger(slog.New(slog.DiscardHandler)))
 	require.NoError(t, err, "every option the Subscriber takes")
 	require.NoError(t, sub.Close())
@@ -50,11 +52,11 @@ func TestSubscriberOptions(t *testing.T) {
 
 func TestPublisherOptions(t *testing.T) {
 	brokers := []string{"127.0.0.1:1"}
-	leaderOnly := surelykafka.DefaultPublisherSaramaConfig()
-	leaderOnly.Producer.Idempotent = false
-	leaderOnly.Producer.RequiredAcks = sarama.WaitForLocal
-	noSuccesses := surelykafka.DefaultPublisherSaramaConfig()
-	noSuccesses.Producer.Return.Successes = false
+	leaderOnly := func(c *sarama.Config) {
+		c.Producer.Idempotent = false
+		c.Producer.RequiredAcks = sarama.WaitForLocal
+	}
+	noSuccesses := func(c *sarama.Config) { c.Producer.Return.Successes = false }
 	for name, opts := range map[string][]delivery.Option{
 		"acks from the leader only": {surelykafka.WithSaramaConfig(leaderOnly)},
 		"no Return.Successes":       {surelykafka.WithSaramaConfig(noSuccesses)},
@@ -73,14 +75,29 @@ func TestPublisherOptions(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	s := surelykafka.DefaultSubscriberSaramaConfig()
+	s, err := surelykafka.SubscriberSaramaConfig()
+	require.NoError(t, err)
 	require.Equal(t, sarama.OffsetOldest, s.Consumer.Offsets.Initial)
 	require.True(t, s.Consumer.Offsets.AutoCommit.Enable)
 	require.False(t, s.Metadata.AllowAutoTopicCreation)
 	require.NoError(t, s.Validate())
-	p := surelykafka.DefaultPublisherSaramaConfig()
+	p, err := surelykafka.PublisherSaramaConfig()
+	require.NoError(t, err)
 	require.Equal(t, sarama.WaitForAll, p.Producer.RequiredAcks)
 	require.True(t, p.Producer.Idempotent)
 	require.False(t, p.Metadata.AllowAutoTopicCreation)
 	require.NoError(t, p.Validate())
+}
+
+// WithSaramaConfig adjusts the safe defaults, in order, and keeps what it
+// does not touch.
+func TestWithSaramaConfigAdjustsTheDefaults(t *testing.T) {
+	p, err := surelykafka.PublisherSaramaConfig(
+		surelykafka.WithSaramaConfig(func(c *sarama.Config) { c.ClientID = "first" }),
+		surelykafka.WithSaramaConfig(func(c *sarama.Config) { c.ClientID += "-then-second" }))
+	require.NoError(t, err)
+	require.Equal(t, "first-then-second", p.ClientID)
+	require.Equal(t, sarama.WaitForAll, p.Producer.RequiredAcks, "a safe default it did not touch stays")
+	_, err = surelykafka.PublisherSaramaConfig(surelykafka.WithSaramaConfig(nil))
+	require.ErrorContains(t, err, "kafka.WithSaramaConfig: nil function")
 }

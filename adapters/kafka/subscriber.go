@@ -197,11 +197,11 @@ func (s *Subscriber) settle(ctx context.Context, topic string, inflight *sync.Wa
 const markGrace = 100 * time.Millisecond
 
 // Close stops handing out messages, waits (up to the close timeout,
-// delivery.WithCloseTimeout, default delivery.DefaultCloseTimeout) for those
-// in flight to be acked or nacked, then leaves the consumer group, committing
-// the offsets of the acked messages, and closes the Sarama clients.
-// Messages not acked by then are delivered again to the group. Close is
-// safe to call more than once (the router calls it too).
+// delivery.WithCloseTimeout, default 30s) for those in flight to be acked
+// or nacked, then leaves the consumer group, committing the offsets of the
+// acked messages, and closes the Sarama clients. Messages not acked by
+// then are delivered again to the group. Close is safe to call more than
+// once (the router calls it too).
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
@@ -52,7 +53,7 @@ func TestOffsetsFollowAcks(t *testing.T) {
 	}
 	newSub := func() (*surelykafka.Subscriber, <-chan *message.Message) {
 		sub, err := surelykafka.NewSubscriber(brokers, "billing",
-			surelykafka.WithSaramaConfig(fastGroupConfig()), delivery.WithCloseTimeout(500*time.Millisecond))
+			surelykafka.WithSaramaConfig(fastGroupConfig), delivery.WithCloseTimeout(500*time.Millisecond))
 		require.NoError(t, err)
 		ch, err := sub.Subscribe(context.Background(), topic)
 		require.NoError(t, err)
@@ -63,8 +64,9 @@ func TestOffsetsFollowAcks(t *testing.T) {
 	sub, ch := newSub()
 	m1 := receive(t, ch)
 	require.Equal(t, "m1", m1.UUID)
-	part, off, ok := surelykafka.Position(m1.Context())
-	require.True(t, ok, "the record's position is in the message context")
+	part, pok := wmkafka.MessagePartitionFromCtx(m1.Context())
+	off, ook := wmkafka.MessagePartitionOffsetFromCtx(m1.Context())
+	require.True(t, pok && ook, "the record's position is in the message context")
 	require.Zero(t, part)
 	require.Zero(t, off)
 	m1.Ack()

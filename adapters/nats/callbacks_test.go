@@ -12,12 +12,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
-	surelynats "github.com/surely-dev/surely/adapters/nats"
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/testbroker"
 )
 
@@ -44,7 +44,7 @@ func TestPanickingOnOutcomeSettlesOnNATS(t *testing.T) {
 			panics.Add(1)
 			panic("dashboard client is nil")
 		}))
-	e.consume(t, []delivery.Option{surelynats.WithAckWait(5 * time.Second)}, h)
+	e.consume(t, []delivery.Option{delivery.WithAckWait(5 * time.Second)}, h)
 	const n = 40
 	for i := range n {
 		e.publish(t, fmt.Sprintf("order-%d", i), "pay 10")
@@ -71,7 +71,7 @@ func TestKeylessMessagesBoundedByTheDeliveryCountOnNATS(t *testing.T) {
 		runs.Add(1)
 		return nil, errors.New("inventory 503")
 	}, handler.WithIdentity(ex, handler.ProcessWithoutDedup))
-	e.consume(t, []delivery.Option{surelynats.WithAckWait(5 * time.Second)}, h)
+	e.consume(t, []delivery.Option{delivery.WithAckWait(5 * time.Second)}, h)
 	const n = 10
 	for range n {
 		require.NoError(t, e.pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte("pay 10"))))
@@ -83,9 +83,9 @@ func TestKeylessMessagesBoundedByTheDeliveryCountOnNATS(t *testing.T) {
 	require.Len(t, dead, n)
 	for _, d := range dead {
 		require.Equal(t, string(dlq.ReasonExhausted), d.Metadata.Get(dlq.KeyReason))
-		require.Equal(t, "5", d.Metadata.Get(dlq.KeyAttempts))
+		require.Equal(t, "5", d.Metadata.Get(envelope.KeyAttempts))
 	}
-	rec, err := e.store.Get(t.Context(), chain.KeylessNamespace, "orders/"+dead[0].Metadata.Get(dlq.KeyOriginalUUID))
+	rec, err := e.store.Get(t.Context(), chain.KeylessNamespace, "orders/"+dead[0].Metadata.Get(envelope.KeyOriginalUUID))
 	require.NoError(t, err)
 	require.Equal(t, idempotency.StateExhausted, rec.State)
 }

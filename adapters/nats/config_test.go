@@ -15,7 +15,6 @@ import (
 
 	surelynats "github.com/surely-dev/surely/adapters/nats"
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/testbroker"
 )
 
 func TestOptionsAreValidatedBeforeConnecting(t *testing.T) {
@@ -31,9 +30,9 @@ func TestOptionsAreValidatedBeforeConnecting(t *testing.T) {
 		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
 	}
 	for name, opt := range map[string]delivery.Option{
-		"short ack wait":       surelynats.WithAckWait(time.Millisecond),
-		"zero concurrency":     surelynats.WithConcurrency(0),
-		"negative concurrency": surelynats.WithConcurrency(-1),
+		"short ack wait":       delivery.WithAckWait(time.Millisecond),
+		"zero concurrency":     delivery.WithConcurrency(0),
+		"negative concurrency": delivery.WithConcurrency(-1),
 		"nil marshaler":        surelynats.WithMarshaler(nil),
 		"nil NATS option":      surelynats.WithNATSOptions(nats.Name("x"), nil),
 		"nil logger":           delivery.WithLogger(nil),
@@ -43,15 +42,15 @@ func TestOptionsAreValidatedBeforeConnecting(t *testing.T) {
 		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
 	}
 	for name, opt := range map[string]delivery.Option{
-		"subscriber's concurrency": surelynats.WithConcurrency(2),
-		"subscriber's ack wait":    surelynats.WithAckWait(time.Second),
+		"subscriber's concurrency": delivery.WithConcurrency(2),
+		"subscriber's ack wait":    delivery.WithAckWait(time.Second),
 		"nothing to wait for":      delivery.WithCloseTimeout(time.Second),
 		"nil marshaler":            surelynats.WithMarshaler(nil),
 	} {
 		_, err := surelynats.NewPublisher(url, opt)
 		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
 	}
-	_, err := surelynats.NewPublisher(url, surelynats.WithAckWait(time.Second))
+	_, err := surelynats.NewPublisher(url, delivery.WithAckWait(time.Second))
 	require.ErrorContains(t, err, "nats.NewPublisher does not take option WithAckWait")
 	_, err = surelynats.NewSubscriber("", "c")
 	require.ErrorIs(t, err, delivery.ErrInvalidOption)
@@ -59,8 +58,8 @@ func TestOptionsAreValidatedBeforeConnecting(t *testing.T) {
 	require.ErrorIs(t, err, delivery.ErrInvalidOption)
 
 	connect := surelynats.WithNATSOptions(nats.Timeout(time.Second), nats.MaxReconnects(0))
-	_, err = surelynats.NewSubscriber(url, "c", surelynats.WithAckWait(100*time.Millisecond),
-		surelynats.WithConcurrency(1), surelynats.WithMarshaler(&wmnats.NATSMarshaler{}), connect,
+	_, err = surelynats.NewSubscriber(url, "c", delivery.WithAckWait(100*time.Millisecond),
+		delivery.WithConcurrency(1), surelynats.WithMarshaler(&wmnats.NATSMarshaler{}), connect,
 		delivery.WithLogger(slog.New(slog.DiscardHandler)), delivery.WithCloseTimeout(time.Second))
 	require.Error(t, err)
 	require.NotErrorIs(t, err, delivery.ErrInvalidOption)
@@ -68,29 +67,6 @@ func TestOptionsAreValidatedBeforeConnecting(t *testing.T) {
 		delivery.WithLogger(slog.New(slog.DiscardHandler)))
 	require.Error(t, err)
 	require.NotErrorIs(t, err, delivery.ErrInvalidOption)
-}
-
-// Close gives up on a message nobody settles after WithCloseTimeout, not
-// after the default 30s, and cancels its context.
-func TestCloseTimeoutIsHonoured(t *testing.T) {
-	t.Parallel()
-	url := testbroker.EmbeddedNATS(t)
-	e := setup(t, url)
-	sub, err := surelynats.NewSubscriber(url, e.consumer, delivery.WithCloseTimeout(time.Second))
-	require.NoError(t, err)
-	require.NoError(t, e.pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
-	msgs, err := sub.Subscribe(t.Context(), e.topic)
-	require.NoError(t, err)
-	msg := receive(t, msgs)
-	closed := make(chan error, 1)
-	go func() { closed <- sub.Close() }()
-	select {
-	case err := <-closed:
-		require.NoError(t, err)
-	case <-time.After(delivery.DefaultCloseTimeout / 3):
-		t.Fatal("Close still waits for the unsettled message")
-	}
-	require.Error(t, msg.Context().Err(), "the abandoned handler's context is cancelled")
 }
 
 func TestConsumerName(t *testing.T) {

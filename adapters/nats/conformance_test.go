@@ -18,18 +18,23 @@ import (
 
 	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelynats "github.com/surely-dev/surely/adapters/nats"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/internal/testbroker"
 )
 
 // conformanceAckWait is the subscribers' AckWait in the conformance suite.
 const conformanceAckWait = time.Second
 
+// conformanceCloseTimeout is the close timeout of the suite's subscribers
+// (Features.CloseTimeout).
+const conformanceCloseTimeout = 2 * time.Second
+
 // childURLEnv carries the server URL to the crash test's child processes.
 const childURLEnv = "SURELY_ADAPTERTEST_NATS_URL"
 
 // newChildSubscriber builds a crash-test child's subscriber (see TestMain).
 func newChildSubscriber(group string) (message.Subscriber, error) {
-	return surelynats.NewSubscriber(os.Getenv(childURLEnv), group, surelynats.WithAckWait(conformanceAckWait))
+	return surelynats.NewSubscriber(os.Getenv(childURLEnv), group, delivery.WithAckWait(conformanceAckWait))
 }
 
 var conformanceFeatures = adaptertest.Features{
@@ -37,6 +42,7 @@ var conformanceFeatures = adaptertest.Features{
 	NackDelay:      true,
 	LeaseExtension: true,
 	AckWait:        conformanceAckWait,
+	CloseTimeout:   conformanceCloseTimeout,
 	PubSub: &tests.Features{
 		ConsumerGroups: true,
 		Persistent:     true,
@@ -127,7 +133,8 @@ func (a *conformanceAdapter) NewPublisher(t *testing.T) message.Publisher {
 }
 
 func (a *conformanceAdapter) NewSubscriber(t *testing.T, group string) message.Subscriber {
-	sub, err := surelynats.NewSubscriber(a.url, group, surelynats.WithAckWait(conformanceAckWait))
+	sub, err := surelynats.NewSubscriber(a.url, group, delivery.WithAckWait(conformanceAckWait),
+		delivery.WithCloseTimeout(conformanceCloseTimeout))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	return ensuringSubscriber{Subscriber: sub, a: a}

@@ -44,10 +44,10 @@
 //     the message redelivered.
 //   - MaxDeliver -1: the broker never drops a message after N deliveries;
 //     surely's durable attempt budget and dead letter decide instead.
-//   - AckWait from WithAckWait (default 30s); surely's dedup step keeps it
+//   - AckWait from delivery.WithAckWait (default 30s, at least 100ms); surely's dedup step keeps it
 //     from expiring while the handler runs (InProgress), so it need not exceed
 //     the longest handler.
-//   - MaxAckPending = WithConcurrency (default 1), and pulls of at most
+//   - MaxAckPending = delivery.WithConcurrency (default 1), and pulls of at most
 //     that many messages: no message waits in the client while its ack
 //     timer runs (a 500-message prefetch turns a slow handler into
 //     duplicates). The price: a message nacked with a delay counts as
@@ -78,7 +78,7 @@
 // A message the Marshaler cannot decode (an error, a panic, no message) never
 // stops the subscription nor loops: it is handed out as a message whose
 // metadata has only delivery.KeyDecodeError (the error) and
-// delivery.KeyDecodeHeaders (the raw headers as JSON, map[string][]string),
+// "surely_decode_headers" (the raw headers as JSON, map[string][]string),
 // whose payload is the raw NATS payload, and whose UUID is the Watermill UUID
 // header or else "nats-<stream>-<seq>". surely's chain dead-letters it with
 // reason "decode" before looking for an operation key, and acks it after the

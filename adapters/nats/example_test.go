@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	surelynats "github.com/surely-dev/surely/adapters/nats"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency/memstore"
 )
@@ -19,7 +20,7 @@ import (
 func Example() {
 	ctx := context.Background()
 	// A stream capturing "payments" must exist: see EnsureStream.
-	sub, err := surelynats.NewSubscriber("nats://127.0.0.1:4222", "billing", surelynats.WithConcurrency(4))
+	sub, err := surelynats.NewSubscriber("nats://127.0.0.1:4222", "billing", delivery.WithConcurrency(4))
 	if err != nil {
 		log.Fatal(err)
 	}

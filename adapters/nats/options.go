@@ -13,48 +13,16 @@ import (
 	"github.com/surely-dev/surely/internal/options"
 )
 
-// Names of this package's options (see internal/options). WithConcurrency
-// and WithAckWait mean what they mean in every adapter that has them, and
-// record under the same names. WithMarshaler's value has a type of this
-// package's broker, so it records under a qualified name: another
-// adapter's WithMarshaler given here is refused as an option this
-// constructor does not take.
+// Names of this package's options (see internal/options.Load): qualified
+// with the package, so that another adapter's option of the same name is
+// refused by name.
 const (
-	optConcurrency = "WithConcurrency"
-	optAckWait     = "WithAckWait"
 	optMarshaler   = "nats.WithMarshaler"
-	optNATSOptions = "WithNATSOptions"
+	optNATSOptions = "nats.WithNATSOptions"
 )
 
-// minAckWait is the shortest ack wait accepted.
+// minAckWait is the shortest delivery.WithAckWait accepted.
 const minAckWait = 100 * time.Millisecond
-
-// WithConcurrency sets how many messages of one topic a Subscriber has in
-// flight at once: at least 1, default 1. It is also the consumer's
-// MaxAckPending and the most a pull fetches, so the server never hands out
-// messages that wait in the client while their ack timers run.
-// Subscriber only.
-func WithConcurrency(n int) delivery.Option {
-	return func(s *options.Set) error {
-		if n < 1 {
-			return fmt.Errorf("%w: concurrency %d is not positive", delivery.ErrInvalidOption, n)
-		}
-		s.Put(optConcurrency, n)
-		return nil
-	}
-}
-
-// WithAckWait sets how long the server waits for the ack of a delivered
-// message before it redelivers it (the consumer's AckWait): at least
-// 100ms, default 30s. surely's dedup step extends it (InProgress) while
-// the handler runs, so it needs to exceed only the gap between two
-// extensions (the dedup lease/3), not the longest handler. Subscriber
-// only.
-func WithAckWait(d time.Duration) delivery.Option {
-	return func(s *options.Set) error {
-		return s.PutAtLeast(delivery.ErrInvalidOption, optAckWait, "ack wait", d, minAckWait)
-	}
-}
 
 // WithMarshaler sets the conversion between Watermill messages and NATS
 // messages (default: watermill-nats' NATSMarshaler, metadata as headers).
@@ -63,13 +31,7 @@ func WithAckWait(d time.Duration) delivery.Option {
 // delivery; it is not bound to a subscription, so it cannot ack (surely
 // does).
 func WithMarshaler(m wmnats.MarshalerUnmarshaler) delivery.Option {
-	return func(s *options.Set) error {
-		if m == nil {
-			return fmt.Errorf("%w: nil marshaler", delivery.ErrInvalidOption)
-		}
-		s.Put(optMarshaler, m)
-		return nil
-	}
+	return func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optMarshaler, m) }
 }
 
 // WithNATSOptions sets options passed to nats.Connect (name, credentials,
@@ -78,7 +40,7 @@ func WithNATSOptions(o ...nats.Option) delivery.Option {
 	return func(s *options.Set) error {
 		for _, f := range o {
 			if f == nil {
-				return fmt.Errorf("%w: nil nats.Option", delivery.ErrInvalidOption)
+				return fmt.Errorf("%w: %s: nil nats.Option", delivery.ErrInvalidOption, optNATSOptions)
 			}
 		}
 		s.Put(optNATSOptions, slices.Clone(o))
@@ -102,23 +64,22 @@ func newSubscriberConfig(consumer string, opts []delivery.Option) (subscriberCon
 		return subscriberConfig{}, fmt.Errorf("%w: consumer %q must be non-empty, at most %d characters, of letters, digits, '-' and '_'",
 			delivery.ErrInvalidOption, consumer, maxConsumerLen)
 	}
-	s, err := options.Apply(delivery.ErrInvalidOption, opts)
+	const who = "nats.NewSubscriber"
+	s, err := options.Load(delivery.ErrInvalidOption, who, opts, options.Logger, options.CloseTimeout,
+		options.Concurrency, options.AckWait, optMarshaler, optNATSOptions)
 	if err != nil {
 		return subscriberConfig{}, err
 	}
-	if err := s.Check(delivery.ErrInvalidOption, "nats.NewSubscriber", options.Logger, options.CloseTimeout,
-		optConcurrency, optAckWait, optMarshaler, optNATSOptions); err != nil {
-		return subscriberConfig{}, err
-	}
-	return subscriberConfig{
+	c := subscriberConfig{
 		consumer:     consumer,
-		ackWait:      options.Get(s, optAckWait, 30*time.Second),
-		concurrency:  options.Get(s, optConcurrency, 1),
+		concurrency:  options.Get(s, options.Concurrency, 1),
 		marshaler:    options.Get[wmnats.MarshalerUnmarshaler](s, optMarshaler, &wmnats.NATSMarshaler{}),
 		natsOptions:  options.Get[[]nats.Option](s, optNATSOptions, nil),
 		logger:       options.Get(s, options.Logger, options.Warnings()),
-		closeTimeout: options.Get(s, options.CloseTimeout, delivery.DefaultCloseTimeout),
-	}, nil
+		closeTimeout: options.Get(s, options.CloseTimeout, options.DefaultCloseTimeout),
+	}
+	c.ackWait, err = options.AtLeast(s, delivery.ErrInvalidOption, who, options.AckWait, 30*time.Second, minAckWait)
+	return c, err
 }
 
 // publisherConfig is what a Publisher's options set.
@@ -129,12 +90,9 @@ type publisherConfig struct {
 }
 
 func newPublisherConfig(opts []delivery.Option) (publisherConfig, error) {
-	s, err := options.Apply(delivery.ErrInvalidOption, opts)
+	s, err := options.Load(delivery.ErrInvalidOption, "nats.NewPublisher", opts, options.Logger,
+		optMarshaler, optNATSOptions)
 	if err != nil {
-		return publisherConfig{}, err
-	}
-	if err := s.Check(delivery.ErrInvalidOption, "nats.NewPublisher", options.Logger,
-		optMarshaler, optNATSOptions); err != nil {
 		return publisherConfig{}, err
 	}
 	return publisherConfig{

@@ -53,9 +53,10 @@ var errSubscriberClosed = fmt.Errorf("nats: subscriber: %w", delivery.ErrClosed)
 // every process using the same consumer shares its messages (competing
 // consumers).
 //
-// It takes WithConcurrency, WithAckWait, WithMarshaler, WithNATSOptions,
-// delivery.WithLogger and delivery.WithCloseTimeout; any other option is
-// an error wrapping delivery.ErrInvalidOption.
+// It takes delivery.WithConcurrency, delivery.WithAckWait (at least
+// 100ms), WithMarshaler, WithNATSOptions, delivery.WithLogger and
+// delivery.WithCloseTimeout; any other option is an error wrapping
+// delivery.ErrInvalidOption.
 func NewSubscriber(url, consumer string, opts ...delivery.Option) (*Subscriber, error) {
 	if url == "" {
 		return nil, fmt.Errorf("%w: empty url", delivery.ErrInvalidOption)

@@ -20,6 +20,7 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
@@ -33,7 +34,7 @@ func TestAckOnlyAfterSuccess(t *testing.T) {
 		var once sync.Once
 		releaseOnce := func() { once.Do(func() { close(release) }) }
 		var calls atomic.Int32
-		e.consume(t, []delivery.Option{surelynats.WithAckWait(time.Second)}, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
+		e.consume(t, []delivery.Option{delivery.WithAckWait(time.Second)}, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
 			if calls.Add(1) == 1 {
 				close(started)
 			}
@@ -139,7 +140,7 @@ func TestExtendKeepsASlowHandlerDeliveredOnce(t *testing.T) {
 			policy, err := retry.NewPolicy(retry.WithInProcessAttempts(1), retry.WithMaxInProcessTime(500*time.Millisecond))
 			require.NoError(t, err)
 			var calls atomic.Int32
-			e.consume(t, []delivery.Option{surelynats.WithAckWait(ackWait)}, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
+			e.consume(t, []delivery.Option{delivery.WithAckWait(ackWait)}, e.chain(t, func(msg *message.Message) ([]*message.Message, error) {
 				calls.Add(1)
 				time.Sleep(3 * ackWait)
 				return nil, nil
@@ -156,7 +157,7 @@ func TestExtendKeepsASlowHandlerDeliveredOnce(t *testing.T) {
 			t.Parallel()
 			e := setup(t, url)
 			var calls atomic.Int32
-			e.consume(t, []delivery.Option{surelynats.WithAckWait(ackWait), surelynats.WithConcurrency(2)}, func(msg *message.Message) error {
+			e.consume(t, []delivery.Option{delivery.WithAckWait(ackWait), delivery.WithConcurrency(2)}, func(msg *message.Message) error {
 				if calls.Add(1) == 1 {
 					time.Sleep(3 * ackWait)
 				}
@@ -176,7 +177,7 @@ func TestUnackedMessageComesBackAfterServerRestart(t *testing.T) {
 	first, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
 	infos := make(chan delivery.Info, 4)
-	e.consume(t, []delivery.Option{surelynats.WithAckWait(time.Second), surelynats.WithConcurrency(2), surelynats.WithNATSOptions(
+	e.consume(t, []delivery.Option{delivery.WithAckWait(time.Second), delivery.WithConcurrency(2), surelynats.WithNATSOptions(
 		nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1),
 	)}, func(msg *message.Message) error {
 		info, _ := delivery.InfoFrom(msg.Context())
@@ -230,7 +231,7 @@ func TestMalformedMessageIsDeadLetteredAndConsumingGoesOn(t *testing.T) {
 		dead := e.dead.Published(deadTopic)[0]
 		require.Equal(t, "raw \x00 bytes", string(dead.Payload), "raw bytes travel to the dead letter")
 		require.Contains(t, dead.Metadata.Get(delivery.KeyDecodeError), "multiple values")
-		require.JSONEq(t, `{"k":["a","b"]}`, dead.Metadata.Get(delivery.KeyDecodeHeaders))
+		require.JSONEq(t, `{"k":["a","b"]}`, dead.Metadata.Get(envelope.KeyDecodeHeaders))
 		require.Equal(t, string(dlq.ReasonDecode), dead.Metadata.Get(dlq.KeyReason))
 		require.True(t, strings.Contains(dead.Metadata.Get(dlq.KeyError), middleware.ErrUndecodable.Error()))
 		require.Eventually(t, func() bool {
@@ -267,7 +268,7 @@ func TestNaksDoNotStallThePull(t *testing.T) {
 		for j := range messages {
 			require.NoError(t, e.pub.Publish(e.topic, message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprint(j)))))
 		}
-		sub, err := surelynats.NewSubscriber(url, e.consumer, surelynats.WithAckWait(time.Second), delivery.WithLogger(slog.New(logs)))
+		sub, err := surelynats.NewSubscriber(url, e.consumer, delivery.WithAckWait(time.Second), delivery.WithLogger(slog.New(logs)))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = sub.Close() }) // if the test fails before the Close below
 		ch, err := sub.Subscribe(t.Context(), e.topic)

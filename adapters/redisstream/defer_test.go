@@ -29,8 +29,8 @@ func TestNackAfterBeyondHoldLimitLeavesTheEntryPending(t *testing.T) {
 	b := message.NewMessage(watermill.NewUUID(), []byte("B"))
 	require.NoError(t, f.pub.Publish(f.stream, a, b))
 	const idle = 500 * time.Millisecond
-	_, ch := f.subscribe(t, "billing", surelyredis.WithConsumer("c1"), surelyredis.WithAckWait(idle),
-		surelyredis.WithClaimInterval(100*time.Millisecond), surelyredis.WithResendInterval(time.Millisecond))
+	_, ch := f.subscribe(t, "billing", surelyredis.WithConsumer("c1"), delivery.WithAckWait(idle),
+		surelyredis.WithClaimInterval(100*time.Millisecond), delivery.WithResendInterval(time.Millisecond))
 
 	m := next(t, ch)
 	require.Equal(t, a.UUID, m.UUID)
@@ -67,7 +67,7 @@ func TestRetryAfterDoesNotHoldTheSubscription(t *testing.T) {
 	b := message.NewMessage(watermill.NewUUID(), []byte("B"))
 	b.Metadata.Set("idempotency_key", "B-"+watermill.NewUUID())
 	require.NoError(t, f.pub.Publish(f.stream, a, b))
-	_, ch := f.subscribe(t, "g", surelyredis.WithConsumer("c1"), surelyredis.WithAckWait(500*time.Millisecond),
+	_, ch := f.subscribe(t, "g", surelyredis.WithConsumer("c1"), delivery.WithAckWait(500*time.Millisecond),
 		surelyredis.WithClaimInterval(100*time.Millisecond))
 	mem, err := memstore.New()
 	require.NoError(t, err)

@@ -27,12 +27,12 @@ import (
 // holds only these keys. surely's chain dead-letters it with reason
 // "decode".
 const (
-	// DecodeFieldsKey holds the entry's other fields as a JSON object:
+	// keyDecodeFields holds the entry's other fields as a JSON object:
 	// field name to its value, a JSON string when the value is valid
 	// UTF-8, else {"base64": "<standard base64>"}.
-	DecodeFieldsKey = "surely_decode_fields"
-	// DecodeEntryIDKey holds the stream entry ID of the undecodable entry.
-	DecodeEntryIDKey = "surely_decode_entry_id"
+	keyDecodeFields = "surely_decode_fields"
+	// keyDecodeEntryID holds the stream entry ID of the undecodable entry.
+	keyDecodeEntryID = "surely_decode_entry_id"
 )
 
 // Fields the hook adds to an entry read from the stream, so that the
@@ -238,7 +238,7 @@ func undecodable(id string, values map[string]any, err error) *message.Message {
 	}
 	msg := message.NewMessage(uuid, payload)
 	msg.Metadata.Set(delivery.KeyDecodeError, err.Error())
-	msg.Metadata.Set(DecodeEntryIDKey, id)
+	msg.Metadata.Set(keyDecodeEntryID, id)
 	fields := map[string]any{}
 	for _, k := range slices.Sorted(maps.Keys(values)) {
 		if k == "payload" {
@@ -257,7 +257,7 @@ func undecodable(id string, values map[string]any, err error) *message.Message {
 	}
 	if len(fields) > 0 {
 		if b, jerr := json.Marshal(fields); jerr == nil {
-			msg.Metadata.Set(DecodeFieldsKey, string(b))
+			msg.Metadata.Set(keyDecodeFields, string(b))
 		}
 	}
 	return msg
@@ -289,9 +289,9 @@ func (s *Subscriber) touch(ctx context.Context, stream, id string, count bool) (
 	case err != nil:
 		return 0, fmt.Errorf("redisstream: touch entry %s of %s: %w", id, stream, err)
 	case n == -1:
-		return 0, fmt.Errorf("%w: %s of %s", ErrNotPending, id, stream)
+		return 0, fmt.Errorf("%w: %s of %s", errNotPending, id, stream)
 	case n == -2:
-		return 0, fmt.Errorf("%w: %s of %s", ErrClaimed, id, stream)
+		return 0, fmt.Errorf("%w: %s of %s", errClaimed, id, stream)
 	}
 	return n, nil
 }
@@ -328,7 +328,7 @@ func newReceived(s *Subscriber, stream, id string) *received {
 }
 
 // NackAfter makes the nack that follows redeliver the message no sooner
-// than d, and always reports true. Up to HoldLimit, the subscriber holds
+// than d, and always reports true. Up to holdLimit, the subscriber holds
 // the message for d (instead of the resend interval), keeping the entry
 // claimed, and then hands it out again; the subscription hands out nothing
 // else meanwhile (watermill-redisstream serves one entry at a time). A
@@ -356,11 +356,11 @@ func (r *received) resendDelay() time.Duration {
 }
 
 // Extend resets the entry's idle time, so that no other consumer claims
-// it while the handler runs. It fails with ErrClaimed when another
-// consumer already did, and ErrNotPending when the entry was acked.
+// it while the handler runs. It fails with errClaimed when another
+// consumer already did, and errNotPending when the entry was acked.
 func (r *received) Extend(ctx context.Context) error {
 	if r.id == "" {
-		return fmt.Errorf("%w: no entry ID", ErrNotPending)
+		return fmt.Errorf("%w: no entry ID", errNotPending)
 	}
 	_, err := r.s.touch(ctx, r.stream, r.id, false)
 	return err

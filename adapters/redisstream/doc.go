@@ -25,15 +25,15 @@
 //     messages were published still gets them. Every Subscriber of the
 //     group shares the entries; each is one consumer (WithConsumer,
 //     default host name and a random suffix).
-//   - Ack wait (WithAckWait, watermill-redisstream's MaxIdleTime) 30s: an
-//     entry delivered to a consumer that neither acks nor extends it for
-//     that long (a crashed or hung consumer) is claimed by another
-//     consumer of the group. surely's dedup step extends it while the
+//   - Ack wait (delivery.WithAckWait, at least 100ms;
+//     watermill-redisstream's MaxIdleTime) 30s: an entry delivered to a
+//     consumer that neither acks nor extends it for that long (a crashed
+//     or hung consumer) is claimed by another consumer of the group. surely's dedup step extends it while the
 //     handler runs (every lease/3: 10s by default), so it bounds crash
 //     recovery, not the handler. The claim interval (WithClaimInterval,
 //     default a quarter of the ack wait) is how often consumers look for
 //     such entries.
-//   - Resend interval (WithResendInterval, watermill-redisstream's
+//   - Resend interval (delivery.WithResendInterval, watermill-redisstream's
 //     NackResendSleep) 100ms: watermill-redisstream resends a nacked
 //     message in process, in a tight loop unless told to wait.
 //   - The initial XREADGROUP blocks for 100ms, not forever, so Close does
@@ -54,7 +54,7 @@
 //   - a delivery.Control: Extend(ctx) resets the entry's idle time
 //     (XCLAIM to this consumer with JUSTID, in a script that first checks
 //     that this consumer still owns the entry: it never takes an entry
-//     back from a consumer that claimed it, and fails with ErrClaimed);
+//     back from a consumer that claimed it, and fails when one did);
 //     NackAfter(d) delays the nacked message's next delivery by d at
 //     least (see Postponed messages).
 //
@@ -62,7 +62,7 @@
 //
 // watermill-redisstream resends a nacked message in process, and hands out
 // nothing else of the subscription until it is acked. So a NackAfter delay up
-// to HoldLimit (1s) is held: the subscriber waits d (instead of the resend
+// to 1s is held: the subscriber waits d (instead of the resend
 // interval), keeping the entry claimed, then resends it, and the subscription
 // waits with it, as with any wait in a handler. A longer delay (a
 // retry.After(d) that does not fit in the policy's MaxInProcessTime, a
@@ -104,8 +104,10 @@
 // watermill-redisstream ends the subscription, silently, when its Unmarshaler
 // fails. Here an Unmarshaler error, panic or missing message never does: the
 // entry is handed out as a message whose metadata has only
-// delivery.KeyDecodeError (the error), DecodeEntryIDKey and DecodeFieldsKey
-// (the other fields, as JSON), whose payload is the raw "payload" field, and
+// delivery.KeyDecodeError (the error), "surely_decode_entry_id" (the
+// stream entry ID) and "surely_decode_fields" (the other fields, as a JSON
+// object: field name to its value, a JSON string when the value is valid
+// UTF-8, else {"base64": "<standard base64>"}), whose payload is the raw "payload" field, and
 // whose UUID is the entry's Watermill UUID field or else "redis-<entry ID>".
 // surely's chain dead-letters it with reason "decode" and acks it after the
 // dead letter was published.

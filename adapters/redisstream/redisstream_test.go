@@ -17,6 +17,7 @@ import (
 
 	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelyredis "github.com/surely-dev/surely/adapters/redisstream"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/internal/testenv"
 )
 
@@ -32,7 +33,7 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			return nil, err
 		}
-		return surelyredis.NewSubscriber(opts, group, surelyredis.WithAckWait(conformanceIdle))
+		return surelyredis.NewSubscriber(opts, group, delivery.WithAckWait(conformanceIdle))
 	})
 	goleak.VerifyTestMain(m)
 }
@@ -115,8 +116,13 @@ func (a conformanceAdapter) NewPublisher(t *testing.T) message.Publisher {
 	return pub
 }
 
+// conformanceCloseTimeout is the close timeout of the suite's subscribers
+// (Features.CloseTimeout).
+const conformanceCloseTimeout = 2 * time.Second
+
 func (a conformanceAdapter) NewSubscriber(t *testing.T, group string) message.Subscriber {
-	sub, err := surelyredis.NewSubscriber(a.srv.opts, group, surelyredis.WithAckWait(conformanceIdle))
+	sub, err := surelyredis.NewSubscriber(a.srv.opts, group, delivery.WithAckWait(conformanceIdle),
+		delivery.WithCloseTimeout(conformanceCloseTimeout))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	return sub
@@ -142,6 +148,7 @@ func TestConformance(t *testing.T) {
 			NackDelay:      true,
 			LeaseExtension: true,
 			AckWait:        conformanceIdle,
+			CloseTimeout:   conformanceCloseTimeout,
 			PubSub: &tests.Features{
 				ConsumerGroups: true,
 				Persistent:     true,

@@ -58,9 +58,9 @@ var errSubscriberClosed = fmt.Errorf("redisstream: subscriber: %w", delivery.Err
 // ("0") when missing, so a group created after messages were published
 // still gets them.
 //
-// It takes WithConsumer, WithAckWait, WithClaimInterval,
-// WithResendInterval, WithUnmarshaler, delivery.WithLogger and
-// delivery.WithCloseTimeout; any other option is an error wrapping
+// It takes WithConsumer, delivery.WithAckWait (at least 100ms),
+// WithClaimInterval, delivery.WithResendInterval, WithMarshaler,
+// delivery.WithLogger and delivery.WithCloseTimeout; any other option is an error wrapping
 // delivery.ErrInvalidOption.
 func NewSubscriber(redisOpts *redis.UniversalOptions, group string, opts ...delivery.Option) (*Subscriber, error) {
 	if redisOpts == nil {
@@ -196,7 +196,7 @@ func (s *Subscriber) settle(topic string, im, om *message.Message, r *received, 
 		im.Ack()
 		return true
 	case <-om.Nacked():
-		if d := r.resendDelay(); d > HoldLimit && r.id != "" {
+		if d := r.resendDelay(); d > holdLimit && r.id != "" {
 			return s.postpone(topic, im, om, r)
 		}
 		*count++
@@ -219,7 +219,7 @@ func (s *Subscriber) settle(topic string, im, om *message.Message, r *received, 
 }
 
 // postpone leaves the entry of a message nacked with a delay beyond
-// HoldLimit pending, unacked, and lets watermill-redisstream go on to the
+// holdLimit pending, unacked, and lets watermill-redisstream go on to the
 // next entry: the entry's idle time restarts now, and a consumer of the
 // group (this one included) claims it once it was idle for the ack wait.
 // watermill-redisstream XACKs a message it sees acked; the hook drops that

@@ -25,31 +25,35 @@ func TestOptionsAreValidated(t *testing.T) {
 	}{
 		"no group":             {"", nil},
 		"empty consumer":       {"g", []delivery.Option{surelyredis.WithConsumer("")}},
-		"ack wait too short":   {"g", []delivery.Option{surelyredis.WithAckWait(time.Millisecond)}},
+		"ack wait too short":   {"g", []delivery.Option{delivery.WithAckWait(time.Millisecond)}},
 		"zero claim interval":  {"g", []delivery.Option{surelyredis.WithClaimInterval(0)}},
-		"claim beyond ack":     {"g", []delivery.Option{surelyredis.WithAckWait(time.Second), surelyredis.WithClaimInterval(2 * time.Second)}},
+		"claim beyond ack":     {"g", []delivery.Option{delivery.WithAckWait(time.Second), surelyredis.WithClaimInterval(2 * time.Second)}},
 		"claim beyond default": {"g", []delivery.Option{surelyredis.WithClaimInterval(time.Minute)}},
-		"zero resend interval": {"g", []delivery.Option{surelyredis.WithResendInterval(0)}},
-		"negative resend":      {"g", []delivery.Option{surelyredis.WithResendInterval(-time.Second)}},
-		"nil unmarshaler":      {"g", []delivery.Option{surelyredis.WithUnmarshaler(nil)}},
+		"zero resend interval": {"g", []delivery.Option{delivery.WithResendInterval(0)}},
+		"negative resend":      {"g", []delivery.Option{delivery.WithResendInterval(-time.Second)}},
+		"nil marshaler":        {"g", []delivery.Option{surelyredis.WithMarshaler(nil)}},
 		"nil logger":           {"g", []delivery.Option{delivery.WithLogger(nil)}},
 		"zero close timeout":   {"g", []delivery.Option{delivery.WithCloseTimeout(0)}},
-		"publisher's option":   {"g", []delivery.Option{surelyredis.WithMarshaler(wmredis.DefaultMarshallerUnmarshaller{})}},
+		"publisher's option":   {"g", []delivery.Option{delivery.WithConcurrency(2)}},
 	} {
 		_, err := surelyredis.NewSubscriber(opts, c.group, c.opts...)
 		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
 	}
 	for name, opt := range map[string]delivery.Option{
 		"nil marshaler":         surelyredis.WithMarshaler(nil),
-		"subscriber's ack wait": surelyredis.WithAckWait(time.Second),
-		"subscriber's decoder":  surelyredis.WithUnmarshaler(wmredis.DefaultMarshallerUnmarshaller{}),
+		"subscriber's ack wait": delivery.WithAckWait(time.Second),
+		"subscriber's consumer": surelyredis.WithConsumer("c"),
 		"nothing to wait for":   delivery.WithCloseTimeout(time.Second),
 	} {
 		_, err := surelyredis.NewPublisher(opts, opt)
 		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
 	}
-	_, err := surelyredis.NewSubscriber(opts, "g", surelyredis.WithMarshaler(wmredis.DefaultMarshallerUnmarshaller{}))
-	require.ErrorContains(t, err, "redisstream.NewSubscriber does not take option redisstream.WithMarshaler")
+	_, err := surelyredis.NewPublisher(opts, surelyredis.WithConsumer("c"))
+	require.ErrorContains(t, err, "redisstream.NewPublisher does not take option redisstream.WithConsumer")
+	_, err = surelyredis.NewSubscriber(opts, "g", delivery.WithConcurrency(2))
+	require.ErrorContains(t, err, "redisstream.NewSubscriber does not take option WithConcurrency")
+	_, err = surelyredis.NewSubscriber(opts, "g", delivery.WithAckWait(time.Millisecond))
+	require.ErrorContains(t, err, "redisstream.NewSubscriber: WithAckWait(1ms) is below 100ms")
 	_, err = surelyredis.NewSubscriber(nil, "g")
 	require.ErrorIs(t, err, delivery.ErrInvalidOption)
 	_, err = surelyredis.NewPublisher(nil)
@@ -59,38 +63,15 @@ func TestOptionsAreValidated(t *testing.T) {
 		delivery.WithLogger(slog.New(slog.DiscardHandler)))
 	require.NoError(t, err)
 	require.NoError(t, pub.Close())
-	sub, err := surelyredis.NewSubscriber(opts, "g", surelyredis.WithConsumer("c"), surelyredis.WithAckWait(time.Second),
-		surelyredis.WithClaimInterval(time.Second), surelyredis.WithResendInterval(time.Millisecond),
-		surelyredis.WithUnmarshaler(wmredis.DefaultMarshallerUnmarshaller{}),
+	sub, err := surelyredis.NewSubscriber(opts, "g", surelyredis.WithConsumer("c"), delivery.WithAckWait(time.Second),
+		surelyredis.WithClaimInterval(time.Second), delivery.WithResendInterval(time.Millisecond),
+		surelyredis.WithMarshaler(wmredis.DefaultMarshallerUnmarshaller{}),
 		delivery.WithLogger(slog.New(slog.DiscardHandler)), delivery.WithCloseTimeout(time.Second))
 	require.NoError(t, err)
 	require.NoError(t, sub.Close())
 	require.NoError(t, sub.Close(), "Close twice")
 	_, err = sub.Subscribe(t.Context(), "orders")
 	require.ErrorIs(t, err, delivery.ErrClosed)
-}
-
-// Close gives up on a message nobody settles after WithCloseTimeout, not
-// after the default 30s, and leaves its entry pending.
-func TestCloseTimeoutIsHonoured(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	sub, err := surelyredis.NewSubscriber(f.srv.opts, "billing", delivery.WithCloseTimeout(100*time.Millisecond))
-	require.NoError(t, err)
-	ch, err := sub.Subscribe(t.Context(), f.stream)
-	require.NoError(t, err)
-	require.NoError(t, f.pub.Publish(f.stream, message.NewMessage(watermill.NewUUID(), []byte("x"))))
-	msg := next(t, ch)
-	closed := make(chan error, 1)
-	go func() { closed <- sub.Close() }()
-	select {
-	case err := <-closed:
-		require.NoError(t, err)
-	case <-time.After(delivery.DefaultCloseTimeout / 3):
-		t.Fatal("Close still waits for the unsettled message")
-	}
-	require.Error(t, msg.Context().Err(), "the abandoned handler's context is cancelled")
-	require.Len(t, f.pending(t, "billing"), 1, "the entry stays pending")
 }
 
 // fixture is one stream on the shared Redis with a publisher.
@@ -191,7 +172,7 @@ func TestClaimedEntryCarriesItsDeliveryCount(t *testing.T) {
 		Group: "billing", Consumer: "dead", Streams: []string{f.stream, ">"}, Count: 1,
 	}).Err())
 
-	_, ch := f.subscribe(t, "billing", surelyredis.WithConsumer("heir"), surelyredis.WithAckWait(200*time.Millisecond))
+	_, ch := f.subscribe(t, "billing", surelyredis.WithConsumer("heir"), delivery.WithAckWait(200*time.Millisecond))
 	m := next(t, ch)
 	require.Equal(t, delivery.Info{Count: 2, Redelivered: true}, info(t, m))
 	m.Ack()
@@ -262,7 +243,7 @@ func TestNackAfterHoldsTheMessage(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	require.NoError(t, f.pub.Publish(f.stream, message.NewMessage(watermill.NewUUID(), []byte("x"))))
-	_, ch := f.subscribe(t, "billing", surelyredis.WithResendInterval(time.Millisecond))
+	_, ch := f.subscribe(t, "billing", delivery.WithResendInterval(time.Millisecond))
 	m := next(t, ch)
 	c, ok := delivery.ControlFrom(m.Context())
 	require.True(t, ok)

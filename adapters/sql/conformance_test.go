@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelysql "github.com/surely-dev/surely/adapters/sql"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/internal/testsql"
 )
 
@@ -30,9 +32,14 @@ import (
 // Watermill's universal tests pass too (SURELY_SQL_PUBSUB=1 runs them,
 // 133s under -race: TestConcurrentSubscribe alone 108s), too slow for
 // every run for the same reason.
+// conformanceCloseTimeout is the close timeout of the suite's subscribers
+// (Features.CloseTimeout).
+const conformanceCloseTimeout = 2 * time.Second
+
 var conformanceFeatures = adaptertest.Features{
 	LeaseExtension: true,
 	AckWait:        testAckWait,
+	CloseTimeout:   conformanceCloseTimeout,
 	Messages:       1000,
 	PubSub: watermillFeatures(&tests.Features{
 		ConsumerGroups:      true,
@@ -91,7 +98,7 @@ func (a *conformanceAdapter) NewPublisher(t *testing.T) message.Publisher {
 }
 
 func (a *conformanceAdapter) NewSubscriber(t *testing.T, group string) message.Subscriber {
-	sub, err := surelysql.NewSubscriber(a.db, group, testOptions()...)
+	sub, err := surelysql.NewSubscriber(a.db, group, testOptions(delivery.WithCloseTimeout(conformanceCloseTimeout))...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	return topicCreatingSubscriber{Subscriber: sub, topics: a.topics}

@@ -47,12 +47,12 @@ func (l *lease) settle() {
 }
 
 // NackAfter reports false: watermill-sql resends a nacked message after its
-// fixed resend interval (WithResendInterval), to the same subscriber, inside the same
-// transaction; surely's chain waits itself before it nacks.
+// fixed resend interval (delivery.WithResendInterval), to the same
+// subscriber, inside the same transaction; surely's chain waits itself before it nacks.
 func (l *lease) NackAfter(time.Duration) bool { return false }
 
-// Extend moves the delivery's deadline to the ack wait (WithAckWait) from
-// now. It fails with ErrDeliveryExpired once the deadline has passed or the
+// Extend moves the delivery's deadline to the ack wait (delivery.WithAckWait) from
+// now. It fails with errDeliveryExpired once the deadline has passed or the
 // message was settled.
 func (l *lease) Extend(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -61,7 +61,7 @@ func (l *lease) Extend(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.over || !l.timer.Stop() {
-		return ErrDeliveryExpired
+		return errDeliveryExpired
 	}
 	l.timer.Reset(l.d)
 	return nil

@@ -19,8 +19,8 @@
 //
 // The constructors take the *sql.DB (and the Subscriber its consumer
 // group) and, as delivery.Option values, the settings below (this
-// package's WithAckWait, WithPollInterval, WithResendInterval,
-// WithBatchSize; delivery's WithLogger and WithCloseTimeout). An option a
+// package's WithPollInterval and WithBatchSize; delivery's WithAckWait,
+// WithResendInterval, WithLogger and WithCloseTimeout). An option a
 // constructor does not use is refused, not ignored.
 //
 // # Tables
@@ -35,7 +35,7 @@
 // table that already exists with a JSON payload works as before. Publish
 // and Subscribe fail on a topic whose tables are missing; a topic names
 // tables, so it has 1 to 45 bytes of letters, digits, '_', '-', '.', ':'
-// and '$' (ValidTopic): PostgreSQL would silently truncate a longer name,
+// and '$' (else ErrInvalidTopic): PostgreSQL would silently truncate a longer name,
 // and two topics would share tables.
 //
 // # Subscriber defaults, and why
@@ -51,7 +51,7 @@
 //     without running), and the transaction stays open for the whole batch
 //     (see Transactions). Measured on 2 cores, acking at once, one group:
 //     about 560 messages/s with a batch size of 1, 3,900 with 10, 21,000 with 100.
-//   - An ack wait of 30s (WithAckWait), kept by the Subscriber and
+//   - An ack wait of 30s (delivery.WithAckWait, at least 100ms), kept by the Subscriber and
 //     extendable: watermill-sql's own deadline is a context timeout that cannot be pushed back, cancels
 //     the handler, and then commits the consuming transaction without the
 //     ack (with whatever the handler wrote into it). It is disabled; when
@@ -59,7 +59,8 @@
 //     transaction is rolled back, the handler's context cancelled, and the
 //     subscription reads the message again (so may another consumer of the
 //     group).
-//   - A resend interval of 100ms (WithResendInterval; watermill-sql: 1s):
+//   - A resend interval of 100ms (delivery.WithResendInterval, at least
+//     1ms; watermill-sql: 1s):
 //     a nacked message is handed out again after it, by the same subscription, inside the same
 //     transaction. surely's chain has already waited (its backoff, or the
 //     delay of an operation in progress elsewhere) before it nacks.
@@ -77,7 +78,7 @@
 //   - NackAfter reports false: a nacked message comes back after the fixed
 //     resend interval; surely's retry step waits itself before it nacks.
 //   - Extend moves the delivery's deadline to the ack wait from now (it
-//     fails with ErrDeliveryExpired once the deadline has passed). surely's
+//     fails once the deadline has passed). surely's
 //     dedup step calls it with each extension of its store lease, so a
 //     handler longer than the ack wait keeps its delivery (bounded by the
 //     store lease's longest hold) instead of seeing it handed out again.
@@ -124,7 +125,7 @@
 // producer) never stops the subscription: watermill-sql would fail every
 // query on it, forever, holding up every row after it. It is handed out as
 // a message whose metadata has only delivery.KeyDecodeError (the error)
-// and delivery.KeyDecodeHeaders (the metadata column as it was, JSON),
+// and "surely_decode_headers" (the metadata column as it was, JSON),
 // whose payload is the row's payload, and whose UUID is the row's (or "sql-<transaction
 // id>-<offset>" when it has none). surely's chain dead-letters it with
 // reason "decode" before looking for an operation key, and acks it after

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 func TestDecodeRow(t *testing.T) {
@@ -29,7 +30,7 @@ func TestDecodeRow(t *testing.T) {
 		text, bad := delivery.DecodeError(msg)
 		require.True(t, bad, raw)
 		require.Contains(t, text, "metadata is not a JSON object of strings")
-		require.Equal(t, raw, msg.Metadata.Get(delivery.KeyDecodeHeaders))
+		require.Equal(t, raw, msg.Metadata.Get(envelope.KeyDecodeHeaders))
 		require.Len(t, msg.Metadata, 2, "only the decoding keys")
 		require.Equal(t, "raw \x00", string(msg.Payload))
 		require.Equal(t, "u-2", msg.UUID)
@@ -63,13 +64,13 @@ func TestLease(t *testing.T) {
 		require.False(t, expired(l), "expired before AckDeadline since the last extension")
 		time.Sleep(time.Nanosecond)
 		require.True(t, expired(l), "did not expire AckDeadline after the last extension")
-		require.ErrorIs(t, l.Extend(ctx), ErrDeliveryExpired)
+		require.ErrorIs(t, l.Extend(ctx), errDeliveryExpired)
 
 		l = newLease(50 * time.Millisecond)
 		l.settle()
 		time.Sleep(100 * time.Millisecond)
 		require.False(t, expired(l), "a settled lease expired")
-		require.ErrorIs(t, l.Extend(ctx), ErrDeliveryExpired)
+		require.ErrorIs(t, l.Extend(ctx), errDeliveryExpired)
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
 		require.ErrorIs(t, newLease(time.Second).Extend(cctx), context.Canceled)
@@ -82,8 +83,8 @@ func TestSubscriberDefaults(t *testing.T) {
 	require.NotNil(t, c.logger)
 	c.logger = nil
 	require.Equal(t, subscriberConfig{group: "g", ackWait: 30 * time.Second, pollInterval: time.Second,
-		resendInterval: 100 * time.Millisecond, batchSize: 1, closeTimeout: delivery.DefaultCloseTimeout}, c)
-	c, err = newSubscriberConfig("g", []delivery.Option{WithAckWait(minAckWait), WithBatchSize(3),
+		resendInterval: 100 * time.Millisecond, batchSize: 1, closeTimeout: 30 * time.Second}, c)
+	c, err = newSubscriberConfig("g", []delivery.Option{delivery.WithAckWait(minAckWait), WithBatchSize(3),
 		delivery.WithCloseTimeout(time.Second)})
 	require.NoError(t, err)
 	require.Equal(t, minAckWait, c.ackWait, "the shortest ack wait is accepted")
@@ -92,9 +93,9 @@ func TestSubscriberDefaults(t *testing.T) {
 }
 
 func TestValidTopic(t *testing.T) {
-	require.NoError(t, ValidTopic("orders.v1:eu-west_$"))
-	require.NoError(t, ValidTopic("a23456789012345678901234567890123456789012345"), "45 bytes")
+	require.NoError(t, validTopic("orders.v1:eu-west_$"))
+	require.NoError(t, validTopic("a23456789012345678901234567890123456789012345"), "45 bytes")
 	for _, bad := range []string{"", "orders; DROP TABLE x", `or"ders`, "a234567890123456789012345678901234567890123456", "ordérs"} {
-		require.ErrorIs(t, ValidTopic(bad), ErrInvalidTopic, bad)
+		require.ErrorIs(t, validTopic(bad), ErrInvalidTopic, bad)
 	}
 }

@@ -11,21 +11,22 @@ import (
 	"github.com/surely-dev/surely/internal/options"
 )
 
-// ErrInvalidTopic is returned for a topic that cannot name a table (see
-// ValidTopic).
+// ErrInvalidTopic is returned for a topic that cannot name a table: a topic
+// names the tables "watermill_<topic>" and "watermill_offsets_<topic>", so
+// it must have 1 to 45 bytes of letters, digits, '_', '-', '.', ':' and '$'.
 var ErrInvalidTopic = errors.New("sql: invalid topic")
 
-// ErrDeliveryExpired is returned by the delivery.Control's Extend when the
+// errDeliveryExpired is returned by the delivery.Control's Extend when the
 // delivery's ack wait has already passed (or it was settled): the message
 // has gone back to the consumer group.
-var ErrDeliveryExpired = errors.New("sql: delivery expired")
+var errDeliveryExpired = errors.New("sql: delivery expired")
 
 // batchSize is how many rows a consuming transaction reads unless
 // WithBatchSize says otherwise (and what the Publisher's schema is built
 // with; it reads no rows).
 const batchSize = 1
 
-// minAckWait is the shortest WithAckWait accepted.
+// minAckWait is the shortest delivery.WithAckWait accepted.
 const minAckWait = 100 * time.Millisecond
 
 // retryInterval is how long a subscription waits after a failed query (the
@@ -34,41 +35,20 @@ const minAckWait = 100 * time.Millisecond
 // retried at once.
 const retryInterval = time.Second
 
-// Names under which this package's options record their values.
+// Names of this package's options (see internal/options.Load): qualified
+// with the package, so that another adapter's option of the same name is
+// refused by name.
 const (
-	optAckWait        = "WithAckWait"
-	optPollInterval   = "WithPollInterval"
-	optResendInterval = "WithResendInterval"
-	optBatchSize      = "WithBatchSize"
+	optPollInterval = "sql.WithPollInterval"
+	optBatchSize    = "sql.WithBatchSize"
 )
-
-// WithAckWait sets how long a message handed out may stay unacked before
-// its delivery is given up: the consuming transaction is rolled back, the
-// handler's context cancelled, and the message goes back to the group
-// (default 30s, at least 100ms). surely's dedup step pushes it back while
-// the handler runs (delivery.Control.Extend), so it need not exceed the
-// longest handler, only the gap between two extensions.
-func WithAckWait(d time.Duration) delivery.Option {
-	return func(s *options.Set) error {
-		return s.PutAtLeast(delivery.ErrInvalidOption, optAckWait, "sql.WithAckWait", d, minAckWait)
-	}
-}
 
 // WithPollInterval sets how long an idle subscription waits before it
 // looks for new rows again (default 1s, at least 1ms): the latency of a
 // message published to an idle topic.
 func WithPollInterval(d time.Duration) delivery.Option {
 	return func(s *options.Set) error {
-		return s.PutAtLeast(delivery.ErrInvalidOption, optPollInterval, "sql.WithPollInterval", d, time.Millisecond)
-	}
-}
-
-// WithResendInterval sets how long watermill-sql waits before it hands a
-// nacked message out again (default 100ms, at least 1ms). surely's chain
-// already waited (its backoff) before it nacked.
-func WithResendInterval(d time.Duration) delivery.Option {
-	return func(s *options.Set) error {
-		return s.PutAtLeast(delivery.ErrInvalidOption, optResendInterval, "sql.WithResendInterval", d, time.Millisecond)
+		return s.PutAtLeast(delivery.ErrInvalidOption, optPollInterval, optPollInterval, d, time.Millisecond)
 	}
 }
 
@@ -79,7 +59,7 @@ func WithResendInterval(d time.Duration) delivery.Option {
 func WithBatchSize(n int) delivery.Option {
 	return func(s *options.Set) error {
 		if n < 1 {
-			return fmt.Errorf("%w: sql.WithBatchSize: %d is not positive", delivery.ErrInvalidOption, n)
+			return fmt.Errorf("%w: %s(%d): not positive", delivery.ErrInvalidOption, optBatchSize, n)
 		}
 		s.Put(optBatchSize, n)
 		return nil
@@ -103,26 +83,20 @@ func newSubscriberConfig(group string, opts []delivery.Option) (subscriberConfig
 	if group == "" || len(group) > 255 {
 		return c, fmt.Errorf("%w: %s: consumer group %q: a group has 1 to 255 bytes", delivery.ErrInvalidOption, who, group)
 	}
-	s, err := options.Apply(delivery.ErrInvalidOption, opts)
+	s, err := options.Load(delivery.ErrInvalidOption, who, opts, options.AckWait, optPollInterval,
+		options.ResendInterval, optBatchSize, options.CloseTimeout, options.Logger)
 	if err != nil {
 		return c, err
 	}
-	if err := s.Check(delivery.ErrInvalidOption, who, optAckWait, optPollInterval,
-		optResendInterval, optBatchSize, options.CloseTimeout, options.Logger); err != nil {
+	if c.ackWait, err = options.AtLeast(s, delivery.ErrInvalidOption, who, options.AckWait, 30*time.Second, minAckWait); err != nil {
 		return c, err
 	}
-	if c.ackWait, err = options.GetAs(s, delivery.ErrInvalidOption, who, optAckWait, 30*time.Second); err != nil {
-		return c, err
-	}
-	// An option whose name other adapters share was checked by this
-	// package's option only if it came from it.
-	if err := WithAckWait(c.ackWait)(&options.Set{}); err != nil {
+	if c.resendInterval, err = options.AtLeast(s, delivery.ErrInvalidOption, who, options.ResendInterval, 100*time.Millisecond, time.Millisecond); err != nil {
 		return c, err
 	}
 	c.pollInterval = options.Get(s, optPollInterval, time.Second)
-	c.resendInterval = options.Get(s, optResendInterval, 100*time.Millisecond)
 	c.batchSize = options.Get(s, optBatchSize, batchSize)
-	c.closeTimeout = options.Get(s, options.CloseTimeout, delivery.DefaultCloseTimeout)
+	c.closeTimeout = options.Get(s, options.CloseTimeout, options.DefaultCloseTimeout)
 	c.logger = options.Get(s, options.Logger, options.Warnings())
 	return c, nil
 }
@@ -134,11 +108,11 @@ const maxTopicLen = 63 - len("watermill_offsets_")
 
 var topicRE = regexp.MustCompile(`^[A-Za-z0-9_.:$-]+$`)
 
-// ValidTopic reports, as an error wrapping ErrInvalidTopic, whether topic
+// validTopic reports, as an error wrapping ErrInvalidTopic, whether topic
 // cannot be used: it names the tables "watermill_<topic>" and
 // "watermill_offsets_<topic>", so it must have 1 to 45 bytes of letters,
 // digits, '_', '-', '.', ':' and '$' (watermill-sql's set).
-func ValidTopic(topic string) error {
+func validTopic(topic string) error {
 	if !topicRE.MatchString(topic) || len(topic) > maxTopicLen {
 		return fmt.Errorf("%w %q: 1 to %d bytes of letters, digits, '_', '-', '.', ':' and '$'", ErrInvalidTopic, topic, maxTopicLen)
 	}

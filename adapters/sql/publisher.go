@@ -12,15 +12,6 @@ import (
 	"github.com/surely-dev/surely/internal/options"
 )
 
-// Publisher is a Watermill publisher that inserts messages into a topic's
-// PostgreSQL table (watermill-sql's, with its PostgreSQL schema). It never
-// creates tables and never closes the *sql.DB it was given.
-type Publisher struct {
-	inner *wmsql.Publisher
-}
-
-var _ message.Publisher = (*Publisher)(nil)
-
 // NewPublisher returns a publisher on db. Its only option is
 // delivery.WithLogger; any other is refused with an error wrapping
 // delivery.ErrInvalidOption. To publish inside your own transaction, use
@@ -30,11 +21,8 @@ func NewPublisher(db *stdsql.DB, opts ...delivery.Option) (*Publisher, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: %s: nil db", delivery.ErrInvalidOption, who)
 	}
-	s, err := options.Apply(delivery.ErrInvalidOption, opts)
+	s, err := options.Load(delivery.ErrInvalidOption, who, opts, options.Logger)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.Check(delivery.ErrInvalidOption, who, options.Logger); err != nil {
 		return nil, err
 	}
 	logger := options.Get(s, options.Logger, options.Warnings())
@@ -47,12 +35,21 @@ func NewPublisher(db *stdsql.DB, opts ...delivery.Option) (*Publisher, error) {
 	return &Publisher{inner: inner}, nil
 }
 
+// Publisher is a Watermill publisher that inserts messages into a topic's
+// PostgreSQL table (watermill-sql's, with its PostgreSQL schema). It never
+// creates tables and never closes the *sql.DB it was given.
+type Publisher struct {
+	inner *wmsql.Publisher
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
 // Publish inserts msgs into topic's messages table in one statement: all of
 // them commit, or none. Publishing a message again (after an error whose
 // outcome is unknown) inserts it again, with the same UUID: surely
 // consumers deduplicate it.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
-	if err := ValidTopic(topic); err != nil {
+	if err := validTopic(topic); err != nil {
 		return err
 	}
 	if err := p.inner.Publish(topic, msgs...); err != nil {

@@ -12,18 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/envelope"
 )
-
-// MessagesTable returns the quoted name of topic's messages table,
-// "watermill_<topic>" (watermill-sql's name, so that its publishers and
-// subscribers share the tables).
-func MessagesTable(topic string) string { return wmsql.DefaultPostgreSQLSchema{}.MessagesTable(topic) }
-
-// OffsetsTable returns the quoted name of topic's offsets table,
-// "watermill_offsets_<topic>".
-func OffsetsTable(topic string) string {
-	return wmsql.DefaultPostgreSQLOffsetsAdapter{}.MessagesOffsetsTable(topic)
-}
 
 // schema is watermill-sql's DefaultPostgreSQLSchema with BYTEA payloads and
 // an UnmarshalMessage that never fails on a row's content: a row whose
@@ -53,7 +43,7 @@ func (s schema) UnmarshalMessage(p wmsql.UnmarshalMessageParams) (wmsql.Row, err
 
 // decodeRow builds the message of a row. A row whose metadata cannot be
 // decoded becomes a message marked undecodable: delivery.KeyDecodeError
-// holds the error, delivery.KeyDecodeHeaders the metadata column as it was
+// holds the error, "surely_decode_headers" the metadata column as it was
 // (JSON, since the column's type is), the payload is the row's. A row
 // without a UUID gets "sql-<transaction id>-<offset>", stable across
 // redeliveries.
@@ -70,7 +60,7 @@ func decodeRow(r wmsql.Row, xid uint64) *message.Message {
 	if err := json.Unmarshal(r.Metadata, &md); err != nil {
 		msg.Metadata = message.Metadata{
 			delivery.KeyDecodeError:   "metadata is not a JSON object of strings: " + err.Error(),
-			delivery.KeyDecodeHeaders: string(r.Metadata),
+			envelope.KeyDecodeHeaders: string(r.Metadata),
 		}
 		return msg
 	}
@@ -94,7 +84,7 @@ func InitializeSchema(ctx context.Context, db *stdsql.DB, topics ...string) erro
 	s := newSchema(batchSize)
 	var queries []wmsql.Query
 	for i, topic := range topics {
-		if err := ValidTopic(topic); err != nil {
+		if err := validTopic(topic); err != nil {
 			return err
 		}
 		q, err := s.SchemaInitializingQueries(wmsql.SchemaInitializingQueriesParams{Topic: topic})

@@ -34,7 +34,7 @@ const (
 // testOptions returns the options of a test subscriber, then more, which
 // override them.
 func testOptions(more ...delivery.Option) []delivery.Option {
-	return append([]delivery.Option{surelysql.WithAckWait(testAckWait), surelysql.WithPollInterval(testPollInterval)}, more...)
+	return append([]delivery.Option{delivery.WithAckWait(testAckWait), surelysql.WithPollInterval(testPollInterval)}, more...)
 }
 
 // newChildSubscriber builds a crash-test child's subscriber on

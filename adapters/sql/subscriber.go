@@ -41,8 +41,9 @@ var _ message.Subscriber = (*Subscriber)(nil)
 // bytes) on the PostgreSQL database of db. The group's row in a topic's
 // offsets table holds how far the group got; every subscriber with the
 // same group shares the topic's messages, one at a time (see the package
-// doc). It creates no table (see InitializeSchema). It takes WithAckWait,
-// WithPollInterval, WithResendInterval, WithBatchSize,
+// doc). It creates no table (see InitializeSchema). It takes
+// delivery.WithAckWait (at least 100ms), WithPollInterval,
+// delivery.WithResendInterval (at least 1ms), WithBatchSize,
 // delivery.WithCloseTimeout and delivery.WithLogger; any other option is
 // refused with an error wrapping delivery.ErrInvalidOption.
 func NewSubscriber(db *stdsql.DB, group string, opts ...delivery.Option) (*Subscriber, error) {
@@ -84,7 +85,7 @@ func NewSubscriber(db *stdsql.DB, group string, opts ...delivery.Option) (*Subsc
 // when the delivery is given up (its ack wait passed, or Close gave up
 // waiting).
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	if err := ValidTopic(topic); err != nil {
+	if err := validTopic(topic); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -258,11 +259,11 @@ func (s *Subscriber) settle(ctx context.Context, topic string, msg *message.Mess
 }
 
 // Close stops handing out messages, waits (up to the close timeout,
-// delivery.WithCloseTimeout, default delivery.DefaultCloseTimeout) for
-// those in flight to be acked or nacked, lets their acks commit, then ends every
-// subscription; a message not acked by then goes back to the group (its
-// transaction is rolled back). Close is safe to call more than once (the
-// router calls it too). It does not close the *sql.DB.
+// delivery.WithCloseTimeout, default 30s) for those in flight to be acked
+// or nacked, lets their acks commit, then ends every subscription; a
+// message not acked by then goes back to the group (its transaction is
+// rolled back). Close is safe to call more than once (the router calls it
+// too). It does not close the *sql.DB.
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()

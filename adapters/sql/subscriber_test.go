@@ -42,32 +42,35 @@ func TestConstructors(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
 	for name, opts := range map[string][]delivery.Option{
-		"ack wait below 100ms":      {surelysql.WithAckWait(99 * time.Millisecond)},
-		"poll interval below 1ms":   {surelysql.WithPollInterval(0)},
-		"resend interval below 1ms": {surelysql.WithResendInterval(-time.Second)},
-		"batch size 0":              {surelysql.WithBatchSize(0)},
-		"negative close timeout":    {delivery.WithCloseTimeout(-time.Second)},
-		// Another adapter's option of the same name, with a value this
-		// adapter refuses.
-		"another adapter's ack wait": {func(s *options.Set) error { s.Put("WithAckWait", 50*time.Millisecond); return nil }},
+		"ack wait below 100ms":             {delivery.WithAckWait(99 * time.Millisecond)},
+		"poll interval below 1ms":          {surelysql.WithPollInterval(0)},
+		"negative resend interval":         {delivery.WithResendInterval(-time.Second)},
+		"resend interval below 1ms":        {delivery.WithResendInterval(time.Microsecond)},
+		"batch size 0":                     {surelysql.WithBatchSize(0)},
+		"negative close timeout":           {delivery.WithCloseTimeout(-time.Second)},
+		"a shared option it does not take": {delivery.WithConcurrency(2)},
 		// An option of no adapter's Subscriber.
 		"an option it does not take": {func(s *options.Set) error { s.Put("WithChannels", 2); return nil }},
 	} {
 		_, err := surelysql.NewSubscriber(db, "g", opts...)
 		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
 	}
+	_, err = surelysql.NewSubscriber(db, "g", delivery.WithResendInterval(time.Microsecond))
+	require.ErrorContains(t, err, "sql.NewSubscriber: WithResendInterval(1µs) is below 1ms")
+	_, err = surelysql.NewSubscriber(db, "g", delivery.WithConcurrency(2))
+	require.ErrorContains(t, err, "sql.NewSubscriber does not take option WithConcurrency")
 	for _, group := range []string{"", strings.Repeat("g", 256)} {
 		_, err := surelysql.NewSubscriber(db, group)
 		require.ErrorIs(t, err, delivery.ErrInvalidOption, "consumer group %q", group)
 	}
-	sub, err := surelysql.NewSubscriber(db, "g", surelysql.WithAckWait(time.Minute), surelysql.WithPollInterval(time.Second),
-		surelysql.WithResendInterval(time.Second), surelysql.WithBatchSize(10), delivery.WithCloseTimeout(time.Second),
+	sub, err := surelysql.NewSubscriber(db, "g", delivery.WithAckWait(time.Minute), surelysql.WithPollInterval(time.Second),
+		delivery.WithResendInterval(time.Second), surelysql.WithBatchSize(10), delivery.WithCloseTimeout(time.Second),
 		delivery.WithLogger(slog.New(slog.DiscardHandler)))
 	require.NoError(t, err, "every option the Subscriber takes")
 	require.NoError(t, sub.Close())
 
 	// The Publisher takes only a logger: a Subscriber's option is refused.
-	for _, o := range []delivery.Option{surelysql.WithAckWait(time.Minute), surelysql.WithBatchSize(2), delivery.WithCloseTimeout(time.Second)} {
+	for _, o := range []delivery.Option{delivery.WithAckWait(time.Minute), surelysql.WithBatchSize(2), delivery.WithCloseTimeout(time.Second)} {
 		_, err = surelysql.NewPublisher(db, o)
 		require.ErrorIs(t, err, delivery.ErrInvalidOption)
 		require.ErrorContains(t, err, "sql.NewPublisher does not take option")
@@ -93,7 +96,7 @@ func TestOffsetsFollowAcks(t *testing.T) {
 	}
 	newSub := func() (*surelysql.Subscriber, <-chan *message.Message) {
 		sub, err := surelysql.NewSubscriber(db, "billing",
-			testOptions(surelysql.WithAckWait(10*time.Second), delivery.WithCloseTimeout(300*time.Millisecond))...)
+			testOptions(delivery.WithAckWait(10*time.Second), delivery.WithCloseTimeout(300*time.Millisecond))...)
 		require.NoError(t, err)
 		ch, err := sub.Subscribe(context.Background(), topic)
 		require.NoError(t, err)
@@ -148,7 +151,7 @@ func TestAckWait(t *testing.T) {
 	// Extensions every 100ms keep a 1s deadline with 900ms to spare for a
 	// loaded machine's scheduling delays.
 	const deadline = time.Second
-	sub, err := surelysql.NewSubscriber(db, "billing", testOptions(surelysql.WithAckWait(deadline))...)
+	sub, err := surelysql.NewSubscriber(db, "billing", testOptions(delivery.WithAckWait(deadline))...)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, sub.Close()) }()
 	ch, err := sub.Subscribe(context.Background(), topic)

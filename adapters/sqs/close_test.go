@@ -77,7 +77,7 @@ func TestCloseReleasesAMessageNotHandedOut(t *testing.T) {
 	a := newAdapter()
 	topic := a.NewTopic(t)
 	pub := newPublisher(t)
-	sub, err := sqs.NewSubscriber(sqsemu.AWSConfig(), subscriberOptions(emu.URL(), sqs.WithAckWait(3*time.Second))...)
+	sub, err := sqs.NewSubscriber(sqsemu.AWSConfig(), subscriberOptions(emu.URL(), delivery.WithAckWait(3*time.Second))...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	_, err = sub.Subscribe(t.Context(), topic) // never read
@@ -104,34 +104,4 @@ func TestCloseReleasesAMessageNotHandedOut(t *testing.T) {
 		return hidden == "0" && visible == "1"
 	}, 30*time.Second, 10*time.Millisecond, "the message is visible again and still there: not lost")
 	t.Logf("visible again %v after Close", time.Since(closed).Round(time.Millisecond))
-}
-
-// TestCloseGivesUpAfterTheCloseTimeout: a handler still running when the
-// close timeout (delivery.WithCloseTimeout) passes has its context
-// cancelled, and Close returns without deleting its message.
-func TestCloseGivesUpAfterTheCloseTimeout(t *testing.T) {
-	t.Parallel()
-	a := newAdapter()
-	topic := a.NewTopic(t)
-	pub := newPublisher(t)
-	opts, n := counted()
-	const closeTimeout = 300 * time.Millisecond
-	sub, err := sqs.NewSubscriber(sqsemu.AWSConfig(),
-		subscriberOptions(emu.URL(), sqs.WithClientOptions(opts...), delivery.WithCloseTimeout(closeTimeout))...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(t.Context(), topic)
-	require.NoError(t, err)
-	require.NoError(t, pub.Publish(topic, message.NewMessage("stuck", []byte("p"))))
-	var m *message.Message
-	select {
-	case m = <-msgs:
-	case <-time.After(15 * time.Second):
-		t.Fatal("no message")
-	}
-	start := time.Now()
-	require.NoError(t, sub.Close()) // m is never acked
-	require.GreaterOrEqual(t, time.Since(start), closeTimeout, "Close waited for the handler")
-	require.Error(t, m.Context().Err(), "the abandoned handler's context is cancelled")
-	require.Zero(t, n.count("DeleteMessage"), "an unacked message is not deleted")
 }

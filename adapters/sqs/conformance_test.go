@@ -62,10 +62,14 @@ func TestMain(m *testing.M) {
 
 // subscriberOptions returns the options of a test subscriber on the
 // emulator at endpoint, then more, which override them.
+// conformanceCloseTimeout is the close timeout of the suite's subscribers
+// (Features.CloseTimeout).
+const conformanceCloseTimeout = 2 * time.Second
+
 func subscriberOptions(endpoint string, more ...delivery.Option) []delivery.Option {
 	return append([]delivery.Option{
 		surelysqs.WithClientOptions(sqsemu.ClientOptions(endpoint)...),
-		surelysqs.WithAckWait(conformanceVisibility),
+		delivery.WithAckWait(conformanceVisibility),
 		surelysqs.WithWaitTime(time.Second), // Close is quick either way; this keeps idle receivers cheap
 	}, more...)
 }
@@ -76,6 +80,7 @@ func TestConformance(t *testing.T) {
 		NackDelay:      true, // ChangeMessageVisibility
 		LeaseExtension: true, // ChangeMessageVisibility
 		AckWait:        conformanceVisibility,
+		CloseTimeout:   conformanceCloseTimeout,
 		Messages:       loadMessages,
 		PubSub: &tests.Features{
 			ConsumerGroups:                   false, // a queue is one group
@@ -170,7 +175,7 @@ func newPublisher(t testing.TB) *surelysqs.Publisher {
 }
 
 func newSubscriber(t testing.TB) *surelysqs.Subscriber {
-	s, err := surelysqs.NewSubscriber(sqsemu.AWSConfig(), subscriberOptions(emu.URL())...)
+	s, err := surelysqs.NewSubscriber(sqsemu.AWSConfig(), subscriberOptions(emu.URL(), delivery.WithCloseTimeout(conformanceCloseTimeout))...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s

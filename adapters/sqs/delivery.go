@@ -17,14 +17,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
-// ReceiveCountAttribute is the SQS system attribute the Subscriber asks
+// receiveCountAttribute is the SQS system attribute the Subscriber asks
 // for and reads into delivery.Info.
-const ReceiveCountAttribute = string(types.MessageSystemAttributeNameApproximateReceiveCount)
+const receiveCountAttribute = string(types.MessageSystemAttributeNameApproximateReceiveCount)
 
-// ErrSettled is returned by Extend after the message was acked or nacked.
-var ErrSettled = errors.New("sqs: message already settled")
+// errSettled is returned by Extend after the message was acked or nacked.
+var errSettled = errors.New("sqs: message already settled")
 
 // visibilityChanger is the part of the SQS client a delivery uses.
 type visibilityChanger interface {
@@ -64,7 +65,7 @@ func newReceived(m *types.Message) *received {
 // receiveCount reads ApproximateReceiveCount; ok is false when it is
 // missing or not a positive integer.
 func receiveCount(attrs map[string]string) (int, bool) {
-	n, err := strconv.Atoi(attrs[ReceiveCountAttribute])
+	n, err := strconv.Atoi(attrs[receiveCountAttribute])
 	if err != nil || n < 1 {
 		return 0, false
 	}
@@ -81,12 +82,12 @@ func (r *received) NackAfter(d time.Duration) bool {
 }
 
 // Extend resets the message's visibility timeout to the subscriber's
-// (WithAckWait), with ChangeMessageVisibility.
+// (delivery.WithAckWait), with ChangeMessageVisibility.
 func (r *received) Extend(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.settled || r.msg != nil && (closed(r.msg.Acked()) || closed(r.msg.Nacked())) {
-		return ErrSettled
+		return errSettled
 	}
 	return r.changeVisibility(ctx, r.visibility)
 }
@@ -227,7 +228,7 @@ func checkAttributes(attrs map[string]types.MessageAttributeValue) error {
 
 // undecodable builds the marked message for an SQS message that could not
 // be decoded: the raw body as payload, the error (delivery.KeyDecodeError),
-// and the raw message attributes (delivery.KeyDecodeHeaders) as JSON, the
+// and the raw message attributes ("surely_decode_headers") as JSON, the
 // AWS SDK's MessageAttributeValue with binary values in base64, when there
 // were any. Its
 // UUID is the UUID attribute when it is a string, else the SQS message ID,
@@ -242,7 +243,7 @@ func undecodable(m *types.Message, err error) *message.Message {
 	msg.Metadata.Set(delivery.KeyDecodeError, err.Error())
 	if len(m.MessageAttributes) > 0 {
 		if b, jerr := json.Marshal(m.MessageAttributes); jerr == nil {
-			msg.Metadata.Set(delivery.KeyDecodeHeaders, string(b))
+			msg.Metadata.Set(envelope.KeyDecodeHeaders, string(b))
 		}
 	}
 	return msg

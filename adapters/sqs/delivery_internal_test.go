@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/delivery"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/options"
 )
 
@@ -73,7 +74,7 @@ func TestReceiveCount(t *testing.T) {
 	} {
 		m := &types.Message{ReceiptHandle: aws.String("rh"), Attributes: map[string]string{}}
 		if tc.attr != "" {
-			m.Attributes[ReceiveCountAttribute] = tc.attr
+			m.Attributes[receiveCountAttribute] = tc.attr
 		}
 		r := newReceived(m)
 		require.Equal(t, tc.ok, r.hasInfo, tc.attr)
@@ -121,7 +122,7 @@ func TestNackSetsTheDelay(t *testing.T) {
 		}
 		require.NoError(t, r.nack(t.Context()))
 		require.Equal(t, []int32{tc.want}, rec.timeouts(), "delay %v", tc.delay)
-		require.ErrorIs(t, r.Extend(t.Context()), ErrSettled, "no extension after the nack")
+		require.ErrorIs(t, r.Extend(t.Context()), errSettled, "no extension after the nack")
 		require.Len(t, rec.calls, 1)
 	}
 }
@@ -130,7 +131,7 @@ func TestExtendAfterAckFails(t *testing.T) {
 	rec := &recorder{}
 	r := newTestReceived(rec)
 	r.acked()
-	require.ErrorIs(t, r.Extend(t.Context()), ErrSettled)
+	require.ErrorIs(t, r.Extend(t.Context()), errSettled)
 	require.Empty(t, rec.calls)
 }
 
@@ -169,7 +170,7 @@ func TestUnmarshalerMarksUndecodableMessages(t *testing.T) {
 			tc.u.pending = &pending{}
 			m := &types.Message{MessageId: aws.String("sqs-id"), ReceiptHandle: aws.String("rh"),
 				Body: aws.String("raw <body>"), MessageAttributes: tc.attrs,
-				Attributes: map[string]string{ReceiveCountAttribute: "3"}}
+				Attributes: map[string]string{receiveCountAttribute: "3"}}
 			msg, err := tc.u.Unmarshal(m)
 			require.NoError(t, err, "the unmarshaler never fails")
 			require.Equal(t, tc.wantID, msg.UUID)
@@ -178,10 +179,10 @@ func TestUnmarshalerMarksUndecodableMessages(t *testing.T) {
 			require.True(t, ok)
 			require.Contains(t, e, tc.errHas)
 			for k := range msg.Metadata {
-				require.Contains(t, []string{delivery.KeyDecodeError, delivery.KeyDecodeHeaders}, k)
+				require.Contains(t, []string{delivery.KeyDecodeError, envelope.KeyDecodeHeaders}, k)
 			}
 			if len(tc.attrs) > 0 {
-				require.NotEmpty(t, msg.Metadata[delivery.KeyDecodeHeaders])
+				require.NotEmpty(t, msg.Metadata[envelope.KeyDecodeHeaders])
 			}
 			r := tc.u.pending.take(msg)
 			require.NotNil(t, r, "the delivery facts are recorded for undecodable messages too")
@@ -216,17 +217,17 @@ func (f unmarshalFunc) Unmarshal(m *types.Message) (*message.Message, error) { r
 func TestOptionValidation(t *testing.T) {
 	creds := aws.Config{Credentials: aws.AnonymousCredentials{}}
 	for name, opts := range map[string][]delivery.Option{
-		"visibility below 1s":        {WithAckWait(500 * time.Millisecond)},
-		"visibility not whole":       {WithAckWait(1500 * time.Millisecond)},
-		"visibility above 12h":       {WithAckWait(13 * time.Hour)},
-		"wait time above 20s":        {WithWaitTime(21 * time.Second)},
-		"negative wait time":         {WithWaitTime(-time.Second)},
-		"concurrency 0":              {WithConcurrency(0)},
-		"nil marshaler":              {WithMarshaler(nil)},
-		"nil client option":          {WithClientOptions(nil)},
-		"zero close timeout":         {delivery.WithCloseTimeout(0)},
-		"another package's marshal":  {func(s *options.Set) error { s.Put("WithMarshaler", 1); return nil }},
-		"another package's ack wait": {func(s *options.Set) error { s.Put("WithAckWait", 1500*time.Millisecond); return nil }},
+		"visibility below 1s":       {delivery.WithAckWait(500 * time.Millisecond)},
+		"visibility not whole":      {delivery.WithAckWait(1500 * time.Millisecond)},
+		"visibility above 12h":      {delivery.WithAckWait(13 * time.Hour)},
+		"wait time above 20s":       {WithWaitTime(21 * time.Second)},
+		"negative wait time":        {WithWaitTime(-time.Second)},
+		"concurrency 0":             {delivery.WithConcurrency(0)},
+		"nil marshaler":             {WithMarshaler(nil)},
+		"nil client option":         {WithClientOptions(nil)},
+		"zero close timeout":        {delivery.WithCloseTimeout(0)},
+		"another package's marshal": {func(s *options.Set) error { s.Put("kafka.WithMarshaler", 1); return nil }},
+		"a shared option not taken": {delivery.WithResendInterval(time.Second)},
 	} {
 		_, err := NewSubscriber(creds, opts...)
 		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
@@ -235,15 +236,21 @@ func TestOptionValidation(t *testing.T) {
 	require.ErrorIs(t, err, delivery.ErrInvalidOption, "no credentials")
 	_, err = NewPublisher(aws.Config{})
 	require.ErrorIs(t, err, delivery.ErrInvalidOption, "no credentials")
+	_, err = NewSubscriber(creds, delivery.WithAckWait(1500*time.Millisecond))
+	require.ErrorContains(t, err, "sqs.NewSubscriber: WithAckWait(1.5s): not whole seconds")
+	_, err = NewSubscriber(creds, delivery.WithAckWait(13*time.Hour))
+	require.ErrorContains(t, err, "sqs.NewSubscriber: WithAckWait(13h0m0s) is not in 1s..12h0m0s")
+	_, err = NewSubscriber(creds, func(s *options.Set) error { s.Put("kafka.WithMarshaler", 1); return nil })
+	require.ErrorContains(t, err, "sqs.NewSubscriber does not take option kafka.WithMarshaler")
 	// Options of the Subscriber only: refused by the Publisher, not ignored.
-	for _, o := range []delivery.Option{WithAckWait(time.Minute), WithWaitTime(time.Second), WithConcurrency(2),
+	for _, o := range []delivery.Option{delivery.WithAckWait(time.Minute), WithWaitTime(time.Second), delivery.WithConcurrency(2),
 		delivery.WithCloseTimeout(time.Second)} {
 		_, err = NewPublisher(creds, o)
 		require.ErrorIs(t, err, delivery.ErrInvalidOption)
 		require.ErrorContains(t, err, "sqs.NewPublisher does not take option")
 	}
 
-	got, err := newSubscriberConfig(creds, []delivery.Option{WithConcurrency(4), WithWaitTime(5 * time.Second),
+	got, err := newSubscriberConfig(creds, []delivery.Option{delivery.WithConcurrency(4), WithWaitTime(5 * time.Second),
 		WithMarshaler(wmsqs.DefaultMarshalerUnmarshaler{}), delivery.WithCloseTimeout(time.Second)})
 	require.NoError(t, err)
 	require.Equal(t, 4, got.concurrency)
@@ -254,6 +261,22 @@ func TestOptionValidation(t *testing.T) {
 	got, err = newSubscriberConfig(creds, nil)
 	require.NoError(t, err)
 	require.Nil(t, got.unmarshaler, "the default: checked attributes")
-	require.Equal(t, delivery.DefaultCloseTimeout, got.closeTimeout)
+	require.Equal(t, 30*time.Second, got.closeTimeout)
 	require.Equal(t, 1, got.concurrency)
+}
+
+// The default marshaler sends the payload and the metadata as SQS text:
+// what SQS would refuse (or an emulator change) is refused before sending.
+func TestSQSText(t *testing.T) {
+	for s, ok := range map[string]bool{
+		`{"order":1}`: true, "tab\tnew\nline\r": true, "évènement €": true, "\U0001F600": true, "": true,
+		"\x00": false, "\x1f": false, "\xff\xfe": false, "\uFFFE": false,
+	} {
+		require.Equal(t, ok, isSQSText(s), "%q", s)
+	}
+	require.NoError(t, sqsText(message.NewMessage("u", []byte("pay")).Copy()))
+	require.ErrorContains(t, sqsText(message.NewMessage("u", []byte{0, 0xff})), "payload is not text")
+	m := message.NewMessage("u", []byte("pay"))
+	m.Metadata.Set("k", "\x01")
+	require.ErrorContains(t, sqsText(m), `metadata "k"`)
 }

@@ -9,8 +9,8 @@
 //	router.AddConsumerHandler("billing", "orders", sub, handler.NoPublish(h))
 //
 // Both constructors take the aws.Config and, as delivery.Option values,
-// their settings (this package's WithClientOptions, WithAckWait,
-// WithWaitTime, WithConcurrency, WithMarshaler; delivery's WithLogger and
+// their settings (this package's WithClientOptions, WithWaitTime,
+// WithMarshaler; delivery's WithAckWait, WithConcurrency, WithLogger and
 // WithCloseTimeout); an option a constructor does not use is refused, not
 // ignored. An endpoint of your own (LocalStack, a test emulator) is a
 // client option:
@@ -40,14 +40,17 @@
 //     received batch at the first nack, and the rest of it then waits out
 //     its visibility timeout; with one message per receive
 //     nothing waits, and no message sits in the client while its
-//     visibility timeout runs. WithConcurrency (default 1) runs that many
-//     receivers per Subscribe.
+//     visibility timeout runs. delivery.WithConcurrency (default 1) runs
+//     that many receivers (watermill-aws' ConsumeWorkers) per Subscribe,
+//     each receiving one message and waiting for its ack or nack.
 //   - Long polling, 20s (WithWaitTime): an idle queue costs one request per
 //     20s per receiver, and a message is handed out as soon as it arrives.
-//   - A visibility timeout of 30s (WithAckWait), asked for with every
-//     receive: the queue's own setting does not matter. surely's dedup step extends it (every
-//     lease/3, 10s by default) while the handler runs, so it bounds crash
-//     recovery, not the handler.
+//   - A visibility timeout of 30s (delivery.WithAckWait: whole seconds
+//     from 1s to 12h), asked for with every receive, so the queue's own
+//     setting does not matter; it is set on the queues the Subscriber
+//     creates, and delivery.Control.Extend resets the visibility to it.
+//     surely's dedup step extends it (every lease/3, 10s by default) while
+//     the handler runs, so it bounds crash recovery, not the handler.
 //   - ApproximateReceiveCount is asked for with every receive.
 //
 // # Delivery facts in the message context
@@ -64,8 +67,8 @@
 //     sets the visibility to 0, so the message is received again at once
 //     (watermill-aws itself does nothing on a nack). Extend(ctx) sets the
 //     visibility back to the visibility timeout (ChangeMessageVisibility), so
-//     that the broker's lease follows the store's; after the ack or nack
-//     it fails with ErrSettled.
+//     that the broker's lease follows the store's; it fails after the ack
+//     or nack.
 //
 // # Malformed messages
 //
@@ -73,7 +76,7 @@
 // never stops the subscription nor loops (watermill-aws would log it and
 // leave it to come back after every visibility timeout): it is handed out
 // as a message whose metadata has only delivery.KeyDecodeError (the error)
-// and delivery.KeyDecodeHeaders (the raw message attributes as JSON),
+// and "surely_decode_headers" (the raw message attributes as JSON),
 // whose payload is the raw SQS body, and whose UUID is the _watermill_message_uuid
 // attribute or else the SQS message ID. surely's chain dead-letters it with
 // reason "decode" and acks it after the dead letter was published.

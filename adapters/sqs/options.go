@@ -30,21 +30,21 @@ const (
 	maxBatch = 1
 )
 
-// MarshalerUnmarshaler converts Watermill messages to SQS messages
+// marshalerUnmarshaler converts Watermill messages to SQS messages
 // (Marshal, the Publisher's side) and back (Unmarshal, the Subscriber's).
 // watermill-aws' DefaultMarshalerUnmarshaler is one.
-type MarshalerUnmarshaler interface {
+type marshalerUnmarshaler interface {
 	wmsqs.Marshaler
 	wmsqs.Unmarshaler
 }
 
-// Names under which this package's options record their values.
+// Names of this package's options (see internal/options.Load): qualified
+// with the package, so that another adapter's option of the same name is
+// refused by name.
 const (
-	optClientOptions = "WithClientOptions"
-	optAckWait       = "WithAckWait"
-	optWaitTime      = "WithWaitTime"
-	optConcurrency   = "WithConcurrency"
-	optMarshaler     = "WithMarshaler"
+	optClientOptions = "sqs.WithClientOptions"
+	optWaitTime      = "sqs.WithWaitTime"
+	optMarshaler     = "sqs.WithMarshaler"
 )
 
 // WithClientOptions adds options of the SQS client the Subscriber or the
@@ -54,32 +54,11 @@ func WithClientOptions(fns ...func(*awssqs.Options)) delivery.Option {
 	return func(s *options.Set) error {
 		for _, f := range fns {
 			if f == nil {
-				return fmt.Errorf("%w: sqs.WithClientOptions: nil function", delivery.ErrInvalidOption)
+				return fmt.Errorf("%w: %s: nil function", delivery.ErrInvalidOption, optClientOptions)
 			}
 		}
-		prev, err := options.GetAs[[]func(*awssqs.Options)](s, delivery.ErrInvalidOption, "sqs.WithClientOptions", optClientOptions, nil)
-		if err != nil {
-			return err
-		}
+		prev := options.Get[[]func(*awssqs.Options)](s, optClientOptions, nil)
 		s.Put(optClientOptions, append(prev[:len(prev):len(prev)], fns...))
-		return nil
-	}
-}
-
-// WithAckWait sets the SQS visibility timeout: how long SQS hides a
-// received message from other consumers before it hands it out again
-// (default 30s; whole seconds, from 1s to 12h). It is asked for with every
-// ReceiveMessage (so it holds whatever the queue's own setting), set on the
-// queues the Subscriber creates, and what delivery.Control.Extend resets
-// the visibility to. surely's dedup step extends it every lease/3 while the
-// handler runs, so it needs to exceed that interval, not the longest
-// handler.
-func WithAckWait(d time.Duration) delivery.Option {
-	return func(s *options.Set) error {
-		if d < time.Second || d > maxVisibility || d%time.Second != 0 {
-			return fmt.Errorf("%w: sqs.WithAckWait: %v must be whole seconds from 1s to %v", delivery.ErrInvalidOption, d, maxVisibility)
-		}
-		s.Put(optAckWait, d)
 		return nil
 	}
 }
@@ -90,22 +69,9 @@ func WithAckWait(d time.Duration) delivery.Option {
 func WithWaitTime(d time.Duration) delivery.Option {
 	return func(s *options.Set) error {
 		if d < time.Second || d > maxWaitTime || d%time.Second != 0 {
-			return fmt.Errorf("%w: sqs.WithWaitTime: %v must be whole seconds from 1s to %v", delivery.ErrInvalidOption, d, maxWaitTime)
+			return fmt.Errorf("%w: %s(%v): not whole seconds from 1s to %v", delivery.ErrInvalidOption, optWaitTime, d, maxWaitTime)
 		}
 		s.Put(optWaitTime, d)
-		return nil
-	}
-}
-
-// WithConcurrency sets how many messages of one topic are in flight at once
-// (default 1, at least 1): watermill-aws' ConsumeWorkers, each receiving
-// one message and waiting for its ack or nack.
-func WithConcurrency(n int) delivery.Option {
-	return func(s *options.Set) error {
-		if n < 1 {
-			return fmt.Errorf("%w: sqs.WithConcurrency: %d is not positive", delivery.ErrInvalidOption, n)
-		}
-		s.Put(optConcurrency, n)
 		return nil
 	}
 }
@@ -116,14 +82,11 @@ func WithConcurrency(n int) delivery.Option {
 // (metadata as String message attributes, the UUID in
 // _watermill_message_uuid), whose Subscriber side checks the attributes
 // first (see the package doc); a marshaler given here gets them unchecked.
-func WithMarshaler(m MarshalerUnmarshaler) delivery.Option {
-	return func(s *options.Set) error {
-		if m == nil {
-			return fmt.Errorf("%w: sqs.WithMarshaler: nil", delivery.ErrInvalidOption)
-		}
-		s.Put(optMarshaler, m)
-		return nil
-	}
+func WithMarshaler(m interface {
+	wmsqs.Marshaler
+	wmsqs.Unmarshaler
+}) delivery.Option {
+	return func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optMarshaler, m) }
 }
 
 // subscriberConfig is what NewSubscriber's arguments and options set.
@@ -144,39 +107,24 @@ func newSubscriberConfig(cfg aws.Config, opts []delivery.Option) (subscriberConf
 	if cfg.Credentials == nil {
 		return c, fmt.Errorf("%w: %s: the aws.Config has no Credentials", delivery.ErrInvalidOption, who)
 	}
-	s, err := options.Apply(delivery.ErrInvalidOption, opts)
+	s, err := options.Load(delivery.ErrInvalidOption, who, opts, optClientOptions, options.AckWait, optWaitTime,
+		options.Concurrency, optMarshaler, options.CloseTimeout, options.Logger)
 	if err != nil {
 		return c, err
 	}
-	if err := s.Check(delivery.ErrInvalidOption, who, optClientOptions, optAckWait, optWaitTime, optConcurrency,
-		optMarshaler, options.CloseTimeout, options.Logger); err != nil {
+	c.clientOpts = options.Get[[]func(*awssqs.Options)](s, optClientOptions, nil)
+	if c.visibility, err = options.Within(s, delivery.ErrInvalidOption, who, options.AckWait, 30*time.Second, time.Second, maxVisibility); err != nil {
 		return c, err
 	}
-	if c.clientOpts, err = options.GetAs[[]func(*awssqs.Options)](s, delivery.ErrInvalidOption, who, optClientOptions, nil); err != nil {
-		return c, err
-	}
-	if c.visibility, err = options.GetAs(s, delivery.ErrInvalidOption, who, optAckWait, 30*time.Second); err != nil {
-		return c, err
+	if c.visibility%time.Second != 0 {
+		return c, fmt.Errorf("%w: %s: WithAckWait(%v): not whole seconds", delivery.ErrInvalidOption, who, c.visibility)
 	}
 	c.waitTime = options.Get(s, optWaitTime, maxWaitTime)
-	if c.concurrency, err = options.GetAs(s, delivery.ErrInvalidOption, who, optConcurrency, 1); err != nil {
-		return c, err
-	}
-	// Options whose names other adapters share were checked by this
-	// package's option only if they came from it.
-	for _, o := range []delivery.Option{WithAckWait(c.visibility), WithConcurrency(c.concurrency)} {
-		if err := o(&options.Set{}); err != nil {
-			return c, err
-		}
-	}
-	m, err := options.GetAs[MarshalerUnmarshaler](s, delivery.ErrInvalidOption, who, optMarshaler, nil)
-	if err != nil {
-		return c, err
-	}
-	if m != nil {
+	c.concurrency = options.Get(s, options.Concurrency, 1)
+	if m := options.Get[marshalerUnmarshaler](s, optMarshaler, nil); m != nil {
 		c.unmarshaler = m
 	}
-	c.closeTimeout = options.Get(s, options.CloseTimeout, delivery.DefaultCloseTimeout)
+	c.closeTimeout = options.Get(s, options.CloseTimeout, options.DefaultCloseTimeout)
 	c.logger = options.Get(s, options.Logger, options.Warnings())
 	return c, nil
 }
@@ -216,21 +164,12 @@ func newPublisherConfig(cfg aws.Config, opts []delivery.Option) (publisherConfig
 	if cfg.Credentials == nil {
 		return c, fmt.Errorf("%w: %s: the aws.Config has no Credentials", delivery.ErrInvalidOption, who)
 	}
-	s, err := options.Apply(delivery.ErrInvalidOption, opts)
+	s, err := options.Load(delivery.ErrInvalidOption, who, opts, optClientOptions, optMarshaler, options.Logger)
 	if err != nil {
 		return c, err
 	}
-	if err := s.Check(delivery.ErrInvalidOption, who, optClientOptions, optMarshaler, options.Logger); err != nil {
-		return c, err
-	}
-	if c.clientOpts, err = options.GetAs[[]func(*awssqs.Options)](s, delivery.ErrInvalidOption, who, optClientOptions, nil); err != nil {
-		return c, err
-	}
-	m, err := options.GetAs[MarshalerUnmarshaler](s, delivery.ErrInvalidOption, who, optMarshaler, nil)
-	if err != nil {
-		return c, err
-	}
-	if m != nil {
+	c.clientOpts = options.Get[[]func(*awssqs.Options)](s, optClientOptions, nil)
+	if m := options.Get[marshalerUnmarshaler](s, optMarshaler, nil); m != nil {
 		c.marshaler = m
 	}
 	c.logger = options.Get(s, options.Logger, options.Warnings())

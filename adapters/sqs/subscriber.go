@@ -45,9 +45,10 @@ var (
 
 // NewSubscriber returns a subscriber with safe defaults. It makes its own
 // SQS clients from cfg (its region and credentials, required) and the
-// functions of WithClientOptions. It takes WithClientOptions, WithAckWait,
-// WithWaitTime, WithConcurrency, WithMarshaler, delivery.WithCloseTimeout
-// and delivery.WithLogger; any other option is refused with an error
+// functions of WithClientOptions. It takes WithClientOptions,
+// delivery.WithAckWait (whole seconds from 1s to 12h), WithWaitTime,
+// delivery.WithConcurrency, WithMarshaler, delivery.WithCloseTimeout and
+// delivery.WithLogger; any other option is refused with an error
 // wrapping delivery.ErrInvalidOption.
 func NewSubscriber(cfg aws.Config, opts ...delivery.Option) (*Subscriber, error) {
 	c, err := newSubscriberConfig(cfg, opts)
@@ -78,7 +79,7 @@ func NewSubscriber(cfg aws.Config, opts ...delivery.Option) (*Subscriber, error)
 }
 
 // SubscribeInitialize creates the queue named topic when it does not exist,
-// with the subscriber's visibility timeout (WithAckWait).
+// with the subscriber's visibility timeout (delivery.WithAckWait).
 func (s *Subscriber) SubscribeInitialize(topic string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -210,11 +211,10 @@ func (s *Subscriber) release(om *message.Message, r *received) {
 // Close stops receiving and handing out messages (one received but not
 // handed out is made visible again at once; one watermill-aws was still
 // receiving comes back after its visibility timeout), waits up to the
-// close timeout (delivery.WithCloseTimeout, default
-// delivery.DefaultCloseTimeout) for those in flight to be acked or nacked (an ack deletes
-// its message), then
-// cancels the contexts of those still running: their messages come back
-// after their visibility timeout. Close is safe to call more than once
+// close timeout (delivery.WithCloseTimeout, default 30s) for those in
+// flight to be acked or nacked (an ack deletes its message), then cancels
+// the contexts of those still running: their messages come back after
+// their visibility timeout. Close is safe to call more than once
 // (the router calls it too).
 func (s *Subscriber) Close() error {
 	var err error

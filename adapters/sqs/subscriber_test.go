@@ -76,7 +76,7 @@ func TestSubscriberCreatesItsQueue(t *testing.T) {
 	base := a.NewTopic(t) // deletes the derived queue too
 	topic := base + "-created"
 	sub, err := sqs.NewSubscriber(sqsemu.AWSConfig(), sqs.WithClientOptions(emu.ClientOptions()...),
-		sqs.WithAckWait(7*time.Second), sqs.WithWaitTime(time.Second))
+		delivery.WithAckWait(7*time.Second), sqs.WithWaitTime(time.Second))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	require.NoError(t, sub.SubscribeInitialize(topic))

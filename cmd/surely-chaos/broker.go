@@ -66,18 +66,18 @@ func newPublisher(kind, url, name string) (message.Publisher, error) {
 func newSubscriber(kind, url, group, name string, concurrency int) (message.Subscriber, error) {
 	switch kind {
 	case brokerNATS:
-		return surelynats.NewSubscriber(url, group, surelynats.WithAckWait(natsAckWait),
-			surelynats.WithConcurrency(concurrency), surelynats.WithNATSOptions(natsOptions(name)...),
+		return surelynats.NewSubscriber(url, group, delivery.WithAckWait(natsAckWait),
+			delivery.WithConcurrency(concurrency), surelynats.WithNATSOptions(natsOptions(name)...),
 			delivery.WithLogger(debugLogger()))
 	case brokerRabbitMQ:
-		return surelyamqp.NewSubscriber(url, surelyamqp.WithConcurrency(concurrency),
+		return surelyamqp.NewSubscriber(url, delivery.WithConcurrency(concurrency),
 			surelyamqp.WithAMQPConfig(amqpConfig(name)), delivery.WithLogger(debugLogger()))
 	default:
 		opts, err := redisOptions(url)
 		if err != nil {
 			return nil, err
 		}
-		return redisstream.NewSubscriber(opts, group, redisstream.WithAckWait(redisAckWait),
+		return redisstream.NewSubscriber(opts, group, delivery.WithAckWait(redisAckWait),
 			redisstream.WithClaimInterval(redisClaimTick), delivery.WithLogger(debugLogger()))
 	}
 }

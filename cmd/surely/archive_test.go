@@ -118,28 +118,34 @@ func testArchiveCommands(t *testing.T, c archiveCase) {
 	assert.Contains(t, out, "2 dead letters would be removed; nothing was removed (add --yes)")
 	assert.Contains(t, out, first.ID)
 	assert.Len(t, ls().Entries, 4)
-	// with --yes it removes exactly the selection and lists it
-	out, stderr, code = run(t, a, "dlq", "purge", "--archive", url, "--reason", "exhausted", "--yes", "--json")
+	// with --yes it discards exactly the selection and lists it
+	out, stderr, code = run(t, a, "dlq", "purge", "--archive", url, "--reason", "exhausted", "--yes", "--why", "gateway gone", "--json")
 	require.Equal(t, 0, code, stderr)
 	var pr purgeJSON
 	require.NoError(t, json.Unmarshal([]byte(out), &pr))
 	assert.Equal(t, 2, pr.Removed)
 	assert.Equal(t, []string{"order-1", "order-3"}, keys(lsJSON{Entries: pr.Entries}))
 	assert.Equal(t, []string{"order-2", "parcel-9"}, keys(ls()))
-	_, err := ar.Get(ctx, first.ID)
-	require.ErrorIs(t, err, archive.ErrEntryNotFound)
-	// by ID
-	out, stderr, code = run(t, a, "dlq", "purge", "--archive", url, "--yes", bin.ID)
+	assert.Equal(t, []string{"order-1", "order-3"}, keys(ls("--state", "discarded")))
+	tomb, err := ar.Get(ctx, first.ID)
+	require.NoError(t, err, "a discarded entry is kept as a tombstone")
+	assert.Equal(t, archive.StateDiscarded, tomb.State)
+	assert.Equal(t, "gateway gone", tomb.Note)
+	// by ID, for good
+	out, stderr, code = run(t, a, "dlq", "purge", "--archive", url, "--yes", "--hard", bin.ID)
 	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, out, "removed 1 dead letters")
+	assert.Contains(t, out, "deleted 1 dead letter for good")
 	assert.Equal(t, []string{"order-2"}, keys(ls()))
+	_, err = ar.Get(ctx, bin.ID)
+	require.ErrorIs(t, err, archive.ErrNotFound)
 	// --all
-	_, _, code = run(t, a, "dlq", "purge", "--archive", url, "--all", "--yes")
+	_, _, code = run(t, a, "dlq", "purge", "--archive", url, "--all", "--yes", "--why", "cleanup")
 	require.Equal(t, 0, code)
 	assert.Empty(t, ls().Entries)
 	out, _, code = run(t, a, "dlq", "stats", "--archive", url)
 	require.Equal(t, 0, code)
-	assert.Equal(t, "dead letters: 0\n", out)
+	assert.Equal(t, "dead letters: 0 (open)\n", out)
+	assert.Len(t, ls("--state", "discarded").Entries, 3)
 }
 
 func TestArchiveCommandsMem(t *testing.T) {
@@ -153,7 +159,7 @@ func sqliteCase() archiveCase {
 		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = db.Close() })
-		ar, err := sqlarchive.New(db, sqlarchive.SQLite, sqlarchive.WithTablePrefix("cli_dlq"))
+		ar, err := sqlarchive.New(db, sqlarchive.SQLite, archive.WithPrefix("cli_dlq"))
 		require.NoError(t, err)
 		require.NoError(t, ar.Migrate(context.Background()))
 		return "sqlite:" + path + "?prefix=cli_dlq", ar
@@ -172,7 +178,7 @@ func redisCase() archiveCase {
 				client.Del(ctx, keys...)
 			}
 		})
-		ar, err := redisarchive.New(client, redisarchive.WithKeyPrefix(prefix))
+		ar, err := redisarchive.New(client, archive.WithPrefix(prefix))
 		require.NoError(t, err)
 		return url + "?prefix=" + prefix, ar
 	}}
@@ -183,11 +189,11 @@ func postgresCase() archiveCase {
 		db := testsql.Postgres(t)
 		url := testenv.URL(t, "SURELY_POSTGRES_URL")
 		prefix := "cli_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
-		ar, err := sqlarchive.New(db, sqlarchive.Postgres, sqlarchive.WithTablePrefix(prefix))
+		ar, err := sqlarchive.New(db, sqlarchive.Postgres, archive.WithPrefix(prefix))
 		require.NoError(t, err)
 		require.NoError(t, ar.Migrate(context.Background()))
 		t.Cleanup(func() {
-			for _, tbl := range ar.Tables() {
+			for _, tbl := range []string{prefix + "_entries", prefix + "_replayed", prefix + "_runs"} {
 				_, _ = db.ExecContext(context.Background(), `DROP TABLE IF EXISTS "`+tbl+`"`)
 			}
 		})

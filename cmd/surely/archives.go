@@ -22,11 +22,11 @@ func openRedisArchive(ctx context.Context, client *redis.Client, ep endpoint.End
 	if ep.Table != "" {
 		return nil, usageErr("a Redis archive takes ?prefix=, not ?table=")
 	}
-	prefix := redisarchive.DefaultPrefix
+	prefix := redisArchivePrefix
 	var opts []dlq.Option
 	if ep.Prefix != "" {
 		prefix = ep.Prefix
-		opts = append(opts, redisarchive.WithKeyPrefix(ep.Prefix))
+		opts = append(opts, archive.WithPrefix(ep.Prefix))
 	}
 	ar, err := redisarchive.New(client, opts...)
 	if err != nil {
@@ -37,6 +37,10 @@ func openRedisArchive(ctx context.Context, client *redis.Client, ep endpoint.End
 	}
 	return ar, nil
 }
+
+// redisArchivePrefix is the key prefix of a Redis archive without
+// archive.WithPrefix (its documented default).
+const redisArchivePrefix = "surely:dlq"
 
 // Bounds of the search for other archive prefixes on a Redis server.
 const (
@@ -128,7 +132,7 @@ func openSQLArchive(_ context.Context, db *sql.DB, ep endpoint.Endpoint) (archiv
 	}[ep.Kind]
 	var opts []dlq.Option
 	if ep.Prefix != "" {
-		opts = append(opts, sqlarchive.WithTablePrefix(ep.Prefix))
+		opts = append(opts, archive.WithPrefix(ep.Prefix))
 	}
 	ar, err := sqlarchive.New(db, dialect, opts...)
 	return ar, withOptionCode(err)

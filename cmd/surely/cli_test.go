@@ -16,7 +16,8 @@ func TestHelpGolden(t *testing.T) {
 	t.Parallel()
 	for _, path := range [][]string{
 		{}, {"dlq"}, {"dlq", "stats"}, {"dlq", "ls"}, {"dlq", "show"},
-		{"dlq", "replay"}, {"dlq", "purge"}, {"inspect"},
+		{"dlq", "replay"}, {"dlq", "purge"}, {"dlq", "runs"}, {"dlq", "runs", "show"}, {"dlq", "runs", "cancel"}, {"inspect"},
+		{"ops"}, {"ops", "ls"}, {"migrate"}, {"migrate", "status"}, {"migrate", "up"},
 	} {
 		name := "help_" + strings.Join(append([]string{"surely"}, path...), "_")
 		t.Run(name, func(t *testing.T) {
@@ -34,12 +35,12 @@ func TestRootHelpListsCommands(t *testing.T) {
 	a, _, _ := testApp(t)
 	out, _, code := run(t, a, "--help")
 	require.Equal(t, 0, code)
-	for _, c := range []string{"dlq stats", "dlq ls", "dlq show", "dlq replay", "dlq purge", "inspect KEY"} {
+	for _, c := range []string{"dlq stats", "dlq ls", "dlq show", "dlq replay", "dlq runs", "dlq purge", "inspect KEY", "ops ls", "migrate status|up", "completion"} {
 		assert.Contains(t, out, "surely "+c, c)
 	}
 	out, _, code = run(t, a, "dlq", "--help")
 	require.Equal(t, 0, code)
-	for _, c := range []string{"stats", "ls", "show", "replay", "purge"} {
+	for _, c := range []string{"stats", "ls", "show", "replay", "runs", "purge"} {
 		assert.Contains(t, out, "\n  "+c+" ", c)
 	}
 }
@@ -61,7 +62,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dlq", "show"}, "one dead-letter ID"},
 		{[]string{"dlq", "stats", "extra"}, "takes no arguments"},
 		{[]string{"dlq", "purge", "--archive", "mem:fixture"}, "needs a filter"},
-		{[]string{"inspect", "k", "--store", "mem:s"}, "--namespace"},
+		{[]string{"ops", "ls", "--store", "mem:s", "--state", "stuck"}, "--state"},
+		{[]string{"dlq", "stat"}, "Did you mean this?\n\tstats"},
 		{[]string{"inspect", "k", "--namespace", "a:b", "--store", "mem:s"}, "namespace"},
 		{[]string{"inspect", "--namespace", "n"}, "one operation key"},
 	} {
@@ -115,6 +117,8 @@ func TestJSONGolden(t *testing.T) {
 		{"ls_page1_text", []string{"dlq", "ls", "--limit", "2"}},
 		{"ls_page2_json", []string{"dlq", "ls", "--limit", "2", "--after", "2", "--json"}},
 		{"ls_error_json", []string{"dlq", "ls", "--error", "connection refused", "--json"}},
+		{"ls_all_text", []string{"dlq", "ls", "--state", "all"}},
+		{"stats_all_json", []string{"dlq", "stats", "--state", "all", "--json"}},
 		{"show_json", []string{"dlq", "show", "--json", dlqID("11111111-1111-4111-8111-111111111111")}},
 		{"show_text", []string{"dlq", "show", dlqID("11111111-1111-4111-8111-111111111111")}},
 		{"show_binary_text", []string{"dlq", "show", dlqID("44444444-4444-4444-8444-444444444444")}},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
@@ -18,6 +19,8 @@ type filterFlags struct {
 	reason, topic, handler, errText, key string
 	olderThan, newerThan                 string
 	replayID                             string
+	state                                string
+	flags                                *pflag.FlagSet
 }
 
 func (f *filterFlags) register(cmd *cobra.Command) {
@@ -30,12 +33,35 @@ func (f *filterFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.olderThan, "older-than", "", "only dead letters older than this age (90m, 2h, 7d) or time (RFC 3339)")
 	fl.StringVar(&f.newerThan, "newer-than", "", "only dead letters newer than this age (90m, 2h, 7d) or time (RFC 3339)")
 	fl.StringVar(&f.replayID, "replay-id", "", "only dead letters of messages this replay run republished that failed again")
+	fl.StringVar(&f.state, "state", "open", "only dead letters in this state: open, replayed, resolved, discarded, all")
+	f.flags = fl
+}
+
+// stateSet reports whether --state was given (by flag or environment).
+func (f *filterFlags) stateSet() bool {
+	return f.flags != nil && f.flags.Changed("state")
 }
 
 // any reports whether a selection flag is set.
 func (f *filterFlags) any() bool {
 	return f.reason != "" || f.topic != "" || f.handler != "" || f.errText != "" || f.key != "" ||
-		f.olderThan != "" || f.newerThan != "" || f.replayID != ""
+		f.olderThan != "" || f.newerThan != "" || f.replayID != "" || f.stateSet()
+}
+
+// entryStates are the values of --state but "all".
+var entryStates = []archive.State{archive.StateOpen, archive.StateReplayed, archive.StateResolved, archive.StateDiscarded}
+
+// states reads --state: nil for "all".
+func (f *filterFlags) states() ([]archive.State, error) {
+	if f.state == "all" {
+		return nil, nil
+	}
+	for _, s := range entryStates {
+		if string(s) == f.state {
+			return []archive.State{s}, nil
+		}
+	}
+	return nil, usageErr("--state %q: want open, replayed, resolved, discarded or all", f.state)
 }
 
 var reasons = []dlq.Reason{
@@ -49,6 +75,11 @@ func (f *filterFlags) filter(now time.Time) (archive.Filter, error) {
 		Reason: dlq.Reason(f.reason), Topic: f.topic, Handler: f.handler,
 		ErrorContains: f.errText, Key: f.key, ReplayID: f.replayID,
 	}
+	states, err := f.states()
+	if err != nil {
+		return out, err
+	}
+	out.States = states
 	if f.reason != "" {
 		known := false
 		for _, r := range reasons {
@@ -58,7 +89,6 @@ func (f *filterFlags) filter(now time.Time) (archive.Filter, error) {
 			return out, usageErr("--reason %q: want one of %v", f.reason, reasons)
 		}
 	}
-	var err error
 	if f.olderThan != "" {
 		if out.DeadLetteredBefore, err = pointInTime(f.olderThan, now); err != nil {
 			return out, usageErr("--older-than: %w", err)

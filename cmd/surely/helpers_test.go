@@ -20,6 +20,7 @@ import (
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/memarchive"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 var update = flag.Bool("update", false, "rewrite the testdata/*.golden files")
@@ -134,7 +135,7 @@ func (f failure) envelope(now time.Time) *message.Message {
 			TraceID: fmt.Sprintf("%s%02d", strings.Repeat("a", 30), i), SpanID: fmt.Sprintf("%s%02d", strings.Repeat("b", 14), i),
 		})
 	}
-	return dlq.Envelope(msg, dlq.Failure{
+	return dlq.Wrap(msg, dlq.Failure{
 		Reason: f.reason, Err: f.err, Attempts: f.attempts, History: hist,
 		OperationKey: f.key, Fingerprint: "sha256:" + strings.Repeat("0f", 8), Topic: f.topic, Handler: f.handler,
 		Namespace: f.handler, Retention: 24 * time.Hour,
@@ -163,7 +164,7 @@ func memFixture(t *testing.T, a *app) archive.Archive {
 	return ar
 }
 
-func dlqID(original string) string { return dlq.DeadLetterUUID(original) }
+func dlqID(original string) string { return envelope.DeadLetterUUID(original) }
 
 var (
 	dlqFilterAll = archive.Filter{}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/oplist"
 )
 
 // recordJSON is a store record in inspect --json.
@@ -78,7 +81,7 @@ func (a *app) inspectCmd() *cobra.Command {
 		asJSON    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "inspect KEY --namespace NS",
+		Use:   "inspect KEY [--namespace NS]",
 		Short: "Show the dedup store's record of one operation and its attempt ledger",
 		Long: `inspect reads the record of one operation from the idempotency store: its
 state, attempts (and those refunded by a canceled shutdown), the lease token
@@ -88,24 +91,30 @@ attempt so a redelivery chain can be followed across consumers. The
 namespace is the handler's (handler.WithStore); a dead letter carries it
 (surely dlq show).
 
-The store is chosen by --store or SURELY_STORE_URL:
+Without --namespace, inspect looks the key up in every namespace and shows
+each record it finds (--json then prints a list). On SQL this is one index
+lookup per namespace; on Redis a SCAN of the store's keys (bounded COUNT
+per call, never KEYS), slower on a large keyspace: give --namespace when
+you know it.
 
-  redis://[user:pass@]host:6379/0     Redis (key prefix: --store-prefix)
-  postgres://user@host:5432/db        PostgreSQL (table: --store-table)
-  mysql://user:pass@tcp(host:3306)/db MySQL or MariaDB
-  sqlite:/path/to/app.db              SQLite (also a bare file path)`,
+` + storeURLHelp,
 		Example: `  surely inspect order-42 --namespace charge-payments --store redis://localhost:6379/0
-  SURELY_STORE_URL=sqlite:./app.db surely inspect order-42 --namespace charge-payments --json`,
+  SURELY_STORE_URL=sqlite:./app.db surely inspect order-42 --json`,
 		Args: exactArgs(1, "one operation key"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := idem.ValidateNamespace(namespace); err != nil {
-				return usageErr("--namespace: %w", err)
+			if namespace != "" {
+				if err := idem.ValidateNamespace(namespace); err != nil {
+					return usageErr("--namespace: %w", err)
+				}
 			}
 			st, err := a.openStore(cmd)
 			if err != nil {
 				return err
 			}
 			defer st.close()
+			if namespace == "" {
+				return a.inspectEveryNamespace(cmd.Context(), st.Store, args[0], asJSON)
+			}
 			r, err := st.Get(cmd.Context(), namespace, args[0])
 			if err != nil {
 				return fmt.Errorf("operation %q in namespace %q: %w", args[0], namespace, err)
@@ -118,16 +127,58 @@ The store is chosen by --store or SURELY_STORE_URL:
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&namespace, "namespace", "", "dedup namespace of the handler (required)")
+	fl.StringVar(&namespace, "namespace", "", "dedup namespace of the handler (default: look in every namespace)")
 	envFlag(cmd, "namespace", "SURELY_NAMESPACE")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")
-	fl.String("store", "", "idempotency store URL: redis://, postgres://, mysql://, sqlite:PATH")
-	envFlag(cmd, "store", "SURELY_STORE_URL")
-	fl.String("store-prefix", "", `key prefix of the Redis store (default "surely:")`)
-	envFlag(cmd, "store-prefix", "SURELY_STORE_PREFIX")
-	fl.String("store-table", "", `table of the SQL store (default "surely_inbox")`)
-	envFlag(cmd, "store-table", "SURELY_STORE_TABLE")
+	storeFlags(cmd)
 	return cmd
+}
+
+// inspectEveryNamespace shows the records of key in every namespace of the
+// store: found with the store's listing, each read in full with Get.
+func (a *app) inspectEveryNamespace(ctx context.Context, st idempotency.Store, key string, asJSON bool) error {
+	if err := idem.ValidateKey(key); err != nil {
+		return usageErr("operation key: %w", err)
+	}
+	f := oplist.Filter{Key: key, Limit: oplist.MaxLimit}
+	page, err := listOps(ctx, st, f)
+	if err != nil {
+		return err
+	}
+	recs := make([]recordJSON, 0, len(page.Entries))
+	for _, e := range page.Entries {
+		r, err := st.Get(ctx, e.Namespace, key)
+		if errors.Is(err, idempotency.ErrNotFound) {
+			continue // expired since it was listed
+		}
+		if err != nil {
+			return fmt.Errorf("operation %q in namespace %q: %w", key, e.Namespace, err)
+		}
+		recs = append(recs, toRecordJSON(r))
+	}
+	slices.SortFunc(recs, func(a, b recordJSON) int { return strings.Compare(a.Namespace, b.Namespace) })
+	if len(recs) == 0 {
+		return withCode(exitNotFound, fmt.Errorf("operation %q: %w in any namespace (give --namespace to look in one, or check --store)", key, idempotency.ErrNotFound))
+	}
+	if asJSON {
+		return writeJSON(a.stdout, recs)
+	}
+	if len(recs) > 1 {
+		names := make([]string, len(recs))
+		for i, r := range recs {
+			names[i] = r.Namespace
+		}
+		fprintf(a.stdout, "operation %q has a record in %d namespaces: %s\n", key, len(recs), strings.Join(names, ", "))
+	}
+	for i, r := range recs {
+		if len(recs) > 1 {
+			fprintf(a.stdout, "\n== namespace %s (%d of %d)\n", r.Namespace, i+1, len(recs))
+		}
+		if err := printRecord(a.stdout, r, a.now()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func printRecord(w io.Writer, r recordJSON, now time.Time) error {
@@ -136,7 +187,7 @@ func printRecord(w io.Writer, r recordJSON, now time.Time) error {
 	row("namespace:", r.Namespace)
 	row("key:", r.Key)
 	row("state:", r.State)
-	row("attempts:", fmt.Sprintf("%d (canceled %d, charged %d)", r.Attempts, r.Canceled, r.Charged))
+	row("attempts:", attemptsText(r))
 	row("fingerprint:", r.Fingerprint)
 	row("lease token:", r.LeaseToken)
 	if r.LeaseUntil != nil {
@@ -170,6 +221,20 @@ func printRecord(w io.Writer, r recordJSON, now time.Time) error {
 		return nil
 	}
 	return printLedger(w, r.Ledger)
+}
+
+// attemptsText says how many attempts a record counts, and how many of
+// them a canceled shutdown refunded: "4 attempts", "5 attempts (2 canceled
+// by a shutdown, not counted: 3 count against the budget)".
+func attemptsText(r recordJSON) string {
+	s := fmt.Sprintf("%d attempts", r.Attempts)
+	if r.Attempts == 1 {
+		s = "1 attempt"
+	}
+	if r.Canceled > 0 {
+		s += fmt.Sprintf(" (%d canceled by a shutdown, not counted: %d count against the budget)", r.Canceled, r.Charged)
+	}
+	return s
 }
 
 // printLedger prints attempt records as a table, oldest first.

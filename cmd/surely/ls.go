@@ -7,29 +7,33 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // entryJSON is an archived dead letter in ls --json.
 type entryJSON struct {
-	ID             string    `json:"id"`
-	Seq            int64     `json:"seq"`
-	OriginalUUID   string    `json:"original_uuid"`
-	Reason         string    `json:"reason"`
-	Topic          string    `json:"topic"`
-	Handler        string    `json:"handler"`
-	ConsumerGroup  string    `json:"consumer_group,omitempty"`
-	Namespace      string    `json:"namespace,omitempty"`
-	Key            string    `json:"key"`
-	Error          string    `json:"error"`
-	ErrorTypes     string    `json:"error_types,omitempty"`
-	Attempts       int       `json:"attempts"`
-	DeadLetteredAt time.Time `json:"dead_lettered_at"`
-	Age            string    `json:"age"`
-	ArchivedAt     time.Time `json:"archived_at"`
-	Copies         int       `json:"copies"`
-	ReplayedBy     []string  `json:"replayed_by,omitempty"`
+	ID             string     `json:"id"`
+	Seq            int64      `json:"seq"`
+	OriginalUUID   string     `json:"original_uuid"`
+	Reason         string     `json:"reason"`
+	Topic          string     `json:"topic"`
+	Handler        string     `json:"handler"`
+	ConsumerGroup  string     `json:"consumer_group,omitempty"`
+	Namespace      string     `json:"namespace,omitempty"`
+	Key            string     `json:"key"`
+	Error          string     `json:"error"`
+	ErrorTypes     string     `json:"error_types,omitempty"`
+	Attempts       int        `json:"attempts"`
+	DeadLetteredAt time.Time  `json:"dead_lettered_at"`
+	Age            string     `json:"age"`
+	ArchivedAt     time.Time  `json:"archived_at"`
+	Copies         int        `json:"copies"`
+	ReplayedBy     []string   `json:"replayed_by,omitempty"`
+	State          string     `json:"state"`
+	StateAt        *time.Time `json:"state_at,omitempty"`
+	Note           string     `json:"note,omitempty"`
+	FailedAgainAs  string     `json:"failed_again_as,omitempty"`
 }
 
 func toEntryJSON(e archive.Entry, now time.Time) entryJSON {
@@ -39,9 +43,17 @@ func toEntryJSON(e archive.Entry, now time.Time) entryJSON {
 		Key: e.OperationKey, Error: e.Error, ErrorTypes: e.ErrorTypes, Attempts: e.Attempts,
 		DeadLetteredAt: e.DeadLetteredAt.UTC(), Age: ageJSON(now.Sub(e.DeadLetteredAt)),
 		ArchivedAt: e.ArchivedAt.UTC(), Copies: e.Copies, ReplayedBy: e.ReplayedBy,
+		State: string(e.State), Note: e.Note, FailedAgainAs: e.FailedAgainAs,
+	}
+	if out.State == "" {
+		out.State = string(archive.StateOpen)
+	}
+	if !e.StateAt.IsZero() {
+		t := e.StateAt.UTC()
+		out.StateAt = &t
 	}
 	if e.Message != nil {
-		out.OriginalUUID = e.Message.Metadata.Get(dlq.KeyOriginalUUID)
+		out.OriginalUUID = e.Message.Metadata.Get(envelope.KeyOriginalUUID)
 	}
 	return out
 }
@@ -63,10 +75,14 @@ func (a *app) lsCmd() *cobra.Command {
 		Use:   "ls",
 		Short: "List dead letters, oldest first, one page at a time",
 		Long: `ls lists the archived dead letters the filters select, in archive order
-(oldest first), at most --limit per page. When more follow, it prints the
-cursor of the next page: pass it to --after. REPLAYS counts the replay
-runs that republished an entry (their IDs are in show and --json).`,
+(oldest first), at most --limit per page: the open ones unless --state
+says otherwise. When more follow, it prints the cursor of the next page:
+pass it to --after. ID is the start of the entry's ID: show, replay and
+purge take it, as they take the SEQ number and the full ID (in --json).
+REPLAYS counts the replay runs that republished an entry (their IDs are in
+show and --json).`,
 		Example: `  surely dlq ls --reason exhausted --topic orders
+  surely dlq ls --state resolved
   surely dlq ls --error "connection refused" --older-than 2h --limit 20
   surely dlq ls --after 120 --json`,
 		Args: noArgs,
@@ -108,14 +124,14 @@ runs that republished an entry (their IDs are in show and --json).`,
 				return writeJSON(a.stdout, out)
 			}
 			if len(entries) == 0 {
-				fprintln(a.stdout, "no dead letters")
+				fprintf(a.stdout, "no dead letters (%s)\n", ff.state)
 				return nil
 			}
 			tw := newTable(a.stdout)
-			fprintln(tw, "SEQ\tID\tAGE\tREASON\tTOPIC\tHANDLER\tKEY\tATTEMPTS\tREPLAYS\tERROR")
+			fprintln(tw, "SEQ\tID\tSTATE\tAGE\tREASON\tTOPIC\tHANDLER\tKEY\tATTEMPTS\tREPLAYS\tERROR")
 			for _, e := range entries {
-				fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
-					e.Seq, e.ID, age(now.Sub(e.DeadLetteredAt)), orDash(string(e.Reason)),
+				fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
+					e.Seq, shortID(e.ID), stateOf(e), age(now.Sub(e.DeadLetteredAt)), orDash(string(e.Reason)),
 					orDash(e.OriginalTopic), orDash(e.Handler), orDash(clip(e.OperationKey, 32)),
 					e.Attempts, len(e.ReplayedBy), orDash(clip(e.Error, 60)))
 			}
@@ -133,4 +149,16 @@ runs that republished an entry (their IDs are in show and --json).`,
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many entries (1..10000)")
 	cmd.Flags().StringVar(&after, "after", "", "cursor: list the entries after this one (printed by the previous page)")
 	return cmd
+}
+
+// stateOf is the state ls prints: failed again is told apart from a
+// replay whose outcome is not known yet.
+func stateOf(e archive.Entry) string {
+	switch {
+	case e.State == "":
+		return string(archive.StateOpen)
+	case e.State == archive.StateReplayed && e.FailedAgainAs != "":
+		return "replayed, failed again"
+	}
+	return string(e.State)
 }

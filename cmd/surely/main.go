@@ -1,7 +1,8 @@
 // Command surely is the operator CLI of surely: it lists, shows, replays and
-// purges archived dead letters, and shows the dedup store's record of one
-// operation. Run "surely --help" for the commands (the exit statuses are
-// listed there).
+// purges archived dead letters, shows the dedup store's record of one
+// operation or lists its records by state (ops ls), and creates or updates
+// the SQL schemas (migrate). Run "surely --help" for the commands (the exit
+// statuses are listed there).
 package main
 
 import (

@@ -19,7 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/surely-dev/surely/adapters/nats"
-	"github.com/surely-dev/surely/dlq/replay"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/internal/testbroker"
 )
 
@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 		// The embedded NATS server and the SQLite driver keep these until exit.
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start.func1"),
 		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
+		// Sarama's metrics (go-metrics) start a ticker goroutine per
+		// process that never ends (a replay to kafka://).
+		goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
 	)
 }
 
@@ -100,7 +103,7 @@ func TestReplaySIGINT(t *testing.T) {
 
 	saved, err := ar.LoadReplay(ctx, runID)
 	require.NoError(t, err)
-	assert.Equal(t, replay.StateInterrupted, saved.State)
+	assert.Equal(t, archive.RunInterrupted, saved.State)
 	first := saved.Replayed
 	require.GreaterOrEqual(t, first, 1)
 	require.Less(t, first, 4, "interrupted before the end")

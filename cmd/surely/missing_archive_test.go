@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/redisarchive"
 	"github.com/surely-dev/surely/internal/testenv"
 )
@@ -20,7 +21,7 @@ func TestRedisArchiveWrongPrefix(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = client.Close() })
-	ar, err := redisarchive.New(client, redisarchive.WithKeyPrefix("app:dlq"))
+	ar, err := redisarchive.New(client, archive.WithPrefix("app:dlq"))
 	require.NoError(t, err)
 	fill(t, ar)
 	url := "redis://" + srv.Addr + "/0"

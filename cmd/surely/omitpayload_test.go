@@ -34,7 +34,7 @@ func TestLsAndPurgeListWithoutPayloads(t *testing.T) {
 	for _, args := range [][]string{
 		{"dlq", "ls", "--archive", "mem:fixture"},
 		{"dlq", "ls", "--archive", "mem:fixture", "--json"},
-		{"dlq", "purge", "--archive", "mem:fixture", "--all", "--yes", "--json"},
+		{"dlq", "purge", "--archive", "mem:fixture", "--all", "--yes", "--why", "test", "--json"},
 	} {
 		_, stderr, code := run(t, a, args...)
 		require.Zero(t, code, "%v: %s", args, stderr)

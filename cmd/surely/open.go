@@ -8,16 +8,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	_ "github.com/go-sql-driver/mysql" // registers the "mysql" database/sql driver
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
-	"github.com/surely-dev/surely/adapters/amqp"
-	"github.com/surely-dev/surely/adapters/nats"
-	"github.com/surely-dev/surely/adapters/redisstream"
 	"github.com/surely-dev/surely/cmd/surely/internal/endpoint"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
@@ -230,43 +226,6 @@ func openDB(ctx context.Context, ep endpoint.Endpoint) (*sql.DB, error) {
 		return nil, fmt.Errorf("ping: %w", err)
 	}
 	return db, nil
-}
-
-// openBroker returns a publisher to the broker of raw.
-func (a *app) openBroker(raw string) (message.Publisher, error) {
-	if raw == "" {
-		return nil, usageErr("no broker: set --broker or SURELY_BROKER_URL")
-	}
-	a.secretsOf(raw)
-	if p, ok := a.memBrokers[raw]; ok {
-		return p, nil
-	}
-	ep, err := endpoint.Broker(raw)
-	if err != nil {
-		return nil, withCode(exitUsage, err)
-	}
-	var p message.Publisher
-	switch ep.Kind {
-	case endpoint.NATS:
-		p, err = nats.NewPublisher(ep.DSN)
-	case endpoint.AMQP:
-		p, err = amqp.NewPublisher(ep.DSN)
-	case endpoint.Redis:
-		var opts *redis.Options
-		if opts, err = redis.ParseURL(ep.DSN); err != nil {
-			return nil, withCode(exitUsage, err)
-		}
-		p, err = redisstream.NewPublisher(&redis.UniversalOptions{
-			Addrs: []string{opts.Addr}, DB: opts.DB, Username: opts.Username, Password: opts.Password,
-			TLSConfig: opts.TLSConfig, ClientName: "surely-replay",
-		})
-	default:
-		return nil, usageErr("unsupported broker %s", ep)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("broker %s: %w", ep, err)
-	}
-	return p, nil
 }
 
 func fileExists(path string) error {

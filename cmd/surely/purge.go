@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -9,8 +10,11 @@ import (
 )
 
 type purgeJSON struct {
-	DryRun  bool        `json:"dry_run"`
+	DryRun bool `json:"dry_run"`
+	// Removed counts the entries discarded (or, with --hard, deleted).
 	Removed int         `json:"removed"`
+	Hard    bool        `json:"hard,omitempty"`
+	Why     string      `json:"why,omitempty"`
 	Entries []entryJSON `json:"entries"`
 }
 
@@ -23,28 +27,37 @@ func (a *app) purgeCmd() *cobra.Command {
 		yes    bool
 		all    bool
 		asJSON bool
+		hard   bool
+		why    string
 	)
 	cmd := &cobra.Command{
-		Use:   "purge [ID...]",
-		Short: "Delete dead letters from the archive (needs --yes)",
-		Long: `purge deletes the archived dead letters that the filters (or the IDs given
-as arguments) select, and prints each one it removed. Without --yes it
-removes nothing: it prints what it would remove and exits with status 4.
-With no filter and no ID it refuses unless --all is given.
+		Use:   "purge [ID|SEQ...]",
+		Short: "Discard dead letters, with a reason (needs --yes)",
+		Long: `purge discards the archived dead letters that the filters (the open ones
+unless --state says otherwise) or the IDs given as arguments (full, the
+start ls prints, or SEQ numbers; in any state) select, and prints each one.
+A discarded entry leaves the open count and is kept as a tombstone with
+its reason (--why) until the archive's retention prunes it; --hard deletes
+for good instead. Without --yes it changes nothing: it prints what it
+would remove and exits with status 4. With no filter and no ID it refuses
+unless --all is given.
 
-A purged dead letter is gone: replay what should be replayed first.`,
+Replay what should be replayed first.`,
 		Example: `  surely dlq purge --topic orders --older-than 7d          # shows what would go
-  surely dlq purge --topic orders --older-than 7d --yes
-  surely dlq purge 0b8f1c3e-7d2a-5f4b-9c1d-2e3f4a5b6c7d --yes`,
+  surely dlq purge --topic orders --older-than 7d --why "orders cancelled by the shop" --yes
+  surely dlq purge 0b8f1c3e --why "duplicate of order 42" --yes
+  surely dlq purge 0b8f1c3e --hard --yes                   # gone for good`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			now := a.now()
 			f, err := ff.filter(now)
 			if err != nil {
 				return err
 			}
-			f.IDs = args
 			if !ff.any() && len(args) == 0 && !all {
 				return usageErr("purge needs a filter, IDs, or --all")
+			}
+			if yes && !hard && strings.TrimSpace(why) == "" {
+				return usageErr("purge discards with a reason: give --why REASON (or --hard to delete for good)")
 			}
 			ar, err := a.openArchive(cmd)
 			if err != nil {
@@ -52,12 +65,23 @@ A purged dead letter is gone: replay what should be replayed first.`,
 			}
 			defer ar.close()
 			ctx := cmd.Context()
-			out := purgeJSON{DryRun: !yes, Entries: []entryJSON{}}
+			if len(args) > 0 {
+				if f.IDs, err = resolveRefs(ctx, ar, args); err != nil {
+					return err
+				}
+				if !ff.stateSet() {
+					f.States = nil
+				}
+			}
+			out := purgeJSON{DryRun: !yes, Hard: hard, Why: why, Entries: []entryJSON{}}
 			tw := newTable(a.stdout)
 			if !asJSON {
-				verb := "REMOVED"
-				if !yes {
+				verb := "DISCARDED"
+				switch {
+				case !yes:
 					verb = "WOULD REMOVE"
+				case hard:
+					verb = "DELETED"
 				}
 				fprintf(tw, "%s\tSEQ\tAGE\tREASON\tTOPIC\tKEY\tERROR\n", verb)
 			}
@@ -76,9 +100,14 @@ A purged dead letter is gone: replay what should be replayed first.`,
 					for i, e := range page {
 						ids[i] = e.ID
 					}
-					n, err := ar.Delete(ctx, ids...)
+					var n int
+					if hard {
+						n, err = ar.Delete(ctx, ids...)
+					} else {
+						n, err = ar.Mark(ctx, archive.Mark{To: archive.StateDiscarded, Note: why}, ids...)
+					}
 					if err != nil {
-						return fmt.Errorf("delete (removed %d before): %w", out.Removed, err)
+						return fmt.Errorf("purge (removed %d before): %w", out.Removed, err)
 					}
 					out.Removed += n
 				}
@@ -103,10 +132,13 @@ A purged dead letter is gone: replay what should be replayed first.`,
 						return err
 					}
 				}
-				if yes {
-					fprintf(a.stdout, "removed %d dead letters\n", out.Removed)
-				} else {
-					fprintf(a.stdout, "%d dead letters would be removed; nothing was removed (add --yes)\n", len(out.Entries))
+				switch {
+				case yes && hard:
+					fprintf(a.stdout, "deleted %s for good\n", plural(out.Removed, "dead letter"))
+				case yes:
+					fprintf(a.stdout, "discarded %s (kept as tombstones: --state discarded)\n", plural(out.Removed, "dead letter"))
+				default:
+					fprintf(a.stdout, "%s would be removed; nothing was removed (add --yes)\n", plural(len(out.Entries), "dead letter"))
 				}
 			}
 			if !yes {
@@ -116,8 +148,18 @@ A purged dead letter is gone: replay what should be replayed first.`,
 		},
 	}
 	ff.register(cmd)
-	cmd.Flags().BoolVar(&yes, "yes", false, "really delete")
+	cmd.Flags().BoolVar(&yes, "yes", false, "really discard (or delete)")
+	cmd.Flags().StringVar(&why, "why", "", "the reason of the discard, kept with the tombstone (needed with --yes)")
+	cmd.Flags().BoolVar(&hard, "hard", false, "delete for good instead of discarding (no tombstone)")
 	cmd.Flags().BoolVar(&all, "all", false, "allow a purge without any filter or ID: the whole archive")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// plural is "1 dead letter", "2 dead letters".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/idem"
@@ -38,6 +39,7 @@ type replayJSON struct {
 	WouldReplay int              `json:"would_replay"`
 	Refused     int              `json:"refused"`
 	Refailed    int              `json:"refailed"`
+	Resolved    int              `json:"resolved"`
 	After       int64            `json:"cursor"`
 	Rate        float64          `json:"rate_per_second,omitempty"`
 	Error       string           `json:"error,omitempty"`
@@ -70,10 +72,13 @@ type replayFlags struct {
 func (a *app) replayCmd() *cobra.Command {
 	var rf replayFlags
 	cmd := &cobra.Command{
-		Use:   "replay",
+		Use:   "replay [ID|SEQ...]",
 		Short: "Republish dead letters to their topics, rate limited, resumable",
-		Long: `replay republishes the archived dead letters the filters select, oldest
-first, to their original topics (or --target) through the broker of
+		Long: `replay republishes the archived dead letters the filters select (the open
+ones unless --state says otherwise), or the entries given as arguments
+(their IDs, the start of an ID as ls prints it, or SEQ numbers; in any
+state), oldest first, to their original topics (or --target) through the
+broker of
 --broker: the original payload, UUID and metadata, so the handler finds
 its dedup record again (an operation that completed meanwhile is acked as
 a duplicate). It gives an exhausted record a fresh attempt budget once.
@@ -108,9 +113,9 @@ record already gone is refused), and replayed messages are confirmed done,
 which resets the count of consecutive re-failures.`,
 		Example: `  surely dlq replay --topic orders --reason exhausted --dry-run
   surely dlq replay --topic orders --reason exhausted --rate 50/s --broker nats://localhost:4222
+  surely dlq replay 0b8f1c3e 42 --broker nats://localhost:4222
   surely dlq replay --resume 0b8f1c3e-7d2a-4f4b-9c1d-2e3f4a5b6c7d --broker nats://localhost:4222`,
-		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return a.runReplay(cmd, &rf) },
+		RunE: func(cmd *cobra.Command, args []string) error { return a.runReplay(cmd, &rf, args) },
 	}
 	rf.ff.register(cmd)
 	fl := cmd.Flags()
@@ -119,12 +124,12 @@ which resets the count of consecutive re-failures.`,
 	fl.IntVar(&rf.max, "max", 0, "publish at most this many messages in this call (0: no limit)")
 	fl.IntVar(&rf.concurrency, "concurrency", 1, "publishes in flight")
 	fl.StringVar(&rf.resume, "resume", "", "continue the interrupted run RUN_ID (its saved filter, target and key choice apply)")
-	fl.IntVar(&rf.abortAfter, "abort-after", replay.DefaultAbortAfter, "stop after this many consecutive re-failures (-1: never)")
+	fl.IntVar(&rf.abortAfter, "abort-after", 10, "stop after this many consecutive re-failures (-1: never)")
 	fl.BoolVar(&rf.force, "force", false, "replay entries older than their dedup retention too")
 	fl.DurationVar(&rf.defaultRetention, "default-retention", 0, "dedup retention of entries whose envelope has none (0: unknown, refused unless --force)")
 	fl.BoolVar(&rf.newKey, "new-key", false, "give each message a new operation key (its old record is ignored)")
 	fl.StringVar(&rf.target, "target", "", "republish every message to this topic instead of its original one")
-	fl.StringVar(&rf.broker, "broker", "", "broker URL: nats://, amqp://, redis:// (Redis Streams)")
+	fl.StringVar(&rf.broker, "broker", "", "broker URL: "+brokerSchemes)
 	envFlag(cmd, "broker", "SURELY_BROKER_URL")
 	fl.StringVar(&rf.store, "store", "", "idempotency store URL: the retention guard reads the records, replayed messages are confirmed done (optional)")
 	envFlag(cmd, "store", "SURELY_STORE_URL")
@@ -136,7 +141,7 @@ which resets the count of consecutive re-failures.`,
 	return cmd
 }
 
-func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
+func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags, args []string) error {
 	rate, err := parseRate(rf.rate)
 	if err != nil {
 		return usageErr("--rate: %w", err)
@@ -156,8 +161,8 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
 		return err
 	}
 	if rf.resume != "" {
-		if rf.ff.any() || rf.target != "" || rf.newKey || rf.force {
-			return usageErr("--resume continues the saved run with its own filter, --target, --new-key and --force: do not pass them")
+		if rf.ff.any() || rf.target != "" || rf.newKey || rf.force || len(args) > 0 {
+			return usageErr("--resume continues the saved run with its own filter or IDs, --target, --new-key and --force: do not pass them")
 		}
 		if err := idem.ValidateKey(rf.resume); err != nil {
 			return usageErr("--resume %q: %w", rf.resume, err)
@@ -169,6 +174,14 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
 		return err
 	}
 	defer ar.close()
+	if len(args) > 0 {
+		if filter.IDs, err = resolveRefs(cmd.Context(), ar, args); err != nil {
+			return err
+		}
+		if !rf.ff.stateSet() {
+			filter.States = nil
+		}
+	}
 	var pub message.Publisher = noBroker{}
 	if !rf.dryRun || rf.broker != "" {
 		if pub, err = a.openBroker(rf.broker); err != nil {
@@ -217,7 +230,7 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
 		opts = append(opts, replay.WithStore(store))
 	}
 	ctx := cmd.Context()
-	var res replay.Result
+	var res replay.Summary
 	if rf.resume != "" {
 		res, err = replay.Resume(ctx, ar, pub, rf.resume, opts...)
 	} else {
@@ -226,7 +239,7 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
 			opts = append(opts, replay.WithTarget(rf.target))
 		}
 		if rf.newKey {
-			opts = append(opts, replay.WithNewKey())
+			opts = append(opts, replay.WithNewKey(""))
 		}
 		if rf.force {
 			opts = append(opts, replay.WithForce())
@@ -235,25 +248,24 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags) error {
 	}
 	prog.finish()
 
-	out.State, out.Replayed, out.WouldReplay = res.State, res.Replayed, res.WouldReplay
+	out.State, out.Replayed, out.WouldReplay = string(res.State), res.Replayed, res.WouldReplay
 	out.Refused, out.Refailed, out.After, out.Rate = res.Refused, res.Refailed, res.After, res.Rate
+	out.Resolved = res.Resolved
 	resume := fmt.Sprintf("surely dlq replay --resume %s (with the same --archive and --broker)", runID)
 	interrupted := ctx.Err() != nil
 	code := exitOK
 	switch {
-	case err == nil && res.State == replay.StateInterrupted:
+	case err == nil && res.State == archive.RunInterrupted:
 		out.Resume = resume
 	case err == nil:
-	case errors.Is(err, replay.ErrRunExists):
-		return usageErr("%w: continue it with --resume %s", err, runID)
 	case errors.Is(err, dlq.ErrInvalidOption):
 		return withCode(exitUsage, err)
 	case errors.Is(err, replay.ErrAborted):
 		code, out.Resume = exitRefused, resume
-	case interrupted:
+	case interrupted, res.State == archive.RunCanceled:
 		code, out.Resume = exitInterrupted, resume
 	default:
-		if res.State == replay.StateInterrupted {
+		if res.State == archive.RunInterrupted {
 			out.Resume = resume
 		}
 		code = exitCode(err)
@@ -294,7 +306,11 @@ func (a *app) printReplaySummary(out replayJSON, rf *replayFlags) {
 		fprintf(w, "dry run: would replay %d, would refuse %d\n", out.WouldReplay, out.Refused)
 		return
 	}
-	fprintf(w, "replayed %d, refused %d, re-failed %d; state %s, cursor %d", out.Replayed, out.Refused, out.Refailed, orDash(out.State), out.After)
+	fprintf(w, "replayed %d, refused %d, re-failed %d", out.Replayed, out.Refused, out.Refailed)
+	if out.Resolved > 0 {
+		fprintf(w, ", resolved %d", out.Resolved)
+	}
+	fprintf(w, "; state %s, cursor %d", orDash(out.State), out.After)
 	if out.Rate > 0 {
 		fprintf(w, ", %.1f msg/s", out.Rate)
 	}
@@ -305,7 +321,7 @@ func (a *app) printReplaySummary(out replayJSON, rf *replayFlags) {
 	if out.Resume != "" {
 		fprintf(w, "resume with: %s\n", out.Resume)
 	}
-	if rf.max > 0 && out.State == replay.StateInterrupted && out.Error == "" {
+	if rf.max > 0 && out.State == string(archive.RunInterrupted) && out.Error == "" {
 		fprintf(w, "stopped after --max %d\n", rf.max)
 	}
 }

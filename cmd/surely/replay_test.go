@@ -26,9 +26,9 @@ import (
 	"github.com/surely-dev/surely/adapters/nats"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
-	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/internal/testenv"
 )
@@ -140,7 +140,7 @@ func TestReplayDryRunChangesNothing(t *testing.T) {
 	assert.Equal(t, before, snapshot(t, ar), "no entry changed")
 	for _, id := range []string{"run-0001", "run-0002"} {
 		_, err := ar.LoadReplay(context.Background(), id)
-		require.ErrorIs(t, err, archive.ErrReplayNotFound, "no run saved")
+		require.ErrorIs(t, err, archive.ErrNotFound, "no run saved")
 	}
 }
 
@@ -194,7 +194,7 @@ func TestReplayInterruptAndResume(t *testing.T) {
 	assert.Len(t, rec.uuids(), 2)
 	run0, err := ar.LoadReplay(context.Background(), "run-0001")
 	require.NoError(t, err)
-	assert.Equal(t, replay.StateInterrupted, run0.State)
+	assert.Equal(t, archive.RunInterrupted, run0.State)
 	assert.Equal(t, int64(2), run0.After)
 
 	// Filters cannot be changed on resume.
@@ -249,7 +249,7 @@ func TestReplayAbortsOnRefailures(t *testing.T) {
 	// step archives its envelope, a new entry carrying the run's ID.
 	rec := &recorder{}
 	rec.onPublish = func(_ int, topic string, m *message.Message) {
-		env := dlq.Envelope(m, dlq.Failure{
+		env := dlq.Wrap(m, dlq.Failure{
 			Reason: dlq.ReasonExhausted, Err: errors.New("charge: still failing"), Attempts: 3,
 			OperationKey: m.Metadata.Get(idempotency.DefaultMetadataKey), Topic: topic,
 			Handler: "charge-payments", Retention: 24 * time.Hour, At: fixedNow,
@@ -263,7 +263,7 @@ func TestReplayAbortsOnRefailures(t *testing.T) {
 	assert.Contains(t, out, "resume with: surely dlq replay --resume run-0001")
 	run0, err := ar.LoadReplay(context.Background(), "run-0001")
 	require.NoError(t, err)
-	assert.Equal(t, replay.StateAborted, run0.State)
+	assert.Equal(t, archive.RunAborted, run0.State)
 	assert.Less(t, len(rec.uuids()), 30, "stopped early")
 
 	// The re-failures are listed by the run's ID.
@@ -349,8 +349,8 @@ func TestReplayNATS(t *testing.T) {
 		require.True(t, ok, "original UUID %s kept", f.uuid)
 		assert.Equal(t, f.key, m.Metadata.Get(idempotency.DefaultMetadataKey), "operation key kept")
 		assert.Equal(t, f.payload, []byte(m.Payload))
-		assert.Equal(t, "run-0002", m.Metadata.Get(dlq.KeyReplayID))
-		assert.Equal(t, dlq.DeadLetterUUID(f.uuid), m.Metadata.Get(dlq.KeyReplayOf))
+		assert.Equal(t, "run-0002", m.Metadata.Get(envelope.KeyReplayID))
+		assert.Equal(t, envelope.DeadLetterUUID(f.uuid), m.Metadata.Get(envelope.KeyReplayOf))
 		assert.Empty(t, m.Metadata.Get(dlq.KeyReason), "no envelope keys")
 	}
 }

@@ -34,8 +34,9 @@ const exitCodesHelp = `Exit status:
   3    not found: no such dead letter, operation record or replay run
   4    refused: a replay aborted (replayed messages kept failing) or refused
        entries (retention guard), or purge ran without --yes
-  130  replay interrupted (Ctrl-C): its cursor is saved, continue it with
-       surely dlq replay --resume RUN_ID`
+  5    migrate status: a schema is missing or not up to date
+  130  replay interrupted (Ctrl-C, or surely dlq runs cancel): its cursor is
+       saved, continue it with surely dlq replay --resume RUN_ID`
 
 // exitError carries an exit code with its error.
 type codeError struct {
@@ -65,7 +66,7 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &ce):
 		return ce.code
-	case errors.Is(err, archive.ErrEntryNotFound), errors.Is(err, archive.ErrReplayNotFound), errors.Is(err, idempotency.ErrNotFound):
+	case errors.Is(err, archive.ErrNotFound), errors.Is(err, idempotency.ErrNotFound):
 		return exitNotFound
 	}
 	return exitError
@@ -132,7 +133,8 @@ func newRootCmd(stdout, stderr io.Writer, env func(string) string) *cobra.Comman
 func execute(ctx context.Context, a *app, args []string) int {
 	root := a.rootCmd()
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
+	err = withSchemaHint(cmd, err)
 	if sw, ok := a.stdout.(*stickyWriter); ok && sw.err != nil && err == nil {
 		err = fmt.Errorf("writing the output: %w", sw.err)
 	}
@@ -154,25 +156,35 @@ func (a *app) rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "surely",
 		Short: "Operate surely's dead letters and dedup records",
-		Long: `surely lists, shows, replays and purges archived dead letters, and shows
-the dedup store's record of one operation (its attempt ledger and trace IDs).
+		Long: `surely lists, shows, replays and purges archived dead letters, shows the
+dedup store's record of one operation (its attempt ledger and trace IDs) or
+lists its records by state, and creates or updates the SQL schemas.
 
-  surely dlq stats                    count dead letters by reason, topic, handler, error type
+  surely dlq stats                    count open dead letters by reason, topic, handler, error type
   surely dlq ls [filters]             list them, a page at a time
-  surely dlq show ID                  one dead letter decoded, with its attempt history
-  surely dlq replay [filters]         republish them, rate limited, resumable (--dry-run first)
-  surely dlq purge [filters] --yes    delete them
-  surely inspect KEY --namespace NS   the dedup record of one operation and its attempt ledger
+  surely dlq show ID|SEQ              one dead letter decoded, with its attempt history
+  surely dlq replay [filters|ID...]   republish them, rate limited, resumable (--dry-run first)
+  surely dlq runs [show|cancel RUN]   the replay runs, what became of their entries
+  surely dlq purge [filters|ID...]    discard them, with a reason (--why, --yes)
+  surely inspect KEY [--namespace NS] the dedup record of one operation and its attempt ledger
+  surely ops ls [--state S]           list the dedup store's records by namespace, state and age
+  surely migrate status|up            create or update the SQL schema of a store, archive, outbox
   surely console                      a web page over the archive (loopback unless authenticated)
+  surely completion bash|zsh|fish     a shell completion script
+
+A dead letter is open until a replay republishes it (replayed), then
+resolved once its operation completed, or failed again (its new dead
+letter is open); purge discards it (a tombstone). --state selects others.
 
 Every setting can come from a flag or from a SURELY_* environment variable;
 the flag wins. Read commands print JSON with --json.
 
 ` + exitCodesHelp,
-		Version:           buildVersion(),
-		SilenceErrors:     true,
-		SilenceUsage:      true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		Version:       buildVersion(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// "surely completion bash|zsh|fish|powershell" prints a script.
+		SuggestionsMinimumDistance: 2,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			if err := a.applyEnv(cmd); err != nil {
 				return err
@@ -187,7 +199,7 @@ the flag wins. Read commands print JSON with --json.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &codeError{code: exitUsage, err: err}
 	})
-	root.AddCommand(a.dlqCmd(), a.inspectCmd(), a.consoleCmd())
+	root.AddCommand(a.dlqCmd(), a.inspectCmd(), a.opsCmd(), a.migrateCmd(), a.consoleCmd())
 	return root
 }
 
@@ -233,7 +245,7 @@ func (a *app) applyEnv(cmd *cobra.Command) error {
 func (a *app) dlqCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq",
-		Short: "List, show, replay and purge archived dead letters",
+		Short: "List, show, replay and discard archived dead letters",
 		Long: `The dlq commands work on a dead-letter archive (archive.Archive), chosen by
 --archive or SURELY_ARCHIVE_URL:
 
@@ -250,17 +262,22 @@ A typical session, from an alert to a safe replay:
   surely dlq ls --reason exhausted --topic orders
   surely dlq show ID
   surely dlq replay --topic orders --dry-run
-  surely dlq replay --topic orders --rate 50/s`,
+  surely dlq replay --topic orders --rate 50/s
+  surely dlq runs show RUN --store URL     # once the consumer processed them
+  surely dlq stats --state resolved`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.PersistentFlags().String("archive", "", "dead-letter archive URL: redis://, postgres://, mysql://, sqlite:PATH")
 	envFlag(cmd, "archive", "SURELY_ARCHIVE_URL")
-	cmd.AddCommand(a.statsCmd(), a.lsCmd(), a.showCmd(), a.replayCmd(), a.purgeCmd())
+	cmd.AddCommand(a.statsCmd(), a.lsCmd(), a.showCmd(), a.replayCmd(), a.runsCmd(), a.purgeCmd())
 	return cmd
 }
 
 func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 && cmd.HasAvailableSubCommands() {
+		return unknownSubcommand(cmd, args[0])
+	}
 	if len(args) > 0 {
 		return usageErr("%s takes no arguments, got %q", cmd.CommandPath(), strings.Join(args, " "))
 	}

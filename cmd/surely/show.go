@@ -12,6 +12,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // showJSON is one dead letter decoded, in show --json.
@@ -35,11 +36,11 @@ type showJSON struct {
 
 // shownKeys are the envelope keys show prints as fields of their own.
 var shownKeys = []string{
-	dlq.KeyVersion, dlq.KeyReason, dlq.KeyError, dlq.KeyErrorTypes, dlq.KeyAttempts,
-	dlq.KeyFirstFailureAt, dlq.KeyLastFailureAt, dlq.KeyDeadLetteredAt, dlq.KeyHistory,
-	dlq.KeyOriginalTopic, dlq.KeyHandler, dlq.KeyConsumerGroup, dlq.KeyOperationKey,
-	dlq.KeyFingerprint, dlq.KeyTraceID, dlq.KeySpanID, dlq.KeyHost, dlq.KeyOriginalUUID,
-	dlq.KeyNamespace, dlq.KeyRetention,
+	envelope.KeyVersion, dlq.KeyReason, dlq.KeyError, envelope.KeyErrorTypes, envelope.KeyAttempts,
+	envelope.KeyFirstFailureAt, envelope.KeyLastFailureAt, envelope.KeyDeadLetteredAt, envelope.KeyHistory,
+	envelope.KeyOriginalTopic, envelope.KeyHandler, envelope.KeyConsumerGroup, dlq.KeyOperationKey,
+	envelope.KeyFingerprint, envelope.KeyTraceID, envelope.KeySpanID, envelope.KeyHost, envelope.KeyOriginalUUID,
+	envelope.KeyNamespace, envelope.KeyRetention,
 }
 
 func decodeEntry(e archive.Entry, now time.Time) showJSON {
@@ -48,15 +49,15 @@ func decodeEntry(e archive.Entry, now time.Time) showJSON {
 		return out
 	}
 	md := e.Message.Metadata
-	out.Version = md.Get(dlq.KeyVersion)
-	out.Fingerprint = md.Get(dlq.KeyFingerprint)
-	out.FirstFailureAt = md.Get(dlq.KeyFirstFailureAt)
-	out.LastFailureAt = md.Get(dlq.KeyLastFailureAt)
-	out.TraceID = md.Get(dlq.KeyTraceID)
-	out.SpanID = md.Get(dlq.KeySpanID)
-	out.Host = md.Get(dlq.KeyHost)
-	out.Retention = md.Get(dlq.KeyRetention)
-	h, err := dlq.ParseHistory(md)
+	out.Version = md.Get(envelope.KeyVersion)
+	out.Fingerprint = md.Get(envelope.KeyFingerprint)
+	out.FirstFailureAt = md.Get(envelope.KeyFirstFailureAt)
+	out.LastFailureAt = md.Get(envelope.KeyLastFailureAt)
+	out.TraceID = md.Get(envelope.KeyTraceID)
+	out.SpanID = md.Get(envelope.KeySpanID)
+	out.Host = md.Get(envelope.KeyHost)
+	out.Retention = md.Get(envelope.KeyRetention)
+	h, err := envelope.ParseHistory(md)
 	if err != nil {
 		out.HistoryError = err.Error()
 	} else if h != nil {
@@ -74,24 +75,32 @@ func decodeEntry(e archive.Entry, now time.Time) showJSON {
 func (a *app) showCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "show ID",
+		Use:   "show ID|SEQ",
 		Short: "Show one dead letter: failure context, attempt history, metadata, payload",
 		Long: `show prints one archived dead letter decoded: the original message UUID,
 topic, handler, operation key, reason, error and its Go error types,
 attempts, first and last failure, trace and span ID, host, the per-attempt
 history with the trace ID of every attempt, the other metadata, and the
 payload (as text when it is valid UTF-8, else base64, flagged as such).
-ID is the dead letter's ID as printed by ls.`,
-		Example: `  surely dlq show 0b8f1c3e-7d2a-5f4b-9c1d-2e3f4a5b6c7d
+It also shows where the entry stands: open, replayed (by which runs),
+resolved, failed again (and the ID of its new dead letter) or discarded
+(and why). ID is the dead letter's ID, or its start as ls prints it, or
+its SEQ number.`,
+		Example: `  surely dlq show 0b8f1c3e
+  surely dlq show 42
   surely dlq show 0b8f1c3e-7d2a-5f4b-9c1d-2e3f4a5b6c7d --json | jq .history`,
-		Args: exactArgs(1, "one dead-letter ID"),
+		Args: exactArgs(1, "one dead-letter ID or SEQ"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ar, err := a.openArchive(cmd)
 			if err != nil {
 				return err
 			}
 			defer ar.close()
-			e, err := ar.Get(cmd.Context(), args[0])
+			ids, err := resolveRefs(cmd.Context(), ar, args)
+			if err != nil {
+				return err
+			}
+			e, err := ar.Get(cmd.Context(), ids[0])
 			if err != nil {
 				return fmt.Errorf("dead letter %s: %w", args[0], err)
 			}
@@ -133,6 +142,13 @@ func printShow(a *app, d showJSON) error {
 	row("host:", d.Host)
 	row("dedup retention:", d.Retention)
 	row("replayed by:", strings.Join(d.ReplayedBy, ", "))
+	state := d.State
+	if d.StateAt != nil {
+		state += " since " + stamp(*d.StateAt)
+	}
+	row("state:", state)
+	row("note:", d.Note)
+	row("failed again as:", d.FailedAgainAs)
 	row("envelope:", "v"+d.Version)
 	if err := tw.Flush(); err != nil {
 		return err

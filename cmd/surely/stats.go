@@ -17,6 +17,9 @@ type statsJSON struct {
 	ByTopic     map[string]int `json:"by_topic"`
 	ByHandler   map[string]int `json:"by_handler"`
 	ByErrorType map[string]int `json:"by_error_type"`
+	// State is the --state the counts are of ("all" for every state).
+	State   string         `json:"state"`
+	ByState map[string]int `json:"by_state"`
 }
 
 func (a *app) statsCmd() *cobra.Command {
@@ -27,10 +30,13 @@ func (a *app) statsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stats",
 		Short: "Count dead letters by reason, topic, handler and error type",
-		Long: `stats counts the archived dead letters (all of them, or those the filters
-select) by reason, original topic, handler and root error type, and shows
-the oldest and newest dead-lettering times. Start here after an alert.`,
+		Long: `stats counts the archived dead letters (the open ones, or those the filters
+and --state select) by reason, original topic, handler and root error
+type, and shows the oldest and newest dead-lettering times. Start here
+after an alert. An entry leaves the open count when a replay republished
+it, or a purge discarded it; --state all counts every state.`,
 		Example: `  surely dlq stats
+  surely dlq stats --state resolved
   surely dlq stats --topic orders --newer-than 1h --json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -51,7 +57,7 @@ the oldest and newest dead-lettering times. Start here after an alert.`,
 			if asJSON {
 				out := statsJSON{
 					Total: st.Total, ByReason: st.ByReason, ByTopic: st.ByTopic,
-					ByHandler: st.ByHandler, ByErrorType: st.ByErrorType,
+					ByHandler: st.ByHandler, ByErrorType: st.ByErrorType, State: ff.state, ByState: st.ByState,
 				}
 				if st.Total > 0 {
 					oldest, newest := st.Oldest.UTC(), st.Newest.UTC()
@@ -61,7 +67,7 @@ the oldest and newest dead-lettering times. Start here after an alert.`,
 				return writeJSON(a.stdout, out)
 			}
 			w := a.stdout
-			fprintf(w, "dead letters: %d\n", st.Total)
+			fprintf(w, "dead letters: %d (%s)\n", st.Total, ff.state)
 			if st.Total == 0 {
 				return nil
 			}
@@ -70,7 +76,7 @@ the oldest and newest dead-lettering times. Start here after an alert.`,
 			for _, g := range []struct {
 				title string
 				m     map[string]int
-			}{{"reason", st.ByReason}, {"topic", st.ByTopic}, {"handler", st.ByHandler}, {"error type", st.ByErrorType}} {
+			}{{"state", st.ByState}, {"reason", st.ByReason}, {"topic", st.ByTopic}, {"handler", st.ByHandler}, {"error type", st.ByErrorType}} {
 				fprintf(w, "\nby %s:\n", g.title)
 				tw := newTable(w)
 				for _, c := range byCount(g.m) {

@@ -12,10 +12,9 @@ import (
 
 // Errors of an Archive.
 var (
-	// ErrEntryNotFound: no archived dead letter has this ID.
-	ErrEntryNotFound = errors.New("archive: entry not found")
-	// ErrReplayNotFound: no replay run has this ID.
-	ErrReplayNotFound = errors.New("archive: replay run not found")
+	// ErrNotFound: no archived dead letter (Get) or replay run
+	// (LoadReplay) has this ID.
+	ErrNotFound = errors.New("archive: not found")
 	// ErrNoID is returned when a message given to an Archive has no UUID:
 	// it cannot be stored idempotently. The archive stores nothing and
 	// returns this error (wrapped); the caller keeps the message.
@@ -24,7 +23,7 @@ var (
 
 // Entry is one dead letter kept in an Archive.
 type Entry struct {
-	// ID is the dead letter's UUID: dlq.DeadLetterUUID of the source message, so
+	// ID is the dead letter's UUID: dlq's derived UUID of the source message, so
 	// every copy of one message's dead letter is one entry.
 	ID string
 	// Seq orders entries by their first arrival in the archive: increasing,
@@ -51,6 +50,59 @@ type Entry struct {
 	DeadLetteredAt time.Time
 	// ReplayedBy lists the replay runs that republished this entry, oldest first.
 	ReplayedBy []string
+	// State is where the entry stands in its lifecycle (see State), since
+	// StateAt (zero while it never left open). Note says why it got there:
+	// the reason of a discard, how a resolution was confirmed.
+	State   State
+	StateAt time.Time
+	Note    string
+	// FailedAgainAs is the ID of the dead letter of the latest replay of
+	// this entry that failed again: a new open entry, whose
+	// surely_replay_of names this one (and surely_replay_id the run). The
+	// archive sets it when that dead letter arrives, whenever that is.
+	FailedAgainAs string
+}
+
+// State is where an archived entry stands in its lifecycle:
+//
+//	open ──replay run R──▶ replayed ──its operation completed──▶ resolved
+//	  │                       └──failed again: FailedAgainAs = the new, open entry
+//	  └──purge (with a reason)──▶ discarded (a tombstone, until the retention prunes it)
+//
+// Counts, metrics and the CLI speak of open entries unless told
+// otherwise. A replayed entry whose message failed again leaves the open
+// count: the failure goes on in its new dead letter, an open entry that
+// links back to it (surely_replay_of), so one failing operation is counted
+// and replayed once.
+type State string
+
+// The states of an archived entry.
+const (
+	// StateOpen: waiting for an operator; every new entry is open.
+	StateOpen State = "open"
+	// StateReplayed: a replay run republished it (the last of ReplayedBy);
+	// its outcome is not known yet, or it failed again (FailedAgainAs).
+	StateReplayed State = "replayed"
+	// StateResolved: the replayed operation completed (its dedup record
+	// is DONE).
+	StateResolved State = "resolved"
+	// StateDiscarded: purged by an operator, with a reason (Note); kept
+	// as a tombstone until the archive's retention prunes it. A copy of it
+	// that arrives later is counted (Copies) and leaves it discarded.
+	StateDiscarded State = "discarded"
+)
+
+// Mark is a change of lifecycle, applied by Archive.Mark.
+type Mark struct {
+	// To is the new state.
+	To State
+	// Run is the replay run that republished the entries (required to
+	// mark them replayed: it is added to Entry.ReplayedBy once) or that
+	// resolved them.
+	Run string
+	// Note says why (required to discard: the reason), at most 1000
+	// characters.
+	Note string
 }
 
 // Filter selects archived entries. Zero fields match everything; set
@@ -71,14 +123,18 @@ type Filter struct {
 	DeadLetteredAfter, DeadLetteredBefore time.Time
 	// ReplayID selects dead letters of messages that a replay run
 	// republished and that failed again (their metadata carries
-	// dlq.KeyReplayID = ReplayID).
+	// surely_replay_id = ReplayID).
 	ReplayID string
 	// NotReplayedBy excludes entries that this replay run already republished.
 	NotReplayedBy string
+	// ReplayedBy selects the entries that this replay run republished.
+	ReplayedBy string
+	// States, when not empty, selects the entries in one of these states.
+	States []State
 }
 
 // Page asks for at most Limit entries with Seq > After, in Seq order.
-// Limit <= 0 means the archive's default page size (100).
+// Limit <= 0 means the default page size, 100.
 type Page struct {
 	After int64
 	Limit int
@@ -95,11 +151,13 @@ type Page struct {
 type Stats struct {
 	Total int
 	// Counts by reason, original topic, handler and error type (the
-	// innermost type of dlq.KeyErrorTypes, the root cause).
+	// innermost type of surely_error_types, the root cause).
 	ByReason    map[string]int
 	ByTopic     map[string]int
 	ByHandler   map[string]int
 	ByErrorType map[string]int
+	// ByState counts by lifecycle state.
+	ByState map[string]int
 	// Oldest and Newest dead-lettering times (zero when Total is 0).
 	Oldest, Newest time.Time
 }
@@ -112,18 +170,43 @@ type ReplayRun struct {
 	// Target overrides the topic messages are republished to (default: each
 	// entry's original topic).
 	Target string
-	// NewKey: replayed messages get a fresh operation key (a deliberate choice).
-	NewKey bool
+	// NewKey: replayed messages get a fresh operation key (a deliberate
+	// choice), written into the metadata key KeyMetadata.
+	NewKey      bool
+	KeyMetadata string
 	// Force: the retention guard was overridden.
 	Force bool
 	// After is the cursor: the Seq of the last entry handled.
 	After int64
-	// Counters of the run so far.
-	Replayed, Refused, Refailed int
-	// State: running, interrupted, aborted, done.
-	State            string
+	// Counters of the run so far: entries republished, refused (retention
+	// guard), failed again, and resolved (their operation completed).
+	Replayed, Refused, Refailed, Resolved int
+	// State is where the run stands.
+	State            RunState
 	Started, Updated time.Time
 }
+
+// RunState is where a replay run stands (ReplayRun.State).
+type RunState string
+
+// The states of a replay run.
+const (
+	// RunRunning: a Run or Resume call is working on it (or the process
+	// running it died: nothing else marks a run that stopped unannounced).
+	RunRunning RunState = "running"
+	// RunInterrupted: it stopped with entries left (its context ended, a
+	// publish, mark or save failed, or the call's Max was reached); Resume
+	// continues it.
+	RunInterrupted RunState = "interrupted"
+	// RunAborted: it stopped itself after too many consecutive
+	// re-failures; Resume continues it.
+	RunAborted RunState = "aborted"
+	// RunDone: every selected entry was handled.
+	RunDone RunState = "done"
+	// RunCanceled: an operator canceled it (surely dlq runs cancel); a
+	// call running it stops at its next check. Resume continues it.
+	RunCanceled RunState = "canceled"
+)
 
 // Archive keeps dead letters where an operator can list, query, replay and
 // purge them. It is a Watermill publisher: pass it (with any topic) to
@@ -133,18 +216,25 @@ type ReplayRun struct {
 // logged retention policy of the implementation.
 type Archive interface {
 	message.Publisher
-	// Get returns one entry, or ErrEntryNotFound.
+	// Get returns one entry, or ErrNotFound.
 	Get(ctx context.Context, id string) (Entry, error)
 	// List returns the entries the filter selects, one page in Seq order.
 	List(ctx context.Context, f Filter, p Page) ([]Entry, error)
 	// Stats summarises the entries the filter selects.
 	Stats(ctx context.Context, f Filter) (Stats, error)
-	// Delete removes entries by ID and returns how many existed.
+	// Delete removes entries by ID for good and returns how many existed.
+	// Operators discard instead (Mark to StateDiscarded), which keeps a
+	// tombstone.
 	Delete(ctx context.Context, ids ...string) (int, error)
-	// MarkReplayed records that replay run replayID republished entry id.
-	MarkReplayed(ctx context.Context, id, replayID string) error
+	// Mark moves the entries to m.To, stamped with the archive's clock,
+	// and returns how many exist (IDs that do not are skipped). A Mark
+	// without a known state, a replayed mark without Run, or a discard
+	// without Note is refused with dlq.ErrInvalidOption.
+	Mark(ctx context.Context, m Mark, ids ...string) (int, error)
 	// SaveReplay stores (creates or updates) a replay run; LoadReplay reads
-	// it back, or ErrReplayNotFound.
+	// it back, or ErrNotFound; ListReplays returns every run, the most
+	// recently started first.
 	SaveReplay(ctx context.Context, run ReplayRun) error
 	LoadReplay(ctx context.Context, id string) (ReplayRun, error)
+	ListReplays(ctx context.Context) ([]ReplayRun, error)
 }

@@ -9,19 +9,34 @@
 // dlq/sqlarchive (PostgreSQL, MySQL/MariaDB, SQLite) and dlq/memarchive
 // (tests and examples only). Filter.Match is the reference of what a
 // Filter selects. Nothing is evicted unless a retention is configured
-// explicitly (dlq.WithRetention given to an implementation, applied by its
-// Prune, which logs what it deleted). Package dlq/replay republishes
+// explicitly (dlq.WithRetention given to dlq/redisarchive or dlq/sqlarchive,
+// applied by its Prune, which logs what it deleted). Package dlq/replay republishes
 // archived entries with safety rails; its runs are kept in the archive
 // (ReplayRun).
 //
-// An entry is a dead letter as package dlq wrote it: EntryFromMessage
-// reads the envelope's surely_* keys into the Entry's fields.
+// An entry is a dead letter as package dlq wrote it: the archive reads the
+// envelope's surely_* keys into the Entry's fields.
+//
+// # Lifecycle
+//
+// Every entry has a State (see its doc): open when it arrives, replayed
+// once a replay run republished it (Archive.Mark, by package dlq/replay),
+// resolved when the replayed operation completed (its dedup record is
+// DONE: dlq/replay confirms it during the run and in Reconcile), or
+// discarded by an operator with a reason, kept as a tombstone. When the
+// replayed message fails again, its dead letter is a new open entry
+// (surely_replay_of names the old one) and the archive links the old entry
+// to it (Entry.FailedAgainAs). The old entry is not reopened: the operation
+// is open once, as the new entry, so the open count and a replay of the
+// open entries never take a still-failing operation twice, and the chain
+// of attempts stays readable from either end. Filter.States selects by state, Stats
+// counts ByState, and RegisterMetrics reports the open entries only.
 //
 // RegisterMetrics exports the backlog as two OTel gauges per original
-// topic and reason, MetricArchived and MetricOldestAge, read from Stats
-// at most once per interval; its doc has Prometheus alert rules.
+// topic and reason, surely.dlq.archived and surely.dlq.oldest_age, read
+// from Stats at most once per interval; its doc has Prometheus alert rules.
 //
 // Ingest and RegisterMetrics take the family's options (dlq.Option): the
 // ones of this package (WithRetryDelay, WithMetricsInterval, ...) and
-// dlq.WithLogger, dlq.WithClock.
+// dlq.WithLogger, dlq.WithClock; the archives take WithPrefix.
 package archive

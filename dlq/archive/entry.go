@@ -1,70 +1,43 @@
 package archive
 
 import (
-	"context"
+	"fmt"
 	"slices"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/internal/envelope"
+	"github.com/surely-dev/surely/internal/options"
 )
 
-// DefaultPageSize is the page size of Archive.List when Page.Limit <= 0.
-const DefaultPageSize = 100
+// namePrefix is the name WithPrefix records (internal/archivekit reads it).
+const namePrefix = "archive.WithPrefix"
 
-// PageLimit returns p.Limit, or DefaultPageSize when it is not positive.
-func PageLimit(p Page) int {
-	if p.Limit <= 0 {
-		return DefaultPageSize
+// WithPrefix sets the prefix of the names an archive stores under: the
+// key prefix of dlq/redisarchive (default "surely:dlq"; it becomes the
+// Cluster hash tag of every key, so it must not contain braces) and the
+// table name prefix of dlq/sqlarchive (default "surely_dlq"; it must match
+// [a-z_][a-z0-9_]{0,39}). Each archive's New checks the prefix against its
+// rule.
+func WithPrefix(prefix string) dlq.Option {
+	return func(s *options.Set) error {
+		if prefix == "" {
+			return fmt.Errorf("%w: archive: empty prefix", dlq.ErrInvalidOption)
+		}
+		s.Put(namePrefix, prefix)
+		return nil
 	}
-	return p.Limit
 }
 
-// CopyMessage returns a copy of msg that shares no memory with it: its
-// UUID, payload bytes and metadata, without context or ack state.
-func CopyMessage(msg *message.Message) *message.Message {
+// copyMessage returns a copy of msg that shares no memory with it.
+func copyMessage(msg *message.Message) *message.Message {
 	out := message.NewMessage(msg.UUID, slices.Clone(msg.Payload))
 	for k, v := range msg.Metadata {
 		out.Metadata[k] = v
 	}
 	return out
-}
-
-// EntryFromMessage reads the envelope fields of a dead letter: the entry's
-// ID is msg.UUID, its Message a copy of msg (CopyMessage), and Reason to
-// DeadLetteredAt come from the surely_* metadata keys. A key that is missing
-// or does not parse leaves its field zero; a message that is not an
-// envelope at all (no dlq.KeyVersion) gives an entry with only ID and Message.
-// When the message carries no dead-lettering time, DeadLetteredAt is
-// archivedAt, so age windows, stats and retention still see the entry.
-// Seq, Copies and ReplayedBy are the archive's to fill.
-func EntryFromMessage(msg *message.Message, archivedAt time.Time) Entry {
-	md := msg.Metadata
-	e := Entry{
-		ID:             msg.UUID,
-		Message:        CopyMessage(msg),
-		ArchivedAt:     archivedAt,
-		Copies:         1,
-		Reason:         dlq.Reason(md.Get(dlq.KeyReason)),
-		OriginalTopic:  md.Get(dlq.KeyOriginalTopic),
-		Handler:        md.Get(dlq.KeyHandler),
-		ConsumerGroup:  md.Get(dlq.KeyConsumerGroup),
-		Namespace:      md.Get(dlq.KeyNamespace),
-		OperationKey:   md.Get(dlq.KeyOperationKey),
-		Error:          md.Get(dlq.KeyError),
-		ErrorTypes:     md.Get(dlq.KeyErrorTypes),
-		DeadLetteredAt: archivedAt,
-	}
-	if n, err := strconv.Atoi(md.Get(dlq.KeyAttempts)); err == nil {
-		e.Attempts = n
-	}
-	if t, err := time.Parse(time.RFC3339Nano, md.Get(dlq.KeyDeadLetteredAt)); err == nil {
-		e.DeadLetteredAt = t
-	}
-	return e
 }
 
 // Match reports whether the filter selects e. Archives that filter in
@@ -81,63 +54,20 @@ func (f Filter) Match(e Entry) bool {
 		f.ErrorContains != "" && !strings.Contains(e.Error, f.ErrorContains),
 		!f.DeadLetteredAfter.IsZero() && !e.DeadLetteredAt.After(f.DeadLetteredAfter),
 		!f.DeadLetteredBefore.IsZero() && !e.DeadLetteredAt.Before(f.DeadLetteredBefore),
-		f.NotReplayedBy != "" && slices.Contains(e.ReplayedBy, f.NotReplayedBy):
+		f.NotReplayedBy != "" && slices.Contains(e.ReplayedBy, f.NotReplayedBy),
+		f.ReplayedBy != "" && !slices.Contains(e.ReplayedBy, f.ReplayedBy),
+		len(f.States) > 0 && !slices.Contains(f.States, stateOf(e)):
 		return false
 	case f.ReplayID != "":
-		return e.Message != nil && e.Message.Metadata.Get(dlq.KeyReplayID) == f.ReplayID
+		return e.Message != nil && e.Message.Metadata.Get(envelope.KeyReplayID) == f.ReplayID
 	}
 	return true
 }
 
-// NewStats returns empty Stats with non-nil maps.
-func NewStats() Stats {
-	return Stats{
-		ByReason:    map[string]int{},
-		ByTopic:     map[string]int{},
-		ByHandler:   map[string]int{},
-		ByErrorType: map[string]int{},
+// stateOf is e's state; an entry without one is open.
+func stateOf(e Entry) State {
+	if e.State == "" {
+		return StateOpen
 	}
-}
-
-// Add counts e into s. Entries without a reason, topic, handler or error
-// type are counted under the empty string, so every map sums to Total.
-func (s *Stats) Add(e Entry) {
-	if s.ByReason == nil {
-		*s = mergeMaps(*s, NewStats())
-	}
-	s.Total++
-	s.ByReason[string(e.Reason)]++
-	s.ByTopic[e.OriginalTopic]++
-	s.ByHandler[e.Handler]++
-	s.ByErrorType[dlq.RootErrorType(e.ErrorTypes)]++
-	if s.Oldest.IsZero() || e.DeadLetteredAt.Before(s.Oldest) {
-		s.Oldest = e.DeadLetteredAt
-	}
-	if s.Newest.IsZero() || e.DeadLetteredAt.After(s.Newest) {
-		s.Newest = e.DeadLetteredAt
-	}
-}
-
-// mergeMaps keeps s's counters and fills its nil maps from empty.
-func mergeMaps(s, empty Stats) Stats {
-	if s.ByReason == nil {
-		s.ByReason = empty.ByReason
-	}
-	if s.ByTopic == nil {
-		s.ByTopic = empty.ByTopic
-	}
-	if s.ByHandler == nil {
-		s.ByHandler = empty.ByHandler
-	}
-	if s.ByErrorType == nil {
-		s.ByErrorType = empty.ByErrorType
-	}
-	return s
-}
-
-// Pruner is an Archive with an explicit retention policy: Prune deletes
-// the entries dead-lettered longer ago than the retention, logs how many,
-// and returns the count. Without a configured retention it deletes nothing.
-type Pruner interface {
-	Prune(ctx context.Context) (int, error)
+	return e.State
 }

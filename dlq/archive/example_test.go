@@ -14,6 +14,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/memarchive"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // Ingest drains a broker's dead-letter topic into an archive: a message is
@@ -26,7 +27,7 @@ func ExampleIngest() {
 	arch, _ := memarchive.New() // tests and examples only: use redisarchive or sqlarchive
 
 	src := message.NewMessage("order-7", []byte("{}"))
-	_ = broker.Publish("orders.dead", dlq.Envelope(src, dlq.Failure{Reason: dlq.ReasonExhausted, Topic: "orders", Attempts: 5}, nil, "", ""))
+	_ = broker.Publish("orders.dead", dlq.Wrap(src, dlq.Failure{Reason: dlq.ReasonExhausted, Topic: "orders", Attempts: 5}, nil, "", ""))
 
 	done := make(chan error, 1)
 	go func() { done <- archive.Ingest(ctx, broker, "orders.dead", arch, archive.WithRetryDelay(time.Second)) }()
@@ -37,7 +38,7 @@ func ExampleIngest() {
 		entries, _ = arch.List(ctx, archive.Filter{Topic: "orders"}, archive.Page{})
 	}
 	cancel()
-	fmt.Println(<-done, entries[0].Reason, entries[0].Attempts, entries[0].Message.Metadata.Get(dlq.KeyOriginalUUID))
+	fmt.Println(<-done, entries[0].Reason, entries[0].Attempts, entries[0].Message.Metadata.Get(envelope.KeyOriginalUUID))
 	// Output:
 	// <nil> exhausted 5 order-7
 }
@@ -47,7 +48,7 @@ func ExampleIngest() {
 func ExampleRegisterMetrics() {
 	arch, _ := memarchive.New() // tests and examples only
 	at := time.Now().Add(-2 * time.Hour)
-	_ = arch.Publish("dead", dlq.Envelope(message.NewMessage("m-1", nil), dlq.Failure{Reason: dlq.ReasonExhausted, Topic: "orders", At: at}, nil, "", ""))
+	_ = arch.Publish("dead", dlq.Wrap(message.NewMessage("m-1", nil), dlq.Failure{Reason: dlq.ReasonExhausted, Topic: "orders", At: at}, nil, "", ""))
 
 	reader := sdkmetric.NewManualReader()
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))

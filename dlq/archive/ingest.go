@@ -98,7 +98,7 @@ func Ingest(ctx context.Context, sub message.Subscriber, topic string, a Archive
 
 // ingest archives one message and acks it, or nacks it after the delay.
 func (c *ingester) ingest(ctx context.Context, topic string, a Archive, msg *message.Message) {
-	entry := CopyMessage(msg)
+	entry := copyMessage(msg)
 	if entry.UUID == "" {
 		entry.UUID = contentUUID(msg)
 	}
@@ -122,7 +122,7 @@ func (c *ingester) ingest(ctx context.Context, topic string, a Archive, msg *mes
 }
 
 // contentSpace is the UUIDv5 namespace of contentUUID: the namespace of
-// dlq.DeadLetterUUID, with its own name prefix, so that entries archived
+// dlq's derived UUID, with its own name prefix, so that entries archived
 // before the archive package existed keep their IDs.
 var contentSpace = uuid.MustParse("6f1b3c1e-52a4-4d52-9a63-1d9f2f0c8e77")
 

@@ -15,6 +15,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/memarchive"
+	"github.com/surely-dev/surely/internal/archivekit"
 )
 
 // flakyArchive fails the first failFirst publishes (or all while down) and
@@ -101,12 +102,12 @@ func TestIngestArchivesEveryMessageAndAcksAfterStoring(t *testing.T) {
 
 	src := message.NewMessage("src-1", []byte{0xff, 0x00, 'x'})
 	src.Metadata.Set("tenant", "acme")
-	env := dlq.Envelope(src, dlq.Failure{Reason: dlq.ReasonExhausted, Err: errors.New("boom"), Attempts: 3, Topic: "orders", Handler: "ship"}, nil, "h", "g")
+	env := dlq.Wrap(src, dlq.Failure{Reason: dlq.ReasonExhausted, Err: errors.New("boom"), Attempts: 3, Topic: "orders", Handler: "ship"}, nil, "h", "g")
 	plain := message.NewMessage("plain-1", []byte("not an envelope"))
 	noID := message.NewMessage("", []byte("raw broker bytes"))
 	noID.Metadata.Set("k", "v")
 
-	for _, m := range []*message.Message{env, plain, noID, archive.CopyMessage(env)} {
+	for _, m := range []*message.Message{env, plain, noID, archivekit.CopyMessage(env)} {
 		require.NoError(t, pubSub.Publish("dead", m))
 	}
 	for range 4 {
@@ -183,7 +184,7 @@ func TestIngestStoppedDuringAnOutageLosesNothing(t *testing.T) {
 	}
 	require.NoError(t, stop(), "a stop is not an error")
 	_, err := ar.Get(t.Context(), "m-1")
-	require.ErrorIs(t, err, archive.ErrEntryNotFound)
+	require.ErrorIs(t, err, archive.ErrNotFound)
 
 	// The broker kept the message: the next run archives it.
 	ar.mu.Lock()

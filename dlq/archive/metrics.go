@@ -16,32 +16,28 @@ import (
 	"github.com/surely-dev/surely/internal/options"
 )
 
-// Names of the archive gauges (RegisterMetrics). A Prometheus
-// exporter exposes them as surely_dlq_archived and
-// surely_dlq_oldest_age_seconds, with labels topic and reason.
+// Names of the archive gauges, documented on RegisterMetrics.
 const (
-	// MetricArchived is the number of archived dead letters, per original
-	// topic and reason.
-	MetricArchived = "surely.dlq.archived"
-	// MetricOldestAge is the age in seconds of the oldest archived dead
-	// letter (by dead-lettering time), per original topic and reason.
-	MetricOldestAge = "surely.dlq.oldest_age"
+	metricArchived  = "surely.dlq.archived"
+	metricOldestAge = "surely.dlq.oldest_age"
 )
 
 // Attributes of the archive gauges: the original topic and the reason
 // (the same keys as the middleware's metrics).
 const (
-	AttrTopic  = attribute.Key("topic")
-	AttrReason = attribute.Key("reason")
+	attrTopic  = attribute.Key("topic")
+	attrReason = attribute.Key("reason")
 )
 
 // defaultMetricsInterval is the least time between two archive queries of
 // the gauges, unless WithMetricsInterval is given.
 const defaultMetricsInterval = 30 * time.Second
 
-// defaultMetricsTimeout bounds one refresh of the gauges, unless
-// WithMetricsTimeout is given.
-const defaultMetricsTimeout = 10 * time.Second
+// openOnly selects the open entries: the gauges count nothing else.
+var openOnly = []State{StateOpen}
+
+// metricsTimeout bounds one refresh of the gauges.
+const metricsTimeout = 10 * time.Second
 
 // defaultMetricsMaxSeries bounds the (topic, reason) pairs reported,
 // unless WithMetricsMaxSeries is given.
@@ -50,7 +46,6 @@ const defaultMetricsMaxSeries = 500
 // Names the options of RegisterMetrics record.
 const (
 	nameMetricsInterval  = "archive.WithMetricsInterval"
-	nameMetricsTimeout   = "archive.WithMetricsTimeout"
 	nameMetricsMaxSeries = "archive.WithMetricsMaxSeries"
 )
 
@@ -60,14 +55,6 @@ const (
 func WithMetricsInterval(d time.Duration) dlq.Option {
 	return func(s *options.Set) error {
 		return s.PutPositive(dlq.ErrInvalidOption, nameMetricsInterval, "metrics interval", d)
-	}
-}
-
-// WithMetricsTimeout bounds one refresh of RegisterMetrics' gauges
-// (default 10s).
-func WithMetricsTimeout(d time.Duration) dlq.Option {
-	return func(s *options.Set) error {
-		return s.PutPositive(dlq.ErrInvalidOption, nameMetricsTimeout, "metrics timeout", d)
 	}
 }
 
@@ -105,16 +92,24 @@ type gaugeSeries struct {
 }
 
 // RegisterMetrics registers two observable gauges on meter, read
-// from a's Stats: MetricArchived (dead letters per original topic and
-// reason) and MetricOldestAge (seconds since the oldest of them was
-// dead-lettered). Each refresh costs 1 + T + P Stats queries (T topics, P
-// topic-reason pairs) and happens at most once per interval; collections
+// from a's Stats of the open entries (StateOpen: a replayed, resolved or
+// discarded entry leaves them), both with the attributes topic (the
+// original topic) and reason:
+//
+//   - surely.dlq.archived: the number of open dead letters;
+//   - surely.dlq.oldest_age: the age in seconds of the oldest of them (by
+//     dead-lettering time).
+//
+// A Prometheus exporter exposes them as surely_dlq_archived and
+// surely_dlq_oldest_age_seconds. Each refresh costs 1 + T + P Stats
+// queries (T topics, P topic-reason pairs), is bounded by 10 seconds, and
+// happens at most once per interval; collections
 // in between report the cached values. When a refresh fails, the error is
 // logged and no value is reported until one succeeds, so an alert on the
 // series' absence catches an archive that cannot be read. Unregister the
 // returned registration when done.
 //
-// It takes WithMetricsInterval, WithMetricsTimeout, WithMetricsMaxSeries,
+// It takes WithMetricsInterval, WithMetricsMaxSeries,
 // dlq.WithLogger (refresh errors and the series cut; default: discard)
 // and dlq.WithClock (the cache and the ages; default time.Now).
 //
@@ -123,7 +118,8 @@ type gaugeSeries struct {
 // cannot select an empty field, so their age is that of the oldest entry
 // of the wider selection: an upper bound.
 //
-// An alert that fires when dead letters wait unattended, on the names the
+// An alert that fires when dead letters wait unattended (and stops once a
+// replay or a purge took them out of the open state), on the names the
 // OpenTelemetry Prometheus exporter gives the two instruments
 // (surely_dlq_archived, surely_dlq_oldest_age_seconds; tested):
 //
@@ -136,13 +132,13 @@ type gaugeSeries struct {
 //	        labels: {severity: page}
 //	        annotations:
 //	          summary: "{{ $labels.topic }}: dead letters ({{ $labels.reason }}) older than 1h"
-//	          description: "Inspect with: surely dlq ls --topic {{ $labels.topic }}; replay or purge."
+//	          description: "Inspect with: surely dlq ls --topic {{ $labels.topic }}; replay or purge (--why)."
 //	      - alert: SurelyDeadLettersPilingUp
 //	        expr: sum by (topic) (surely_dlq_archived) > 100
 //	        for: 15m
 //	        labels: {severity: ticket}
 //	        annotations:
-//	          summary: "{{ $labels.topic }}: {{ $value }} dead letters archived"
+//	          summary: "{{ $labels.topic }}: {{ $value }} open dead letters"
 //	      - alert: SurelyDeadLetterArchiveUnreadable
 //	        expr: absent(surely_dlq_archived) and absent(surely_dlq_oldest_age_seconds)
 //	        for: 15m
@@ -161,27 +157,27 @@ func RegisterMetrics(meter metric.Meter, a Archive, opts ...dlq.Option) (metric.
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Check(dlq.ErrInvalidOption, "archive.RegisterMetrics", nameMetricsInterval, nameMetricsTimeout,
+	if err := s.Check(dlq.ErrInvalidOption, "archive.RegisterMetrics", nameMetricsInterval,
 		nameMetricsMaxSeries, options.Logger, options.Clock); err != nil {
 		return nil, err
 	}
 	g := &archiveGauges{
 		a:         a,
 		interval:  options.Get(s, nameMetricsInterval, defaultMetricsInterval),
-		timeout:   options.Get(s, nameMetricsTimeout, defaultMetricsTimeout),
+		timeout:   metricsTimeout,
 		maxSeries: options.Get(s, nameMetricsMaxSeries, defaultMetricsMaxSeries),
 		log:       options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
 		now:       options.Get(s, options.Clock, time.Now),
 	}
-	count, err := meter.Int64ObservableGauge(MetricArchived, metric.WithUnit("{message}"),
+	count, err := meter.Int64ObservableGauge(metricArchived, metric.WithUnit("{message}"),
 		metric.WithDescription("Dead letters in the archive, per original topic and reason."))
 	if err != nil {
-		return nil, fmt.Errorf("archive: %s: %w", MetricArchived, err)
+		return nil, fmt.Errorf("archive: %s: %w", metricArchived, err)
 	}
-	age, err := meter.Float64ObservableGauge(MetricOldestAge, metric.WithUnit("s"),
+	age, err := meter.Float64ObservableGauge(metricOldestAge, metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest dead letter in the archive, per original topic and reason."))
 	if err != nil {
-		return nil, fmt.Errorf("archive: %s: %w", MetricOldestAge, err)
+		return nil, fmt.Errorf("archive: %s: %w", metricOldestAge, err)
 	}
 	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		series, ok := g.snapshot(ctx)
@@ -221,7 +217,7 @@ func (g *archiveGauges) snapshot(ctx context.Context) ([]gaugeSeries, bool) {
 
 // query reads the count and oldest time of every (topic, reason) pair.
 func (g *archiveGauges) query(ctx context.Context) ([]gaugeSeries, error) {
-	all, err := g.a.Stats(ctx, Filter{})
+	all, err := g.a.Stats(ctx, Filter{States: openOnly})
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +238,7 @@ func (g *archiveGauges) query(ctx context.Context) ([]gaugeSeries, error) {
 			return nil, err
 		}
 		out = append(out, gaugeSeries{
-			attrs:  metric.WithAttributeSet(attribute.NewSet(AttrTopic.String(p.topic), AttrReason.String(p.reason))),
+			attrs:  metric.WithAttributeSet(attribute.NewSet(attrTopic.String(p.topic), attrReason.String(p.reason))),
 			count:  int64(p.count),
 			oldest: oldest,
 		})
@@ -269,7 +265,7 @@ func (g *archiveGauges) pairs(ctx context.Context, all Stats) ([]gaugePair, erro
 		if topic == "" {
 			continue
 		}
-		st, err := g.a.Stats(ctx, Filter{Topic: topic})
+		st, err := g.a.Stats(ctx, Filter{Topic: topic, States: openOnly})
 		if err != nil {
 			return nil, err
 		}
@@ -314,7 +310,7 @@ func (g *archiveGauges) oldest(ctx context.Context, all Stats, p gaugePair) (tim
 	case len(all.ByTopic) <= 1 && len(all.ByReason) <= 1:
 		return all.Oldest, nil
 	}
-	st, err := g.a.Stats(ctx, Filter{Topic: p.topic, Reason: dlq.Reason(p.reason)})
+	st, err := g.a.Stats(ctx, Filter{Topic: p.topic, Reason: dlq.Reason(p.reason), States: openOnly})
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -73,21 +73,21 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) map[[2]string]point {
 	require.NoError(t, r.Collect(t.Context(), &rm))
 	out := map[[2]string]point{}
 	key := func(s attribute.Set) [2]string {
-		topic, _ := s.Value(archive.AttrTopic)
-		reason, _ := s.Value(archive.AttrReason)
+		topic, _ := s.Value(attribute.Key("topic"))
+		reason, _ := s.Value(attribute.Key("reason"))
 		return [2]string{topic.AsString(), reason.AsString()}
 	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			switch m.Name {
-			case archive.MetricArchived:
+			case "surely.dlq.archived":
 				require.Equal(t, "{message}", m.Unit)
 				for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
 					p := out[key(dp.Attributes)]
 					p.count = dp.Value
 					out[key(dp.Attributes)] = p
 				}
-			case archive.MetricOldestAge:
+			case "surely.dlq.oldest_age":
 				require.Equal(t, "s", m.Unit)
 				for _, dp := range m.Data.(metricdata.Gauge[float64]).DataPoints {
 					p := out[key(dp.Attributes)]
@@ -107,7 +107,7 @@ func TestArchiveMetrics(t *testing.T) {
 	require.NoError(t, err)
 	ar := &countingArchive{Archive: mem}
 	dead := func(id, topic string, reason dlq.Reason, age time.Duration) *message.Message {
-		return dlq.Envelope(message.NewMessage(id, nil), dlq.Failure{Reason: reason, Err: errors.New("x"), Topic: topic, At: clock.Now().Add(-age)}, nil, "", "")
+		return dlq.Wrap(message.NewMessage(id, nil), dlq.Failure{Reason: reason, Err: errors.New("x"), Topic: topic, At: clock.Now().Add(-age)}, nil, "", "")
 	}
 	require.NoError(t, ar.Publish("dead",
 		dead("a", "orders", dlq.ReasonExhausted, time.Hour),
@@ -174,7 +174,6 @@ func TestArchiveMetricsOptions(t *testing.T) {
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
 	for name, o := range map[string]dlq.Option{
 		"interval":   archive.WithMetricsInterval(0),
-		"timeout":    archive.WithMetricsTimeout(-time.Second),
 		"max series": archive.WithMetricsMaxSeries(0),
 		"logger":     dlq.WithLogger(nil),
 		"clock":      dlq.WithClock(nil),
@@ -191,7 +190,7 @@ func TestArchiveMetricsMaxSeriesKeepsTheLargest(t *testing.T) {
 	mem, err := memarchive.New()
 	require.NoError(t, err)
 	for i, topic := range []string{"a", "b", "b", "c", "c", "c"} {
-		m := dlq.Envelope(message.NewMessage(string(rune('0'+i)), nil), dlq.Failure{Reason: dlq.ReasonPermanent, Topic: topic}, nil, "", "")
+		m := dlq.Wrap(message.NewMessage(string(rune('0'+i)), nil), dlq.Failure{Reason: dlq.ReasonPermanent, Topic: topic}, nil, "", "")
 		require.NoError(t, mem.Publish("dead", m))
 	}
 	reader := sdkmetric.NewManualReader()
@@ -226,7 +225,7 @@ func TestArchiveMetricsSinglePairWithoutTopicNeedsOneQuery(t *testing.T) {
 	ar := &countingArchive{Archive: mem}
 	for i, age := range []time.Duration{time.Minute, time.Hour} {
 		f := dlq.Failure{Reason: dlq.ReasonPermanent, At: clock.Now().Add(-age)}
-		m := dlq.Envelope(message.NewMessage(string(rune('a'+i)), nil), f, nil, "", "")
+		m := dlq.Wrap(message.NewMessage(string(rune('a'+i)), nil), f, nil, "", "")
 		require.NoError(t, ar.Publish("dead", m))
 	}
 	reader := sdkmetric.NewManualReader()
@@ -244,7 +243,7 @@ func TestArchiveMetricsFailingNarrowQueryReportsNothing(t *testing.T) {
 	mem, err := memarchive.New()
 	require.NoError(t, err)
 	for i, reason := range []dlq.Reason{dlq.ReasonPermanent, dlq.ReasonExhausted, dlq.ReasonPermanent} {
-		m := dlq.Envelope(message.NewMessage(string(rune('a'+i)), nil), dlq.Failure{Reason: reason, Topic: "orders"}, nil, "", "")
+		m := dlq.Wrap(message.NewMessage(string(rune('a'+i)), nil), dlq.Failure{Reason: reason, Topic: "orders"}, nil, "", "")
 		require.NoError(t, mem.Publish("dead", m))
 	}
 	for name, fails := range map[string]func(archive.Filter) bool{

@@ -13,6 +13,8 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/archivekit"
+	dlqenv "github.com/surely-dev/surely/internal/envelope"
 )
 
 // Run runs every conformance test as a parallel subtest; newArchive is
@@ -71,12 +73,20 @@ func envelope(l letter) *message.Message {
 	fe.Attempts, fe.OperationKey, fe.Fingerprint = l.attempts, l.key, "fp-"+l.key
 	f := dlq.FailureFrom(fe)
 	f.Topic, f.Handler, f.Namespace, f.At = l.topic, l.handler, l.namespace, l.at
-	return dlq.Envelope(src, f, nil, "host-1", "group-1")
+	return dlq.Wrap(src, f, nil, "host-1", "group-1")
 }
 
 func (e *env) publish(msgs ...*message.Message) {
 	e.t.Helper()
 	require.NoError(e.t, e.a.Publish("dead", msgs...))
+}
+
+// markReplayed marks one existing entry replayed by run.
+func (e *env) markReplayed(id, run string) {
+	e.t.Helper()
+	n, err := e.a.Mark(e.ctx, archive.Mark{To: archive.StateReplayed, Run: run}, id)
+	require.NoError(e.t, err)
+	require.Equal(e.t, 1, n, "Mark(%q)", id)
 }
 
 func (e *env) get(id string) archive.Entry {
@@ -99,7 +109,7 @@ func (e *env) listAll(f archive.Filter, limit int) []archive.Entry {
 		}
 		eff := limit
 		if eff <= 0 {
-			eff = archive.DefaultPageSize
+			eff = archivekit.DefaultPageSize
 		}
 		require.LessOrEqual(e.t, len(page), eff, "page larger than its limit")
 		out = append(out, page...)
@@ -154,7 +164,10 @@ var tests = []struct {
 	{"Stats", testStats},
 	{"Delete", testDelete},
 	{"MarkReplayed", testMarkReplayed},
+	{"Lifecycle", testLifecycle},
+	{"FailedAgain", testFailedAgain},
 	{"ReplayRuns", testReplayRuns},
+	{"ListReplays", testListReplays},
 	{"ConcurrentPublishers", testConcurrent},
 	{"HandlerDeadLettersIntoArchive", testHandlerDeadLetter},
 }
@@ -172,7 +185,7 @@ func testPublishStoresEnvelope(t *testing.T, e *env) {
 	after := time.Now()
 
 	got := e.get(env.UUID)
-	require.Equal(t, dlq.DeadLetterUUID("src-1"), got.ID)
+	require.Equal(t, dlqenv.DeadLetterUUID("src-1"), got.ID)
 	requireSameMessage(t, env, got.Message)
 	require.Positive(t, got.Seq)
 	require.Equal(t, 1, got.Copies)
@@ -280,7 +293,7 @@ func testNoUUID(t *testing.T, e *env) {
 
 func testEntriesAreCopies(t *testing.T, e *env) {
 	m := envelope(letter{source: "copy-1", reason: dlq.ReasonPermanent, at: base, payload: []byte("abc"), md: map[string]string{"a": "1"}})
-	want := archive.CopyMessage(m)
+	want := archivekit.CopyMessage(m)
 	e.publish(m)
 	// The caller may reuse its message after Publish.
 	m.Payload[0] = 'X'
@@ -295,7 +308,7 @@ func testEntriesAreCopies(t *testing.T, e *env) {
 
 func testGetMissing(t *testing.T, e *env) {
 	_, err := e.a.Get(e.ctx, "no-such-entry")
-	require.ErrorIs(t, err, archive.ErrEntryNotFound)
+	require.ErrorIs(t, err, archive.ErrNotFound)
 }
 
 // fixtures publishes a varied set of dead letters and returns them in Seq order.
@@ -305,11 +318,11 @@ func (e *env) fixtures() []*message.Message {
 		{source: "f0", reason: dlq.ReasonExhausted, topic: "orders", handler: "ship", key: "k0", err: "db timeout", attempts: 5, at: base},
 		{source: "f1", reason: dlq.ReasonPermanent, topic: "orders", handler: "bill", key: "k1", err: "card declined", attempts: 1, at: base.Add(time.Minute)},
 		{source: "f2", reason: dlq.ReasonExhausted, topic: "payments", handler: "ship", key: "k2", err: "db refused", attempts: 5, at: base.Add(2 * time.Minute),
-			md: map[string]string{dlq.KeyReplayID: "run-1", dlq.KeyReplayOf: "x"}},
+			md: map[string]string{dlqenv.KeyReplayID: "run-1", dlqenv.KeyReplayOf: "x"}},
 		{source: "f3", reason: dlq.ReasonConflict, topic: "payments", handler: "bill", key: "k0", err: "Timeout 100%_ [x]", attempts: 1, at: base.Add(3 * time.Minute),
-			md: map[string]string{dlq.KeyReplayID: "run-2"}},
+			md: map[string]string{dlqenv.KeyReplayID: "run-2"}},
 		{source: "f4", reason: dlq.ReasonExhausted, topic: "orders", handler: "ship", key: "k4", err: "db timeout", attempts: 5, at: base.Add(4 * time.Minute),
-			md: map[string]string{dlq.KeyReplayID: "run-1"}},
+			md: map[string]string{dlqenv.KeyReplayID: "run-1"}},
 	}
 	var out []*message.Message
 	for _, l := range letters {
@@ -332,8 +345,8 @@ func testListFilters(t *testing.T, e *env) {
 		}
 		return out
 	}
-	require.NoError(t, e.a.MarkReplayed(e.ctx, f[0].UUID, "run-1"))
-	require.NoError(t, e.a.MarkReplayed(e.ctx, f[1].UUID, "run-2"))
+	e.markReplayed(f[0].UUID, "run-1")
+	e.markReplayed(f[1].UUID, "run-2")
 
 	cases := []struct {
 		name string
@@ -393,12 +406,12 @@ func testListPages(t *testing.T, e *env) {
 
 	first, err := e.a.List(e.ctx, archive.Filter{}, archive.Page{})
 	require.NoError(t, err)
-	require.Len(t, first, archive.DefaultPageSize, "default page size")
-	require.Equal(t, want[:archive.DefaultPageSize], ids(first))
+	require.Len(t, first, archivekit.DefaultPageSize, "default page size")
+	require.Equal(t, want[:archivekit.DefaultPageSize], ids(first))
 
 	neg, err := e.a.List(e.ctx, archive.Filter{}, archive.Page{Limit: -5})
 	require.NoError(t, err)
-	require.Len(t, neg, archive.DefaultPageSize, "a negative limit is the default")
+	require.Len(t, neg, archivekit.DefaultPageSize, "a negative limit is the default")
 
 	require.Equal(t, want, ids(e.listAll(archive.Filter{}, 0)))
 	require.Equal(t, want, ids(e.listAll(archive.Filter{}, 7)))
@@ -462,7 +475,7 @@ func testDelete(t *testing.T, e *env) {
 	require.Equal(t, 2, n, "only existing entries count")
 	for _, id := range []string{f[1].UUID, f[3].UUID} {
 		_, err := e.a.Get(e.ctx, id)
-		require.ErrorIs(t, err, archive.ErrEntryNotFound)
+		require.ErrorIs(t, err, archive.ErrNotFound)
 	}
 	require.Equal(t, []string{f[0].UUID, f[2].UUID, f[4].UUID, f[5].UUID}, ids(e.listAll(archive.Filter{}, 0)))
 	st, err := e.a.Stats(e.ctx, archive.Filter{})
@@ -480,13 +493,14 @@ func testDelete(t *testing.T, e *env) {
 
 func testMarkReplayed(t *testing.T, e *env) {
 	f := e.fixtures()
-	require.NoError(t, e.a.MarkReplayed(e.ctx, f[0].UUID, "run-a"))
-	require.NoError(t, e.a.MarkReplayed(e.ctx, f[0].UUID, "run-b"))
-	require.NoError(t, e.a.MarkReplayed(e.ctx, f[0].UUID, "run-a"), "marking twice")
+	e.markReplayed(f[0].UUID, "run-a")
+	e.markReplayed(f[0].UUID, "run-b")
+	e.markReplayed(f[0].UUID, "run-a") // marking twice
 	require.Equal(t, []string{"run-a", "run-b"}, e.get(f[0].UUID).ReplayedBy, "oldest first, once per run")
 
-	err := e.a.MarkReplayed(e.ctx, "missing", "run-a")
-	require.ErrorIs(t, err, archive.ErrEntryNotFound)
+	n, err := e.a.Mark(e.ctx, archive.Mark{To: archive.StateReplayed, Run: "run-a"}, "missing")
+	require.NoError(t, err)
+	require.Zero(t, n, "a missing entry is not counted")
 
 	require.Equal(t, []string{f[1].UUID, f[2].UUID, f[3].UUID, f[4].UUID, f[5].UUID},
 		ids(e.listAll(archive.Filter{NotReplayedBy: "run-a"}, 2)))
@@ -504,17 +518,18 @@ func testMarkReplayed(t *testing.T, e *env) {
 
 func testReplayRuns(t *testing.T, e *env) {
 	_, err := e.a.LoadReplay(e.ctx, "run-missing")
-	require.ErrorIs(t, err, archive.ErrReplayNotFound)
+	require.ErrorIs(t, err, archive.ErrNotFound)
 
 	run := archive.ReplayRun{
 		ID: "run-1",
 		Filter: archive.Filter{
 			IDs: []string{"a", "b"}, Reason: dlq.ReasonExhausted, Topic: "orders", Handler: "ship", Key: "k",
 			ErrorContains: "timeout", DeadLetteredAfter: base, DeadLetteredBefore: base.Add(time.Hour),
-			ReplayID: "run-0", NotReplayedBy: "run-1",
+			ReplayID: "run-0", NotReplayedBy: "run-1", ReplayedBy: "run-00",
+			States: []archive.State{archive.StateOpen, archive.StateReplayed},
 		},
-		Target: "orders.retry", NewKey: true, Force: true, After: 42,
-		Replayed: 3, Refused: 2, Refailed: 1, State: "running",
+		Target: "orders.retry", NewKey: true, KeyMetadata: "op", Force: true, After: 42,
+		Replayed: 3, Refused: 2, Refailed: 1, Resolved: 1, State: archive.RunRunning,
 		Started: base, Updated: base.Add(time.Second),
 	}
 	require.NoError(t, e.a.SaveReplay(e.ctx, run))
@@ -522,20 +537,20 @@ func testReplayRuns(t *testing.T, e *env) {
 	require.NoError(t, err)
 	requireRun(t, run, got)
 
-	run.After, run.Replayed, run.State, run.Updated = 99, 10, "done", base.Add(time.Minute)
+	run.After, run.Replayed, run.State, run.Updated = 99, 10, archive.RunDone, base.Add(time.Minute)
 	require.NoError(t, e.a.SaveReplay(e.ctx, run))
 	got, err = e.a.LoadReplay(e.ctx, "run-1")
 	require.NoError(t, err)
 	requireRun(t, run, got)
 
-	other := archive.ReplayRun{ID: "run-2", State: "interrupted"}
+	other := archive.ReplayRun{ID: "run-2", State: archive.RunInterrupted}
 	require.NoError(t, e.a.SaveReplay(e.ctx, other))
 	got, err = e.a.LoadReplay(e.ctx, "run-2")
 	require.NoError(t, err)
 	requireRun(t, other, got)
 	got, err = e.a.LoadReplay(e.ctx, "run-1")
 	require.NoError(t, err)
-	require.Equal(t, "done", got.State, "runs are kept apart")
+	require.Equal(t, archive.RunDone, got.State, "runs are kept apart")
 
 	err = e.a.SaveReplay(e.ctx, archive.ReplayRun{})
 	require.Error(t, err, "a run without ID is refused")
@@ -553,6 +568,9 @@ func requireRun(t *testing.T, want, got archive.ReplayRun) {
 	if len(want.Filter.IDs) == 0 && len(got.Filter.IDs) == 0 {
 		want.Filter.IDs, got.Filter.IDs = nil, nil
 	}
+	if len(want.Filter.States) == 0 && len(got.Filter.States) == 0 {
+		want.Filter.States, got.Filter.States = nil, nil
+	}
 	require.Equal(t, want, got)
 }
 
@@ -565,7 +583,7 @@ func testConcurrent(t *testing.T, e *env) {
 		wg.Go(func() {
 			for r := range rounds {
 				// Each publisher has its own copy, as each delivery would.
-				if err := e.a.Publish("dead", archive.CopyMessage(shared)); err != nil {
+				if err := e.a.Publish("dead", archivekit.CopyMessage(shared)); err != nil {
 					errs <- err
 				}
 				own := envelope(letter{source: fmt.Sprintf("w%d-r%d", w, r), reason: dlq.ReasonPermanent, at: base})

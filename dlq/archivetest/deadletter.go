@@ -16,6 +16,7 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
+	dlqenv "github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -75,7 +76,7 @@ func testHandlerDeadLetter(t *testing.T, e *env) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no dead letter reached the archive")
 	}
-	require.Equal(t, dlq.DeadLetterUUID(src.UUID), id)
+	require.Equal(t, dlqenv.DeadLetterUUID(src.UUID), id)
 	got := e.get(id)
 	require.Equal(t, dlq.ReasonPermanent, got.Reason)
 	require.Equal(t, "payments", got.OriginalTopic)
@@ -84,5 +85,5 @@ func testHandlerDeadLetter(t *testing.T, e *env) {
 	require.Contains(t, got.Error, "card declined")
 	require.Equal(t, []byte(src.Payload), []byte(got.Message.Payload))
 	require.Equal(t, "acme", got.Message.Metadata.Get("tenant"))
-	require.Equal(t, src.UUID, got.Message.Metadata.Get(dlq.KeyOriginalUUID))
+	require.Equal(t, src.UUID, got.Message.Metadata.Get(dlqenv.KeyOriginalUUID))
 }

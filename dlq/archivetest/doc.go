@@ -21,6 +21,9 @@
 // pages by Seq, and with Page.OmitPayload lists the same entries without
 // their payloads; that a reader paging with a cursor while four writers
 // publish sees every entry once (Seq order is the order entries become
-// visible); that Stats counts the same selection; and Delete,
-// MarkReplayed, SaveReplay and LoadReplay with their not-found errors.
+// visible); that Stats counts the same selection; the lifecycle of an
+// entry (Mark: open, replayed by a run, resolved, discarded as a tombstone
+// with its reason, reopened; Filter.States, Filter.ReplayedBy and
+// Stats.ByState; the failed-again link a re-failure's dead letter sets);
+// and Delete, SaveReplay, LoadReplay and ListReplays.
 package archivetest

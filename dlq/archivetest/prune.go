@@ -2,6 +2,7 @@ package archivetest
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"sync"
 	"testing"
@@ -13,10 +14,13 @@ import (
 	"github.com/surely-dev/surely/dlq/archive"
 )
 
-// PruneArchive is an archive under a retention policy, for RunPrune.
+// PruneArchive is an archive under a retention policy, for RunPrune:
+// Prune deletes the entries dead-lettered longer ago than the retention,
+// logs how many, and returns the count; without a configured retention it
+// deletes nothing.
 type PruneArchive interface {
 	archive.Archive
-	archive.Pruner
+	Prune(ctx context.Context) (int, error)
 }
 
 // RunPrune checks an archive's retention: newArchive returns an empty
@@ -38,7 +42,7 @@ func RunPrune(t *testing.T, newArchive func(t *testing.T, retention time.Duratio
 		require.NoError(t, err)
 		require.Equal(t, 2, n)
 		_, err = a.Get(t.Context(), old.UUID)
-		require.ErrorIs(t, err, archive.ErrEntryNotFound)
+		require.ErrorIs(t, err, archive.ErrNotFound)
 		_, err = a.Get(t.Context(), fresh.UUID)
 		require.NoError(t, err, "a fresh entry is kept")
 		require.Contains(t, buf.String(), "deleted=2", "pruning is logged with its count")

@@ -14,7 +14,7 @@ package memarchive
 import (
 	"context"
 	"fmt"
-	"log/slog"
+	"github.com/surely-dev/surely/internal/envelope"
 	"slices"
 	"sort"
 	"sync"
@@ -24,41 +24,37 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/archivekit"
 	"github.com/surely-dev/surely/internal/options"
 )
 
-// Archive is an in-memory archive.Archive. The zero value is not usable; call New.
-type Archive struct {
-	mu        sync.Mutex
-	now       func() time.Time
-	log       *slog.Logger
-	retention time.Duration
-	seq       int64
-	entries   map[string]*archive.Entry
-	order     []*archive.Entry // by Seq; deleted entries are removed
-	runs      map[string]archive.ReplayRun
+// memArchive is the in-memory archive.Archive that New returns.
+type memArchive struct {
+	mu      sync.Mutex
+	now     func() time.Time
+	seq     int64
+	entries map[string]*archive.Entry
+	order   []*archive.Entry // by Seq; deleted entries are removed
+	runs    map[string]archive.ReplayRun
 }
 
-var _ archive.Archive = (*Archive)(nil)
+var _ archive.Archive = (*memArchive)(nil)
 
-// New returns an empty archive. It takes dlq.WithClock (stamps ArchivedAt
-// and the age Prune measures; default time.Now), dlq.WithLogger (Prune's
-// reports; default: discard) and dlq.WithRetention (default: keep
-// everything, Prune deletes nothing).
-func New(opts ...dlq.Option) (*Archive, error) {
+// New returns an empty archive. It takes dlq.WithClock (stamps ArchivedAt;
+// default time.Now). It has no retention: it keeps every entry until
+// Delete, or until the process ends.
+func New(opts ...dlq.Option) (archive.Archive, error) {
 	s, err := options.Apply(dlq.ErrInvalidOption, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Check(dlq.ErrInvalidOption, "memarchive.New", options.Clock, options.Logger, options.Retention); err != nil {
+	if err := s.Check(dlq.ErrInvalidOption, "memarchive.New", options.Clock); err != nil {
 		return nil, err
 	}
-	return &Archive{
-		now:       options.Get(s, options.Clock, time.Now),
-		log:       options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
-		retention: options.Get(s, options.Retention, time.Duration(0)),
-		entries:   map[string]*archive.Entry{},
-		runs:      map[string]archive.ReplayRun{},
+	return &memArchive{
+		now:     options.Get(s, options.Clock, time.Now),
+		entries: map[string]*archive.Entry{},
+		runs:    map[string]archive.ReplayRun{},
 	}, nil
 }
 
@@ -66,7 +62,7 @@ func New(opts ...dlq.Option) (*Archive, error) {
 // whose UUID is already archived increments that entry's Copies and keeps
 // its first copy. A message without a UUID fails the whole call with
 // archive.ErrNoID before anything is stored.
-func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
+func (a *memArchive) Publish(_ string, msgs ...*message.Message) error {
 	for _, m := range msgs {
 		if m == nil || m.UUID == "" {
 			return fmt.Errorf("memarchive: publish: %w", archive.ErrNoID)
@@ -79,32 +75,37 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 			e.Copies++
 			continue
 		}
-		e := archive.EntryFromMessage(m, a.now())
+		e := archivekit.Entry(m, a.now())
 		a.seq++
 		e.Seq = a.seq
 		a.entries[e.ID] = &e
 		a.order = append(a.order, &e)
+		// The dead letter of a replayed message that failed again links
+		// the entry it replayed to itself.
+		if of, ok := a.entries[m.Metadata.Get(envelope.KeyReplayOf)]; ok && of != &e {
+			of.FailedAgainAs = e.ID
+		}
 	}
 	return nil
 }
 
 // Close does nothing: the archive stays readable and writable.
-func (a *Archive) Close() error { return nil }
+func (a *memArchive) Close() error { return nil }
 
-// Get returns one entry, or archive.ErrEntryNotFound.
-func (a *Archive) Get(_ context.Context, id string) (archive.Entry, error) {
+// Get returns one entry, or archive.ErrNotFound.
+func (a *memArchive) Get(_ context.Context, id string) (archive.Entry, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e, ok := a.entries[id]
 	if !ok {
-		return archive.Entry{}, fmt.Errorf("memarchive: %q: %w", id, archive.ErrEntryNotFound)
+		return archive.Entry{}, fmt.Errorf("memarchive: %q: %w", id, archive.ErrNotFound)
 	}
 	return clone(e), nil
 }
 
 // List returns one page of the entries f selects, in Seq order.
-func (a *Archive) List(_ context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error) {
-	limit := archive.PageLimit(p)
+func (a *memArchive) List(_ context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error) {
+	limit := archivekit.PageLimit(p)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	i := sort.Search(len(a.order), func(i int) bool { return a.order[i].Seq > p.After })
@@ -122,26 +123,26 @@ func (a *Archive) List(_ context.Context, f archive.Filter, p archive.Page) ([]a
 }
 
 // Stats summarises the entries f selects.
-func (a *Archive) Stats(_ context.Context, f archive.Filter) (archive.Stats, error) {
-	s := archive.NewStats()
+func (a *memArchive) Stats(_ context.Context, f archive.Filter) (archive.Stats, error) {
+	s := archivekit.NewStats()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, e := range a.order {
 		if f.Match(*e) {
-			s.Add(*e)
+			archivekit.AddStats(&s, *e)
 		}
 	}
 	return s, nil
 }
 
 // Delete removes entries by ID and returns how many existed.
-func (a *Archive) Delete(_ context.Context, ids ...string) (int, error) {
+func (a *memArchive) Delete(_ context.Context, ids ...string) (int, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.deleteLocked(ids), nil
 }
 
-func (a *Archive) deleteLocked(ids []string) int {
+func (a *memArchive) deleteLocked(ids []string) int {
 	n := 0
 	for _, id := range ids {
 		if _, ok := a.entries[id]; ok {
@@ -158,72 +159,68 @@ func (a *Archive) deleteLocked(ids []string) int {
 	return n
 }
 
-// MarkReplayed records that replay run replayID republished entry id
-// (once per run), or returns archive.ErrEntryNotFound.
-func (a *Archive) MarkReplayed(_ context.Context, id, replayID string) error {
+// Mark moves the entries to m.To and returns how many exist.
+func (a *memArchive) Mark(_ context.Context, m archive.Mark, ids ...string) (int, error) {
+	if err := archivekit.CheckMark(m); err != nil {
+		return 0, err
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	e, ok := a.entries[id]
-	if !ok {
-		return fmt.Errorf("memarchive: %q: %w", id, archive.ErrEntryNotFound)
+	now := a.now()
+	n := 0
+	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
+		if e, ok := a.entries[id]; ok {
+			archivekit.ApplyMark(e, m, now)
+			n++
+		}
 	}
-	if !slices.Contains(e.ReplayedBy, replayID) {
-		e.ReplayedBy = append(e.ReplayedBy, replayID)
-	}
-	return nil
+	return n, nil
 }
 
 // SaveReplay stores (creates or updates) a replay run.
-func (a *Archive) SaveReplay(_ context.Context, run archive.ReplayRun) error {
+func (a *memArchive) SaveReplay(_ context.Context, run archive.ReplayRun) error {
 	if run.ID == "" {
 		return fmt.Errorf("%w: replay run without ID", dlq.ErrInvalidOption)
 	}
 	run.Filter.IDs = slices.Clone(run.Filter.IDs)
+	run.Filter.States = slices.Clone(run.Filter.States)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.runs[run.ID] = run
 	return nil
 }
 
-// LoadReplay reads a replay run back, or returns archive.ErrReplayNotFound.
-func (a *Archive) LoadReplay(_ context.Context, id string) (archive.ReplayRun, error) {
+// LoadReplay reads a replay run back, or returns archive.ErrNotFound.
+func (a *memArchive) LoadReplay(_ context.Context, id string) (archive.ReplayRun, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	run, ok := a.runs[id]
 	if !ok {
-		return archive.ReplayRun{}, fmt.Errorf("memarchive: replay %q: %w", id, archive.ErrReplayNotFound)
+		return archive.ReplayRun{}, fmt.Errorf("memarchive: replay %q: %w", id, archive.ErrNotFound)
 	}
 	run.Filter.IDs = slices.Clone(run.Filter.IDs)
+	run.Filter.States = slices.Clone(run.Filter.States)
 	return run, nil
 }
 
-// Prune deletes the entries dead-lettered longer ago than the retention
-// (dlq.WithRetention), logs how many, and returns the count. Without a
-// retention it deletes nothing.
-func (a *Archive) Prune(ctx context.Context) (int, error) {
-	if a.retention == 0 {
-		return 0, nil
-	}
+// ListReplays returns every replay run, the most recently started first.
+func (a *memArchive) ListReplays(_ context.Context) ([]archive.ReplayRun, error) {
 	a.mu.Lock()
-	cutoff := a.now().Add(-a.retention)
-	var ids []string
-	for _, e := range a.order {
-		if e.DeadLetteredAt.Before(cutoff) {
-			ids = append(ids, e.ID)
-		}
+	out := make([]archive.ReplayRun, 0, len(a.runs))
+	for _, run := range a.runs {
+		run.Filter.IDs = slices.Clone(run.Filter.IDs)
+		run.Filter.States = slices.Clone(run.Filter.States)
+		out = append(out, run)
 	}
-	n := a.deleteLocked(ids)
 	a.mu.Unlock()
-	if n > 0 {
-		a.log.InfoContext(ctx, "dead-letter archive pruned", "deleted", n, "retention", a.retention.String(), "cutoff", cutoff)
-	}
-	return n, nil
+	archivekit.SortRuns(out)
+	return out, nil
 }
 
 // clone returns a copy of e that shares no memory with the archive.
 func clone(e *archive.Entry) archive.Entry {
 	c := *e
-	c.Message = archive.CopyMessage(e.Message)
+	c.Message = archivekit.CopyMessage(e.Message)
 	c.ReplayedBy = slices.Clone(e.ReplayedBy)
 	return c
 }

@@ -26,27 +26,15 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func TestPrune(t *testing.T) {
-	t.Parallel()
-	archivetest.RunPrune(t, func(t *testing.T, retention time.Duration, log *slog.Logger) archivetest.PruneArchive {
-		opts := []dlq.Option{dlq.WithLogger(log)}
-		if retention > 0 {
-			opts = append(opts, dlq.WithRetention(retention))
-		}
-		a, err := memarchive.New(opts...)
-		require.NoError(t, err)
-		return a
-	})
-}
-
 func TestOptions(t *testing.T) {
 	t.Parallel()
 	for name, opt := range map[string]dlq.Option{
-		"zero retention": dlq.WithRetention(0),
-		"nil clock":      dlq.WithClock(nil),
-		"nil logger":     dlq.WithLogger(nil),
+		"nil clock": dlq.WithClock(nil),
+		// No retention: an in-memory archive lives no longer than its process.
+		"retention": dlq.WithRetention(time.Hour),
+		"logger":    dlq.WithLogger(slog.Default()),
 		// An option of another constructor of the family is refused.
-		"publisher option": dlq.WithHost("h"),
+		"publisher option": dlq.WithConsumerGroup("g"),
 	} {
 		_, err := memarchive.New(opt)
 		require.ErrorIs(t, err, dlq.ErrInvalidOption, name)

@@ -28,7 +28,7 @@ func TestArchiveMetricsPrometheusNames(t *testing.T) {
 	now := func() time.Time { return at }
 	mem, err := memarchive.New(dlq.WithClock(now))
 	require.NoError(t, err)
-	require.NoError(t, mem.Publish("dead", dlq.Envelope(message.NewMessage("a", nil),
+	require.NoError(t, mem.Publish("dead", dlq.Wrap(message.NewMessage("a", nil),
 		dlq.Failure{Reason: dlq.ReasonExhausted, Err: errors.New("x"), Topic: "orders", At: now().Add(-time.Hour)}, nil, "", "")))
 
 	registry := prometheus.NewRegistry()

@@ -54,7 +54,7 @@ func TestCluster(t *testing.T) {
 	archivetest.Run(t, func(t *testing.T) archive.Archive {
 		var b [6]byte
 		_, _ = rand.Read(b[:])
-		a, err := redisarchive.New(c, redisarchive.WithKeyPrefix("dlq-"+hex.EncodeToString(b[:])))
+		a, err := redisarchive.New(c, archive.WithPrefix("dlq-"+hex.EncodeToString(b[:])))
 		require.NoError(t, err)
 		return a
 	})

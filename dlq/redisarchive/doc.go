@@ -4,7 +4,7 @@
 //
 //	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 //	defer client.Close() // yours: the archive never closes it
-//	arch, err := redisarchive.New(client, redisarchive.WithKeyPrefix("billing:dlq"))
+//	arch, err := redisarchive.New(client, archive.WithPrefix("billing:dlq"))
 //	h, err := handler.New(fn, handler.WithStore(store, "billing"),
 //		handler.WithDeadLetter(arch, "dead")) // the topic is ignored
 //
@@ -28,8 +28,11 @@
 //	                    x:r x:t x:h x:k x:e x:y x:d x:p (reason, original
 //	                    topic, handler, operation key, error, root error
 //	                    type, dead-lettered Unix ns, replay ID: a summary
-//	                    of the envelope for filters and stats)
+//	                    of the envelope for filters and stats),
+//	                    st sa sn fa (lifecycle: state, its time in Unix ns,
+//	                    note, failed-again link; no st: open)
 //	{prefix}:run:<id>   string, JSON of a archive.ReplayRun
+//	{prefix}:runs       set of the run IDs (ListReplays)
 //
 // Publish is one script call per message (EVALSHA): it creates the hash,
 // takes a Seq and indexes the entry, or, when the ID is already archived,

@@ -22,7 +22,7 @@ func Example() {
 	defer func() { _ = client.Close() }() // yours: the archive never closes it
 
 	arch, err := redisarchive.New(client,
-		redisarchive.WithKeyPrefix("billing:dlq"),
+		archive.WithPrefix("billing:dlq"),
 		dlq.WithRetention(30*24*time.Hour), // default: keep everything
 		dlq.WithLogger(slog.Default()),
 	)

@@ -24,7 +24,7 @@ func TestListOmitPayloadTransfersNoPayload(t *testing.T) {
 	opt.Addr = proxy.Addr
 	via := redis.NewClient(&opt)
 	t.Cleanup(func() { _ = via.Close() })
-	a, err := redisarchive.New(via, redisarchive.WithKeyPrefix(prefix))
+	a, err := redisarchive.New(via, archive.WithPrefix(prefix))
 	require.NoError(t, err)
 	ctx := t.Context()
 

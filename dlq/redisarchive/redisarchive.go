@@ -17,12 +17,15 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/archivekit"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/internal/redispersist"
+	"github.com/surely-dev/surely/internal/rediswait"
 )
 
-// DefaultPrefix is the key prefix unless WithKeyPrefix is given.
-const DefaultPrefix = "surely:dlq"
+// defaultPrefix is the key prefix unless archive.WithPrefix is given.
+const defaultPrefix = "surely:dlq"
 
 // scanBatch is how many index entries List and Stats read per round trip.
 const scanBatch = 256
@@ -51,29 +54,8 @@ type Archive struct {
 
 var _ archive.Archive = (*Archive)(nil)
 
-// Names the options of this package record.
-const (
-	nameKeyPrefix    = "redisarchive.WithKeyPrefix"
-	nameWaitReplicas = "redisarchive.WithWaitReplicas"
-)
-
-// WithKeyPrefix sets the key prefix (default DefaultPrefix). It becomes
-// the Cluster hash tag of every key, so it must not contain braces.
-func WithKeyPrefix(prefix string) dlq.Option {
-	return func(s *options.Set) error {
-		if prefix == "" || strings.ContainsAny(prefix, "{}") {
-			return fmt.Errorf("%w: redis archive prefix %q must be non-empty and without braces", dlq.ErrInvalidOption, prefix)
-		}
-		s.Put(nameKeyPrefix, prefix)
-		return nil
-	}
-}
-
-// waitReplicas is the value of WithWaitReplicas.
-type waitReplicas struct {
-	n       int
-	timeout time.Duration
-}
+// nameWaitReplicas is the name WithWaitReplicas records.
+const nameWaitReplicas = "redisarchive.WithWaitReplicas"
 
 // WithWaitReplicas makes Publish return only after n replicas acknowledged
 // each entry (Redis WAIT n timeout), and return an error wrapping
@@ -84,20 +66,19 @@ type waitReplicas struct {
 // *redis.ClusterClient.
 func WithWaitReplicas(n int, timeout time.Duration) dlq.Option {
 	return func(s *options.Set) error {
-		if n < 1 {
-			return fmt.Errorf("%w: redisarchive: WAIT needs at least 1 replica, got %d", dlq.ErrInvalidOption, n)
+		w, err := rediswait.New(n, timeout)
+		if err != nil {
+			return fmt.Errorf("%w: redisarchive: %w", dlq.ErrInvalidOption, err)
 		}
-		if timeout < time.Millisecond {
-			// WAIT 0 blocks forever: never let a Publish hang.
-			return fmt.Errorf("%w: redisarchive: WAIT timeout must be at least 1ms, got %v", dlq.ErrInvalidOption, timeout)
-		}
-		s.Put(nameWaitReplicas, waitReplicas{n: n, timeout: timeout})
+		s.Put(nameWaitReplicas, w)
 		return nil
 	}
 }
 
 // New returns an archive on rdb. It never closes rdb. It takes
-// WithKeyPrefix, WithWaitReplicas, dlq.WithRetention (default: keep
+// archive.WithPrefix (the key prefix, default "surely:dlq"; it becomes the
+// Cluster hash tag of every key, so it must not contain braces),
+// WithWaitReplicas, dlq.WithRetention (default: keep
 // everything, Prune deletes nothing), dlq.WithClock (stamps ArchivedAt and
 // the age Prune measures; default time.Now) and dlq.WithLogger (the
 // persistence warning of the first Publish, default slog.Default(), and
@@ -110,27 +91,28 @@ func New(rdb redis.UniversalClient, opts ...dlq.Option) (*Archive, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Check(dlq.ErrInvalidOption, "redisarchive.New", nameKeyPrefix, nameWaitReplicas,
+	if err := s.Check(dlq.ErrInvalidOption, "redisarchive.New", archivekit.PrefixOption, nameWaitReplicas,
 		options.Retention, options.Clock, options.Logger); err != nil {
 		return nil, err
 	}
-	wait := options.Get(s, nameWaitReplicas, waitReplicas{})
+	prefix := options.Get(s, archivekit.PrefixOption, defaultPrefix)
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("%w: redis archive prefix %q must not contain braces", dlq.ErrInvalidOption, prefix)
+	}
+	wait := options.Get(s, nameWaitReplicas, rediswait.Replicas{})
 	a := &Archive{
 		rdb:         rdb,
-		tag:         "{" + options.Get(s, nameKeyPrefix, DefaultPrefix) + "}:",
+		tag:         "{" + prefix + "}:",
 		now:         options.Get(s, options.Clock, time.Now),
 		log:         options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
 		warn:        options.Get(s, options.Logger, slog.Default()),
 		retention:   options.Get(s, options.Retention, time.Duration(0)),
-		waitN:       wait.n,
-		waitTimeout: wait.timeout,
+		waitN:       wait.N,
+		waitTimeout: wait.Timeout,
 	}
 	if a.waitN > 0 {
-		switch rdb.(type) {
-		case *redis.Client, *redis.ClusterClient:
-		default:
-			return nil, fmt.Errorf("%w: redisarchive: WithWaitReplicas needs a *redis.Client or *redis.ClusterClient, got %T",
-				dlq.ErrInvalidOption, rdb)
+		if err := rediswait.Supported(rdb); err != nil {
+			return nil, fmt.Errorf("%w: redisarchive: WithWaitReplicas: %w", dlq.ErrInvalidOption, err)
 		}
 	}
 	return a, nil
@@ -157,30 +139,18 @@ func (a *Archive) checkPersistence(ctx context.Context) {
 		"redisarchive: "+warning+"; an acknowledged dead letter lost this way is gone for good", attrs...)
 }
 
-// primaryConn returns a connection to the primary of the archive's slot:
-// WAIT counts the replicas that acknowledged its own connection's writes.
-func (a *Archive) primaryConn(ctx context.Context) (*redis.Conn, error) {
-	switch c := a.rdb.(type) {
-	case *redis.Client:
-		return c.Conn(), nil
-	case *redis.ClusterClient:
-		n, err := c.MasterForKey(ctx, a.seqKey())
-		if err != nil {
-			return nil, err
-		}
-		return n.Conn(), nil
-	}
-	// New refuses WithWaitReplicas on any other client.
-	return nil, fmt.Errorf("WAIT needs a *redis.Client or *redis.ClusterClient, got %T", a.rdb)
-}
-
 func (a *Archive) seqKey() string            { return a.tag + "seq" }
 func (a *Archive) idxKey() string            { return a.tag + "idx" }
 func (a *Archive) entryKey(id string) string { return a.tag + "e:" + id }
 func (a *Archive) runKey(id string) string   { return a.tag + "run:" + id }
+func (a *Archive) runsKey() string           { return a.tag + "runs" }
 
 // publishScript stores one entry unless it exists; then it counts a copy.
-// KEYS: entry, seq counter, index. ARGV: id, archived-at, field/value pairs.
+// A new entry whose message replays another (KEYS[4], the entry of its
+// envelope.KeyReplayOf; KEYS[1] when it has none) becomes that one's
+// failed-again link (fa).
+// KEYS: entry, seq counter, index, replayed entry. ARGV: id, archived-at,
+// field/value pairs.
 var publishScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('HINCRBY', KEYS[1], 'copies', 1)
@@ -195,20 +165,27 @@ while i <= #ARGV do
   i = j + 1
 end
 redis.call('ZADD', KEYS[3], seq, ARGV[1])
+if KEYS[4] ~= KEYS[1] and redis.call('EXISTS', KEYS[4]) == 1 then
+  redis.call('HSET', KEYS[4], 'fa', ARGV[1])
+end
 return seq
 `)
 
-// markScript appends a replay run ID to an entry once.
-// KEYS: entry. ARGV: run ID. Returns 0 when the entry does not exist.
+// markScript moves an entry to a state; a replayed mark also appends the
+// run ID to the entry's runs once.
+// KEYS: entry. ARGV: state, run ID, note, Unix ns. Returns 0 when the
+// entry does not exist.
 var markScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local rb = redis.call('HGET', KEYS[1], 'rb')
-if not rb then
-  redis.call('HSET', KEYS[1], 'rb', ARGV[1])
-  return 1
+if ARGV[1] == 'replayed' then
+  local rb = redis.call('HGET', KEYS[1], 'rb')
+  if not rb then
+    redis.call('HSET', KEYS[1], 'rb', ARGV[2])
+  elseif not string.find('\0' .. rb .. '\0', '\0' .. ARGV[2] .. '\0', 1, true) then
+    redis.call('HSET', KEYS[1], 'rb', rb .. '\0' .. ARGV[2])
+  end
 end
-if string.find('\0' .. rb .. '\0', '\0' .. ARGV[1] .. '\0', 1, true) then return 1 end
-redis.call('HSET', KEYS[1], 'rb', rb .. '\0' .. ARGV[1])
+redis.call('HSET', KEYS[1], 'st', ARGV[1], 'sa', ARGV[4], 'sn', ARGV[3])
 return 1
 `)
 
@@ -228,7 +205,7 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 	var rdb redis.Scripter = a.rdb
 	var conn *redis.Conn
 	if a.waitN > 0 && len(msgs) > 0 {
-		c, err := a.primaryConn(msgs[0].Context())
+		c, err := rediswait.PrimaryConn(msgs[0].Context(), a.rdb, a.seqKey())
 		if err != nil {
 			return fmt.Errorf("redisarchive: publish: %w", err)
 		}
@@ -237,16 +214,19 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 	}
 	for _, m := range msgs {
 		now := a.now()
-		e := archive.EntryFromMessage(m, now)
+		e := archivekit.Entry(m, now)
 		args := make([]any, 0, 20+2*len(m.Metadata))
 		args = append(args, m.UUID, strconv.FormatInt(now.UnixNano(), 10), "p", []byte(m.Payload),
 			"x:r", string(e.Reason), "x:t", e.OriginalTopic, "x:h", e.Handler, "x:k", e.OperationKey,
-			"x:e", e.Error, "x:y", dlq.RootErrorType(e.ErrorTypes),
-			"x:d", strconv.FormatInt(e.DeadLetteredAt.UnixNano(), 10), "x:p", m.Metadata.Get(dlq.KeyReplayID))
+			"x:e", e.Error, "x:y", envelope.RootErrorType(e.ErrorTypes),
+			"x:d", strconv.FormatInt(e.DeadLetteredAt.UnixNano(), 10), "x:p", m.Metadata.Get(envelope.KeyReplayID))
 		for k, v := range m.Metadata {
 			args = append(args, "m:"+k, v)
 		}
-		keys := []string{a.entryKey(m.UUID), a.seqKey(), a.idxKey()}
+		keys := []string{a.entryKey(m.UUID), a.seqKey(), a.idxKey(), a.entryKey(m.UUID)}
+		if of := m.Metadata.Get(envelope.KeyReplayOf); of != "" {
+			keys[3] = a.entryKey(of)
+		}
 		if err := publishScript.Run(m.Context(), rdb, keys, args...).Err(); err != nil {
 			return fmt.Errorf("redisarchive: publish %q: %w", m.UUID, err)
 		}
@@ -269,14 +249,14 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 // Close does nothing; the caller's client stays open.
 func (a *Archive) Close() error { return nil }
 
-// Get returns one entry, or archive.ErrEntryNotFound.
+// Get returns one entry, or archive.ErrNotFound.
 func (a *Archive) Get(ctx context.Context, id string) (archive.Entry, error) {
 	h, err := a.rdb.HGetAll(ctx, a.entryKey(id)).Result()
 	if err != nil {
 		return archive.Entry{}, fmt.Errorf("redisarchive: get %q: %w", id, err)
 	}
 	if len(h) == 0 {
-		return archive.Entry{}, fmt.Errorf("redisarchive: %q: %w", id, archive.ErrEntryNotFound)
+		return archive.Entry{}, fmt.Errorf("redisarchive: %q: %w", id, archive.ErrNotFound)
 	}
 	return decode(id, h)
 }
@@ -295,13 +275,33 @@ func decode(id string, h map[string]string) (archive.Entry, error) {
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return archive.Entry{}, fmt.Errorf("redisarchive: entry %q is corrupt: %w", id, err)
 	}
-	e := archive.EntryFromMessage(msg, time.Unix(0, at).UTC())
+	e := archivekit.Entry(msg, time.Unix(0, at).UTC())
 	e.Message = msg
 	e.Seq, e.Copies = seq, copies
 	if rb, ok := h["rb"]; ok {
 		e.ReplayedBy = strings.Split(rb, "\x00")
 	}
+	if err := lifecycle(&e, h["st"], h["sa"], h["sn"], h["fa"]); err != nil {
+		return archive.Entry{}, fmt.Errorf("redisarchive: entry %q is corrupt: %w", id, err)
+	}
 	return e, nil
+}
+
+// lifecycle fills e's lifecycle fields from their hash fields (st, sa, sn,
+// fa); an entry without st is open.
+func lifecycle(e *archive.Entry, st, sa, sn, fa string) error {
+	e.State, e.Note, e.FailedAgainAs = archive.StateOpen, sn, fa
+	if st != "" {
+		e.State = archive.State(st)
+	}
+	if sa != "" {
+		ns, err := strconv.ParseInt(sa, 10, 64)
+		if err != nil {
+			return err
+		}
+		e.StateAt = time.Unix(0, ns).UTC()
+	}
+	return nil
 }
 
 // fetch reads the hashes of ids in one pipeline, skipping deleted ones.
@@ -388,7 +388,7 @@ func (a *Archive) fetchBare(ctx context.Context, ids []string) ([]archive.Entry,
 
 // summaryFields are the hash fields a scan reads: what Filter.Match and
 // Stats look at, without payload and metadata.
-var summaryFields = []string{"seq", "rb", "x:r", "x:t", "x:h", "x:k", "x:e", "x:y", "x:d", "x:p"}
+var summaryFields = []string{"seq", "rb", "x:r", "x:t", "x:h", "x:k", "x:e", "x:y", "x:d", "x:p", "st", "fa"}
 
 // summaries reads the summary fields of ids in one pipeline, skipping
 // deleted entries. The entries have no payload; their Message carries only
@@ -418,7 +418,7 @@ func (a *Archive) summaries(ctx context.Context, ids []string) ([]archive.Entry,
 		}
 		msg := message.NewMessage(ids[i], nil)
 		if r := str(9); r != "" {
-			msg.Metadata[dlq.KeyReplayID] = r
+			msg.Metadata[envelope.KeyReplayID] = r
 		}
 		e := archive.Entry{
 			ID: ids[i], Seq: seq, Message: msg,
@@ -427,6 +427,10 @@ func (a *Archive) summaries(ctx context.Context, ids []string) ([]archive.Entry,
 		}
 		if v[1] != nil {
 			e.ReplayedBy = strings.Split(str(1), "\x00")
+		}
+		e.State, e.FailedAgainAs = archive.StateOpen, str(11)
+		if st := str(10); st != "" {
+			e.State = archive.State(st)
 		}
 		out = append(out, e)
 	}
@@ -512,7 +516,7 @@ func cmpInt(x, y int64) int {
 // List returns one page of the entries f selects, in Seq order. It scans
 // the Seq index from p.After (see the package doc for the cost).
 func (a *Archive) List(ctx context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error) {
-	limit := archive.PageLimit(p)
+	limit := archivekit.PageLimit(p)
 	var ids []string
 	err := a.scan(ctx, f, p.After, limit, func(e archive.Entry) bool {
 		ids = append(ids, e.ID)
@@ -526,8 +530,8 @@ func (a *Archive) List(ctx context.Context, f archive.Filter, p archive.Page) ([
 
 // Stats summarises the entries f selects; it reads every entry.
 func (a *Archive) Stats(ctx context.Context, f archive.Filter) (archive.Stats, error) {
-	s := archive.NewStats()
-	err := a.scan(ctx, f, 0, scanBatch, func(e archive.Entry) bool { s.Add(e); return true })
+	s := archivekit.NewStats()
+	err := a.scan(ctx, f, 0, scanBatch, func(e archive.Entry) bool { archivekit.AddStats(&s, e); return true })
 	return s, err
 }
 
@@ -555,21 +559,37 @@ func (a *Archive) Delete(ctx context.Context, ids ...string) (int, error) {
 	return n, nil
 }
 
-// MarkReplayed records that replay run replayID republished entry id
-// (once per run), or returns archive.ErrEntryNotFound. A run ID must be
-// non-empty and free of NUL bytes.
-func (a *Archive) MarkReplayed(ctx context.Context, id, replayID string) error {
-	if replayID == "" || strings.ContainsRune(replayID, 0) {
-		return fmt.Errorf("%w: replay run ID %q", dlq.ErrInvalidOption, replayID)
+// Mark moves the entries to m.To and returns how many exist: one script
+// call per entry, in one pipeline.
+func (a *Archive) Mark(ctx context.Context, m archive.Mark, ids ...string) (int, error) {
+	if err := archivekit.CheckMark(m); err != nil {
+		return 0, err
 	}
-	n, err := markScript.Run(ctx, a.rdb, []string{a.entryKey(id)}, replayID).Int()
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	if err := markScript.Load(ctx, a.rdb).Err(); err != nil {
+		return 0, fmt.Errorf("redisarchive: mark: %w", err)
+	}
+	at := strconv.FormatInt(a.now().UnixNano(), 10)
+	cmds := make([]*redis.Cmd, len(ids))
+	_, err := a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = markScript.EvalSha(ctx, p, []string{a.entryKey(id)}, string(m.To), m.Run, m.Note, at)
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("redisarchive: mark %q replayed: %w", id, err)
+		return 0, fmt.Errorf("redisarchive: mark: %w", err)
 	}
-	if n == 0 {
-		return fmt.Errorf("redisarchive: %q: %w", id, archive.ErrEntryNotFound)
+	n := 0
+	for _, c := range cmds {
+		if k, _ := c.Int(); k == 1 {
+			n++
+		}
 	}
-	return nil
+	return n, nil
 }
 
 // SaveReplay stores (creates or updates) a replay run, as JSON.
@@ -581,17 +601,59 @@ func (a *Archive) SaveReplay(ctx context.Context, run archive.ReplayRun) error {
 	if err != nil {
 		return fmt.Errorf("redisarchive: encode replay %q: %w", run.ID, err)
 	}
-	if err := a.rdb.Set(ctx, a.runKey(run.ID), b, 0).Err(); err != nil {
+	_, err = a.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, a.runKey(run.ID), b, 0)
+		p.SAdd(ctx, a.runsKey(), run.ID)
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("redisarchive: save replay %q: %w", run.ID, err)
 	}
 	return nil
 }
 
-// LoadReplay reads a replay run back, or returns archive.ErrReplayNotFound.
+// ListReplays returns every replay run, the most recently started first:
+// the runs of the run set ({prefix}:runs), read in one pipeline. (A run
+// saved before the set existed is listed once it is saved again.)
+func (a *Archive) ListReplays(ctx context.Context) ([]archive.ReplayRun, error) {
+	ids, err := a.rdb.SMembers(ctx, a.runsKey()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisarchive: list replays: %w", err)
+	}
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, err = a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Get(ctx, a.runKey(id))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("redisarchive: list replays: %w", err)
+	}
+	out := make([]archive.ReplayRun, 0, len(ids))
+	for i, c := range cmds {
+		b, err := c.Bytes()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("redisarchive: list replays: %w", err)
+		}
+		var run archive.ReplayRun
+		if err := json.Unmarshal(b, &run); err != nil {
+			return nil, fmt.Errorf("redisarchive: replay %q is corrupt: %w", ids[i], err)
+		}
+		out = append(out, run)
+	}
+	archivekit.SortRuns(out)
+	return out, nil
+}
+
+// LoadReplay reads a replay run back, or returns archive.ErrNotFound.
 func (a *Archive) LoadReplay(ctx context.Context, id string) (archive.ReplayRun, error) {
 	b, err := a.rdb.Get(ctx, a.runKey(id)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return archive.ReplayRun{}, fmt.Errorf("redisarchive: replay %q: %w", id, archive.ErrReplayNotFound)
+		return archive.ReplayRun{}, fmt.Errorf("redisarchive: replay %q: %w", id, archive.ErrNotFound)
 	}
 	if err != nil {
 		return archive.ReplayRun{}, fmt.Errorf("redisarchive: load replay %q: %w", id, err)

@@ -46,7 +46,7 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	archivetest.Run(t, func(t *testing.T) archive.Archive {
 		rdb, prefix := setup(t)
-		a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
+		a, err := redisarchive.New(rdb, archive.WithPrefix(prefix))
 		require.NoError(t, err)
 		return a
 	})
@@ -55,16 +55,18 @@ func TestConformance(t *testing.T) {
 func TestKeysShareOneHashTagAndHaveNoTTL(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := setup(t)
-	a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
+	a, err := redisarchive.New(rdb, archive.WithPrefix(prefix))
 	require.NoError(t, err)
 	m := message.NewMessage("id-1", []byte("p"))
 	require.NoError(t, a.Publish("dead", m))
-	require.NoError(t, a.MarkReplayed(t.Context(), "id-1", "run-1"))
+	n, err := a.Mark(t.Context(), archive.Mark{To: archive.StateReplayed, Run: "run-1"}, "id-1")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
 	require.NoError(t, a.SaveReplay(t.Context(), archive.ReplayRun{ID: "run-1"}))
 
 	keys, err := rdb.Keys(t.Context(), "{"+prefix+"}:*").Result()
 	require.NoError(t, err)
-	require.Len(t, keys, 4, "seq, idx, entry, run: %v", keys)
+	require.Len(t, keys, 5, "seq, idx, entry, run, runs: %v", keys)
 	for _, k := range keys {
 		require.True(t, strings.HasPrefix(k, "{"+prefix+"}:"), "%s has the archive's hash tag", k)
 		ttl, err := rdb.PTTL(t.Context(), k).Result()
@@ -78,13 +80,13 @@ func TestOptions(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer func() { _ = rdb.Close() }()
 	for name, opt := range map[string]dlq.Option{
-		"empty prefix":   redisarchive.WithKeyPrefix(""),
-		"brace prefix":   redisarchive.WithKeyPrefix("a{b}"),
+		"empty prefix":   archive.WithPrefix(""),
+		"brace prefix":   archive.WithPrefix("a{b}"),
 		"zero retention": dlq.WithRetention(0),
 		"nil clock":      dlq.WithClock(nil),
 		"nil logger":     dlq.WithLogger(nil),
 		// An option of another constructor of the family is refused.
-		"publisher option": dlq.WithHost("h"),
+		"publisher option": dlq.WithConsumerGroup("g"),
 	} {
 		_, err := redisarchive.New(rdb, opt)
 		require.ErrorIs(t, err, dlq.ErrInvalidOption, name)
@@ -94,13 +96,16 @@ func TestOptions(t *testing.T) {
 }
 
 func TestMarkReplayedRefusesNUL(t *testing.T) {
+	// The run IDs of an entry are NUL-separated in its hash.
 	t.Parallel()
 	rdb, prefix := setup(t)
-	a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
+	a, err := redisarchive.New(rdb, archive.WithPrefix(prefix))
 	require.NoError(t, err)
 	require.NoError(t, a.Publish("dead", message.NewMessage("id-1", nil)))
-	require.ErrorIs(t, a.MarkReplayed(t.Context(), "id-1", "a\x00b"), dlq.ErrInvalidOption)
-	require.ErrorIs(t, a.MarkReplayed(t.Context(), "id-1", ""), dlq.ErrInvalidOption)
+	for _, run := range []string{"a\x00b", ""} {
+		_, err := a.Mark(t.Context(), archive.Mark{To: archive.StateReplayed, Run: run}, "id-1")
+		require.ErrorIs(t, err, dlq.ErrInvalidOption, "run %q", run)
+	}
 }
 
 func TestServerDownIsAnError(t *testing.T) {
@@ -116,7 +121,7 @@ func TestPrune(t *testing.T) {
 	t.Parallel()
 	archivetest.RunPrune(t, func(t *testing.T, retention time.Duration, log *slog.Logger) archivetest.PruneArchive {
 		rdb, prefix := setup(t)
-		opts := []dlq.Option{redisarchive.WithKeyPrefix(prefix), dlq.WithLogger(log)}
+		opts := []dlq.Option{archive.WithPrefix(prefix), dlq.WithLogger(log)}
 		if retention > 0 {
 			opts = append(opts, dlq.WithRetention(retention))
 		}
@@ -129,7 +134,7 @@ func TestPrune(t *testing.T) {
 func BenchmarkArchive(b *testing.B) {
 	archivetest.Bench(b, 10000, func(b *testing.B) archive.Archive {
 		rdb, prefix := setup(b)
-		a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
+		a, err := redisarchive.New(rdb, archive.WithPrefix(prefix))
 		require.NoError(b, err)
 		return a
 	})
@@ -138,7 +143,7 @@ func BenchmarkArchive(b *testing.B) {
 func TestCorruptEntryIsAClearError(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := setup(t)
-	a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
+	a, err := redisarchive.New(rdb, archive.WithPrefix(prefix))
 	require.NoError(t, err)
 	require.NoError(t, a.Publish("dead", message.NewMessage("id-1", []byte("p"))))
 	require.NoError(t, rdb.HSet(t.Context(), "{"+prefix+"}:e:id-1", "seq", "not a number").Err())
@@ -151,7 +156,7 @@ func TestCorruptEntryIsAClearError(t *testing.T) {
 func TestListByIDsPagesInSeqOrder(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := setup(t)
-	a, err := redisarchive.New(rdb, redisarchive.WithKeyPrefix(prefix))
+	a, err := redisarchive.New(rdb, archive.WithPrefix(prefix))
 	require.NoError(t, err)
 	for _, id := range []string{"c", "a", "d", "b"} {
 		require.NoError(t, a.Publish("dead", message.NewMessage(id, nil)))

@@ -40,7 +40,7 @@ func TestSleepHookAlonePacesTheRun(t *testing.T) {
 	a := newArchive(t, c)
 	for i := range 3 {
 		src := source(i)
-		require.NoError(t, a.Publish("dead-letters", dlq.Envelope(src, dlq.Failure{
+		require.NoError(t, a.Publish("dead-letters", dlq.Wrap(src, dlq.Failure{
 			Reason: dlq.ReasonPermanent, Err: assert.AnError, Attempts: 1,
 			OperationKey: src.UUID, Topic: "orders", Handler: "reserve", Namespace: "reserve",
 			Retention: 24 * time.Hour, At: now,

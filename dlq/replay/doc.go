@@ -18,17 +18,18 @@
 //
 // Each selected entry, in Seq order, is republished to its original topic
 // (or WithTarget) as the original message: its payload, its original
-// UUID (dlq.KeyOriginalUUID) and its original metadata, without the
+// UUID (surely_original_uuid) and its original metadata, without the
 // envelope's surely_* keys, plus three keys of the replay:
-// dlq.KeyReplayOf (the entry ID), dlq.KeyReplayID (the run ID) and
-// dlq.KeyReplayLink (the dead-letter span's traceparent, when the envelope
+// surely_replay_of (the entry ID), surely_replay_id (the run ID) and
+// surely_replay_link (the dead-letter span's traceparent, when the envelope
 // has one). The operation key therefore stays the same: the handler's
 // dedup record is found again.
 //
 // WithNewKey is the deliberate exception: each message gets a new UUID
-// (derived from the run and entry IDs, see NewKeyFor) that is also written
-// into the metadata key the default extractor reads first
-// (idempotency.DefaultMetadataKey, or WithKeyMetadata). The handler then
+// (a UUIDv5 derived from the run and entry IDs, so a repeated publish of
+// one entry by one run keeps it) that is also written into the metadata
+// key the default extractor reads first (idempotency.DefaultMetadataKey,
+// or the key WithNewKey names). The handler then
 // treats it as a new operation, whatever the old record says. This works
 // only for handlers whose key comes from that metadata key or from the
 // message UUID, not from a payload field or CloudEvents attributes. It is
@@ -43,7 +44,7 @@
 //
 // A dead letter of reason exhausted has an EXHAUSTED dedup record: its
 // budget is spent, and a plain redelivery would be dead-lettered again
-// without running. The dedup step passes a message's dlq.KeyReplayID to
+// without running. The dedup step passes a message's surely_replay_id to
 // the store as idempotency.ClaimRequest.Reopen, and the store gives an
 // EXHAUSTED (or FAILED) record a fresh attempt budget once per replay run:
 // the attempts counter keeps growing (the history shows every attempt), the
@@ -76,7 +77,7 @@
 //     for a conflict that write is the other payload's DONE, possibly a
 //     whole retention before the dead letter.
 //     With WithStore (the CLI's --store) the guard reads the record
-//     of the entry's operation (dlq.KeyNamespace, dlq.KeyOperationKey):
+//     of the entry's operation (surely_namespace, dlq.KeyOperationKey):
 //     a record whose ExpiresAt has passed, or that is gone
 //     (idempotency.ErrNotFound: it expired), is refused, and so is an
 //     entry whose record cannot be read; a retention shortened since the
@@ -86,13 +87,13 @@
 //     not seen.)
 //     Without a Store (or for an entry with no operation key) the guard
 //     takes the earliest moment the record can expire: the retention (the
-//     envelope's dlq.KeyRetention, else WithDefaultRetention) counted
-//     from the earlier of the last failure (dlq.KeyLastFailureAt) and the
+//     envelope's surely_dedup_retention, else WithDefaultRetention) counted
+//     from the earlier of the last failure (surely_last_failure_at) and the
 //     dead letter. A conflict is refused outright: its record's last
 //     write is unknown. An entry whose retention is unknown (neither is
 //     set) is refused too.
-//   - Resumable cursor: after each publish the entry is marked
-//     (archive.Archive.MarkReplayed) and the run saved (SaveReplay) with
+//   - Resumable cursor: after each publish the entry is marked replayed
+//     (archive.Archive.Mark) and the run saved (SaveReplay) with
 //     After = the highest Seq up to which every entry was published or
 //     refused: with Concurrency > 1 the cursor never passes an entry whose
 //     publish has not finished. When ctx ends, in-flight publishes finish
@@ -117,13 +118,13 @@
 //   - a success is a dedup record (only with WithStore) that is DONE;
 //   - a re-failure is a dedup record that is EXHAUSTED and was reopened by
 //     this run, or the message's dead letter in the archive. A replayed
-//     message is dead-lettered under dlq.DeadLetterID: derived from its
+//     message is dead-lettered under dlq's derived UUID: derived from its
 //     UUID and this run's ID, so its re-failure is a new archive entry
-//     carrying this run's dlq.KeyReplayID, never a copy of the entry it
+//     carrying this run's surely_replay_id, never a copy of the entry it
 //     replays.
 //
 // At most once a second, and when the run ends, it also lists the new
-// archive entries carrying this run's dlq.KeyReplayID (archive.Filter.ReplayID),
+// archive entries carrying this run's surely_replay_id (archive.Filter.ReplayID),
 // which catches the re-failures of messages no longer followed one by
 // one. Each entry's re-failure is counted once.
 //
@@ -132,10 +133,28 @@
 // any success first resets it to zero. Without a Store no success can be
 // confirmed, so every re-failure of the call counts toward AbortAfter.
 //
+// # Lifecycle: resolved, failed again, canceled
+//
+// A replayed entry leaves the open state (archive.StateReplayed). With
+// WithStore, each check that finds a replayed message's dedup record DONE
+// marks its entry resolved (archive.StateResolved) and counts it in the
+// run's Resolved. A consumer usually processes the messages after the run
+// ended: Reconcile, called later with the store, resolves the entries
+// whose operation completed since, reading the records in one round trip
+// per namespace when the store is a RecordsReader. A replayed message
+// that fails again is dead-lettered under a new ID, an open entry; the
+// archive links the replayed entry to it (archive.Entry.FailedAgainAs).
+//
+// An operator cancels a run by saving it with State archive.RunCanceled
+// (surely dlq runs cancel): every save of a running call reads the run
+// first, so the call stops before its next publish, stays canceled and
+// returns an error wrapping context.Canceled. Resume continues it.
+//
 // # Progress and result
 //
 // WithProgress's callback is called after every decision with the entry, the
-// action and reason, and the counters (Total for a bar). Result has the
-// counts of the call, the saved state and cursor, and the achieved rate
-// between the first and the last publish.
+// action and reason, and the counters (Total for a bar). The Summary a
+// call returns has the counts of the call, the saved state
+// (archive.RunState) and cursor, and the achieved rate between the first
+// and the last publish.
 package replay

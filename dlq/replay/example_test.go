@@ -14,6 +14,7 @@ import (
 	"github.com/surely-dev/surely/dlq/memarchive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // printer is a publisher that prints what it gets.
@@ -22,7 +23,7 @@ type printer struct{}
 func (printer) Publish(topic string, msgs ...*message.Message) error {
 	for _, m := range msgs {
 		fmt.Printf("publish to %s: uuid=%s key=%s replay_of_set=%v\n", topic, m.UUID,
-			m.Metadata.Get(idempotency.DefaultMetadataKey), m.Metadata.Get(dlq.KeyReplayOf) != "")
+			m.Metadata.Get(idempotency.DefaultMetadataKey), m.Metadata.Get(envelope.KeyReplayOf) != "")
 	}
 	return nil
 }
@@ -37,7 +38,7 @@ func ExampleRun() {
 	for i, age := range []time.Duration{48 * time.Hour, time.Minute} {
 		src := message.NewMessage(fmt.Sprintf("order-%d", i), []byte(`{"sku":"A-1"}`))
 		src.Metadata.Set(idempotency.DefaultMetadataKey, fmt.Sprintf("reserve-%d", i))
-		_ = arch.Publish("dead-letters", dlq.Envelope(src, dlq.Failure{
+		_ = arch.Publish("dead-letters", dlq.Wrap(src, dlq.Failure{
 			Reason: dlq.ReasonExhausted, Err: errors.New("warehouse API down"), Attempts: 5,
 			Topic: "orders", Retention: 24 * time.Hour, At: time.Now().Add(-age),
 		}, nil, "", ""))

@@ -22,7 +22,7 @@ type finalSaveFails struct {
 }
 
 func (a finalSaveFails) SaveReplay(ctx context.Context, run archive.ReplayRun) error {
-	if run.State != replay.StateRunning {
+	if run.State != archive.RunRunning {
 		return errFinalSave
 	}
 	return a.Archive.SaveReplay(ctx, run)
@@ -38,7 +38,7 @@ func TestRunFinalSaveErrorReturned(t *testing.T) {
 	res, err := replay.Run(t.Context(), finalSaveFails{a}, &recorder{clock: c}, archive.Filter{}, on(c)...)
 	require.ErrorIs(t, err, errFinalSave)
 	require.Equal(t, 2, res.Replayed)
-	require.Equal(t, replay.StateDone, res.State)
+	require.Equal(t, archive.RunDone, res.State)
 }
 
 // The error that stopped a run wins over a failed final save.
@@ -58,5 +58,5 @@ func TestRunStopErrorBeatsFinalSaveError(t *testing.T) {
 	res, err := replay.Run(t.Context(), finalSaveFails{a}, pub, archive.Filter{}, on(c)...)
 	require.ErrorIs(t, err, broken)
 	require.NotErrorIs(t, err, errFinalSave)
-	require.Equal(t, replay.StateInterrupted, res.State)
+	require.Equal(t, archive.RunInterrupted, res.State)
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/surely-dev/surely/dlq/memarchive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/archivekit"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 func TestMain(m *testing.M) {
@@ -77,7 +79,7 @@ type recorder struct {
 
 func (r *recorder) Publish(topic string, msgs ...*message.Message) error {
 	for _, m := range msgs {
-		p := published{topic: topic, msg: archive.CopyMessage(m), at: r.clock.Now()}
+		p := published{topic: topic, msg: archivekit.CopyMessage(m), at: r.clock.Now()}
 		if r.hook != nil {
 			if err := r.hook(p); err != nil {
 				return err
@@ -102,7 +104,7 @@ func (r *recorder) all() []published {
 func (r *recorder) countByReplayOf() map[string]int {
 	out := map[string]int{}
 	for _, p := range r.all() {
-		out[p.msg.Metadata.Get(dlq.KeyReplayOf)]++
+		out[p.msg.Metadata.Get(envelope.KeyReplayOf)]++
 	}
 	return out
 }
@@ -135,7 +137,7 @@ func deadLetters(t *testing.T, a archive.Archive, first, n int, spec entrySpec) 
 	ids := make([]string, 0, n)
 	for i := first; i < first+n; i++ {
 		src := source(i)
-		env := dlq.Envelope(src, dlq.Failure{
+		env := dlq.Wrap(src, dlq.Failure{
 			Reason: dlq.ReasonExhausted, Err: errors.New("warehouse down"), Attempts: 5,
 			OperationKey: src.Metadata.Get(idempotency.DefaultMetadataKey), Fingerprint: "fp",
 			Topic: spec.topic, Handler: "reserve", Namespace: "reserve", Retention: spec.retention,
@@ -149,7 +151,7 @@ func deadLetters(t *testing.T, a archive.Archive, first, n int, spec entrySpec) 
 }
 
 // newArchive returns an empty in-memory archive on clock c.
-func newArchive(t *testing.T, c *fakeClock) *memarchive.Archive {
+func newArchive(t *testing.T, c *fakeClock) archive.Archive {
 	t.Helper()
 	a, err := memarchive.New(dlq.WithClock(c.Now))
 	require.NoError(t, err)

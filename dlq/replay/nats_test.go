@@ -17,6 +17,7 @@ import (
 	"github.com/surely-dev/surely/dlq/memarchive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/testbroker"
 )
 
@@ -57,7 +58,7 @@ func TestReplayThroughNATS(t *testing.T) {
 	at := time.Now().Add(-time.Minute)
 	for i := range n {
 		src := source(i)
-		env := dlq.Envelope(src, dlq.Failure{Reason: dlq.ReasonExhausted, Topic: topic, Retention: time.Hour, At: at,
+		env := dlq.Wrap(src, dlq.Failure{Reason: dlq.ReasonExhausted, Topic: topic, Retention: time.Hour, At: at,
 			OperationKey: src.Metadata.Get(idempotency.DefaultMetadataKey)}, nil, "", "")
 		require.NoError(t, a.Publish("dead-letters", env))
 	}
@@ -70,7 +71,7 @@ func TestReplayThroughNATS(t *testing.T) {
 	res, err := replay.Run(t.Context(), a, pub, archive.Filter{}, replay.WithID("e2e"), replay.WithRate(rate), replay.WithConcurrency(4))
 	require.NoError(t, err)
 	require.Equal(t, n, res.Replayed)
-	require.Equal(t, replay.StateDone, res.State)
+	require.Equal(t, archive.RunDone, res.State)
 
 	pub.mu.Lock()
 	times := append([]time.Time(nil), pub.times...)
@@ -86,7 +87,7 @@ func TestReplayThroughNATS(t *testing.T) {
 		}
 	}
 	span := last.Sub(first)
-	t.Logf("%d publishes in %v: %.1f msg/s (target %d/s; replay.Result.Rate %.1f)", n, span, float64(n-1)/span.Seconds(), rate, res.Rate)
+	t.Logf("%d publishes in %v: %.1f msg/s (target %d/s; replay.Summary.Rate %.1f)", n, span, float64(n-1)/span.Seconds(), rate, res.Rate)
 	require.GreaterOrEqual(t, span, 9500*time.Millisecond, "the rate limit held")
 
 	began = time.Now()
@@ -110,7 +111,7 @@ func TestReplayThroughNATS(t *testing.T) {
 			_, dup := seen[m.UUID]
 			require.False(t, dup, "message %s stored twice", m.UUID)
 			seen[m.UUID] = m.Metadata.Get(idempotency.DefaultMetadataKey)
-			require.Equal(t, "e2e", m.Metadata.Get(dlq.KeyReplayID))
+			require.Equal(t, "e2e", m.Metadata.Get(envelope.KeyReplayID))
 		}
 		require.NoError(t, batch.Error())
 		require.Positive(t, got, "only %d of %d messages in the stream", len(seen), n)

@@ -18,7 +18,6 @@ const (
 	nameID               = "replay.WithID"
 	nameTarget           = "replay.WithTarget"
 	nameNewKey           = "replay.WithNewKey"
-	nameKeyMetadata      = "replay.WithKeyMetadata"
 	nameMax              = "replay.WithMax"
 	nameDryRun           = "replay.WithDryRun"
 	nameForce            = "replay.WithForce"
@@ -36,7 +35,7 @@ const (
 // Resume's, and those that the saved run fixes.
 var (
 	resumeOptions = []string{
-		nameKeyMetadata, nameMax, nameDryRun, nameDefaultRetention, nameRate, nameConcurrency,
+		nameMax, nameDryRun, nameDefaultRetention, nameRate, nameConcurrency,
 		nameAbortAfter, nameStore, nameProgress, nameSleep,
 		options.Logger, options.Clock, options.TracerProvider,
 	}
@@ -56,8 +55,8 @@ func newConfig(who string, opts []dlq.Option, used []string) (config, error) {
 	o := config{
 		ID:               options.Get(s, nameID, ""),
 		Target:           options.Get(s, nameTarget, ""),
-		NewKey:           options.Get(s, nameNewKey, false),
-		KeyMetadata:      options.Get(s, nameKeyMetadata, ""),
+		NewKey:           s.Has(nameNewKey),
+		KeyMetadata:      options.Get(s, nameNewKey, ""),
 		Max:              options.Get(s, nameMax, 0),
 		DryRun:           options.Get(s, nameDryRun, false),
 		Force:            options.Get(s, nameForce, false),
@@ -102,17 +101,14 @@ func WithTarget(topic string) dlq.Option {
 // WithNewKey gives each replayed message a new operation key (Run): a new
 // UUID (derived from the run and entry IDs, so a repeated publish of one
 // entry by one run keeps it) written as the message UUID and into the
-// metadata key of WithKeyMetadata. The handler then sees a new operation,
-// not the dead-lettered one: its dedup record (DONE or not) is ignored. It
-// works only when the handler's key comes from that metadata key or the
-// message UUID (the default extractor's sources), not from a payload field
-// or CloudEvents attributes. It is logged.
-func WithNewKey() dlq.Option { return put(nameNewKey, true) }
-
-// WithKeyMetadata sets the metadata key WithNewKey writes (default
-// idempotency.DefaultMetadataKey, "idempotency_key"); it must not start
-// with "surely_".
-func WithKeyMetadata(key string) dlq.Option { return put(nameKeyMetadata, key) }
+// metadata key metadataKey ("": idempotency.DefaultMetadataKey,
+// "idempotency_key"; it must not start with "surely_"). The run keeps
+// the key, so Resume writes the same one. The handler then sees a new
+// operation, not the dead-lettered one: its dedup record (DONE or not) is
+// ignored. It works only when the handler's key comes from that metadata
+// key or the message UUID (the default extractor's sources), not from a
+// payload field or CloudEvents attributes. It is logged.
+func WithNewKey(metadataKey string) dlq.Option { return put(nameNewKey, metadataKey) }
 
 // WithMax bounds how many messages one call publishes (0, the default: no
 // bound). Refused entries do not count. A run stopped by it with entries
@@ -129,7 +125,7 @@ func WithDryRun() dlq.Option { return put(nameDryRun, true) }
 func WithForce() dlq.Option { return put(nameForce, true) }
 
 // WithDefaultRetention is the dedup retention of the entries whose
-// envelope has no (valid) dlq.KeyRetention. Without it (or 0) it is
+// envelope has no (valid) surely_dedup_retention. Without it (or 0) it is
 // unknown, and such entries are refused unless WithForce.
 func WithDefaultRetention(d time.Duration) dlq.Option { return put(nameDefaultRetention, d) }
 
@@ -142,7 +138,7 @@ func WithRate(perSecond float64) dlq.Option { return put(nameRate, perSecond) }
 func WithConcurrency(n int) dlq.Option { return put(nameConcurrency, n) }
 
 // WithAbortAfter stops the run after n consecutive re-failures (see the
-// package doc); 0 means DefaultAbortAfter, negative never.
+// package doc); 0 means the default, 10; negative never.
 func WithAbortAfter(n int) dlq.Option { return put(nameAbortAfter, n) }
 
 // WithStore gives the handlers' dedup store: the retention guard reads
@@ -173,9 +169,9 @@ func WithProgress(fn func(Progress)) dlq.Option {
 
 // WithTracerProvider gives each publish a "replay <topic>" span (kind
 // producer) linked to the entry's dead-letter span (the envelope's
-// dlq.KeyDeadLetterTraceparent); default: no spans. The replayed
+// surely_dlq_traceparent); default: no spans. The replayed
 // message's first attempt links to the dead-letter span too
-// (dlq.KeyReplayLink).
+// (surely_replay_link).
 func WithTracerProvider(tp trace.TracerProvider) dlq.Option {
 	return func(s *options.Set) error {
 		if tp == nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // Progress.Total is the number of entries the call will decide: the
@@ -59,11 +60,11 @@ func TestRunZeroEnvelopeRetentionFallsBack(t *testing.T) {
 	clock := newFakeClock()
 	a := newArchive(t, clock)
 	src := source(0)
-	env := dlq.Envelope(src, dlq.Failure{
+	env := dlq.Wrap(src, dlq.Failure{
 		Reason: dlq.ReasonExhausted, Err: errors.New("down"), Topic: "orders",
 		OperationKey: src.Metadata.Get(idempotency.DefaultMetadataKey), At: t0.Add(-time.Minute),
 	}, nil, "host-1", "group-1")
-	env.Metadata.Set(dlq.KeyRetention, "0s")
+	env.Metadata.Set(envelope.KeyRetention, "0s")
 	require.NoError(t, a.Publish("dead-letters", env))
 	res, err := replay.Run(t.Context(), a, &recorder{clock: clock}, archive.Filter{},
 		on(clock, replay.WithDefaultRetention(time.Hour))...)

@@ -21,29 +21,17 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 )
 
-// Errors of a run.
-var (
-	// ErrAborted: the run stopped itself after AbortAfter consecutive
-	// re-failures. It is saved with State "aborted"; Resume continues it.
-	ErrAborted = errors.New("replay: aborted after consecutive re-failures")
-	// ErrRunExists: Run was given the ID of a run the archive already has.
-	// Use Resume to continue it.
-	ErrRunExists = errors.New("replay: run already exists")
-)
+// ErrAborted: the run stopped itself after AbortAfter consecutive
+// re-failures. It is saved with State archive.RunAborted; Resume
+// continues it.
+var ErrAborted = errors.New("replay: aborted after consecutive re-failures")
 
-// DefaultAbortAfter is the AbortAfter of a run without WithAbortAfter.
-const DefaultAbortAfter = 10
-
-// The states of a run (archive.ReplayRun.State).
-const (
-	StateRunning     = "running"
-	StateInterrupted = "interrupted"
-	StateAborted     = "aborted"
-	StateDone        = "done"
-)
+// defaultAbortAfter is the AbortAfter of a run without WithAbortAfter.
+const defaultAbortAfter = 10
 
 // envelopePrefix starts every metadata key surely adds; a replayed message
 // gets none of the envelope's.
@@ -61,7 +49,7 @@ type config struct {
 	Filter           archive.Filter // Run's filter; the saved run's on Resume
 	Target           string         // WithTarget
 	NewKey           bool           // WithNewKey
-	KeyMetadata      string         // WithKeyMetadata
+	KeyMetadata      string         // WithNewKey's metadata key
 	Max              int            // WithMax
 	DryRun           bool           // WithDryRun
 	Force            bool           // WithForce
@@ -104,14 +92,15 @@ type Progress struct {
 	Replayed, Refused, Refailed int
 }
 
-// Result is the outcome of one Run or Resume call.
-type Result struct {
+// Summary is what one Run or Resume call did.
+type Summary struct {
 	RunID string
 	// State is the saved state of the run ("" for a dry run).
-	State string
+	State archive.RunState
 	// Counters of this call. WouldReplay and Refused (with would_refuse)
-	// count a dry run's decisions.
-	Replayed, Refused, WouldReplay, Refailed int
+	// count a dry run's decisions. Resolved counts the entries marked
+	// resolved; Pending (Reconcile) those whose outcome is still unknown.
+	Replayed, Refused, WouldReplay, Refailed, Resolved, Pending int
 	// After is the run's cursor: every entry up to this Seq was handled.
 	After int64
 	// First and Last are the clock times of the first and last publish of
@@ -125,25 +114,31 @@ type Result struct {
 // filter selects (its NotReplayedBy is set to the run's ID), in Seq order,
 // to pub. It returns when every selected entry is handled (State "done"),
 // when WithMax is reached, when ctx ends or a publish, mark or save fails
-// (State "interrupted", the error is returned), or when the run aborts
-// itself (ErrAborted). Result is filled in every case.
+// (State "interrupted", the error is returned), when the run aborts
+// itself (ErrAborted), or when an operator canceled it in the archive
+// (State "canceled", an error wrapping context.Canceled). Each entry it
+// republishes is marked replayed (archive.StateReplayed); with WithStore,
+// those whose operation it sees completed are marked resolved. The
+// Summary is filled in every case. Run refuses
+// (dlq.ErrInvalidOption) the ID of a run the archive already has: Resume
+// continues that one.
 //
 // It takes the options of this package and dlq.WithLogger (every
 // decision and the run's progress; default: discard) and dlq.WithClock.
 //
 // Run neither closes ar nor pub: the caller owns them.
-func Run(ctx context.Context, ar archive.Archive, pub message.Publisher, filter archive.Filter, opts ...dlq.Option) (Result, error) {
+func Run(ctx context.Context, ar archive.Archive, pub message.Publisher, filter archive.Filter, opts ...dlq.Option) (Summary, error) {
 	o, err := newConfig("replay.Run", opts, runOptions)
 	if err != nil {
-		return Result{}, err
+		return Summary{}, err
 	}
 	o.Filter = filter
 	o, err = o.withDefaults()
 	if err != nil {
-		return Result{}, err
+		return Summary{}, err
 	}
 	if ar == nil || pub == nil {
-		return Result{}, fmt.Errorf("%w: replay needs an archive and a publisher", dlq.ErrInvalidOption)
+		return Summary{}, fmt.Errorf("%w: replay needs an archive and a publisher", dlq.ErrInvalidOption)
 	}
 	id := o.ID
 	if id == "" {
@@ -151,14 +146,17 @@ func Run(ctx context.Context, ar archive.Archive, pub message.Publisher, filter 
 	}
 	switch _, err := ar.LoadReplay(ctx, id); {
 	case err == nil:
-		return Result{RunID: id}, fmt.Errorf("%w: %q", ErrRunExists, id)
-	case !errors.Is(err, archive.ErrReplayNotFound):
-		return Result{RunID: id}, fmt.Errorf("replay: load run %q: %w", id, err)
+		return Summary{RunID: id}, fmt.Errorf("%w: replay: run %q already exists: Resume continues it", dlq.ErrInvalidOption, id)
+	case !errors.Is(err, archive.ErrNotFound):
+		return Summary{RunID: id}, fmt.Errorf("replay: load run %q: %w", id, err)
 	}
 	now := o.Clock.Now()
 	run := archive.ReplayRun{
 		ID: id, Filter: o.Filter, Target: o.Target, NewKey: o.NewKey, Force: o.Force,
-		State: StateRunning, Started: now, Updated: now,
+		State: archive.RunRunning, Started: now, Updated: now,
+	}
+	if o.NewKey {
+		run.KeyMetadata = o.KeyMetadata
 	}
 	run.Filter.NotReplayedBy = ""
 	return execute(ctx, ar, pub, run, o)
@@ -166,31 +164,34 @@ func Run(ctx context.Context, ar archive.Archive, pub message.Publisher, filter 
 
 // Resume continues the run id saved in ar: after its cursor, skipping the
 // entries it already republished. The run's saved filter, target, new-key
-// choice and force apply: Resume refuses WithID, WithTarget, WithNewKey
-// and WithForce. The other options (rate, concurrency, max, dry run, ...)
+// choice (with its metadata key) and force apply: Resume refuses WithID,
+// WithTarget, WithNewKey and WithForce. The other options (rate, concurrency, max, dry run, ...)
 // apply to this call.
-func Resume(ctx context.Context, ar archive.Archive, pub message.Publisher, id string, opts ...dlq.Option) (Result, error) {
+func Resume(ctx context.Context, ar archive.Archive, pub message.Publisher, id string, opts ...dlq.Option) (Summary, error) {
 	o, err := newConfig("replay.Resume", opts, resumeOptions)
 	if err != nil {
-		return Result{}, err
+		return Summary{}, err
 	}
 	o.ID = id
 	o, err = o.withDefaults()
 	if err != nil {
-		return Result{}, err
+		return Summary{}, err
 	}
 	if ar == nil || pub == nil {
-		return Result{}, fmt.Errorf("%w: replay needs an archive and a publisher", dlq.ErrInvalidOption)
+		return Summary{}, fmt.Errorf("%w: replay needs an archive and a publisher", dlq.ErrInvalidOption)
 	}
 	if id == "" {
-		return Result{}, fmt.Errorf("%w: Resume needs a run ID", dlq.ErrInvalidOption)
+		return Summary{}, fmt.Errorf("%w: Resume needs a run ID", dlq.ErrInvalidOption)
 	}
 	run, err := ar.LoadReplay(ctx, id)
 	if err != nil {
-		return Result{RunID: id}, fmt.Errorf("replay: load run %q: %w", id, err)
+		return Summary{RunID: id}, fmt.Errorf("replay: load run %q: %w", id, err)
 	}
 	o.Filter, o.Target, o.NewKey, o.Force = run.Filter, run.Target, run.NewKey, run.Force
-	run.State = StateRunning
+	if run.KeyMetadata != "" {
+		o.KeyMetadata = run.KeyMetadata
+	}
+	run.State = archive.RunRunning
 	return execute(ctx, ar, pub, run, o)
 }
 
@@ -223,7 +224,7 @@ func (o config) withDefaults() (config, error) {
 		o.Concurrency = 1
 	}
 	if o.AbortAfter == 0 {
-		o.AbortAfter = DefaultAbortAfter
+		o.AbortAfter = defaultAbortAfter
 	}
 	if o.Clock == nil {
 		o.Clock = systemClock{}
@@ -249,18 +250,20 @@ type runner struct {
 	run      archive.ReplayRun
 	inflight []int64
 	done     map[int64]bool
-	res      Result
+	res      Summary
 	total    int
 	decided  int
 	err      error // the first publish, mark or save error
+	saved    bool  // the run was saved once by this call
+	canceled bool  // an operator canceled the run (seen by save)
 }
 
-func execute(ctx context.Context, ar archive.Archive, pub message.Publisher, run archive.ReplayRun, o config) (Result, error) {
+func execute(ctx context.Context, ar archive.Archive, pub message.Publisher, run archive.ReplayRun, o config) (Summary, error) {
 	r := &runner{
 		archive: ar, pub: pub, o: o, run: run, done: map[int64]bool{},
 		log: o.Logger.With(slog.String("replay_id", run.ID)),
 	}
-	r.res = Result{RunID: run.ID, After: run.After}
+	r.res = Summary{RunID: run.ID, After: run.After}
 	filter := run.Filter
 	filter.NotReplayedBy = run.ID
 	if o.NewKey {
@@ -292,6 +295,13 @@ func execute(ctx context.Context, ar archive.Archive, pub message.Publisher, run
 		r.log.InfoContext(ctx, "replay: dry run finished", slog.Int("would_replay", r.res.WouldReplay), slog.Int("refused", r.res.Refused))
 		return r.res, stopErr
 	}
+	return r.finish(ctx, more, stopErr)
+}
+
+// finish counts the last re-failures, saves the run's final state and
+// returns the call's summary and why it stopped (nil: every entry was
+// handled).
+func (r *runner) finish(ctx context.Context, more bool, stopErr error) (Summary, error) {
 	// Count the re-failures that arrived since the last check, without
 	// aborting: everything is published.
 	if !errors.Is(stopErr, ErrAborted) {
@@ -305,22 +315,42 @@ func execute(ctx context.Context, ar archive.Archive, pub message.Publisher, run
 	if stopErr == nil {
 		stopErr = r.err
 	}
-	switch {
-	case errors.Is(stopErr, ErrAborted):
-		r.run.State = StateAborted
-	case stopErr != nil || more:
-		r.run.State = StateInterrupted
-	default:
-		r.run.State = StateDone
+	r.run.State = finalState(stopErr, more)
+	if r.canceled {
+		r.run.State = archive.RunCanceled
 	}
 	r.res.State = r.run.State
 	r.mu.Unlock()
 	if err := r.save(context.WithoutCancel(ctx)); err != nil && stopErr == nil {
 		stopErr = err
 	}
-	r.log.InfoContext(ctx, "replay: "+r.res.State, slog.Int("replayed", r.res.Replayed), slog.Int("refused", r.res.Refused),
+	r.log.InfoContext(ctx, "replay: "+string(r.res.State), slog.Int("replayed", r.res.Replayed), slog.Int("refused", r.res.Refused),
 		slog.Int("refailed", r.res.Refailed), slog.Int64("after", r.res.After), slog.Float64("achieved_rate", r.res.Rate))
 	return r.res, stopErr
+}
+
+// finalState is the state a run is saved in when a call ends: stopped by
+// stopErr, or with entries left (more).
+func finalState(stopErr error, more bool) archive.RunState {
+	switch {
+	case errors.Is(stopErr, ErrAborted):
+		return archive.RunAborted
+	case stopErr != nil || more:
+		return archive.RunInterrupted
+	}
+	return archive.RunDone
+}
+
+// dispatch is the state of one loop: its contexts (ctx the call's, dctx
+// ended at the first publish failure), the bound of publishes in flight,
+// the rate limiter and the count of dispatched entries.
+type dispatch struct {
+	ctx, dctx  context.Context
+	cancel     context.CancelFunc
+	sem        chan struct{}
+	lim        *limiter
+	wg         sync.WaitGroup
+	dispatched int
 }
 
 // loop pages through the selected entries and dispatches them. It returns
@@ -329,12 +359,10 @@ func execute(ctx context.Context, ar archive.Archive, pub message.Publisher, run
 func (r *runner) loop(ctx context.Context, filter archive.Filter) (more bool, err error) {
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sem := make(chan struct{}, r.o.Concurrency)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	lim := newLimiter(r.o.Clock, r.o.Rate)
+	d := &dispatch{ctx: ctx, dctx: dctx, cancel: cancel,
+		sem: make(chan struct{}, r.o.Concurrency), lim: newLimiter(r.o.Clock, r.o.Rate)}
+	defer d.wg.Wait()
 	cursor := r.run.After
-	dispatched := 0
 	for {
 		page, err := r.archive.List(ctx, filter, archive.Page{After: cursor, Limit: pageSize})
 		if err != nil {
@@ -342,63 +370,94 @@ func (r *runner) loop(ctx context.Context, filter archive.Filter) (more bool, er
 		}
 		for _, e := range page {
 			cursor = e.Seq
-			if r.o.Max > 0 && dispatched >= r.o.Max {
+			if r.o.Max > 0 && d.dispatched >= r.o.Max {
 				return true, nil
 			}
-			topic, reason := r.decide(ctx, e)
-			if r.o.DryRun {
-				r.dryRun(ctx, e, topic, reason)
-				if reason == "" {
-					dispatched++
-				}
-				continue
-			}
-			if reason != "" {
-				r.refuse(ctx, e, topic, reason)
-				continue
-			}
-			select {
-			case sem <- struct{}{}:
-			case <-dctx.Done():
-				return false, r.stopCause(ctx)
-			}
-			if err := r.failed(); err != nil {
-				<-sem
+			if err := r.handle(d, e); err != nil {
 				return false, err
 			}
-			if r.watch.due() {
-				abort, err := r.watch.check(dctx, false)
-				if err != nil {
-					r.log.WarnContext(ctx, "replay: re-failure check failed", slog.Any("error", err))
-				}
-				if abort {
-					<-sem
-					return false, fmt.Errorf("%w: %d in a row (AbortAfter %d)", ErrAborted, r.watch.consecutiveNow(), r.o.AbortAfter)
-				}
-			}
-			if err := lim.Wait(dctx); err != nil {
-				<-sem
-				return false, r.stopCause(ctx)
-			}
-			msg := r.build(e)
-			r.mu.Lock()
-			r.inflight = append(r.inflight, e.Seq)
-			r.mu.Unlock()
-			dispatched++
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				if err := r.publish(ctx, e, topic, msg); err != nil {
-					r.fail(err)
-					cancel()
-				}
-			}()
 		}
 		if len(page) < pageSize {
 			return false, nil
 		}
 	}
+}
+
+// handle decides one entry: a dry run reports it, a refused entry is
+// counted, the others are published.
+func (r *runner) handle(d *dispatch, e archive.Entry) error {
+	topic, reason := r.decide(d.ctx, e)
+	if r.o.DryRun {
+		r.dryRun(d.ctx, e, topic, reason)
+		if reason == "" {
+			d.dispatched++
+		}
+		return nil
+	}
+	if reason != "" {
+		r.refuse(d.ctx, e, topic, reason)
+		return nil
+	}
+	select {
+	case d.sem <- struct{}{}:
+	case <-d.dctx.Done():
+		return r.stopCause(d.ctx)
+	}
+	if err := r.admit(d); err != nil {
+		<-d.sem
+		return err
+	}
+	msg := r.build(e)
+	r.mu.Lock()
+	r.inflight = append(r.inflight, e.Seq)
+	r.mu.Unlock()
+	d.dispatched++
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer func() { <-d.sem }()
+		if err := r.publish(d.ctx, e, topic, msg); err != nil {
+			r.fail(err)
+			d.cancel()
+		}
+	}()
+	return nil
+}
+
+// admit returns why the next publish must not go (a publish failed, an
+// operator canceled the run, the run aborts, the context ended while
+// waiting for the rate limiter), or nil once it may.
+func (r *runner) admit(d *dispatch) error {
+	if err := r.failed(); err != nil {
+		return err
+	}
+	if err := r.canceledErr(); err != nil {
+		return err
+	}
+	if r.watch.due() {
+		abort, err := r.watch.check(d.dctx, false)
+		if err != nil {
+			r.log.WarnContext(d.ctx, "replay: re-failure check failed", slog.Any("error", err))
+		}
+		if abort {
+			return fmt.Errorf("%w: %d in a row (AbortAfter %d)", ErrAborted, r.watch.consecutiveNow(), r.o.AbortAfter)
+		}
+	}
+	if err := d.lim.Wait(d.dctx); err != nil {
+		return r.stopCause(d.ctx)
+	}
+	return nil
+}
+
+// canceledErr is the error of a run an operator canceled, or nil. It
+// wraps context.Canceled.
+func (r *runner) canceledErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.canceled {
+		return nil
+	}
+	return fmt.Errorf("replay: run %s canceled by an operator: %w", r.run.ID, context.Canceled)
 }
 
 // stopCause is why dispatching stopped: the first failure, else ctx's error.
@@ -435,8 +494,8 @@ func (r *runner) decide(ctx context.Context, e archive.Entry) (topic, reason str
 	if topic == "" {
 		return topic, "no original topic in the envelope and no Target"
 	}
-	if !r.o.NewKey && e.Message.Metadata.Get(dlq.KeyOriginalUUID) == "" {
-		return topic, "no original UUID in the envelope (" + dlq.KeyOriginalUUID + "): the operation key cannot be kept"
+	if !r.o.NewKey && e.Message.Metadata.Get(envelope.KeyOriginalUUID) == "" {
+		return topic, "no original UUID in the envelope (" + envelope.KeyOriginalUUID + "): the operation key cannot be kept"
 	}
 	reason = r.retentionGuard(ctx, e)
 	if reason == "" {
@@ -458,7 +517,7 @@ func (r *runner) decide(ctx context.Context, e archive.Entry) (topic, reason str
 // the package doc).
 func (r *runner) retentionGuard(ctx context.Context, e archive.Entry) string {
 	now := r.o.Clock.Now()
-	ns, key := e.Message.Metadata.Get(dlq.KeyNamespace), e.OperationKey
+	ns, key := e.Message.Metadata.Get(envelope.KeyNamespace), e.OperationKey
 	if r.o.Store != nil && ns != "" && key != "" {
 		rec, err := r.o.Store.Get(ctx, ns, key)
 		switch {
@@ -474,7 +533,7 @@ func (r *runner) retentionGuard(ctx context.Context, e archive.Entry) string {
 	retention, known := retentionOf(e, r.o.DefaultRetention)
 	switch {
 	case !known:
-		return "the dedup retention is unknown (no " + dlq.KeyRetention + " in the envelope, no WithDefaultRetention): the record may be gone"
+		return "the dedup retention is unknown (no " + envelope.KeyRetention + " in the envelope, no WithDefaultRetention): the record may be gone"
 	case e.Reason == dlq.ReasonConflict:
 		// The record is the other payload's: its last write came before
 		// this message's first attempt, up to a whole retention earlier,
@@ -497,7 +556,7 @@ func (r *runner) retentionGuard(ctx context.Context, e archive.Entry) string {
 // than the dead letter, else the dead letter.
 func earliestWrite(e archive.Entry) time.Time {
 	t := e.DeadLetteredAt
-	if s := e.Message.Metadata.Get(dlq.KeyLastFailureAt); s != "" {
+	if s := e.Message.Metadata.Get(envelope.KeyLastFailureAt); s != "" {
 		if lf, err := time.Parse(time.RFC3339Nano, s); err == nil && !lf.IsZero() && lf.Before(t) {
 			t = lf
 		}
@@ -508,7 +567,7 @@ func earliestWrite(e archive.Entry) time.Time {
 // retentionOf returns the dedup retention of e: its envelope's, else def
 // (known when positive).
 func retentionOf(e archive.Entry, def time.Duration) (time.Duration, bool) {
-	if s := e.Message.Metadata.Get(dlq.KeyRetention); s != "" {
+	if s := e.Message.Metadata.Get(envelope.KeyRetention); s != "" {
 		if d, err := time.ParseDuration(s); err == nil && d > 0 {
 			return d, true
 		}
@@ -526,14 +585,14 @@ func (r *runner) build(e archive.Entry) *message.Message {
 			md[k] = v
 		}
 	}
-	md[dlq.KeyReplayOf] = e.ID
-	md[dlq.KeyReplayID] = r.run.ID
-	if tp := src.Metadata.Get(dlq.KeyDeadLetterTraceparent); tp != "" {
-		md[dlq.KeyReplayLink] = tp
+	md[envelope.KeyReplayOf] = e.ID
+	md[envelope.KeyReplayID] = r.run.ID
+	if tp := src.Metadata.Get(envelope.KeyDeadLetterTraceparent); tp != "" {
+		md[envelope.KeyReplayLink] = tp
 	}
-	id := src.Metadata.Get(dlq.KeyOriginalUUID)
+	id := src.Metadata.Get(envelope.KeyOriginalUUID)
 	if r.o.NewKey {
-		id = NewKeyFor(r.run.ID, e.ID)
+		id = newKeyFor(r.run.ID, e.ID)
 		md[r.o.KeyMetadata] = id
 	}
 	msg := message.NewMessage(id, slices.Clone(src.Payload))
@@ -544,10 +603,10 @@ func (r *runner) build(e archive.Entry) *message.Message {
 // newKeySpace is the UUIDv5 namespace of the keys NewKey mints.
 var newKeySpace = uuid.MustParse("a0c4f1d2-6b0e-4f57-9d0c-3c1f5e2b7a91")
 
-// NewKeyFor is the UUID (and operation key) that a NewKey run runID gives
+// newKeyFor is the UUID (and operation key) that a NewKey run runID gives
 // the replay of entry entryID: derived from both, so every publish of one
 // entry by one run carries the same key.
-func NewKeyFor(runID, entryID string) string {
+func newKeyFor(runID, entryID string) string {
 	return uuid.NewSHA1(newKeySpace, []byte(runID+"\x00"+entryID)).String()
 }
 
@@ -561,7 +620,7 @@ func (r *runner) publish(ctx context.Context, e archive.Entry, topic string, msg
 	at := r.o.Clock.Now()
 	// The publish happened: record it even when ctx has ended.
 	ctx = context.WithoutCancel(ctx)
-	markErr := r.archive.MarkReplayed(ctx, e.ID, r.run.ID)
+	markErr := r.mark(ctx, e.ID)
 	r.watch.track(e, msg)
 	r.mu.Lock()
 	r.res.Replayed++
@@ -638,11 +697,32 @@ func (r *runner) report(p Progress) {
 	r.o.Progress(p)
 }
 
+// mark records that the run republished entry id: the entry becomes
+// replayed.
+func (r *runner) mark(ctx context.Context, id string) error {
+	n, err := r.archive.Mark(ctx, archive.Mark{To: archive.StateReplayed, Run: r.run.ID}, id)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("entry %s: %w", id, archive.ErrNotFound)
+	}
+	return err
+}
+
 // save stores the run's state; saves are serialized so a later cursor is
-// never overwritten by an earlier one.
+// never overwritten by an earlier one. Each save after the first reads
+// the saved run first: an operator who canceled it (archive.RunCanceled)
+// stops it, and the run stays canceled.
 func (r *runner) save(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.saved && r.run.State == archive.RunRunning {
+		if cur, err := r.archive.LoadReplay(ctx, r.run.ID); err == nil && cur.State == archive.RunCanceled {
+			r.canceled = true
+		}
+	}
+	if r.canceled {
+		r.run.State = archive.RunCanceled
+	}
+	r.saved = true
 	r.run.Updated = r.o.Clock.Now()
 	if err := r.archive.SaveReplay(ctx, r.run); err != nil {
 		return fmt.Errorf("replay: save run: %w", err)
@@ -666,7 +746,7 @@ func (r *runner) startSpan(ctx context.Context, e archive.Entry, topic string, m
 			attribute.String("surely.replay_of", e.ID),
 		),
 	}
-	if tp := e.Message.Metadata.Get(dlq.KeyDeadLetterTraceparent); tp != "" {
+	if tp := e.Message.Metadata.Get(envelope.KeyDeadLetterTraceparent); tp != "" {
 		carrier := propagation.MapCarrier{"traceparent": tp}
 		if sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier)); sc.IsValid() {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc,

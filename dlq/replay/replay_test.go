@@ -20,6 +20,8 @@ import (
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
+	"github.com/surely-dev/surely/internal/archivekit"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 )
@@ -37,7 +39,7 @@ func TestRunRepublishesTheOriginal(t *testing.T) {
 
 	res, err := replay.Run(t.Context(), a, pub, archive.Filter{Topic: "orders"}, on(c, replay.WithID("run-1"))...)
 	require.NoError(t, err)
-	require.Equal(t, replay.StateDone, res.State)
+	require.Equal(t, archive.RunDone, res.State)
 	require.Equal(t, 3, res.Replayed)
 	require.Zero(t, res.Refused)
 
@@ -51,9 +53,9 @@ func TestRunRepublishesTheOriginal(t *testing.T) {
 		want := message.Metadata{
 			idempotency.DefaultMetadataKey: src.Metadata.Get(idempotency.DefaultMetadataKey),
 			"tenant":                       "acme",
-			dlq.KeyReplayOf:                ids[i],
-			dlq.KeyReplayID:                "run-1",
-			dlq.KeyReplayLink:              "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			envelope.KeyReplayOf:           ids[i],
+			envelope.KeyReplayID:           "run-1",
+			envelope.KeyReplayLink:         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		}
 		require.Equal(t, want, p.msg.Metadata, "original metadata without the envelope, plus the replay's keys")
 
@@ -63,7 +65,7 @@ func TestRunRepublishesTheOriginal(t *testing.T) {
 	}
 	run, err := a.LoadReplay(t.Context(), "run-1")
 	require.NoError(t, err)
-	require.Equal(t, replay.StateDone, run.State)
+	require.Equal(t, archive.RunDone, run.State)
 	require.Equal(t, 3, run.Replayed)
 	last, err := a.Get(t.Context(), ids[2])
 	require.NoError(t, err)
@@ -72,7 +74,7 @@ func TestRunRepublishesTheOriginal(t *testing.T) {
 
 	// The same ID cannot start a second run.
 	_, err = replay.Run(t.Context(), a, pub, archive.Filter{}, on(c, replay.WithID("run-1"))...)
-	require.ErrorIs(t, err, replay.ErrRunExists)
+	require.ErrorIs(t, err, dlq.ErrInvalidOption)
 	// A second run replays the same entries again, to Target.
 	res, err = replay.Run(t.Context(), a, pub, archive.Filter{IDs: ids[:1]},
 		on(c, replay.WithID("run-2"), replay.WithTarget("orders-retry"))...)
@@ -80,7 +82,7 @@ func TestRunRepublishesTheOriginal(t *testing.T) {
 	require.Equal(t, 1, res.Replayed)
 	got = pub.all()
 	require.Equal(t, "orders-retry", got[3].topic)
-	require.Equal(t, "run-2", got[3].msg.Metadata.Get(dlq.KeyReplayID))
+	require.Equal(t, "run-2", got[3].msg.Metadata.Get(envelope.KeyReplayID))
 }
 
 // NewKey mints a new UUID, written as the key in the metadata the default
@@ -93,7 +95,7 @@ func TestRunNewKey(t *testing.T) {
 	pub := &recorder{clock: c}
 	var logs bytes.Buffer
 	_, err := replay.Run(t.Context(), a, pub, archive.Filter{},
-		on(c, replay.WithID("run-nk"), replay.WithNewKey(), dlq.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
+		on(c, replay.WithID("run-nk"), replay.WithNewKey(""), dlq.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
 	require.NoError(t, err)
 	got := pub.all()
 	require.Len(t, got, 2)
@@ -108,7 +110,7 @@ func TestRunNewKey(t *testing.T) {
 
 	// Another metadata key.
 	_, err = replay.Run(t.Context(), a, pub, archive.Filter{},
-		on(c, replay.WithID("run-nk2"), replay.WithNewKey(), replay.WithKeyMetadata("op"))...)
+		on(c, replay.WithID("run-nk2"), replay.WithNewKey("op"))...)
 	require.NoError(t, err)
 	got = pub.all()[2:]
 	require.Equal(t, replay.NewKeyFor("run-nk2", ids[0]), got[0].msg.Metadata.Get("op"))
@@ -153,7 +155,7 @@ func TestRunMaxThenResume(t *testing.T) {
 	res, err := replay.Run(t.Context(), a, pub, archive.Filter{}, on(c, replay.WithID("r"), replay.WithMax(2))...)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Replayed)
-	require.Equal(t, replay.StateInterrupted, res.State, "entries are left")
+	require.Equal(t, archive.RunInterrupted, res.State, "entries are left")
 
 	res, err = replay.Resume(t.Context(), a, pub, "r", on(c, replay.WithMax(2))...)
 	require.NoError(t, err)
@@ -161,7 +163,7 @@ func TestRunMaxThenResume(t *testing.T) {
 	res, err = replay.Resume(t.Context(), a, pub, "r", on(c)...)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed)
-	require.Equal(t, replay.StateDone, res.State)
+	require.Equal(t, archive.RunDone, res.State)
 	counts := pub.countByReplayOf()
 	require.Len(t, counts, 5)
 	for _, id := range ids {
@@ -172,7 +174,7 @@ func TestRunMaxThenResume(t *testing.T) {
 	require.Equal(t, 5, run.Replayed)
 
 	_, err = replay.Resume(t.Context(), a, pub, "unknown", on(c)...)
-	require.ErrorIs(t, err, archive.ErrReplayNotFound)
+	require.ErrorIs(t, err, archive.ErrNotFound)
 }
 
 // The retention guard refuses entries older than their dedup retention
@@ -193,7 +195,7 @@ func TestRunRetentionGuard(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed)
 	require.Equal(t, 2, res.Refused)
-	require.Equal(t, fresh[0], pub.all()[0].msg.Metadata.Get(dlq.KeyReplayOf))
+	require.Equal(t, fresh[0], pub.all()[0].msg.Metadata.Get(envelope.KeyReplayOf))
 	require.Len(t, progress, 3)
 	byID := map[string]replay.Progress{}
 	for _, p := range progress {
@@ -269,7 +271,7 @@ func TestRunDryRunChangesNothing(t *testing.T) {
 	require.Empty(t, res.State)
 	require.Equal(t, before, snapshot(t, a), "the archive is untouched")
 	_, err = a.LoadReplay(t.Context(), "dry")
-	require.ErrorIs(t, err, archive.ErrReplayNotFound, "no run saved")
+	require.ErrorIs(t, err, archive.ErrNotFound, "no run saved")
 
 	require.Len(t, progress, 2)
 	require.Equal(t, replay.ActionWouldReplay, progress[0].Action)
@@ -341,19 +343,19 @@ func TestRunInterruptedAndResumed(t *testing.T) {
 	res, err := replay.Run(ctx, a, pub, archive.Filter{},
 		on(c, replay.WithID("resumable"), replay.WithConcurrency(4), replay.WithProgress(progress))...)
 	require.ErrorIs(t, err, context.Canceled)
-	require.Equal(t, replay.StateInterrupted, res.State)
+	require.Equal(t, archive.RunInterrupted, res.State)
 	require.GreaterOrEqual(t, res.Replayed, 25)
 	require.Less(t, res.Replayed, 60)
 	require.Positive(t, checked)
 	run, err := a.LoadReplay(t.Context(), "resumable")
 	require.NoError(t, err)
-	require.Equal(t, replay.StateInterrupted, run.State)
+	require.Equal(t, archive.RunInterrupted, run.State)
 	require.Equal(t, res.Replayed, run.Replayed)
 
 	pub.hook = nil
 	res, err = replay.Resume(t.Context(), a, pub, "resumable", on(c, replay.WithConcurrency(4))...)
 	require.NoError(t, err)
-	require.Equal(t, replay.StateDone, res.State)
+	require.Equal(t, archive.RunDone, res.State)
 	counts := pub.countByReplayOf()
 	require.Len(t, counts, 60)
 	for _, id := range ids {
@@ -375,7 +377,7 @@ func TestRunCursorWaitsForSlowPublish(t *testing.T) {
 	require.NoError(t, err)
 	release := make(chan struct{})
 	pub := &recorder{clock: c, hook: func(p published) error {
-		if p.msg.Metadata.Get(dlq.KeyReplayOf) == ids[1] {
+		if p.msg.Metadata.Get(envelope.KeyReplayOf) == ids[1] {
 			<-release
 		}
 		return nil
@@ -449,7 +451,7 @@ func TestRunPublishErrorThenResume(t *testing.T) {
 	}}
 	res, err := replay.Run(t.Context(), a, pub, archive.Filter{}, on(c, replay.WithID("err"))...)
 	require.ErrorIs(t, err, broken)
-	require.Equal(t, replay.StateInterrupted, res.State)
+	require.Equal(t, archive.RunInterrupted, res.State)
 	require.Equal(t, 2, res.Replayed)
 	second, err := a.Get(t.Context(), ids[1])
 	require.NoError(t, err)
@@ -471,7 +473,7 @@ func refailing(t *testing.T, a archive.Archive, fail func(p published) bool) fun
 		if !fail(p) {
 			return nil
 		}
-		env := dlq.Envelope(p.msg, dlq.Failure{
+		env := dlq.Wrap(p.msg, dlq.Failure{
 			Reason: dlq.ReasonExhausted, Err: errors.New("still down"), Topic: p.topic,
 			OperationKey: p.msg.Metadata.Get(idempotency.DefaultMetadataKey), Namespace: "reserve",
 			Retention: time.Hour, At: t0,
@@ -495,16 +497,16 @@ func TestRunAbortsAfterConsecutiveRefailures(t *testing.T) {
 			pub.hook = refailing(t, a, func(published) bool { return true })
 			opts := on(c, replay.WithID("abort"), replay.WithAbortAfter(3))
 			if newKey {
-				opts = append(opts, replay.WithNewKey())
+				opts = append(opts, replay.WithNewKey(""))
 			}
 			res, err := replay.Run(t.Context(), a, pub, archive.Filter{}, opts...)
 			require.ErrorIs(t, err, replay.ErrAborted)
-			require.Equal(t, replay.StateAborted, res.State)
+			require.Equal(t, archive.RunAborted, res.State)
 			require.Equal(t, 3, res.Replayed, "stopped before the 4th publish")
 			require.Equal(t, 3, res.Refailed)
 			run, err := a.LoadReplay(t.Context(), "abort")
 			require.NoError(t, err)
-			require.Equal(t, replay.StateAborted, run.State)
+			require.Equal(t, archive.RunAborted, run.State)
 			require.Equal(t, 3, run.Refailed)
 
 			// Resuming counts only new re-failures: it aborts again after 3 more.
@@ -537,7 +539,7 @@ func TestRunSuccessResetsConsecutiveRefailures(t *testing.T) {
 	dead := refailing(t, a, func(published) bool { return true })
 	consume := func(p published) error {
 		req := idempotency.ClaimRequest{Namespace: "reserve", Key: p.msg.Metadata.Get(idempotency.DefaultMetadataKey),
-			Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 1, Reopen: p.msg.Metadata.Get(dlq.KeyReplayID)}
+			Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 1, Reopen: p.msg.Metadata.Get(envelope.KeyReplayID)}
 		res, err := store.Claim(context.Background(), req)
 		if err != nil || res.Status != idempotency.Acquired {
 			return fmt.Errorf("claim: %v: %w", res.Status, err)
@@ -554,7 +556,7 @@ func TestRunSuccessResetsConsecutiveRefailures(t *testing.T) {
 	res, err := replay.Run(t.Context(), a, pub, archive.Filter{},
 		on(c, replay.WithID("mixed"), replay.WithAbortAfter(2), replay.WithStore(store))...)
 	require.NoError(t, err, "failures alternate with successes: never 2 in a row")
-	require.Equal(t, replay.StateDone, res.State)
+	require.Equal(t, archive.RunDone, res.State)
 	require.Equal(t, 12, res.Replayed)
 	require.Equal(t, 6, res.Refailed)
 
@@ -595,7 +597,7 @@ func TestRunInvalidOptions(t *testing.T) {
 		"negative retention":   {replay.WithDefaultRetention(-time.Second)},
 		"control byte in ID":   {replay.WithID("run\n1")},
 		"ID too long":          {replay.WithID(strings.Repeat("r", idem.MaxKeyLen+1))},
-		"envelope key":         {replay.WithNewKey(), replay.WithKeyMetadata(dlq.KeyReplayID)},
+		"envelope key":         {replay.WithNewKey(envelope.KeyReplayID)},
 		"empty target":         {replay.WithTarget("")},
 		"nil store":            {replay.WithStore(nil)},
 		"nil progress":         {replay.WithProgress(nil)},
@@ -616,7 +618,7 @@ func TestRunInvalidOptions(t *testing.T) {
 	for name, o := range map[string]dlq.Option{
 		"ID":      replay.WithID("other"),
 		"target":  replay.WithTarget("t"),
-		"new key": replay.WithNewKey(),
+		"new key": replay.WithNewKey(""),
 		"force":   replay.WithForce(),
 	} {
 		_, err = replay.Resume(t.Context(), a, pub, "run-1", on(c, o)...)
@@ -625,7 +627,7 @@ func TestRunInvalidOptions(t *testing.T) {
 	}
 	require.Empty(t, pub.all())
 	_, err = a.LoadReplay(t.Context(), "run\n1")
-	require.ErrorIs(t, err, archive.ErrReplayNotFound)
+	require.ErrorIs(t, err, archive.ErrNotFound)
 }
 
 // Entries that cannot be replayed as they are get refused with a reason:
@@ -689,13 +691,13 @@ func TestReplayReopensExhaustedRecord(t *testing.T) {
 	// The first delivery fails and spends the budget; the next one is
 	// refused as exhausted and dead-lettered into the archive.
 	src := source(7)
-	_, err = h(archive.CopyMessage(src))
+	_, err = h(archivekit.CopyMessage(src))
 	require.Error(t, err)
-	_, err = h(archive.CopyMessage(src))
+	_, err = h(archivekit.CopyMessage(src))
 	fe, final := dlq.AsFinal(err)
 	require.True(t, final)
 	require.Equal(t, dlq.ReasonExhausted, fe.Reason)
-	require.NoError(t, a.Publish("dead-letters", dlq.Envelope(src, dlq.Failure{Reason: dlq.ReasonExhausted, Err: fe.Err,
+	require.NoError(t, a.Publish("dead-letters", dlq.Wrap(src, dlq.Failure{Reason: dlq.ReasonExhausted, Err: fe.Err,
 		Topic: "orders", Namespace: "reserve", OperationKey: "op-7", Retention: idem.DefaultRetention, At: t0}, nil, "", "")))
 	require.Equal(t, 1, runs)
 
@@ -703,7 +705,7 @@ func TestReplayReopensExhaustedRecord(t *testing.T) {
 	failing = false
 	var results []error
 	deliver := func(p published) error {
-		_, err := h(archive.CopyMessage(p.msg))
+		_, err := h(archivekit.CopyMessage(p.msg))
 		results = append(results, err)
 		return nil
 	}

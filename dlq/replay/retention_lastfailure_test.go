@@ -25,7 +25,7 @@ func failedEntry(t *testing.T, c *fakeClock, deadLettered, lastFailed time.Time,
 		hist = []idempotency.AttemptRecord{{Attempt: 1, Started: lastFailed.Add(-time.Second), Ended: lastFailed, Result: idempotency.ResultFailed, Error: "down"}}
 	}
 	src := source(0)
-	env := dlq.Envelope(src, dlq.Failure{
+	env := dlq.Wrap(src, dlq.Failure{
 		Reason: dlq.ReasonExhausted, Err: errors.New("down"), Attempts: 1, History: hist,
 		OperationKey: "op-0", Topic: "orders", Handler: "reserve", Namespace: "reserve",
 		Retention: retention, At: deadLettered,

@@ -43,7 +43,7 @@ func newRetentionSetup(t *testing.T, reason dlq.Reason, storeRetention time.Dura
 
 	src := message.NewMessage("src-conflict", []byte(`{"order":1,"amount":"99.00"}`))
 	src.Metadata.Set(idempotency.DefaultMetadataKey, "order-1")
-	env := dlq.Envelope(src, dlq.Failure{
+	env := dlq.Wrap(src, dlq.Failure{
 		Reason: reason, Err: errors.New("fingerprint mismatch"), Attempts: 1,
 		OperationKey: "order-1", Fingerprint: "fp-b", Topic: "orders", Handler: "reserve",
 		Namespace: "reserve", Retention: 24 * time.Hour, At: c.Now(),

@@ -8,9 +8,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // checkInterval is the longest a running replay goes without looking for
@@ -77,8 +77,8 @@ func (w *watcher) track(e archive.Entry, msg *message.Message) {
 	defer w.mu.Unlock()
 	w.sinceCheck++
 	w.pending = append(w.pending, tracked{entryID: e.ID, namespace: e.Namespace, key: key,
-		deadLetter: dlq.DeadLetterID(msg)})
-	if limit := watchWindow * max(w.abortAfter, DefaultAbortAfter); len(w.pending) > limit {
+		deadLetter: envelope.DeadLetterID(msg)})
+	if limit := watchWindow * max(w.abortAfter, defaultAbortAfter); len(w.pending) > limit {
 		w.pending = append(w.pending[:0:0], w.pending[len(w.pending)-limit:]...)
 	}
 }
@@ -111,97 +111,161 @@ func (w *watcher) consecutiveNow() int {
 //   - its dedup record (WithStore) DONE is a success, EXHAUSTED and
 //     reopened by this run a re-failure;
 //   - else its dead letter in the archive is a re-failure: the dead letter
-//     of a replayed message has the UUID dlq.DeadLetterID(msg), derived
+//     of a replayed message has the UUID dlq's derived UUID(msg), derived
 //     from its UUID and this run's ID, so it is a new entry.
 //
 // At most once per checkInterval, and on the final check, it also scans
 // the archive for new dead letters carrying this run's ID
 // (archive.Filter.ReplayID): the re-failures of messages no longer followed.
 func (w *watcher) check(ctx context.Context, final bool) (abort bool, err error) {
+	pending, cursor, scan := w.begin(final)
+	var o outcomes
+	o.resolved = map[string]bool{}
+	w.follow(ctx, pending, &o)
+	if scan {
+		cursor, err = w.scan(ctx, cursor, &o)
+	}
+	abort = w.tally(ctx, final, cursor, o)
+	w.markDone(ctx, o.done)
+	return abort, err
+}
+
+// markDone marks the entries whose replayed operation completed
+// resolved, and counts them in the run.
+func (w *watcher) markDone(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	n, err := w.r.archive.Mark(ctx, archive.Mark{To: archive.StateResolved, Run: w.r.run.ID, Note: noteDone}, ids...)
+	if err != nil {
+		w.r.log.WarnContext(ctx, "replay: marking resolved entries failed", "error", err)
+	}
+	w.r.mu.Lock()
+	w.r.run.Resolved += n
+	w.r.res.Resolved += n
+	w.r.mu.Unlock()
+}
+
+// outcomes are what one check learned: the entries whose replayed
+// message is no longer followed (its outcome is known), the entries that
+// failed again (possibly several times) and the confirmed successes.
+type outcomes struct {
+	resolved    map[string]bool
+	refailedIDs []string
+	successes   int
+	done        []string // the entries of the successes
+}
+
+// begin starts a check: it returns the messages to follow, the scan
+// cursor, and whether this check scans the archive.
+func (w *watcher) begin(final bool) (pending []tracked, cursor int64, scan bool) {
 	now := w.r.o.Clock.Now()
 	w.mu.Lock()
-	pending := append([]tracked(nil), w.pending...)
-	cursor := w.cursor
-	scan := final || w.lastScan.IsZero() || now.Sub(w.lastScan) >= checkInterval
+	defer w.mu.Unlock()
+	pending = append([]tracked(nil), w.pending...)
+	scan = final || w.lastScan.IsZero() || now.Sub(w.lastScan) >= checkInterval
 	w.sinceCheck = 0
 	w.lastCheck = now
 	if scan {
 		w.lastScan = now
 	}
-	w.mu.Unlock()
+	return pending, w.cursor, scan
+}
 
-	resolved := map[string]bool{}
-	var refailedIDs []string
-	successes := 0
+// follow looks up the outcome of each followed message: its dedup record
+// (with a Store; in one read per namespace when it is a RecordsReader),
+// else its dead letter in the archive.
+func (w *watcher) follow(ctx context.Context, pending []tracked, o *outcomes) {
+	var recs map[string]idempotency.Record
+	if w.r.o.Store != nil {
+		recs = readRecords(ctx, w.r.o.Store, pending)
+	}
 	for _, p := range pending {
-		if st := w.r.o.Store; st != nil && p.namespace != "" && p.key != "" {
-			rec, gerr := st.Get(ctx, p.namespace, p.key)
-			if gerr == nil && rec.State == idempotency.StateDone {
-				successes++
-				resolved[p.entryID] = true
-				continue
-			}
-			if gerr == nil && rec.State == idempotency.StateExhausted && rec.ReopenedBy == w.r.run.ID {
-				refailedIDs = append(refailedIDs, p.entryID)
-				resolved[p.entryID] = true
-				continue
-			}
+		if w.followRecord(p, recs, o) {
+			continue
 		}
 		// The dead letter of a replayed message is a new entry (its ID
 		// derives from the run): that it exists is the re-failure.
 		if _, gerr := w.r.archive.Get(ctx, p.deadLetter); gerr == nil {
-			refailedIDs = append(refailedIDs, p.entryID)
-			resolved[p.entryID] = true
+			o.refailedIDs = append(o.refailedIDs, p.entryID)
+			o.resolved[p.entryID] = true
 		}
 	}
-	if scan {
-		f := archive.Filter{ReplayID: w.r.run.ID}
-		for {
-			page, lerr := w.r.archive.List(ctx, f, archive.Page{After: cursor, Limit: pageSize})
-			if lerr != nil {
-				err = fmt.Errorf("replay: list re-failures: %w", lerr)
-				break
-			}
-			for _, e := range page {
-				cursor = e.Seq
-				id := e.ID
-				if e.Message != nil && e.Message.Metadata.Get(dlq.KeyReplayOf) != "" {
-					id = e.Message.Metadata.Get(dlq.KeyReplayOf)
-				}
-				refailedIDs = append(refailedIDs, id)
-				resolved[id] = true
-			}
-			if len(page) < pageSize {
-				break
-			}
-		}
-	}
+}
 
+// followRecord looks at p's dedup record (read by follow) and reports
+// whether it told p's outcome: DONE is a success, EXHAUSTED and reopened
+// by this run a re-failure.
+func (w *watcher) followRecord(p tracked, recs map[string]idempotency.Record, o *outcomes) bool {
+	rec, ok := recs[p.entryID]
+	switch {
+	case !ok:
+		return false
+	case rec.State == idempotency.StateDone:
+		o.successes++
+		o.done = append(o.done, p.entryID)
+	case rec.State == idempotency.StateExhausted && rec.ReopenedBy == w.r.run.ID:
+		o.refailedIDs = append(o.refailedIDs, p.entryID)
+	default:
+		return false
+	}
+	o.resolved[p.entryID] = true
+	return true
+}
+
+// scan lists the archive's new dead letters carrying this run's ID after
+// cursor: each is the re-failure of the entry it replays. It returns the
+// Seq of the last one seen.
+func (w *watcher) scan(ctx context.Context, cursor int64, o *outcomes) (int64, error) {
+	f := archive.Filter{ReplayID: w.r.run.ID}
+	for {
+		page, err := w.r.archive.List(ctx, f, archive.Page{After: cursor, Limit: pageSize})
+		if err != nil {
+			return cursor, fmt.Errorf("replay: list re-failures: %w", err)
+		}
+		for _, e := range page {
+			cursor = e.Seq
+			id := e.ID
+			if e.Message != nil && e.Message.Metadata.Get(envelope.KeyReplayOf) != "" {
+				id = e.Message.Metadata.Get(envelope.KeyReplayOf)
+			}
+			o.refailedIDs = append(o.refailedIDs, id)
+			o.resolved[id] = true
+		}
+		if len(page) < pageSize {
+			return cursor, nil
+		}
+	}
+}
+
+// tally records what a check learned and reports whether the run must
+// abort.
+func (w *watcher) tally(ctx context.Context, final bool, cursor int64, o outcomes) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.cursor = max(w.cursor, cursor)
 	kept := w.pending[:0]
 	for _, p := range w.pending {
-		if !resolved[p.entryID] {
+		if !o.resolved[p.entryID] {
 			kept = append(kept, p)
 		}
 	}
 	w.pending = kept
 	refails := 0
-	for _, id := range refailedIDs {
+	for _, id := range o.refailedIDs {
 		if !w.counted[id] {
 			w.counted[id] = true
 			refails++
 		}
 	}
-	if successes > 0 {
+	if o.successes > 0 {
 		w.consecutive = 0
 	}
 	w.consecutive += refails
 	w.refailed += refails
-	if refails > 0 || successes > 0 {
-		w.r.log.InfoContext(ctx, "replay: outcomes of replayed messages", "refailed", refails, "done", successes,
+	if refails > 0 || o.successes > 0 {
+		w.r.log.InfoContext(ctx, "replay: outcomes of replayed messages", "refailed", refails, "done", o.successes,
 			"consecutive_refailures", w.consecutive)
 	}
-	return !final && w.abortAfter > 0 && w.consecutive >= w.abortAfter, err
+	return !final && w.abortAfter > 0 && w.consecutive >= w.abortAfter
 }

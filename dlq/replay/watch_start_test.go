@@ -12,6 +12,7 @@ import (
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // Dead letters of the run archived before the call are not re-failures of
@@ -22,15 +23,16 @@ func TestRunSkipsEarlierDeadLettersOfTheRunAcrossPages(t *testing.T) {
 	a := newArchive(t, c)
 	for i := range 101 {
 		src := source(i)
-		src.Metadata.Set(dlq.KeyReplayID, "run-1") // dead-lettered by an earlier call of run-1
-		env := dlq.Envelope(src, dlq.Failure{
+		src.Metadata.Set(envelope.KeyReplayID, "run-1") // dead-lettered by an earlier call of run-1
+		env := dlq.Wrap(src, dlq.Failure{
 			Reason: dlq.ReasonExhausted, Err: errors.New("down"), Topic: "orders",
 			OperationKey: src.Metadata.Get(idempotency.DefaultMetadataKey), Namespace: "reserve",
 			Retention: time.Hour, At: t0.Add(-time.Minute),
 		}, nil, "host-1", "group-1")
 		require.NoError(t, a.Publish("dead-letters", env))
 		// Kept out of this call's selection: only the watcher sees it.
-		require.NoError(t, a.MarkReplayed(t.Context(), env.UUID, "run-1"))
+		_, err := a.Mark(t.Context(), archive.Mark{To: archive.StateReplayed, Run: "run-1"}, env.UUID)
+		require.NoError(t, err)
 	}
 	deadLetters(t, a, 200, 1, entrySpec{retention: time.Hour})
 	res, err := replay.Run(t.Context(), a, &recorder{clock: c}, archive.Filter{}, on(c, replay.WithID("run-1"))...)

@@ -14,7 +14,7 @@
 //
 // # Tables
 //
-// WithTablePrefix (default "surely_dlq") names three tables (four on MySQL):
+// archive.WithPrefix (default "surely_dlq") names three tables (four on MySQL):
 //
 //	<prefix>_entries   one row per entry: seq (auto-increment, the entry's
 //	                   Seq), id (unique), payload and metadata (binary,
@@ -22,8 +22,10 @@
 //	                   envelope fields that filters and stats read: reason,
 //	                   original_topic, handler, op_key, error, error_type
 //	                   (root of the type chain), dead_lettered_at (Unix ns),
-//	                   replay_id
-//	<prefix>_replayed  (entry_id, replay_id) marks of MarkReplayed, in order
+//	                   replay_id; and the lifecycle: state, state_at (Unix
+//	                   ns), note, failed_again_as
+//	<prefix>_replayed  (entry_id, replay_id): the runs that republished
+//	                   each entry (Mark to replayed), in order
 //	<prefix>_runs      replay runs, JSON
 //	<prefix>_seqlock   MySQL only: one row, the lock that orders Seqs
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // An archive on SQLite: Migrate creates its tables; dead letters go in
@@ -42,14 +43,14 @@ func Example() {
 	for i, reason := range []dlq.Reason{dlq.ReasonExhausted, dlq.ReasonPermanent, dlq.ReasonExhausted} {
 		src := message.NewMessage(fmt.Sprintf("order-%d", i), []byte("{}"))
 		f := dlq.Failure{Reason: reason, Err: errors.New("warehouse unavailable"), Topic: "orders", Handler: "ship"}
-		_ = arch.Publish("dead", dlq.Envelope(src, f, nil, "", ""))
+		_ = arch.Publish("dead", dlq.Wrap(src, f, nil, "", ""))
 	}
 
 	st, _ := arch.Stats(ctx, archive.Filter{Topic: "orders"})
 	fmt.Println("total:", st.Total, "exhausted:", st.ByReason["exhausted"])
 	page, _ := arch.List(ctx, archive.Filter{Reason: dlq.ReasonExhausted}, archive.Page{Limit: 10})
 	for _, e := range page {
-		fmt.Println(e.Seq, e.Message.Metadata.Get(dlq.KeyOriginalUUID), e.Error)
+		fmt.Println(e.Seq, e.Message.Metadata.Get(envelope.KeyOriginalUUID), e.Error)
 	}
 	// Output:
 	// total: 3 exhausted: 2

@@ -24,8 +24,6 @@ const (
 	SQLite
 )
 
-func (d Dialect) String() string { return sqldialect.Name(int(d)) }
-
 func (d Dialect) valid() bool { return d >= Postgres && d <= SQLite }
 
 // quote quotes a validated identifier.
@@ -67,7 +65,11 @@ func (d Dialect) ddl(prefix string) []string {
   error TEXT NOT NULL,
   error_type TEXT NOT NULL,
   dead_lettered_at {int64} NOT NULL,
-  replay_id TEXT NOT NULL)`,
+  replay_id TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'open',
+  state_at {int64} NOT NULL DEFAULT 0,
+  note TEXT NOT NULL DEFAULT '',
+  failed_again_as TEXT NOT NULL DEFAULT '')`,
 			`CREATE INDEX IF NOT EXISTS "{p}_entries_dl_idx" ON {e} (dead_lettered_at)`,
 			`CREATE INDEX IF NOT EXISTS "{p}_entries_topic_idx" ON {e} (original_topic, seq)`,
 			`CREATE TABLE IF NOT EXISTS {r} (
@@ -95,9 +97,14 @@ func (d Dialect) ddl(prefix string) []string {
   error_type TEXT NOT NULL,
   dead_lettered_at BIGINT NOT NULL,
   replay_id TEXT NOT NULL,
+  state VARCHAR(16) NOT NULL DEFAULT 'open',
+  state_at BIGINT NOT NULL DEFAULT 0,
+  note VARCHAR(1000) NOT NULL DEFAULT '',
+  failed_again_as VARCHAR(191) NOT NULL DEFAULT '',
   UNIQUE KEY {p}_entries_id (id),
   KEY {p}_entries_dl_idx (dead_lettered_at),
-  KEY {p}_entries_topic_idx (original_topic, seq)
+  KEY {p}_entries_topic_idx (original_topic, seq),
+  KEY {p}_entries_state_idx (state, seq)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 			`CREATE TABLE IF NOT EXISTS {r} (
   ord BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
@@ -123,4 +130,40 @@ func (d Dialect) ddl(prefix string) []string {
 		stmts[i] = r.Replace(s)
 	}
 	return stmts
+}
+
+// lifecycleColumns are the columns of the entries' lifecycle, added to
+// tables created before it existed: name and definition per dialect.
+func (d Dialect) lifecycleColumns() [][2]string {
+	switch d {
+	case MySQL:
+		return [][2]string{
+			{"state", "state VARCHAR(16) NOT NULL DEFAULT 'open', ADD KEY {p}_entries_state_idx (state, seq)"},
+			{"state_at", "state_at BIGINT NOT NULL DEFAULT 0"},
+			{"note", "note VARCHAR(1000) NOT NULL DEFAULT ''"},
+			{"failed_again_as", "failed_again_as VARCHAR(191) NOT NULL DEFAULT ''"},
+		}
+	case SQLite:
+		return [][2]string{
+			{"state", "state TEXT NOT NULL DEFAULT 'open'"},
+			{"state_at", "state_at INTEGER NOT NULL DEFAULT 0"},
+			{"note", "note TEXT NOT NULL DEFAULT ''"},
+			{"failed_again_as", "failed_again_as TEXT NOT NULL DEFAULT ''"},
+		}
+	}
+	return [][2]string{
+		{"state", "state TEXT NOT NULL DEFAULT 'open'"},
+		{"state_at", "state_at BIGINT NOT NULL DEFAULT 0"},
+		{"note", "note TEXT NOT NULL DEFAULT ''"},
+		{"failed_again_as", "failed_again_as TEXT NOT NULL DEFAULT ''"},
+	}
+}
+
+// stateIndex is the statement that indexes the lifecycle state, where it
+// is not part of the MySQL column's ALTER ("" there).
+func (d Dialect) stateIndex(prefix string) string {
+	if d == MySQL {
+		return ""
+	}
+	return `CREATE INDEX IF NOT EXISTS "` + prefix + `_entries_state_idx" ON ` + d.quote(prefix+"_entries") + ` (state, seq)`
 }

@@ -41,7 +41,7 @@ func testCursorSeesLateCommit(t *testing.T, b backend) {
 	defer cancel()
 	a := setup(t, b)
 	db := b.open(t)
-	entries := a.Tables()[0]
+	entries := sqlarchive.Tables(a)[0]
 	prefix := strings.TrimSuffix(entries, "_entries")
 
 	// conn 0 holds A's ID, uncommitted.

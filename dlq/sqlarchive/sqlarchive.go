@@ -17,10 +17,12 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/archivekit"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/options"
 )
 
-// defaultPrefix is the table name prefix unless WithTablePrefix is given: the
+// defaultPrefix is the table name prefix unless archive.WithPrefix is given: the
 // tables are surely_dlq_entries, surely_dlq_replayed and surely_dlq_runs.
 const defaultPrefix = "surely_dlq"
 
@@ -45,26 +47,12 @@ type Archive struct {
 
 var _ archive.Archive = (*Archive)(nil)
 
-// nameTablePrefix is the name WithTablePrefix records.
-const nameTablePrefix = "sqlarchive.WithTablePrefix"
-
-// WithTablePrefix sets the prefix of the table names (default
-// "surely_dlq"). It must match [a-z_][a-z0-9_]{0,39}: lower case, so it
-// means the same quoted and unquoted in every dialect, and short enough
-// for index names.
-func WithTablePrefix(prefix string) dlq.Option {
-	return func(s *options.Set) error {
-		if !prefixRE.MatchString(prefix) {
-			return fmt.Errorf("%w: sqlarchive: table prefix %q must match [a-z_][a-z0-9_]{0,39}", dlq.ErrInvalidOption, prefix)
-		}
-		s.Put(nameTablePrefix, prefix)
-		return nil
-	}
-}
-
 // New returns an archive on db, a database of the given dialect. It
 // neither connects nor touches the schema: call Migrate first. It never
-// closes db. It takes WithTablePrefix, dlq.WithRetention (default: keep
+// closes db. It takes archive.WithPrefix (the prefix of the table names,
+// default "surely_dlq"; it must match [a-z_][a-z0-9_]{0,39}: lower case,
+// so it means the same quoted and unquoted in every dialect, and short
+// enough for index names), dlq.WithRetention (default: keep
 // everything, Prune deletes nothing), dlq.WithClock (stamps ArchivedAt and
 // the age Prune measures; default time.Now) and dlq.WithLogger (Prune's
 // reports; default: discard).
@@ -73,19 +61,23 @@ func New(db *sql.DB, dialect Dialect, opts ...dlq.Option) (*Archive, error) {
 		return nil, fmt.Errorf("%w: sqlarchive: nil *sql.DB", dlq.ErrInvalidOption)
 	}
 	if !dialect.valid() {
-		return nil, fmt.Errorf("%w: sqlarchive: unknown dialect %v", dlq.ErrInvalidOption, dialect)
+		return nil, fmt.Errorf("%w: sqlarchive: unknown dialect %d (want Postgres, MySQL or SQLite)", dlq.ErrInvalidOption, dialect)
 	}
 	s, err := options.Apply(dlq.ErrInvalidOption, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Check(dlq.ErrInvalidOption, "sqlarchive.New", nameTablePrefix,
+	if err := s.Check(dlq.ErrInvalidOption, "sqlarchive.New", archivekit.PrefixOption,
 		options.Retention, options.Clock, options.Logger); err != nil {
 		return nil, err
 	}
+	prefix := options.Get(s, archivekit.PrefixOption, defaultPrefix)
+	if !prefixRE.MatchString(prefix) {
+		return nil, fmt.Errorf("%w: sqlarchive: table prefix %q must match [a-z_][a-z0-9_]{0,39}", dlq.ErrInvalidOption, prefix)
+	}
 	a := &Archive{
 		db: db, dialect: dialect,
-		prefix:    options.Get(s, nameTablePrefix, defaultPrefix),
+		prefix:    prefix,
 		now:       options.Get(s, options.Clock, time.Now),
 		log:       options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
 		retention: options.Get(s, options.Retention, time.Duration(0)),
@@ -97,27 +89,52 @@ func New(db *sql.DB, dialect Dialect, opts ...dlq.Option) (*Archive, error) {
 	return a, nil
 }
 
-// Tables returns the names of the archive's tables: entries, replay marks,
-// replay runs and, on MySQL, the one-row table whose lock orders the Seqs
-// of concurrent publishes (see Ordering in the package doc).
-func (a *Archive) Tables() []string {
-	tables := []string{a.prefix + "_entries", a.prefix + "_replayed", a.prefix + "_runs"}
-	if a.dialect == MySQL {
-		tables = append(tables, a.prefix+"_seqlock")
-	}
-	return tables
-}
-
 // Migrate creates the tables and indexes unless they exist (CREATE ... IF
-// NOT EXISTS). It is idempotent and keeps every row. Run it from one
-// process at a time (a deploy step).
+// NOT EXISTS), and adds the lifecycle columns (state, state_at, note,
+// failed_again_as) and their index to an entries table created before
+// them: its entries are then open. It is idempotent and keeps every row.
+// Run it from one process at a time (a deploy step).
 func (a *Archive) Migrate(ctx context.Context) error {
 	for _, stmt := range a.dialect.ddl(a.prefix) {
 		if _, err := a.db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("sqlarchive: migrate %s: %w", a.prefix, err)
 		}
 	}
+	for _, col := range a.dialect.lifecycleColumns() {
+		if a.hasColumn(ctx, col[0]) {
+			continue
+		}
+		stmt := "ALTER TABLE " + a.entries + " ADD COLUMN " + strings.ReplaceAll(col[1], "{p}", a.prefix)
+		if _, err := a.db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("sqlarchive: migrate %s: add column %s: %w", a.prefix, col[0], err)
+		}
+	}
+	if stmt := a.dialect.stateIndex(a.prefix); stmt != "" {
+		if _, err := a.db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("sqlarchive: migrate %s: %w", a.prefix, err)
+		}
+	}
 	return nil
+}
+
+// hasColumn reports whether the entries table has column col: a query
+// that names it succeeds.
+func (a *Archive) hasColumn(ctx context.Context, col string) bool {
+	rows, err := a.db.QueryContext(ctx, "SELECT "+col+" FROM "+a.entries+" WHERE 1 = 0")
+	if err != nil {
+		return false
+	}
+	_ = rows.Close()
+	return rows.Err() == nil
+}
+
+// tables returns the names of the archive's tables (see the package doc).
+func (a *Archive) tables() []string {
+	tables := []string{a.prefix + "_entries", a.prefix + "_replayed", a.prefix + "_runs"}
+	if a.dialect == MySQL {
+		tables = append(tables, a.prefix+"_seqlock")
+	}
+	return tables
 }
 
 func (a *Archive) q(s string) string { return a.dialect.rebind(s) }
@@ -144,8 +161,8 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 		return nil
 	}
 	ctx := msgs[0].Context()
-	cols := "(id, payload, metadata, copies, archived_at, reason, original_topic, handler, op_key, error, error_type, dead_lettered_at, replay_id)"
-	vals := " VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	cols := "(id, payload, metadata, copies, archived_at, reason, original_topic, handler, op_key, error, error_type, dead_lettered_at, replay_id, state, state_at, note, failed_again_as)"
+	vals := " VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', 0, '', '')"
 	var stmt string
 	switch a.dialect {
 	case MySQL:
@@ -159,20 +176,46 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 		}
 		for _, m := range msgs {
 			now := a.now()
-			e := archive.EntryFromMessage(m, now)
+			e := archivekit.Entry(m, now)
 			payload := []byte(m.Payload)
 			if payload == nil {
 				payload = []byte{}
 			}
 			_, err := tx.ExecContext(ctx, stmt, m.UUID, payload, encodeMetadata(m.Metadata), now.UnixNano(),
 				text(string(e.Reason)), text(e.OriginalTopic), text(e.Handler), text(e.OperationKey), text(e.Error),
-				text(dlq.RootErrorType(e.ErrorTypes)), e.DeadLetteredAt.UnixNano(), text(m.Metadata.Get(dlq.KeyReplayID)))
+				text(envelope.RootErrorType(e.ErrorTypes)), e.DeadLetteredAt.UnixNano(), text(m.Metadata.Get(envelope.KeyReplayID)))
 			if err != nil {
 				return fmt.Errorf("sqlarchive: publish %q: %w", m.UUID, err)
+			}
+			if err := a.linkFailedAgain(ctx, tx, m); err != nil {
+				return err
 			}
 		}
 		return nil
 	})
+}
+
+// linkFailedAgain makes the entry that m's replayed message came from
+// (envelope.KeyReplayOf) name m as its FailedAgainAs, when m was just stored
+// as a new entry (its first copy): m is the dead letter of a replay that
+// failed again. It reads after the insert, so that a SQLite transaction
+// writes first and never has to upgrade a read lock.
+func (a *Archive) linkFailedAgain(ctx context.Context, tx *sql.Tx, m *message.Message) error {
+	of := m.Metadata.Get(envelope.KeyReplayOf)
+	if of == "" || of == m.UUID {
+		return nil
+	}
+	var copies int
+	if err := tx.QueryRowContext(ctx, a.q("SELECT copies FROM "+a.entries+" WHERE id = ?"), m.UUID).Scan(&copies); err != nil {
+		return fmt.Errorf("sqlarchive: publish %q: %w", m.UUID, err)
+	}
+	if copies != 1 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, a.q("UPDATE "+a.entries+" SET failed_again_as = ? WHERE id = ?"), m.UUID, of); err != nil {
+		return fmt.Errorf("sqlarchive: publish %q: link %q: %w", m.UUID, of, err)
+	}
+	return nil
 }
 
 // lockSeq takes a lock held until tx ends, so that publishes take their
@@ -268,23 +311,38 @@ func (a *Archive) where(f archive.Filter, after int64) (string, []any) {
 		conds = append(conds, "NOT EXISTS (SELECT 1 FROM "+a.replayed+" r WHERE r.entry_id = e.id AND r.replay_id = ?)")
 		args = append(args, f.NotReplayedBy)
 	}
+	if f.ReplayedBy != "" {
+		conds = append(conds, "EXISTS (SELECT 1 FROM "+a.replayed+" r WHERE r.entry_id = e.id AND r.replay_id = ?)")
+		args = append(args, f.ReplayedBy)
+	}
+	if len(f.States) > 0 {
+		conds = append(conds, "e.state IN ("+placeholders(len(f.States))+")")
+		for _, st := range f.States {
+			args = append(args, string(st))
+		}
+	}
 	return " WHERE " + strings.Join(conds, " AND "), args
 }
 
 const (
-	entryCols = "e.seq, e.id, e.payload, e.metadata, e.copies, e.archived_at"
+	entryCols = "e.seq, e.id, e.payload, e.metadata, e.copies, e.archived_at, e.state, e.state_at, e.note, e.failed_again_as"
 	// bareCols are entryCols without the payload (Page.OmitPayload).
-	bareCols = "e.seq, e.id, e.metadata, e.copies, e.archived_at"
+	bareCols = "e.seq, e.id, e.metadata, e.copies, e.archived_at, e.state, e.state_at, e.note, e.failed_again_as"
 )
 
-// Get returns one entry, or archive.ErrEntryNotFound.
+// placeholders returns n comma-separated "?".
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// Get returns one entry, or archive.ErrNotFound.
 func (a *Archive) Get(ctx context.Context, id string) (archive.Entry, error) {
 	out, err := a.List(ctx, archive.Filter{IDs: []string{id}}, archive.Page{Limit: 1})
 	if err != nil {
 		return archive.Entry{}, err
 	}
 	if len(out) == 0 {
-		return archive.Entry{}, fmt.Errorf("sqlarchive: %q: %w", id, archive.ErrEntryNotFound)
+		return archive.Entry{}, fmt.Errorf("sqlarchive: %q: %w", id, archive.ErrNotFound)
 	}
 	return out[0], nil
 }
@@ -299,7 +357,7 @@ func (a *Archive) List(ctx context.Context, f archive.Filter, p archive.Page) ([
 		cols = bareCols
 	}
 	rows, err := a.db.QueryContext(ctx, a.q("SELECT "+cols+" FROM "+a.entries+" e"+w+" ORDER BY e.seq LIMIT ?"),
-		append(args, archive.PageLimit(p))...)
+		append(args, archivekit.PageLimit(p))...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlarchive: list: %w", err)
 	}
@@ -307,12 +365,12 @@ func (a *Archive) List(ctx context.Context, f archive.Filter, p archive.Page) ([
 	var out []archive.Entry
 	for rows.Next() {
 		var (
-			seq, at       int64
-			id            string
-			payload, meta []byte
-			copies        int
+			seq, at, stateAt          int64
+			id, state, note, failedAs string
+			payload, meta             []byte
+			copies                    int
 		)
-		dest := []any{&seq, &id, &payload, &meta, &copies, &at}
+		dest := []any{&seq, &id, &payload, &meta, &copies, &at, &state, &stateAt, &note, &failedAs}
 		if p.OmitPayload {
 			dest = slices.Delete(dest, 2, 3)
 		}
@@ -325,9 +383,13 @@ func (a *Archive) List(ctx context.Context, f archive.Filter, p archive.Page) ([
 		}
 		msg := message.NewMessage(id, payload)
 		msg.Metadata = md
-		e := archive.EntryFromMessage(msg, time.Unix(0, at).UTC())
+		e := archivekit.Entry(msg, time.Unix(0, at).UTC())
 		e.Message = msg
 		e.Seq, e.Copies = seq, copies
+		e.State, e.Note, e.FailedAgainAs = archive.State(state), note, failedAs
+		if stateAt != 0 {
+			e.StateAt = time.Unix(0, stateAt).UTC()
+		}
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
@@ -380,19 +442,19 @@ func (a *Archive) fillReplayedBy(ctx context.Context, entries []archive.Entry) e
 // Stats summarises the entries f selects: one GROUP BY query.
 func (a *Archive) Stats(ctx context.Context, f archive.Filter) (archive.Stats, error) {
 	w, args := a.where(f, 0)
-	rows, err := a.db.QueryContext(ctx, a.q("SELECT e.reason, e.original_topic, e.handler, e.error_type, COUNT(*), MIN(e.dead_lettered_at), MAX(e.dead_lettered_at) FROM "+
-		a.entries+" e"+w+" GROUP BY e.reason, e.original_topic, e.handler, e.error_type"), args...)
+	rows, err := a.db.QueryContext(ctx, a.q("SELECT e.reason, e.original_topic, e.handler, e.error_type, e.state, COUNT(*), MIN(e.dead_lettered_at), MAX(e.dead_lettered_at) FROM "+
+		a.entries+" e"+w+" GROUP BY e.reason, e.original_topic, e.handler, e.error_type, e.state"), args...)
 	if err != nil {
 		return archive.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
 	}
 	defer func() { _ = rows.Close() }()
-	s := archive.NewStats()
+	s := archivekit.NewStats()
 	var oldest, newest int64
 	for rows.Next() {
-		var reason, topic, handler, etype string
+		var reason, topic, handler, etype, state string
 		var n int
 		var lo, hi int64
-		if err := rows.Scan(&reason, &topic, &handler, &etype, &n, &lo, &hi); err != nil {
+		if err := rows.Scan(&reason, &topic, &handler, &etype, &state, &n, &lo, &hi); err != nil {
 			return archive.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
 		}
 		if s.Total == 0 || lo < oldest {
@@ -406,6 +468,7 @@ func (a *Archive) Stats(ctx context.Context, f archive.Filter) (archive.Stats, e
 		s.ByTopic[topic] += n
 		s.ByHandler[handler] += n
 		s.ByErrorType[etype] += n
+		s.ByState[state] += n
 	}
 	if err := rows.Err(); err != nil {
 		return archive.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
@@ -449,12 +512,51 @@ func (a *Archive) Delete(ctx context.Context, ids ...string) (int, error) {
 	return n, nil
 }
 
-// MarkReplayed records that replay run replayID republished entry id
-// (once per run), or returns archive.ErrEntryNotFound.
-func (a *Archive) MarkReplayed(ctx context.Context, id, replayID string) error {
-	if replayID == "" {
-		return fmt.Errorf("%w: sqlarchive: empty replay run ID", dlq.ErrInvalidOption)
+// Mark moves the entries to m.To and returns how many exist, in one
+// transaction. A replayed mark also records the run (the replayed table).
+func (a *Archive) Mark(ctx context.Context, m archive.Mark, ids ...string) (int, error) {
+	if err := archivekit.CheckMark(m); err != nil {
+		return 0, err
 	}
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	now := a.now().UnixNano()
+	set := "state = ?, state_at = ?, note = ?"
+	n := 0
+	err := a.inTx(ctx, func(tx *sql.Tx) error {
+		for chunk := range slices.Chunk(ids, batch) {
+			args := make([]any, len(chunk))
+			for i, id := range chunk {
+				args[i] = id
+			}
+			// Writes first: a SQLite transaction that read first would
+			// have to upgrade its lock, and fail busy under concurrency.
+			in := " WHERE id IN (" + placeholders(len(chunk)) + ")"
+			if _, err := tx.ExecContext(ctx, a.q("UPDATE "+a.entries+" SET "+set+in),
+				append([]any{string(m.To), now, text(m.Note)}, args...)...); err != nil {
+				return fmt.Errorf("sqlarchive: mark: %w", err)
+			}
+			if m.To == archive.StateReplayed {
+				if err := a.addReplayMarks(ctx, tx, chunk, m.Run); err != nil {
+					return err
+				}
+			}
+			var k int
+			if err := tx.QueryRowContext(ctx, a.q("SELECT COUNT(*) FROM "+a.entries+in), args...).Scan(&k); err != nil {
+				return fmt.Errorf("sqlarchive: mark: %w", err)
+			}
+			n += k
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// addReplayMarks records that run republished the entries ids (once per
+// run; the IDs that exist).
+func (a *Archive) addReplayMarks(ctx context.Context, tx *sql.Tx, ids []string, run string) error {
 	sel := " SELECT ?, ? WHERE EXISTS (SELECT 1 FROM " + a.entries + " WHERE id = ?)"
 	if a.dialect == Postgres {
 		sel = " SELECT CAST(? AS TEXT), CAST(? AS TEXT) WHERE EXISTS (SELECT 1 FROM " + a.entries + " WHERE id = ?)"
@@ -466,21 +568,10 @@ func (a *Archive) MarkReplayed(ctx context.Context, id, replayID string) error {
 	default:
 		stmt = a.q("INSERT INTO " + a.replayed + " (entry_id, replay_id)" + sel + " ON CONFLICT DO NOTHING")
 	}
-	res, err := a.db.ExecContext(ctx, stmt, id, replayID, id)
-	if err != nil {
-		return fmt.Errorf("sqlarchive: mark %q replayed: %w", id, err)
-	}
-	if k, err := res.RowsAffected(); err == nil && k > 0 {
-		return nil
-	}
-	// Nothing inserted: already marked, or no such entry.
-	var one int
-	err = a.db.QueryRowContext(ctx, a.q("SELECT 1 FROM "+a.entries+" WHERE id = ?"), id).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("sqlarchive: %q: %w", id, archive.ErrEntryNotFound)
-	}
-	if err != nil {
-		return fmt.Errorf("sqlarchive: mark %q replayed: %w", id, err)
+	for _, id := range ids {
+		if _, err := tx.ExecContext(ctx, stmt, id, run, id); err != nil {
+			return fmt.Errorf("sqlarchive: mark %q replayed: %w", id, err)
+		}
 	}
 	return nil
 }
@@ -507,12 +598,12 @@ func (a *Archive) SaveReplay(ctx context.Context, run archive.ReplayRun) error {
 	return nil
 }
 
-// LoadReplay reads a replay run back, or returns archive.ErrReplayNotFound.
+// LoadReplay reads a replay run back, or returns archive.ErrNotFound.
 func (a *Archive) LoadReplay(ctx context.Context, id string) (archive.ReplayRun, error) {
 	var body string
 	err := a.db.QueryRowContext(ctx, a.q("SELECT body FROM "+a.runs+" WHERE id = ?"), id).Scan(&body)
 	if errors.Is(err, sql.ErrNoRows) {
-		return archive.ReplayRun{}, fmt.Errorf("sqlarchive: replay %q: %w", id, archive.ErrReplayNotFound)
+		return archive.ReplayRun{}, fmt.Errorf("sqlarchive: replay %q: %w", id, archive.ErrNotFound)
 	}
 	if err != nil {
 		return archive.ReplayRun{}, fmt.Errorf("sqlarchive: load replay %q: %w", id, err)
@@ -522,6 +613,32 @@ func (a *Archive) LoadReplay(ctx context.Context, id string) (archive.ReplayRun,
 		return archive.ReplayRun{}, fmt.Errorf("sqlarchive: replay %q is corrupt: %w", id, err)
 	}
 	return run, nil
+}
+
+// ListReplays returns every replay run, the most recently started first.
+func (a *Archive) ListReplays(ctx context.Context) ([]archive.ReplayRun, error) {
+	rows, err := a.db.QueryContext(ctx, "SELECT id, body FROM "+a.runs)
+	if err != nil {
+		return nil, fmt.Errorf("sqlarchive: list replays: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []archive.ReplayRun
+	for rows.Next() {
+		var id, body string
+		if err := rows.Scan(&id, &body); err != nil {
+			return nil, fmt.Errorf("sqlarchive: list replays: %w", err)
+		}
+		var run archive.ReplayRun
+		if err := json.Unmarshal([]byte(body), &run); err != nil {
+			return nil, fmt.Errorf("sqlarchive: replay %q is corrupt: %w", id, err)
+		}
+		out = append(out, run)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlarchive: list replays: %w", err)
+	}
+	archivekit.SortRuns(out)
+	return out, nil
 }
 
 // Prune deletes the entries dead-lettered longer ago than the retention

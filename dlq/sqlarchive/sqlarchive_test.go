@@ -56,12 +56,12 @@ func setup(t testing.TB, b backend, opts ...dlq.Option) *sqlarchive.Archive {
 	var r [5]byte
 	_, _ = rand.Read(r[:])
 	prefix := "dlqt_" + hex.EncodeToString(r[:])
-	a, err := sqlarchive.New(db, b.dialect, append([]dlq.Option{sqlarchive.WithTablePrefix(prefix)}, opts...)...)
+	a, err := sqlarchive.New(db, b.dialect, append([]dlq.Option{archive.WithPrefix(prefix)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		for _, table := range a.Tables() {
+		for _, table := range sqlarchive.Tables(a) {
 			if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
 				t.Errorf("drop %s: %v", table, err)
 			}
@@ -104,14 +104,14 @@ func TestOptions(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = db.Close() }()
 	for name, opt := range map[string]dlq.Option{
-		"upper-case prefix": sqlarchive.WithTablePrefix("Dlq"),
-		"quote in prefix":   sqlarchive.WithTablePrefix(`a"b`),
-		"empty prefix":      sqlarchive.WithTablePrefix(""),
+		"upper-case prefix": archive.WithPrefix("Dlq"),
+		"quote in prefix":   archive.WithPrefix(`a"b`),
+		"empty prefix":      archive.WithPrefix(""),
 		"zero retention":    dlq.WithRetention(0),
 		"nil clock":         dlq.WithClock(nil),
 		"nil logger":        dlq.WithLogger(nil),
 		// An option of another constructor of the family is refused.
-		"publisher option": dlq.WithHost("h"),
+		"publisher option": dlq.WithConsumerGroup("g"),
 	} {
 		_, err := sqlarchive.New(db, sqlarchive.SQLite, opt)
 		require.ErrorIs(t, err, dlq.ErrInvalidOption, name)
@@ -120,8 +120,8 @@ func TestOptions(t *testing.T) {
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
 	_, err = sqlarchive.New(db, sqlarchive.Dialect(42))
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
-	_, err = sqlarchive.New(db, sqlarchive.SQLite, dlq.WithHost("h"))
-	require.ErrorContains(t, err, "sqlarchive.New does not take option WithHost")
+	_, err = sqlarchive.New(db, sqlarchive.SQLite, dlq.WithConsumerGroup("g"))
+	require.ErrorContains(t, err, "sqlarchive.New does not take option WithConsumerGroup")
 }
 
 func TestWithoutMigrateIsAnError(t *testing.T) {
@@ -142,7 +142,7 @@ func BenchmarkArchive(b *testing.B) {
 func TestCorruptRowIsAClearError(t *testing.T) {
 	t.Parallel()
 	db := openSQLite(t)
-	a, err := sqlarchive.New(db, sqlarchive.SQLite, sqlarchive.WithTablePrefix("corrupt"))
+	a, err := sqlarchive.New(db, sqlarchive.SQLite, archive.WithPrefix("corrupt"))
 	require.NoError(t, err)
 	require.NoError(t, a.Migrate(t.Context()))
 	require.NoError(t, a.Publish("dead", message.NewMessage("id-1", []byte("p"))))

@@ -32,8 +32,9 @@ func TestOutageFillsTheArchive(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, es, 1)
 	require.Equal(t, 3, es[0].Attempts)
-	h, err := dlq.ParseHistory(es[0].Message.Metadata)
+	env, err := dlq.ParseEnvelope(es[0].Message)
 	require.NoError(t, err)
+	h := env.History
 	require.Len(t, h, 3)
 	require.Contains(t, h[2].Error, "connection refused")
 

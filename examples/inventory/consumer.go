@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	surelynats "github.com/surely-dev/surely/adapters/nats"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
@@ -87,11 +88,11 @@ func runConsumer(ctx context.Context, n names, postgresURL, natsURL, crashAt str
 	}
 	c := &consumer{db: db, store: store, n: n, crashAt: crashAt}
 
-	sub, err := surelynats.NewSubscriber(natsURL, n.consumer, surelynats.WithAckWait(ackWait), surelynats.WithConcurrency(concurrency))
+	sub, err := surelynats.NewSubscriber(natsURL, n.consumer, delivery.WithAckWait(ackWait), delivery.WithConcurrency(concurrency))
 	if err != nil {
 		return err
 	}
-	deadSub, err := surelynats.NewSubscriber(natsURL, n.deadConsumer, surelynats.WithAckWait(ackWait))
+	deadSub, err := surelynats.NewSubscriber(natsURL, n.deadConsumer, delivery.WithAckWait(ackWait))
 	if err != nil {
 		_ = sub.Close()
 		return err
@@ -224,7 +225,7 @@ func (c *consumer) crashPoint(point, id string) {
 }
 
 // recordDeadLetter keeps each dead letter once, by UUID: every copy of one
-// message's dead letter has the same UUID (dlq.DeadLetterUUID), and a
+// message's dead letter has the same UUID (dlq's derived UUID), and a
 // killed consumer's dead letters can come again.
 func (c *consumer) recordDeadLetter(msg *message.Message) error {
 	md := msg.Metadata

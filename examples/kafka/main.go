@@ -47,6 +47,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
+	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/twmb/franz-go/pkg/kfake"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, pure Go
@@ -283,7 +284,8 @@ func (a *app) ship(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*me
 // recordDeadLetter keeps each dead letter once (by UUID), with where it
 // sits in the dead-letter topic.
 func (a *app) recordDeadLetter(msg *message.Message) error {
-	partition, offset, _ := surelykafka.Position(msg.Context())
+	partition, _ := wmkafka.MessagePartitionFromCtx(msg.Context())
+	offset, _ := wmkafka.MessagePartitionOffsetFromCtx(msg.Context())
 	md := msg.Metadata
 	_, err := a.db.ExecContext(msg.Context(),
 		`INSERT OR IGNORE INTO dead_letters (uuid, op_key, reason, error, partition, kafka_offset) VALUES (?, ?, ?, ?, ?, ?)`,

@@ -14,6 +14,7 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, pure Go
 
 	surelynats "github.com/surely-dev/surely/adapters/nats"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
@@ -90,7 +91,7 @@ type consumer struct {
 // Close.
 func startConsumer(ctx context.Context, natsURL string, a *app) (*consumer, error) {
 	logger := watermill.NopLogger{}
-	sub, err := surelynats.NewSubscriber(natsURL, consumerName, surelynats.WithAckWait(2*time.Second), surelynats.WithConcurrency(4))
+	sub, err := surelynats.NewSubscriber(natsURL, consumerName, delivery.WithAckWait(2*time.Second), delivery.WithConcurrency(4))
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	surelyamqp "github.com/surely-dev/surely/adapters/amqp"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
@@ -92,7 +93,7 @@ func run() error {
 		return err
 	}
 	defer func() { _ = pub.Close() }()
-	sub, err := surelyamqp.NewSubscriber(amqpURL, surelyamqp.WithConcurrency(4))
+	sub, err := surelyamqp.NewSubscriber(amqpURL, delivery.WithConcurrency(4))
 	if err != nil {
 		return err
 	}

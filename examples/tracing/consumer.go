@@ -15,6 +15,7 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, pure Go
 
 	surelynats "github.com/surely-dev/surely/adapters/nats"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
@@ -77,7 +78,7 @@ func runConsumerProcess() error {
 	defer func() { _ = db.Close() }()
 
 	natsURL := os.Getenv(envNATS)
-	sub, err := surelynats.NewSubscriber(natsURL, group, surelynats.WithAckWait(2*time.Second))
+	sub, err := surelynats.NewSubscriber(natsURL, group, delivery.WithAckWait(2*time.Second))
 	if err != nil {
 		return err
 	}

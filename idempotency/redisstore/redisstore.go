@@ -671,6 +671,12 @@ func (s *Store) Get(ctx context.Context, namespace, key string) (idempotency.Rec
 	if err != nil {
 		return idempotency.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
+	return recordOf(namespace, key, v)
+}
+
+// recordOf decodes the reply of the Get script for (namespace, key), or
+// returns ErrNotFound for an empty one.
+func recordOf(namespace, key string, v any) (idempotency.Record, error) {
 	r, err := replyOf(v)
 	if err != nil {
 		return idempotency.Record{}, fmt.Errorf("redisstore: get: %w", err)

@@ -56,19 +56,56 @@ func TestApplyRefusesNil(t *testing.T) {
 	}
 }
 
-func TestGetAsRefusesAnotherType(t *testing.T) {
-	s, err := Apply(errInvalid, []option{with("WithM", 1)})
+func TestLoadRefusesAnOptionNotUsed(t *testing.T) {
+	s, err := Load(errInvalid, "x.New", []option{with("WithA", 1)}, "WithA", "WithB")
+	if err != nil || Get(s, "WithA", 0) != 1 {
+		t.Fatalf("Load = %v, %v; want WithA recorded", s, err)
+	}
+	_, err = Load(errInvalid, "x.New", []option{with("y.WithM", 1)}, "x.WithM")
+	if !errors.Is(err, errInvalid) || !strings.Contains(err.Error(), "x.New does not take option y.WithM") {
+		t.Errorf("Load of another package's option = %v, want it refused by name", err)
+	}
+	if _, err := Load(errInvalid, "x.New", []option{nil}); !errors.Is(err, errInvalid) {
+		t.Errorf("Load of a nil option = %v, want an invalid-option error", err)
+	}
+}
+
+func TestPutNotNil(t *testing.T) {
+	var s Set
+	if err := PutNotNil[error](&s, errInvalid, "x.WithE", nil); !errors.Is(err, errInvalid) || !strings.Contains(err.Error(), "x.WithE: nil") {
+		t.Errorf("PutNotNil(nil) = %v, want an error naming the option", err)
+	}
+	if err := PutNotNil[*int](&s, errInvalid, "x.WithP", nil); !errors.Is(err, errInvalid) {
+		t.Errorf("PutNotNil(nil pointer) = %v, want an invalid-option error", err)
+	}
+	if s.Has("x.WithE") || s.Has("x.WithP") {
+		t.Error("a refused value was recorded")
+	}
+	if err := PutNotNil(&s, errInvalid, "x.WithE", errInvalid); err != nil || Get[error](&s, "x.WithE", nil) != errInvalid {
+		t.Errorf("PutNotNil(value) = %v, want it recorded", err)
+	}
+}
+
+func TestWithinAndAtLeast(t *testing.T) {
+	s, err := Apply(errInvalid, []option{with("WithN", 7)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := GetAs(s, errInvalid, "x.New", "WithM", 0); err != nil || got != 1 {
-		t.Errorf("GetAs int = %d, %v; want 1", got, err)
+	if v, err := Within(s, errInvalid, "x.New", "WithN", 1, 1, 7); err != nil || v != 7 {
+		t.Errorf("Within(7, 1..7) = %d, %v; want 7", v, err)
 	}
-	if got, err := GetAs(s, errInvalid, "x.New", "WithN", "def"); err != nil || got != "def" {
-		t.Errorf("GetAs unset = %q, %v; want the default", got, err)
+	if v, err := Within(s, errInvalid, "x.New", "WithM", 3, 1, 2); err != nil || v != 3 {
+		t.Errorf("Within of an unset option = %d, %v; want the default, unchecked", v, err)
 	}
-	got, err := GetAs(s, errInvalid, "x.New", "WithM", "def")
-	if !errors.Is(err, errInvalid) || got != "def" || !strings.Contains(err.Error(), "x.New: option WithM holds a int") {
-		t.Errorf("GetAs string of an int = %q, %v; want the default and an invalid-option error", got, err)
+	v, err := Within(s, errInvalid, "x.New", "WithN", 1, 1, 6)
+	if !errors.Is(err, errInvalid) || v != 1 || !strings.Contains(err.Error(), "x.New: WithN(7) is not in 1..6") {
+		t.Errorf("Within(7, 1..6) = %d, %v; want the default and an error naming the option", v, err)
+	}
+	if v, err := AtLeast(s, errInvalid, "x.New", "WithN", 1, 7); err != nil || v != 7 {
+		t.Errorf("AtLeast(7, 7) = %d, %v; want 7", v, err)
+	}
+	_, err = AtLeast(s, errInvalid, "x.New", "WithN", 1, 8)
+	if !errors.Is(err, errInvalid) || !strings.Contains(err.Error(), "x.New: WithN(7) is below 8") {
+		t.Errorf("AtLeast(7, 8) = %v; want an error naming the option", err)
 	}
 }

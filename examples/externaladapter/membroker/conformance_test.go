@@ -22,8 +22,12 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// ackWait is the broker's ack deadline in the suite.
-const ackWait = time.Second
+// The broker's ack deadline and its subscribers' close timeout in the
+// suite.
+const (
+	ackWait      = time.Second
+	closeTimeout = 2 * time.Second
+)
 
 // adapter serves the suite from one broker for the whole run: every test
 // has topics and consumer groups of its own.
@@ -50,13 +54,14 @@ func (a adapter) PublishMalformed(_ *testing.T, topic string) []byte {
 func (a adapter) ChildEnv() []string { return nil } // no crash test
 
 func TestConformance(t *testing.T) {
-	a := adapter{b: membroker.New(ackWait)}
+	a := adapter{b: membroker.New(ackWait, closeTimeout)}
 	adaptertest.Run(t, func(*testing.T) adaptertest.Adapter { return a }, adaptertest.Features{
 		DeliveryCount:   true, // the broker counts a message's deliveries to its group
 		NackDelay:       true, // a nack after NackAfter(d) holds the message back for d
 		LeaseExtension:  true, // Extend pushes the ack deadline back
 		NoCrashRecovery: true, // in memory: gone with the process
 		AckWait:         ackWait,
+		CloseTimeout:    closeTimeout,
 		// The defaults, spelled out: each in-process test on a memstore
 		// of its own (no server). Features.SharedStore would be the crash
 		// test's store, shared with its child processes.
@@ -70,7 +75,7 @@ func TestConformance(t *testing.T) {
 			Persistent:      true,
 		},
 		PubSubSkip: map[string]string{
-			"TestMessageCtx": "Close drains: it waits up to CloseTimeout for the messages in flight before it cancels their contexts (Watermill's test expects at once), as surely's adapters do",
+			"TestMessageCtx": "Close drains: it waits up to the close timeout for the messages in flight before it cancels their contexts (Watermill's test expects at once), as surely's adapters do",
 		},
 	})
 }

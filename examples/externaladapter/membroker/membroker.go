@@ -44,10 +44,6 @@ import (
 	"github.com/surely-dev/surely/delivery"
 )
 
-// CloseTimeout bounds how long Subscriber.Close waits for the messages in
-// flight to be acked or nacked.
-const CloseTimeout = 30 * time.Second
-
 // pollInterval is how often a waiting subscription looks again for a
 // message whose delay or ack deadline has passed (a publish, a nack or an
 // ack wakes it at once).
@@ -58,7 +54,8 @@ var ErrClosed = errors.New("membroker: closed")
 
 // Broker is the in-memory broker. Its methods are safe for concurrent use.
 type Broker struct {
-	ackWait time.Duration
+	ackWait      time.Duration
+	closeTimeout time.Duration
 
 	mu      sync.Mutex
 	topics  map[string]*topic
@@ -86,12 +83,17 @@ type entry struct {
 }
 
 // New returns a broker whose deliveries go back to their group ackWait
-// after the delivery (or its last extension) unless acked or nacked.
-func New(ackWait time.Duration) *Broker {
+// after the delivery (or its last extension) unless acked or nacked, and
+// whose subscribers' Close waits up to closeTimeout for the messages in
+// flight to be acked or nacked. Either defaults to 30s when not positive.
+func New(ackWait, closeTimeout time.Duration) *Broker {
 	if ackWait <= 0 {
 		ackWait = 30 * time.Second
 	}
-	return &Broker{ackWait: ackWait, topics: map[string]*topic{}, changed: make(chan struct{})}
+	if closeTimeout <= 0 {
+		closeTimeout = 30 * time.Second
+	}
+	return &Broker{ackWait: ackWait, closeTimeout: closeTimeout, topics: map[string]*topic{}, changed: make(chan struct{})}
 }
 
 // notify wakes the waiting subscriptions. Called with b.mu held.
@@ -339,9 +341,10 @@ func decode(raw []byte) *message.Message {
 	return msg
 }
 
-// Close stops handing out messages, waits (up to CloseTimeout) for those in
-// flight to be acked or nacked, and then leaves the rest to go back to
-// their group at their ack deadline. Close is safe to call more than once
+// Close stops handing out messages, waits (up to the broker's close
+// timeout) for those in flight to be acked or nacked, and then cancels the
+// contexts of the rest and leaves them to go back to their group at their
+// ack deadline. Close is safe to call more than once
 // (the router calls it too).
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() {
@@ -351,7 +354,7 @@ func (s *Subscriber) Close() error {
 		close(s.closing)
 		done := make(chan struct{})
 		go func() { s.wg.Wait(); close(done) }()
-		t := time.NewTimer(CloseTimeout)
+		t := time.NewTimer(s.b.closeTimeout)
 		defer t.Stop()
 		select {
 		case <-done:

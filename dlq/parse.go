@@ -1,0 +1,144 @@
+package dlq
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
+)
+
+// Envelope is what surely wrote about a dead letter, read back from its
+// metadata by ParseEnvelope: the fields of the package doc's key table. A
+// field whose key is missing is zero.
+type Envelope struct {
+	// Version is the envelope's version ("1").
+	Version string
+	Reason  Reason
+	// Error is the final error's text (redacted, at most 2 KiB), and
+	// ErrorTypes the Go types of its chain, outermost first, separated by
+	// " > " (a join's branches in brackets).
+	Error, ErrorTypes string
+	// Attempts is the durable attempt count (0: unknown).
+	Attempts int
+	// FirstFailureAt and LastFailureAt bound the failed attempts of
+	// History; DeadLetteredAt is when the message was dead-lettered.
+	FirstFailureAt, LastFailureAt, DeadLetteredAt time.Time
+	// History is the per-attempt ledger, oldest first (bounded to 16 KiB
+	// of JSON: the oldest entries, then the stacks of all but the newest,
+	// are dropped to fit).
+	History []idempotency.AttemptRecord
+	// OriginalTopic, Handler and ConsumerGroup say where the message was
+	// consumed; OriginalUUID is its UUID (the dead letter's own is derived
+	// from it).
+	OriginalTopic, Handler, ConsumerGroup, OriginalUUID string
+	// OperationKey, Fingerprint and Namespace identify the operation and
+	// where its record is kept; Retention is how long the store keeps
+	// records (0: not reported).
+	OperationKey, Fingerprint, Namespace string
+	Retention                            time.Duration
+	// TraceID and SpanID are those of the failing attempt; Traceparent is
+	// the W3C traceparent of the dead-letter span (empty: tracing off).
+	TraceID, SpanID, Traceparent string
+	// Host is the host name of the process that dead-lettered it.
+	Host string
+	// ReplayOf and ReplayID are set when the message that failed was
+	// republished by a replay run: the archived dead letter it replayed,
+	// and the run.
+	ReplayOf, ReplayID string
+}
+
+// errNotEnvelope is returned by ParseEnvelope for a message without an
+// envelope version.
+var errNotEnvelope = errors.New("dlq: not a dead letter: no " + envelope.KeyVersion)
+
+// ParseEnvelope reads the envelope of a dead-lettered message. A message
+// that is not one (no envelope version) is an error. A field whose value
+// does not parse (a number, a time, a duration, the history's JSON) is
+// left zero and reported in the error, together with every other such
+// field; the fields that did parse are returned with it.
+func ParseEnvelope(msg *message.Message) (Envelope, error) {
+	md := msg.Metadata
+	e := Envelope{
+		Version:       md.Get(envelope.KeyVersion),
+		Reason:        Reason(md.Get(envelope.KeyReason)),
+		Error:         md.Get(envelope.KeyError),
+		ErrorTypes:    md.Get(envelope.KeyErrorTypes),
+		OriginalTopic: md.Get(envelope.KeyOriginalTopic),
+		Handler:       md.Get(envelope.KeyHandler),
+		ConsumerGroup: md.Get(envelope.KeyConsumerGroup),
+		OriginalUUID:  md.Get(envelope.KeyOriginalUUID),
+		OperationKey:  md.Get(envelope.KeyOperationKey),
+		Fingerprint:   md.Get(envelope.KeyFingerprint),
+		Namespace:     md.Get(envelope.KeyNamespace),
+		TraceID:       md.Get(envelope.KeyTraceID),
+		SpanID:        md.Get(envelope.KeySpanID),
+		Traceparent:   md.Get(envelope.KeyDeadLetterTraceparent),
+		Host:          md.Get(envelope.KeyHost),
+		ReplayOf:      md.Get(envelope.KeyReplayOf),
+		ReplayID:      md.Get(envelope.KeyReplayID),
+	}
+	if e.Version == "" {
+		return e, errNotEnvelope
+	}
+	p := parser{md: md}
+	e.Attempts = p.int(envelope.KeyAttempts)
+	e.FirstFailureAt = p.time(envelope.KeyFirstFailureAt)
+	e.LastFailureAt = p.time(envelope.KeyLastFailureAt)
+	e.DeadLetteredAt = p.time(envelope.KeyDeadLetteredAt)
+	e.Retention = p.duration(envelope.KeyRetention)
+	h, err := envelope.ParseHistory(md)
+	e.History = h
+	p.errs = append(p.errs, err)
+	return e, errors.Join(p.errs...)
+}
+
+// parser reads the typed fields of an envelope, collecting their errors.
+type parser struct {
+	md   message.Metadata
+	errs []error
+}
+
+func (p *parser) fail(key, v string, err error) {
+	p.errs = append(p.errs, fmt.Errorf("dlq: %s %q: %w", key, v, err))
+}
+
+func (p *parser) int(key string) int {
+	v := p.md.Get(key)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		p.fail(key, v, err)
+	}
+	return n
+}
+
+func (p *parser) time(key string) time.Time {
+	v := p.md.Get(key)
+	if v == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		p.fail(key, v, err)
+	}
+	return t
+}
+
+func (p *parser) duration(key string) time.Duration {
+	v := p.md.Get(key)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		p.fail(key, v, err)
+	}
+	return d
+}

@@ -1,0 +1,76 @@
+package dlq_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
+)
+
+// ParseEnvelope reads back every field Wrap wrote.
+func TestParseEnvelopeReadsWhatWrapWrote(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)
+	hist := []idempotency.AttemptRecord{
+		{Attempt: 1, Started: at.Add(-3 * time.Minute), Ended: at.Add(-2 * time.Minute), Result: idempotency.ResultFailed, Error: "timeout"},
+		{Attempt: 2, Started: at.Add(-time.Minute), Ended: at.Add(-time.Second), Result: idempotency.ResultFailed, Error: "refused"},
+	}
+	src := message.NewMessage("uuid-1", []byte("pay"))
+	src.Metadata.Set(envelope.KeyReplayOf, "entry-7")
+	src.Metadata.Set(envelope.KeyReplayID, "run-3")
+	f := dlq.Failure{
+		Reason: dlq.ReasonExhausted, Err: errors.New("refused"), Attempts: 2, History: hist,
+		OperationKey: "pay-1", Fingerprint: "abc", Topic: "payments", Handler: "charge",
+		Namespace: "billing", Retention: 72 * time.Hour, TraceID: "0af7651916cd43dd8448eb211c80319c",
+		SpanID: "b7ad6b7169203331", Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", At: at,
+	}
+	got, err := dlq.ParseEnvelope(dlq.Wrap(src, f, nil, "host-1", "group-1"))
+	require.NoError(t, err)
+	require.Equal(t, dlq.Envelope{
+		Version: "1", Reason: dlq.ReasonExhausted, Error: "refused", ErrorTypes: "*errors.errorString",
+		Attempts: 2, FirstFailureAt: at.Add(-2 * time.Minute), LastFailureAt: at.Add(-time.Second), DeadLetteredAt: at,
+		History: got.History, OriginalTopic: "payments", Handler: "charge", ConsumerGroup: "group-1", OriginalUUID: "uuid-1",
+		OperationKey: "pay-1", Fingerprint: "abc", Namespace: "billing", Retention: 72 * time.Hour,
+		TraceID: "0af7651916cd43dd8448eb211c80319c", SpanID: "b7ad6b7169203331",
+		Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", Host: "host-1",
+		ReplayOf: "entry-7", ReplayID: "run-3",
+	}, got)
+	require.Len(t, got.History, 2)
+	for i, h := range got.History {
+		require.Equal(t, hist[i].Attempt, h.Attempt)
+		require.Equal(t, hist[i].Error, h.Error)
+		require.True(t, hist[i].Started.Equal(h.Started))
+	}
+}
+
+// A message that is not a dead letter is refused; a field that does not
+// parse is reported, by its key, and left zero, while the others are read.
+func TestParseEnvelopeReportsWhatItCannotRead(t *testing.T) {
+	t.Parallel()
+	_, err := dlq.ParseEnvelope(message.NewMessage("m", nil))
+	require.ErrorContains(t, err, "not a dead letter")
+
+	msg := message.NewMessage("m", nil)
+	msg.Metadata.Set(envelope.KeyVersion, "1")
+	msg.Metadata.Set(dlq.KeyReason, "permanent")
+	msg.Metadata.Set(envelope.KeyAttempts, "three")
+	msg.Metadata.Set(envelope.KeyDeadLetteredAt, "yesterday")
+	msg.Metadata.Set(envelope.KeyRetention, "72h")
+	msg.Metadata.Set(envelope.KeyHistory, "[{")
+	got, err := dlq.ParseEnvelope(msg)
+	require.ErrorContains(t, err, envelope.KeyAttempts)
+	require.ErrorContains(t, err, envelope.KeyDeadLetteredAt)
+	require.ErrorContains(t, err, envelope.KeyHistory)
+	require.NotContains(t, err.Error(), envelope.KeyRetention)
+	require.Equal(t, dlq.ReasonPermanent, got.Reason)
+	require.Zero(t, got.Attempts)
+	require.True(t, got.DeadLetteredAt.IsZero())
+	require.Equal(t, 72*time.Hour, got.Retention)
+	require.Nil(t, got.History)
+}

@@ -1,0 +1,153 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/oplist"
+	"github.com/surely-dev/surely/internal/record"
+	"github.com/surely-dev/surely/internal/sqldialect"
+)
+
+// The store's read-only listing for the surely command (internal/oplist).
+func init() { oplist.Register((*Store).listRecords) }
+
+// listColumns are the columns a listing reads: a record without its
+// outcome.
+const listColumns = "namespace, op_key, state, fingerprint, token, attempts, canceled, lease_until_ms, expires_at_ms, updated_at_ms, history, reopened_by, budget_base, not_before_ms"
+
+// listRecords returns the live records f selects, in primary-key order (namespace,
+// op_key), without their outcome. It runs plain SELECTs outside any
+// transaction, without FOR UPDATE, each reading at most f's page size of
+// rows, so it takes no lock a claim would wait for (on SQLite in
+// rollback-journal mode a write waits, within its busy timeout, for the one
+// statement). The cursor is the last row's namespace and key (keyset
+// pagination). A Key without a Namespace finds the table's namespaces
+// first, one index lookup each (SELECT MIN(namespace) ... WHERE namespace >
+// ?), then reads the key's row in each.
+func (s *Store) listRecords(ctx context.Context, f oplist.Filter) (oplist.Page, error) {
+	if err := f.Validate(); err != nil {
+		return oplist.Page{}, err
+	}
+	now, err := s.now(ctx, nil)
+	if err != nil {
+		return oplist.Page{}, fmt.Errorf("sqlstore: list %s: %w", s.table, err)
+	}
+	page := oplist.Page{Now: fromMs(now)}
+	if f.Key != "" && f.Namespace == "" {
+		return s.listKeyInEveryNamespace(ctx, f, now, page)
+	}
+	page.Entries, err = s.listQuery(ctx, f, now, f.PageSize())
+	if err != nil {
+		return oplist.Page{}, fmt.Errorf("sqlstore: list %s: %w", s.table, err)
+	}
+	if n := len(page.Entries); n == f.PageSize() {
+		page.Next = page.Entries[n-1].Namespace + "/" + page.Entries[n-1].Key
+	}
+	return page, nil
+}
+
+// listKeyInEveryNamespace lists the rows of f.Key, one namespace at a time.
+func (s *Store) listKeyInEveryNamespace(ctx context.Context, f oplist.Filter, now int64, page oplist.Page) (oplist.Page, error) {
+	t := quoteTable(s.dialect, s.table)
+	next := s.listRebind("SELECT MIN(namespace) FROM " + t + " WHERE namespace > ?")
+	ns, _, _ := strings.Cut(f.After, "/")
+	for {
+		var found sql.NullString
+		if err := s.db.QueryRowContext(ctx, next, ns).Scan(&found); err != nil {
+			return oplist.Page{}, fmt.Errorf("sqlstore: list %s: %w", s.table, err)
+		}
+		if !found.Valid {
+			return page, nil
+		}
+		ns = found.String
+		one := f
+		one.Namespace, one.After = ns, ""
+		es, err := s.listQuery(ctx, one, now, 1)
+		if err != nil {
+			return oplist.Page{}, fmt.Errorf("sqlstore: list %s: %w", s.table, err)
+		}
+		page.Entries = append(page.Entries, es...)
+		if len(page.Entries) == f.PageSize() {
+			page.Next = ns + "/" + f.Key
+			return page, nil
+		}
+	}
+}
+
+// listQuery reads up to limit rows f selects.
+func (s *Store) listQuery(ctx context.Context, f oplist.Filter, now int64, limit int) ([]oplist.Entry, error) {
+	where := []string{"expires_at_ms > ?"}
+	args := []any{now}
+	if f.Namespace != "" {
+		where, args = append(where, "namespace = ?"), append(args, f.Namespace)
+	}
+	if f.Key != "" {
+		where, args = append(where, "op_key = ?"), append(args, f.Key)
+	}
+	if f.State != "" {
+		where, args = append(where, "state = ?"), append(args, string(f.State))
+	}
+	if f.OlderThan > 0 {
+		where, args = append(where, "updated_at_ms <= ?"), append(args, now-ms(f.OlderThan))
+	}
+	if f.After != "" {
+		ns, key, _ := strings.Cut(f.After, "/")
+		where = append(where, "(namespace > ? OR (namespace = ? AND op_key > ?))")
+		args = append(args, ns, ns, key)
+	}
+	q := "SELECT " + listColumns + " FROM " + quoteTable(s.dialect, s.table) +
+		" WHERE " + strings.Join(where, " AND ") + " ORDER BY namespace, op_key LIMIT " + strconv.Itoa(limit)
+	rows, err := s.db.QueryContext(ctx, s.listRebind(q), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var out []oplist.Entry
+	for rows.Next() {
+		e, err := scanListed(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// scanListed reads one row of listColumns.
+func scanListed(rows *sql.Rows) (oplist.Entry, error) {
+	var (
+		e                                              oplist.Entry
+		state, history                                 []byte
+		leaseUntil, expiresAt, updatedAt, notBefore    int64
+		namespace, key, fingerprint, token, reopenedBy []byte
+	)
+	if err := rows.Scan(&namespace, &key, &state, &fingerprint, &token, &e.Attempts, &e.Canceled,
+		&leaseUntil, &expiresAt, &updatedAt, &history, &reopenedBy, &e.BudgetBase, &notBefore); err != nil {
+		return e, err
+	}
+	e.Namespace, e.Key, e.State = string(namespace), string(key), idempotency.State(state)
+	e.Fingerprint, e.Token, e.ReopenedBy = string(fingerprint), string(token), string(reopenedBy)
+	e.LeaseUntil, e.ExpiresAt, e.NotBefore, e.Updated = fromMs(leaseUntil), fromMs(expiresAt), fromMs(notBefore), fromMs(updatedAt)
+	if len(history) > 0 {
+		var hs []histEntry
+		if err := json.Unmarshal(history, &hs); err != nil {
+			return e, fmt.Errorf("decode the history of %q in %q: %w", e.Key, e.Namespace, err)
+		}
+		e.History = record.Attempts(hs)
+	}
+	return e, nil
+}
+
+// listRebind writes q's placeholders for the store's dialect.
+func (s *Store) listRebind(q string) string {
+	if s.dialect == Postgres {
+		return sqldialect.Rebind(q)
+	}
+	return q
+}
