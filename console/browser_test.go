@@ -189,6 +189,18 @@ func TestBrowser(t *testing.T) {
 	}
 	screenshot(t, ctx, dir, "run")
 
+	// Discard the shipments' dead letters, with a reason.
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/list?topic=shipments"), chromedp.Click(chromedp.CSS("#replay-all")),
+		chromedp.WaitVisible(chromedp.CSS("#discard-form")), chromedp.SetValue(chromedp.CSS("#why"), "courier API test data"),
+		chromedp.Click(chromedp.CSS("#confirm-discard")), chromedp.Click(chromedp.CSS("#discard")),
+		chromedp.WaitVisible(chromedp.CSS("#entries"))); err != nil {
+		t.Fatal(err)
+	}
+	waitText(t, ctx, "#entries", "discarded")
+	if rows, err := chromedp.Run(ctx, chromedp.Nodes(chromedp.CSSAll("#entries a.entry"))); err != nil || len(rows) != 4 {
+		t.Errorf("the discarded list has %d entries (%v), want the 4 shipments", len(rows), err)
+	}
+
 	// The operation page: the record and the redelivery chain.
 	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/operation?ns=ns&key=order-1001"), chromedp.WaitVisible(chromedp.CSS("#chain"))); err != nil {
 		t.Fatal(err)

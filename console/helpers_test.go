@@ -189,3 +189,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func jsonLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
+
+// withAudit is the console's audit log as JSON into w.
+func withAudit(w io.Writer) dlq.Option { return dlq.WithLogger(jsonLogger(w)) }

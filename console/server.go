@@ -37,7 +37,7 @@ const (
 
 func newServer(src source, c config) (http.Handler, error) {
 	s := &server{src: src, c: c, pages: map[string]*template.Template{}, running: map[string]context.CancelFunc{}}
-	for _, p := range []string{"overview", "list", "entry", "operation", "dryrun", "run", "error"} {
+	for _, p := range []string{"overview", "list", "entry", "operation", "dryrun", "run", "runs", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs(c)).ParseFS(assets, "templates/layout.html", "templates/timeline.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", p, err)
@@ -54,6 +54,7 @@ func newServer(src source, c config) (http.Handler, error) {
 	mux.HandleFunc("GET /entry", s.entry)
 	mux.HandleFunc("GET /operation", s.operation)
 	mux.HandleFunc("GET /run", s.run)
+	mux.HandleFunc("GET /runs", s.runs)
 	mux.HandleFunc("POST /dry-run", s.action(s.dryRun))
 	mux.HandleFunc("POST /replay", s.action(s.replay))
 	mux.HandleFunc("POST /resume", s.action(s.resume))
@@ -289,6 +290,21 @@ func (s *server) run(w http.ResponseWriter, r *http.Request) {
 		d.Rate = fmt.Sprintf("%.1f/s", float64(run.Replayed)/secs)
 	}
 	s.render(w, r, http.StatusOK, "run", "Replay run "+run.ID, d)
+}
+
+// maxRuns bounds the runs the runs page lists.
+const maxRuns = 200
+
+func (s *server) runs(w http.ResponseWriter, r *http.Request) {
+	runs, err := s.src.runs(r.Context())
+	if err != nil {
+		s.fail(w, r, http.StatusBadGateway, "the archive could not be read", err)
+		return
+	}
+	if len(runs) > maxRuns {
+		runs = runs[:maxRuns]
+	}
+	s.render(w, r, http.StatusOK, "runs", "Replay runs", runs)
 }
 
 // id reads the id parameter; when it is missing or invalid, it renders
