@@ -17,13 +17,15 @@
 // operation (its record in the dedup store, its dead letters and their
 // replays), and a replay: a dry run first (the count and every entry the
 // retention guard refuses, and why), then rate, maximum and confirmation,
-// and the run's page with its progress, cancel and resume.
+// and the run's page with its progress, cancel and resume; the runs; and
+// a discard (the lifecycle's tombstone) with a reason. Pages count and
+// list open entries unless a state is chosen.
 //
 // Every use of the archive and of dlq/replay goes through one small
 // internal interface (source.go).
 //
 // Safety: New requires WithAuthorize or WithoutAuth; WithReadOnly (or no
-// WithPublisher) hides every action; actions are POSTs behind
+// WithPublisher) hides every action (replay, cancel, resume, discard); actions are POSTs behind
 // http.CrossOriginProtection; every response carries a strict
 // Content-Security-Policy (no script at all, styles only from the
 // console); templates escape every value; payloads, error texts and
