@@ -15,7 +15,6 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
-	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/options"
 )
@@ -32,17 +31,21 @@ const (
 	namePublisher      = "console.WithPublisher"
 	nameHiddenPayloads = "console.WithHiddenPayloads"
 	nameTraceURL       = "console.WithTraceURL"
-	nameReplayOptions  = "console.WithReplayOptions"
 	nameRedactor       = "WithRedactor"
-	// nameReplayStore is the name replay.WithStore records: New takes
-	// that option as it is (one name, one meaning).
+	// nameReplayStore is the name replay.WithStore records.
 	nameReplayStore = "replay.WithStore"
 )
+
+// replayOptions are the names of the replay options New takes as they
+// are, and passes to every replay.Run and Resume it starts (one name, one
+// meaning): the dedup store, the retention guard's default, the
+// publishes in flight and the abort threshold.
+var replayOptions = []string{nameReplayStore, "replay.WithDefaultRetention", "replay.WithConcurrency", "replay.WithAbortAfter"}
 
 // used lists every option New takes.
 var used = []string{
 	nameAuthorize, nameWithoutAuth, nameReadOnly, namePublisher, nameHiddenPayloads,
-	nameTraceURL, nameReplayOptions, nameRedactor, nameReplayStore, options.Logger, options.Clock,
+	nameTraceURL, nameRedactor, options.Logger, options.Clock,
 }
 
 // CSP is the Content-Security-Policy of every response: no inline script
@@ -125,21 +128,6 @@ func WithTraceURL(tmpl string) dlq.Option {
 	}
 }
 
-// WithReplayOptions passes options to every replay.Run and Resume the
-// console starts, before the console's own (replay.WithID, WithRate,
-// WithMax, WithDryRun, WithProgress, which win):
-// replay.WithDefaultRetention for the retention guard,
-// replay.WithConcurrency, ... They are checked when a dry run starts; an
-// error there is shown on the page. replay.WithStore is better given to
-// New itself: the console then also shows each operation's record.
-func WithReplayOptions(opts ...dlq.Option) dlq.Option {
-	return func(s *options.Set) error {
-		prev := options.Get[[]dlq.Option](s, nameReplayOptions, nil)
-		s.Put(nameReplayOptions, append(prev, opts...))
-		return nil
-	}
-}
-
 // New returns the console over ar as an http.Handler, to be mounted under
 // any prefix (http.StripPrefix): every link it writes is relative.
 //
@@ -148,7 +136,9 @@ func WithReplayOptions(opts ...dlq.Option) dlq.Option {
 // dlq.ErrInvalidOption. It takes the options of this package and
 // replay.WithStore (the dedup store: the operation page shows an
 // operation's record, and every replay reads it, as replay.WithStore
-// says), dlq.WithRedactor (applied to payloads, error texts and metadata
+// says), replay.WithDefaultRetention, replay.WithConcurrency and
+// replay.WithAbortAfter (passed to every replay the console starts, where
+// they mean what they mean for replay.Run), dlq.WithRedactor (applied to payloads, error texts and metadata
 // values before they are shown; default: none), dlq.WithLogger (the audit log:
 // one line per action with who and what; default: slog.Default()) and
 // dlq.WithClock.
@@ -157,7 +147,7 @@ func New(ar archive.Archive, opts ...dlq.Option) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Check(dlq.ErrInvalidOption, "console.New", used...); err != nil {
+	if err := s.Check(dlq.ErrInvalidOption, "console.New", append(used, replayOptions...)...); err != nil {
 		return nil, err
 	}
 	if ar == nil {
@@ -169,7 +159,7 @@ func New(ar archive.Archive, opts ...dlq.Option) (http.Handler, error) {
 		pub:            options.Get[message.Publisher](s, namePublisher, nil),
 		hiddenPayloads: options.Get(s, nameHiddenPayloads, false),
 		traceURL:       options.Get(s, nameTraceURL, ""),
-		replayOpts:     options.Get[[]dlq.Option](s, nameReplayOptions, nil),
+		replayOpts:     replayOptionsOf(opts),
 		store:          options.Get[idempotency.Store](s, nameReplayStore, nil),
 		redact:         options.Get[func(string) string](s, nameRedactor, nil),
 		log:            options.Get(s, options.Logger, slog.Default()),
@@ -187,10 +177,26 @@ func New(ar archive.Archive, opts ...dlq.Option) (http.Handler, error) {
 	if c.pub == nil {
 		c.readOnly = true
 	}
-	if c.store != nil {
-		c.replayOpts = append(c.replayOpts, replay.WithStore(c.store))
-	}
 	return newServer(archiveSource{ar}, c)
+}
+
+// replayOptionsOf picks the replay options out of opts (already applied
+// without error): those that record one of replayOptions.
+func replayOptionsOf(opts []dlq.Option) []dlq.Option {
+	var out []dlq.Option
+	for _, o := range opts {
+		one, err := options.Apply(dlq.ErrInvalidOption, []dlq.Option{o})
+		if err != nil {
+			continue
+		}
+		for _, name := range replayOptions {
+			if one.Has(name) {
+				out = append(out, o)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // who is the context key of the caller's name.

@@ -124,8 +124,21 @@ func TestCancelAndResumeARun(t *testing.T) {
 	}
 }
 
-func TestStoreOptionIsReplaysOwn(t *testing.T) {
-	if _, err := console.New(newArchive(t), console.WithoutAuth(), replay.WithRate(3)); !errors.Is(err, dlq.ErrInvalidOption) {
-		t.Errorf("a replay option other than WithStore given to New: %v, want ErrInvalidOption", err)
+func TestReplayOptionsGoToEveryReplay(t *testing.T) {
+	for _, o := range []dlq.Option{replay.WithRate(3), replay.WithMax(1), replay.WithDryRun(), replay.WithID("x")} {
+		if _, err := console.New(newArchive(t), console.WithoutAuth(), o); !errors.Is(err, dlq.ErrInvalidOption) {
+			t.Errorf("a replay option the console sets itself, given to New: %v, want ErrInvalidOption", err)
+		}
+	}
+	// An entry without a retention in its envelope is refused, unless
+	// the console was given a default retention.
+	ar := newArchive(t, letter{uuid: "u", topic: "orders"})
+	page := body(t, post(t, serve(t, ar, console.WithoutAuth(), console.WithPublisher(&recorder{})), "/dry-run", url.Values{}))
+	if !strings.Contains(page, "<b>0</b> dead letters would be replayed") {
+		t.Fatal("an entry of unknown retention is not refused")
+	}
+	srv := serve(t, ar, console.WithoutAuth(), console.WithPublisher(&recorder{}), replay.WithDefaultRetention(72*time.Hour), replay.WithConcurrency(2))
+	if page := body(t, post(t, srv, "/dry-run", url.Values{})); !strings.Contains(page, "<b>1</b> dead letters would be replayed") {
+		t.Error("replay.WithDefaultRetention given to New does not reach the replay")
 	}
 }
