@@ -15,21 +15,18 @@ import (
 
 // output collects what the program prints, safe for its goroutines.
 type output struct {
-	mu  sync.Mutex
-	buf strings.Builder
+	mu     sync.Mutex
+	chunks []string
 }
 
 func (o *output) Write(p []byte) (int, error) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.Write(p)
+	o.chunks = append(o.chunks, string(p))
+	o.mu.Unlock()
+	return len(p), nil
 }
 
-func (o *output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.String()
-}
+func (o *output) String() string { o.mu.Lock(); defer o.mu.Unlock(); return strings.Join(o.chunks, "") }
 
 // waitFor polls cond until it holds, failing after a bound.
 func waitFor(t *testing.T, what string, cond func() bool) {
