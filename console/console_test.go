@@ -151,6 +151,12 @@ func TestListFiltersAndPagesStably(t *testing.T) {
 	if len(seen) != 86 {
 		t.Errorf("the pages list %d entries, want the 86 of topic orders", len(seen))
 	}
+	if _, page := get(t, srv, "/list?topic=orders"); !strings.Contains(page, `id="matching"><b>86</b>`) {
+		t.Error("the list does not say how many entries the filter selects")
+	}
+	if _, page := get(t, srv, "/list?errtype=no.Such"); !strings.Contains(page, `id="matching"><b>0</b>`) {
+		t.Error("an error type nothing has matches entries")
+	}
 	// Key, error text and error type filters.
 	if _, page := get(t, srv, "/list?key=k004"); strings.Count(page, `class="entry"`) != 1 {
 		t.Error("the key filter does not select one entry")
@@ -386,6 +392,9 @@ func TestReplaySelectedEntriesAndErrorType(t *testing.T) {
 		letter{uuid: "c", topic: "orders", retention: 72 * time.Hour},
 	)
 	srv := serve(t, ar, console.WithoutAuth(), console.WithPublisher(pub))
+	if _, page := get(t, srv, "/list?topic=orders"); !strings.Contains(page, "Replay or discard all 3 matching this filter") {
+		t.Error("the list does not offer all 3 matching entries")
+	}
 	page := body(t, post(t, srv, "/dry-run", url.Values{"scope": {"selected"}, "id": {envelope.DeadLetterUUID("a"), envelope.DeadLetterUUID("c")}}))
 	if !strings.Contains(page, "<b>2</b> dead letters would be replayed") {
 		t.Error("a selection of two is not two")

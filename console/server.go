@@ -200,12 +200,13 @@ func (s *server) arrivals(ctx context.Context, now time.Time) (chart, error) {
 }
 
 type listData struct {
-	Query   query
-	Entries []archive.Entry
-	Next    int64
-	Scanned int
-	Err     string
-	First   bool
+	Query    query
+	Matching int // entries the whole filter selects
+	Entries  []archive.Entry
+	Next     int64
+	Scanned  int
+	Err      string
+	First    bool
 }
 
 func (s *server) list(w http.ResponseWriter, r *http.Request) {
@@ -239,6 +240,15 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 	}
 	if !end {
 		d.Next = p.After
+	}
+	st, err := s.src.stats(r.Context(), q.filter)
+	if err != nil {
+		s.fail(w, r, http.StatusBadGateway, "the archive could not be read", err)
+		return
+	}
+	d.Matching = st.Total
+	if q.ErrType != "" {
+		d.Matching = st.ByErrorType[q.ErrType]
 	}
 	s.render(w, r, http.StatusOK, "list", "Dead letters", d)
 }
