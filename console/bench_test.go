@@ -59,7 +59,7 @@ func BenchmarkPages(b *testing.B) {
 					for b.Loop() {
 						start := time.Now()
 						rec := httptest.NewRecorder()
-						h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, page, nil))
+						h.ServeHTTP(rec, httptest.NewRequestWithContext(b.Context(), http.MethodGet, page, nil))
 						took = append(took, time.Since(start))
 						if rec.Code != http.StatusOK {
 							b.Fatalf("%s: %d", page, rec.Code)

@@ -44,7 +44,7 @@ func TestNewRequiresAnAuthorizationChoice(t *testing.T) {
 func TestPagesCarryASecurityPolicy(t *testing.T) {
 	srv := serve(t, newArchive(t, letter{uuid: "m1", topic: "orders"}), console.WithoutAuth())
 	for _, path := range []string{"/", "/list", "/entry?id=" + envelope.DeadLetterUUID("m1"), "/static/style.css", "/entry?id=nope"} {
-		resp, err := srv.Client().Get(srv.URL + path)
+		resp, err := srv.Client().Do(request(t, http.MethodGet, srv.URL+path, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,7 +107,7 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 		}
 	}
 	resp := post(t, srv, "/dry-run", url.Values{"key": {evil}})
-	if page := body(t, resp); strings.Contains(page, "<script>") {
+	if strings.Contains(resp.Body, "<script>") {
 		t.Error("the dry run page has an unescaped value")
 	}
 }
@@ -257,7 +257,7 @@ func TestAuthorizationIsRequired(t *testing.T) {
 	if code, _ := get(t, srv, "/"); code != http.StatusUnauthorized {
 		t.Errorf("without credentials: status %d, want 401", code)
 	}
-	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/list", nil)
+	req := request(t, http.MethodGet, srv.URL+"/list", nil)
 	req.SetBasicAuth("alice", "pw")
 	resp, err := srv.Client().Do(req)
 	if err != nil {
@@ -267,7 +267,7 @@ func TestAuthorizationIsRequired(t *testing.T) {
 		t.Errorf("with credentials: status %d", resp.StatusCode)
 	}
 	_ = resp.Body.Close()
-	req, _ = http.NewRequest(http.MethodPost, srv.URL+"/dry-run", strings.NewReader(""))
+	req = request(t, http.MethodPost, srv.URL+"/dry-run", strings.NewReader(""))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.SetBasicAuth("alice", "pw")
 	resp, err = srv.Client().Do(req)
@@ -305,7 +305,7 @@ func TestCrossOriginPostsAreRefused(t *testing.T) {
 	srv := serve(t, newArchive(t, letter{uuid: "a", topic: "orders", retention: 72 * time.Hour}), console.WithoutAuth(), console.WithPublisher(pub))
 	form := url.Values{"rate": {"100"}, "confirm": {"yes"}}
 	for _, hdr := range []map[string]string{{"Sec-Fetch-Site": "cross-site"}, {"Origin": "https://evil.example"}} {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/replay", strings.NewReader(form.Encode()))
+		req := request(t, http.MethodPost, srv.URL+"/replay", strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		for k, v := range hdr {
 			req.Header.Set(k, v)
@@ -336,7 +336,7 @@ func TestReplayDryRunThenRun(t *testing.T) {
 	)
 	srv := serve(t, ar, console.WithoutAuth(), console.WithPublisher(pub), dlq.WithLogger(jsonLogger(audit)))
 	resp := post(t, srv, "/dry-run", url.Values{"topic": {"orders"}})
-	page := body(t, resp)
+	page := resp.Body
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("dry run: %d %s", resp.StatusCode, page)
 	}
@@ -395,18 +395,18 @@ func TestReplaySelectedEntriesAndErrorType(t *testing.T) {
 	if _, page := get(t, srv, "/list?topic=orders"); !strings.Contains(page, "Replay or discard all 3 matching this filter") {
 		t.Error("the list does not offer all 3 matching entries")
 	}
-	page := body(t, post(t, srv, "/dry-run", url.Values{"scope": {"selected"}, "id": {envelope.DeadLetterUUID("a"), envelope.DeadLetterUUID("c")}}))
+	page := post(t, srv, "/dry-run", url.Values{"scope": {"selected"}, "id": {envelope.DeadLetterUUID("a"), envelope.DeadLetterUUID("c")}}).Body
 	if !strings.Contains(page, "<b>2</b> dead letters would be replayed") {
 		t.Error("a selection of two is not two")
 	}
 	if resp := post(t, srv, "/dry-run", url.Values{"scope": {"selected"}}); resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("an empty selection: status %d, want 400", resp.StatusCode)
 	}
-	page = body(t, post(t, srv, "/dry-run", url.Values{"errtype": {"*errors.errorString"}}))
+	page = post(t, srv, "/dry-run", url.Values{"errtype": {"*errors.errorString"}}).Body
 	if !strings.Contains(page, "<b>2</b> dead letters would be replayed") {
 		t.Error("the error type selection is not two")
 	}
-	page = body(t, post(t, srv, "/dry-run", url.Values{"errtype": {"no.Such"}}))
+	page = post(t, srv, "/dry-run", url.Values{"errtype": {"no.Such"}}).Body
 	if !strings.Contains(page, "<b>0</b> dead letters would be replayed") {
 		t.Error("an error type nothing has selects something")
 	}
@@ -424,7 +424,7 @@ func TestMountedUnderAPrefix(t *testing.T) {
 	defer srv.Close()
 	client := *srv.Client()
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	resp, err := client.Get(srv.URL + "/ops/dlq")
+	resp, err := client.Do(request(t, http.MethodGet, srv.URL+"/ops/dlq", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +433,7 @@ func TestMountedUnderAPrefix(t *testing.T) {
 		t.Errorf("the mount point without slash: %d to %q, want a redirect to dlq/", resp.StatusCode, loc)
 	}
 	for _, path := range []string{"/ops/dlq/", "/ops/dlq/list", "/ops/dlq/static/style.css"} {
-		resp, err := srv.Client().Get(srv.URL + path)
+		resp, err := srv.Client().Do(request(t, http.MethodGet, srv.URL+path, nil))
 		if err != nil {
 			t.Fatal(err)
 		}

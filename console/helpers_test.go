@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -133,28 +132,39 @@ func serve(t *testing.T, ar archive.Archive, opts ...dlq.Option) *httptest.Serve
 	return srv
 }
 
+// request is a request bound to the test's context.
+func request(t *testing.T, method, url string, body io.Reader) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
 // get fetches path and returns the status and body.
 func get(t *testing.T, srv *httptest.Server, path string) (int, string) {
 	t.Helper()
-	resp, err := srv.Client().Get(srv.URL + path)
+	resp, err := srv.Client().Do(request(t, http.MethodGet, srv.URL+path, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, body(t, resp)
 }
 
-// post submits a form as a same-origin browser would.
-func post(t *testing.T, srv *httptest.Server, path string, form url.Values) *http.Response {
+// reply is a response read in full.
+type reply struct {
+	StatusCode int
+	Header     http.Header
+	Body       string
+}
+
+// post submits a form as a same-origin browser would, without following
+// a redirect.
+func post(t *testing.T, srv *httptest.Server, path string, form url.Values) reply {
 	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, srv.URL+path, strings.NewReader(form.Encode()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	req := request(t, http.MethodPost, srv.URL+path, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
 	client := *srv.Client()
@@ -163,12 +173,14 @@ func post(t *testing.T, srv *httptest.Server, path string, form url.Values) *htt
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = resp.Body.Close() })
-	return resp
+	defer func() { _ = resp.Body.Close() }()
+	return reply{StatusCode: resp.StatusCode, Header: resp.Header, Body: body(t, resp)}
 }
 
+// body reads and closes a response's body.
 func body(t *testing.T, resp *http.Response) string {
 	t.Helper()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)

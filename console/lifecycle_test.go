@@ -20,7 +20,7 @@ func TestDiscardWithAReasonAndAConfirmation(t *testing.T) {
 		letter{uuid: "d1", topic: "orders"}, letter{uuid: "d2", topic: "orders"}, letter{uuid: "keep", topic: "invoices"},
 	)
 	srv := serve(t, ar, console.WithoutAuth(), console.WithPublisher(&recorder{}), withAudit(audit))
-	page := body(t, post(t, srv, "/dry-run", url.Values{"topic": {"orders"}}))
+	page := post(t, srv, "/dry-run", url.Values{"topic": {"orders"}}).Body
 	if !strings.Contains(page, `id="discard-form"`) {
 		t.Fatal("the dry run offers no discard")
 	}

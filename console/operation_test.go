@@ -133,12 +133,12 @@ func TestReplayOptionsGoToEveryReplay(t *testing.T) {
 	// An entry without a retention in its envelope is refused, unless
 	// the console was given a default retention.
 	ar := newArchive(t, letter{uuid: "u", topic: "orders"})
-	page := body(t, post(t, serve(t, ar, console.WithoutAuth(), console.WithPublisher(&recorder{})), "/dry-run", url.Values{}))
+	page := post(t, serve(t, ar, console.WithoutAuth(), console.WithPublisher(&recorder{})), "/dry-run", url.Values{}).Body
 	if !strings.Contains(page, "<b>0</b> dead letters would be replayed") {
 		t.Fatal("an entry of unknown retention is not refused")
 	}
 	srv := serve(t, ar, console.WithoutAuth(), console.WithPublisher(&recorder{}), replay.WithDefaultRetention(72*time.Hour), replay.WithConcurrency(2))
-	if page := body(t, post(t, srv, "/dry-run", url.Values{})); !strings.Contains(page, "<b>1</b> dead letters would be replayed") {
+	if page := post(t, srv, "/dry-run", url.Values{}).Body; !strings.Contains(page, "<b>1</b> dead letters would be replayed") {
 		t.Error("replay.WithDefaultRetention given to New does not reach the replay")
 	}
 }

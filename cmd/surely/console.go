@@ -154,7 +154,7 @@ func (a *app) runConsole(cmd *cobra.Command, cf *consoleFlags) error {
 
 // serveConsole serves h on addr until ctx ends.
 func (a *app) serveConsole(ctx context.Context, addr string, h http.Handler) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}

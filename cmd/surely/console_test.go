@@ -61,7 +61,7 @@ func TestConsoleServesWithATokenUntilTheContextEnds(t *testing.T) {
 		t.Fatalf("printed %q", line)
 	}
 	get := func(token string) (int, string) {
-		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}

@@ -82,14 +82,14 @@ func main() {
 	if *dbPath == "" {
 		dir, err := os.MkdirTemp("", "surely-console-")
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "console:", err)
+			_, _ = fmt.Fprintln(os.Stderr, "console:", err)
 			os.Exit(1)
 		}
 		defer func() { _ = os.RemoveAll(dir) }()
 		*dbPath = filepath.Join(dir, "billing.db")
 	}
 	if err := run(ctx, *dbPath, *listen, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "console:", err)
+		_, _ = fmt.Fprintln(os.Stderr, "console:", err)
 		os.Exit(1)
 	}
 }
@@ -97,7 +97,7 @@ func main() {
 // run fills the archive through an outage, then serves the console on
 // listen until ctx ends.
 func run(ctx context.Context, path, listen string, out io.Writer) error {
-	if host, _, err := net.SplitHostPort(listen); err != nil || !(host == "localhost" || net.ParseIP(host).IsLoopback()) {
+	if host, _, err := net.SplitHostPort(listen); err != nil || host != "localhost" && !net.ParseIP(host).IsLoopback() {
 		return fmt.Errorf("-listen %q: the example serves without authentication, on loopback only", listen)
 	}
 	db, store, arch, err := open(ctx, path)
@@ -117,7 +117,7 @@ func run(ctx context.Context, path, listen string, out io.Writer) error {
 		return err
 	}
 	gatewayUp.Store(true)
-	fmt.Fprintln(out, "the gateway is back: replay the dead letters from the console")
+	_, _ = fmt.Fprintln(out, "the gateway is back: replay the dead letters from the console")
 
 	h, err := console.New(arch,
 		console.WithoutAuth(), // loopback only, checked above
@@ -164,7 +164,7 @@ func charge(gatewayUp *atomic.Bool, out io.Writer) message.HandlerFunc {
 		case !gatewayUp.Load() && n%5 == 0:
 			return nil, fmt.Errorf("charge %s: %w", key, fraudTimeout{})
 		}
-		fmt.Fprintf(out, "charged %s\n", key)
+		_, _ = fmt.Fprintf(out, "charged %s\n", key)
 		return nil, nil
 	}
 }
@@ -225,7 +225,7 @@ func outage(ctx context.Context, arch archive.Archive, pubSub *gochannel.GoChann
 			return err
 		}
 		if st.Total >= want {
-			fmt.Fprintf(out, "dead-lettered %d orders\n", st.Total)
+			_, _ = fmt.Fprintf(out, "dead-lettered %d orders\n", st.Total)
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -241,12 +241,12 @@ func outage(ctx context.Context, arch archive.Archive, pubSub *gochannel.GoChann
 
 // serve serves h on listen until ctx ends, printing the URL.
 func serve(ctx context.Context, listen string, h http.Handler, out io.Writer) error {
-	ln, err := net.Listen("tcp", listen)
+	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", listen)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(out, "console: http://%s/\n", ln.Addr())
+	_, _ = fmt.Fprintf(out, "console: http://%s/\n", ln.Addr())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

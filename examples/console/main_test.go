@@ -28,6 +28,16 @@ func (o *output) Write(p []byte) (int, error) {
 
 func (o *output) String() string { o.mu.Lock(); defer o.mu.Unlock(); return strings.Join(o.chunks, "") }
 
+// request is a request bound to the test's context.
+func request(t *testing.T, method, url string, body io.Reader) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
 // waitFor polls cond until it holds, failing after a bound.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -52,7 +62,7 @@ func TestOutageThenReplayFromTheConsole(t *testing.T) {
 	waitFor(t, "the console's URL", func() bool { return re.MatchString(out.String()) })
 	base := re.FindStringSubmatch(out.String())[1]
 
-	resp, err := http.Get(base)
+	resp, err := http.DefaultClient.Do(request(t, http.MethodGet, base, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,24 +71,23 @@ func TestOutageThenReplayFromTheConsole(t *testing.T) {
 	if !strings.Contains(string(page), `id="total">10<`) || !strings.Contains(string(page), "main.gatewayError") {
 		t.Fatalf("the overview does not show the 10 dead letters:\n%s", page)
 	}
-	postForm := func(path string, form url.Values) *http.Response {
-		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(form.Encode()))
+	postForm := func(path string, form url.Values) []byte {
+		req := request(t, http.MethodPost, base+path, strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Sec-Fetch-Site", "same-origin")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = resp.Body.Close() })
-		return resp
+		defer func() { _ = resp.Body.Close() }()
+		page, _ := io.ReadAll(resp.Body)
+		return page
 	}
-	resp = postForm("dry-run", url.Values{"reason": {"exhausted"}})
-	page, _ = io.ReadAll(resp.Body)
+	page = postForm("dry-run", url.Values{"reason": {"exhausted"}})
 	if !strings.Contains(string(page), "<b>9</b> dead letters would be replayed") {
 		t.Fatalf("the dry run does not offer the 9 exhausted orders:\n%s", page)
 	}
-	resp = postForm("replay", url.Values{"reason": {"exhausted"}, "rate": {"200"}, "confirm": {"yes"}})
-	page, _ = io.ReadAll(resp.Body)
+	page = postForm("replay", url.Values{"reason": {"exhausted"}, "rate": {"200"}, "confirm": {"yes"}})
 	if !strings.Contains(string(page), `id="state">`) {
 		t.Fatalf("the replay did not lead to its run page:\n%s", page)
 	}
