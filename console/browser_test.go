@@ -144,7 +144,7 @@ func TestBrowser(t *testing.T) {
 		console.WithTraceURL("http://localhost:16686/trace/{trace_id}?uiFind={span_id}"))
 
 	// Overview.
-	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("svg.chart"))); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("img.chart"))); err != nil {
 		t.Fatal(err)
 	}
 	waitText(t, ctx, "#total", "36")

@@ -19,7 +19,7 @@ import (
 	"github.com/surely-dev/surely/internal/options"
 )
 
-//go:embed templates/*.html static/*
+//go:embed templates/*.html templates/chart.svg static/*
 var assets embed.FS
 
 // Names the options of this package record, and the names of the dlq

@@ -214,7 +214,7 @@ const (
 )
 
 func newChart(start time.Time, counts []int, truncated bool) chart {
-	c := chart{From: start, To: start.Add(chartWindow), Truncated: truncated, Width: chartW, Height: chartH + chartPad}
+	c := chart{From: start, To: start.Add(chartWindow), Truncated: truncated, Width: chartW, Height: chartH + 2*chartPad}
 	for _, n := range counts {
 		c.Max = max(c.Max, n)
 		c.Total += n

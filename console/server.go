@@ -23,6 +23,7 @@ type server struct {
 	src   source
 	c     config
 	pages map[string]*template.Template
+	chart *template.Template
 
 	mu      sync.Mutex
 	running map[string]context.CancelFunc // the runs this console is running, by ID
@@ -32,7 +33,7 @@ type server struct {
 // one list request reads when the console filters by error type itself.
 const (
 	pageSize   = 50
-	scanBudget = 5000
+	scanBudget = 2000
 )
 
 func newServer(src source, c config) (http.Handler, error) {
@@ -44,12 +45,17 @@ func newServer(src source, c config) (http.Handler, error) {
 		}
 		s.pages[p] = t
 	}
+	var err error
+	if s.chart, err = template.New("chart.svg").Funcs(funcs(c)).ParseFS(assets, "templates/chart.svg"); err != nil {
+		return nil, fmt.Errorf("console: template chart: %w", err)
+	}
 	static, err := fs.Sub(assets, "static")
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.overview)
+	mux.HandleFunc("GET /chart.svg", s.chartSVG)
 	mux.HandleFunc("GET /list", s.list)
 	mux.HandleFunc("GET /entry", s.entry)
 	mux.HandleFunc("GET /operation", s.operation)
@@ -134,7 +140,6 @@ type overviewData struct {
 	OldestAge                           string
 	Reasons, Topics, Handlers, ErrTypes []count
 	States                              []count // every entry, by lifecycle state
-	Chart                               chart
 }
 
 func (s *server) overview(w http.ResponseWriter, r *http.Request) {
@@ -148,14 +153,9 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.c.now()
-	ch, err := s.arrivals(r.Context(), now)
-	if err != nil {
-		s.fail(w, r, http.StatusBadGateway, "the archive could not be read", err)
-		return
-	}
 	d := overviewData{
 		Stats: st, Reasons: sorted(st.ByReason), Topics: sorted(st.ByTopic),
-		Handlers: sorted(st.ByHandler), ErrTypes: sorted(st.ByErrorType), Chart: ch, States: sorted(all.ByState),
+		Handlers: sorted(st.ByHandler), ErrTypes: sorted(st.ByErrorType), States: sorted(all.ByState),
 	}
 	if st.Total > 0 {
 		d.OldestAge = age(now.Sub(st.Oldest))
@@ -163,12 +163,30 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "overview", "Dead letters", d)
 }
 
+// chartSVG serves the arrivals chart as an SVG image: the overview shows
+// it as an <img>, so the page does not wait for it.
+func (s *server) chartSVG(w http.ResponseWriter, r *http.Request) {
+	ch, err := s.arrivals(r.Context(), s.c.now())
+	if err != nil {
+		s.c.log.ErrorContext(r.Context(), "console: the arrivals chart", "error", err)
+		http.Error(w, "the archive could not be read", http.StatusBadGateway)
+		return
+	}
+	var buf bytes.Buffer
+	if err := s.chart.Execute(&buf, ch); err != nil {
+		http.Error(w, "the chart could not be drawn", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "image/svg+xml")
+	_, _ = w.Write(buf.Bytes())
+}
+
 // chartWindow and chartBuckets shape the arrivals chart: the last 24
 // hours by hour; chartBudget bounds the entries read for it.
 const (
 	chartWindow  = 24 * time.Hour
 	chartBuckets = 24
-	chartBudget  = 20000
+	chartBudget  = 10000
 )
 
 // arrivals counts the entries dead-lettered in the last chartWindow, by
