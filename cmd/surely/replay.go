@@ -47,7 +47,7 @@ type replayJSON struct {
 	Decisions   []replayDecision `json:"decisions"`
 }
 
-// noBroker stands in for the publisher of a dry run without --broker: a
+// noBroker stands in for the publisher of a dry run without --to: a
 // dry run never publishes.
 type noBroker struct{}
 
@@ -78,8 +78,7 @@ func (a *app) replayCmd() *cobra.Command {
 ones unless --state says otherwise), or the entries given as arguments
 (their IDs, the start of an ID as ls prints it, or SEQ numbers; in any
 state), oldest first, to their original topics (or --target) through the
-broker of
---broker: the original payload, UUID and metadata, so the handler finds
+broker of --to: the original payload, UUID and metadata, so the handler finds
 its dedup record again (an operation that completed meanwhile is acked as
 a duplicate). It gives an exhausted record a fresh attempt budget once.
 
@@ -102,19 +101,22 @@ and key choice, publishing no entry twice.
 A progress bar is shown when stdout is a terminal; otherwise one line per
 entry.
 
-Brokers (--broker or SURELY_BROKER_URL):
+Brokers (--to or SURELY_BROKER_URL):
   nats://host:4222                      NATS JetStream (the topic's stream must exist)
   amqp://user:pass@host:5672/vhost      RabbitMQ (topic = queue)
   redis://host:6379/0                   Redis Streams (topic = stream)
+  kafka://host:9092[,host:9092...]      Kafka (the topic must exist)
+  sqs://REGION[?endpoint=URL]           Amazon SQS (topic = queue; AWS_* credentials)
+  postgres://user:pass@host:5432/db     PostgreSQL through watermill-sql
 
 --store (optional) lets the run read each operation's record in the
 dedup store: the retention guard then uses the record's real expiry (a
 record already gone is refused), and replayed messages are confirmed done,
 which resets the count of consecutive re-failures.`,
 		Example: `  surely dlq replay --topic orders --reason exhausted --dry-run
-  surely dlq replay --topic orders --reason exhausted --rate 50/s --broker nats://localhost:4222
-  surely dlq replay 0b8f1c3e 42 --broker nats://localhost:4222
-  surely dlq replay --resume 0b8f1c3e-7d2a-4f4b-9c1d-2e3f4a5b6c7d --broker nats://localhost:4222`,
+  surely dlq replay --topic orders --reason exhausted --rate 50/s --to nats://localhost:4222
+  surely dlq replay 0b8f1c3e 42 --to nats://localhost:4222
+  surely dlq replay --resume 0b8f1c3e-7d2a-4f4b-9c1d-2e3f4a5b6c7d --to nats://localhost:4222`,
 		RunE: func(cmd *cobra.Command, args []string) error { return a.runReplay(cmd, &rf, args) },
 	}
 	rf.ff.register(cmd)
@@ -129,8 +131,11 @@ which resets the count of consecutive re-failures.`,
 	fl.DurationVar(&rf.defaultRetention, "default-retention", 0, "dedup retention of entries whose envelope has none (0: unknown, refused unless --force)")
 	fl.BoolVar(&rf.newKey, "new-key", false, "give each message a new operation key (its old record is ignored)")
 	fl.StringVar(&rf.target, "target", "", "republish every message to this topic instead of its original one")
-	fl.StringVar(&rf.broker, "broker", "", "broker URL: "+brokerSchemes)
-	envFlag(cmd, "broker", "SURELY_BROKER_URL")
+	fl.StringVar(&rf.broker, "to", "", "broker URL to republish to: "+brokerSchemes)
+	envFlag(cmd, "to", "SURELY_BROKER_URL")
+	// --broker is the flag's former name, kept as a hidden alias.
+	fl.StringVar(&rf.broker, "broker", "", "former name of --to")
+	_ = fl.MarkHidden("broker")
 	fl.StringVar(&rf.store, "store", "", "idempotency store URL: the retention guard reads the records, replayed messages are confirmed done (optional)")
 	envFlag(cmd, "store", "SURELY_STORE_URL")
 	fl.StringVar(&rf.storePrefix, "store-prefix", "", `key prefix of the Redis store (default "surely:")`)
@@ -251,7 +256,7 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags, args []string) erro
 	out.State, out.Replayed, out.WouldReplay = string(res.State), res.Replayed, res.WouldReplay
 	out.Refused, out.Refailed, out.After, out.Rate = res.Refused, res.Refailed, res.After, res.Rate
 	out.Resolved = res.Resolved
-	resume := fmt.Sprintf("surely dlq replay --resume %s (with the same --archive and --broker)", runID)
+	resume := fmt.Sprintf("surely dlq replay --resume %s (with the same --archive and --to)", runID)
 	interrupted := ctx.Err() != nil
 	code := exitOK
 	switch {
