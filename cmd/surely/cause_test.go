@@ -1,0 +1,31 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// The ERROR column of ls shows the cause: an exhausted budget's last
+// attempt error, and the end of a long wrapped error, where its root cause is.
+func TestClipCause(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"card declined", "card declined"},
+		{`surely: attempt budget exhausted: key "refund-1" after 3 attempts; last attempt failed: charge refund-1: gateway unavailable`,
+			"charge refund-1: gateway unavailable"},
+		{"charge order-1: call payments: post https://payments.internal/v2/charges: dial tcp 10.0.0.7:443: connection refused",
+			"…ernal/v2/charges: dial tcp 10.0.0.7:443: connection refused"},
+		{"line one\n\tline two", "line one line two"},
+	}
+	for _, c := range cases {
+		got := clipCause(c.in, 60)
+		if got != c.want {
+			t.Errorf("clipCause(%q) = %q, want %q", c.in, got, c.want)
+		}
+		if n := len([]rune(got)); n > 60 {
+			t.Errorf("clipCause(%q) is %d runes, want at most 60", c.in, n)
+		}
+		if !strings.HasSuffix(c.in, strings.TrimPrefix(got, "…")) && !strings.Contains(c.in, "\n") {
+			t.Errorf("clipCause(%q) = %q does not keep the error's end", c.in, got)
+		}
+	}
+}
