@@ -85,7 +85,8 @@ a duplicate). It gives an exhausted record a fresh attempt budget once.
 Rails:
   --dry-run      decide every entry and print it; publish, mark and save nothing
   --rate         at most this many messages per second ("500/s", "500", "30/m")
-  --max          stop after this many messages (resume for the next ones)
+  --max          pause after this many messages (state paused, exit status 0;
+                 --resume publishes the next ones)
   --abort-after  stop when this many replayed messages in a row fail again
   retention      an entry older than its dedup retention may have lost its
                  record, and its replay could repeat a completed effect: it is
@@ -260,7 +261,8 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags, args []string) erro
 	interrupted := ctx.Err() != nil
 	code := exitOK
 	switch {
-	case err == nil && res.State == archive.RunInterrupted:
+	case err == nil && (res.State == archive.RunPaused || res.State == archive.RunInterrupted):
+		// Paused: --max reached with entries left, a normal end.
 		out.Resume = resume
 	case err == nil:
 	case errors.Is(err, dlq.ErrInvalidOption):
@@ -270,7 +272,7 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags, args []string) erro
 	case interrupted, res.State == archive.RunCanceled:
 		code, out.Resume = exitInterrupted, resume
 	default:
-		if res.State == archive.RunInterrupted {
+		if res.State == archive.RunInterrupted || res.State == archive.RunPaused {
 			out.Resume = resume
 		}
 		code = exitCode(err)
@@ -323,11 +325,11 @@ func (a *app) printReplaySummary(out replayJSON, rf *replayFlags) {
 	if out.Error != "" {
 		fprintf(w, "stopped: %s\n", out.Error)
 	}
+	if out.State == string(archive.RunPaused) && out.Error == "" {
+		fprintf(w, "paused after --max %d with entries left\n", rf.max)
+	}
 	if out.Resume != "" {
 		fprintf(w, "resume with: %s\n", out.Resume)
-	}
-	if rf.max > 0 && out.State == string(archive.RunInterrupted) && out.Error == "" {
-		fprintf(w, "stopped after --max %d\n", rf.max)
 	}
 }
 

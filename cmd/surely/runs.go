@@ -111,7 +111,7 @@ func (a *app) runsCmd() *cobra.Command {
 		Use:   "runs",
 		Short: "List replay runs with their state, counts and rate",
 		Long: `runs lists the replay runs kept in the archive, the most recently started
-first: their state (running, interrupted, aborted, canceled, done), how
+first: their state (running, paused, interrupted, aborted, canceled, done), how
 many entries each replayed, refused, saw fail again and saw resolved, and
 its average rate. "runs show RUN" shows one with its entries; "runs
 cancel RUN" stops one.
