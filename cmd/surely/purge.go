@@ -115,7 +115,7 @@ Replay what should be replayed first.`,
 					out.Entries = append(out.Entries, toEntryJSON(e, now))
 					if !asJSON {
 						fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", e.ID, e.Seq, age(now.Sub(e.DeadLetteredAt)),
-							orDash(string(e.Reason)), orDash(e.OriginalTopic), orDash(clip(e.OperationKey, 32)), orDash(clip(e.Error, 50)))
+							orDash(string(e.Reason)), orDash(e.OriginalTopic), orDash(clip(e.OperationKey, 32)), orDash(clipCause(e.Error, 60)))
 					}
 				}
 				if len(page) < purgeBatch {
