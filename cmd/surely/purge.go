@@ -142,7 +142,7 @@ Replay what should be replayed first.`,
 				}
 			}
 			if !yes {
-				return withCode(exitRefused, fmt.Errorf("purge refused without --yes (%d dead letters selected)", len(out.Entries)))
+				return withCode(exitRefused, fmt.Errorf("purge refused without --yes (%s selected): repeat with --yes", plural(len(out.Entries), "dead letter")))
 			}
 			return nil
 		},
@@ -158,8 +158,13 @@ Replay what should be replayed first.`,
 
 // plural is "1 dead letter", "2 dead letters".
 func plural(n int, noun string) string {
+	return plurals(n, noun, noun+"s")
+}
+
+// plurals is plural for a noun whose plural is not noun+"s".
+func plurals(n int, one, many string) string {
 	if n == 1 {
-		return "1 " + noun
+		return "1 " + one
 	}
-	return fmt.Sprintf("%d %ss", n, noun)
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -297,9 +297,9 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags, args []string) erro
 	case err != nil:
 		return withCode(code, err)
 	case rf.dryRun:
-		return withCode(code, fmt.Errorf("%d entries would be refused (retention guard): %s", res.Refused, guardAdvice))
+		return withCode(code, fmt.Errorf("%s would be refused (retention guard): %s", plurals(res.Refused, "entry", "entries"), guardAdvice))
 	default:
-		return withCode(code, fmt.Errorf("%d entries refused (retention guard): %s", res.Refused, guardAdvice))
+		return withCode(code, fmt.Errorf("%s refused (retention guard): %s", plurals(res.Refused, "entry", "entries"), guardAdvice))
 	}
 }
 

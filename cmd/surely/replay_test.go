@@ -163,7 +163,7 @@ func TestReplayRetentionGuard(t *testing.T) {
 	out, stderr, code = run(t, a, "dlq", "replay", "--archive", url, "--broker", "mem://rec", "--rate", "0")
 	assert.Equal(t, exitRefused, code, stderr)
 	assert.Contains(t, out, "replayed 4, refused 1")
-	assert.Contains(t, stderr, "1 entries refused (retention guard)")
+	assert.Contains(t, stderr, "1 entry refused (retention guard)")
 	assert.ElementsMatch(t, originalUUIDs(fixtureFailures()), rec.uuids())
 
 	out, stderr, code = run(t, a, "dlq", "replay", "--archive", url, "--broker", "mem://rec", "--key", "order-5", "--force")

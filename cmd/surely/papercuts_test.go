@@ -29,3 +29,21 @@ func TestClipCause(t *testing.T) {
 		}
 	}
 }
+
+// Counts say "1 dead letter", "2 dead letters", "1 entry", "3 entries".
+func TestPlural(t *testing.T) {
+	cases := []struct {
+		got, want string
+	}{
+		{plural(0, "dead letter"), "0 dead letters"},
+		{plural(1, "dead letter"), "1 dead letter"},
+		{plural(2, "statement"), "2 statements"},
+		{plurals(1, "entry", "entries"), "1 entry"},
+		{plurals(3, "entry", "entries"), "3 entries"},
+	}
+	for _, c := range cases {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
