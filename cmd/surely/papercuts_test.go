@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // The ERROR column of ls shows the cause: an exhausted budget's last
@@ -45,5 +47,37 @@ func TestPlural(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)
 		}
+	}
+}
+
+// Every command that only reads (and replay and purge, for scripts) takes
+// --json; the commands that write without a report are listed here.
+func TestEveryReadCommandHasJSON(t *testing.T) {
+	t.Parallel()
+	a, _, _ := testApp(t)
+	noJSON := map[string]bool{
+		"surely dlq runs cancel": true, // writes one state; its line is the report
+		"surely migrate up":      true, // writes the schema
+		"surely dlq":             true, // groups: they only list their commands
+		"surely migrate":         true,
+		"surely ops":             true,
+	}
+	var walk func(c *cobra.Command)
+	seen := 0
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		if !c.Runnable() || c.Hidden || strings.HasPrefix(c.CommandPath(), "surely completion") || c.Name() == "help" {
+			return
+		}
+		seen++
+		if c.Flags().Lookup("json") == nil && !noJSON[c.CommandPath()] {
+			t.Errorf("%s has no --json", c.CommandPath())
+		}
+	}
+	walk(a.rootCmd())
+	if seen < 10 {
+		t.Fatalf("walked %d commands, want every command of surely", seen)
 	}
 }
