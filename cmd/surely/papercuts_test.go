@@ -1,10 +1,12 @@
 package main
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/stretchr/testify/assert"
 )
 
 // The ERROR column of ls shows the cause: an exhausted budget's last
@@ -79,5 +81,35 @@ func TestEveryReadCommandHasJSON(t *testing.T) {
 	walk(a.rootCmd())
 	if seen < 10 {
 		t.Fatalf("walked %d commands, want every command of surely", seen)
+	}
+}
+
+// The common errors say what to do next: which flag or variable to set
+// and the URL forms, which schemes a URL may have, what to check when a
+// server does not answer or a SQLite file is not there.
+func TestErrorsSayWhatToDo(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "nope.db")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"dlq", "stats"}, exitUsage, "no archive: pass --archive URL or set SURELY_ARCHIVE_URL (redis://host:6379/0, postgres://"},
+		{[]string{"ops", "ls"}, exitUsage, "no store: pass --store URL or set SURELY_STORE_URL (redis://"},
+		{[]string{"dlq", "ls", "--archive", "ftp://host/x"}, exitUsage, `unknown scheme "ftp"; the archive URL is one of redis://, postgres://, mysql://, sqlite:PATH`},
+		{[]string{"ops", "ls", "--store", "ftp://host/x"}, exitUsage, "the store URL is one of redis://"},
+		{[]string{"dlq", "stats", "--archive", "redis://127.0.0.1:1/0"}, exitError, "connection refused (is the server running, and are the URL's host and port right?)"},
+		{[]string{"dlq", "stats", "--archive", "sqlite:" + missing}, exitError, "(check the path; surely migrate up creates a new database)"},
+		{[]string{"dlq", "replay", "--archive", "mem:fixture"}, exitUsage, "no broker to replay to: pass --to URL (or set SURELY_BROKER_URL), one of nats://"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel()
+			a, _, _ := testApp(t)
+			memFixture(t, a)
+			_, stderr, code := run(t, a, tc.args...)
+			assert.Equal(t, tc.code, code, stderr)
+			assert.Contains(t, stderr, tc.want)
+		})
 	}
 }
