@@ -335,8 +335,10 @@ func finalState(stopErr error, more bool) archive.RunState {
 	switch {
 	case errors.Is(stopErr, ErrAborted):
 		return archive.RunAborted
-	case stopErr != nil || more:
+	case stopErr != nil:
 		return archive.RunInterrupted
+	case more:
+		return archive.RunPaused
 	}
 	return archive.RunDone
 }
