@@ -264,7 +264,10 @@ func (a *app) schemaStatus(ctx context.Context, t *schemaTarget, create bool) (s
 		return out, nil, fmt.Errorf("%s %s: %w", t.what, t.ep, err)
 	}
 	for _, st := range stmts {
-		kind, applied := "other", true
+		var (
+			kind    string
+			applied bool
+		)
 		if !missingFile {
 			kind, applied, err = checkStatement(ctx, db, t.ep.Kind, st.SQL)
 			if err != nil {
