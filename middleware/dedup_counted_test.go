@@ -159,7 +159,7 @@ func TestDedupKeylessCloseWarnsOnlyOnFailure(t *testing.T) {
 	for _, fail := range []bool{false, true} {
 		mem, err := memstore.New()
 		require.NoError(t, err)
-		var store idempotency.Store = mem
+		store := mem
 		if fail {
 			store = releaseFails{mem}
 		}

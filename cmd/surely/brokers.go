@@ -23,7 +23,7 @@ import (
 	"github.com/surely-dev/surely/cmd/surely/internal/endpoint"
 )
 
-// The brokers a replay publishes to (--broker), by URL scheme. Each is
+// The brokers a replay publishes to (--to), by URL scheme. Each is
 // opened with surely's own adapter and its safe defaults: publisher
 // confirms and persistent messages (RabbitMQ), a JetStream ack (NATS), an
 // acknowledgement by every in-sync replica (Kafka), one transaction per
@@ -50,7 +50,7 @@ var sqsClientOptions []func(*awssqs.Options)
 // every connection it opened.
 func (a *app) openBroker(raw string) (message.Publisher, error) {
 	if raw == "" {
-		return nil, usageErr("no broker: set --broker or SURELY_BROKER_URL")
+		return nil, usageErr("no broker to replay to: pass --to URL (or set SURELY_BROKER_URL), one of %s", brokerSchemes)
 	}
 	a.secretsOf(raw)
 	if p, ok := a.memBrokers[raw]; ok {

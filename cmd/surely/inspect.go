@@ -213,7 +213,7 @@ func printRecord(w io.Writer, r recordJSON, now time.Time) error {
 			for _, k := range keys {
 				md = append(md, k+"="+m.Metadata[k])
 			}
-			fprintf(w, "  %s  %d bytes %s  %s\n", m.UUID, m.Payload.Bytes, m.Payload.Encoding, strings.Join(md, " "))
+			fprintf(w, "  %s  %s %s  %s\n", m.UUID, plural(m.Payload.Bytes, "byte"), m.Payload.Encoding, strings.Join(md, " "))
 		}
 	}
 	fprintf(w, "\nattempt ledger (%d):\n", len(r.Ledger))

@@ -133,7 +133,7 @@ show and --json).`,
 				fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
 					e.Seq, shortID(e.ID), stateOf(e), age(now.Sub(e.DeadLetteredAt)), orDash(string(e.Reason)),
 					orDash(e.OriginalTopic), orDash(e.Handler), orDash(clip(e.OperationKey, 32)),
-					e.Attempts, len(e.ReplayedBy), orDash(clip(e.Error, 60)))
+					e.Attempts, len(e.ReplayedBy), orDash(clipCause(e.Error, 80)))
 			}
 			if err := tw.Flush(); err != nil {
 				return err

@@ -11,9 +11,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
+	redis.SetLogger(quietRedis{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	finish := watchInterrupt(ctx, stop, os.Stderr)
 	code := execute(ctx, newApp(os.Stdout, os.Stderr, os.Getenv), os.Args[1:])
@@ -55,3 +58,10 @@ func watchInterrupt(ctx context.Context, stop context.CancelFunc, stderr io.Writ
 		<-over
 	}
 }
+
+// quietRedis is go-redis's logger in surely: its pool repeats a refused
+// dial on stderr, while the command's own error says it once, with what
+// to check.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}

@@ -264,7 +264,10 @@ func (a *app) schemaStatus(ctx context.Context, t *schemaTarget, create bool) (s
 		return out, nil, fmt.Errorf("%s %s: %w", t.what, t.ep, err)
 	}
 	for _, st := range stmts {
-		kind, applied := "other", true
+		var (
+			kind    string
+			applied bool
+		)
 		if !missingFile {
 			kind, applied, err = checkStatement(ctx, db, t.ep.Kind, st.SQL)
 			if err != nil {
@@ -364,7 +367,7 @@ func printSchemaStatus(w io.Writer, targets []*schemaTarget, sts []schemaJSON) {
 			fprintf(w, "%s: %s\n", t.name(), st.Note)
 			continue
 		case "up_to_date":
-			fprintf(w, "%s: up to date (%d statements applied)\n", t.name(), len(st.Statements))
+			fprintf(w, "%s: up to date (%s applied)\n", t.name(), plural(len(st.Statements), "statement"))
 			continue
 		}
 		state := "missing"
@@ -374,7 +377,7 @@ func printSchemaStatus(w io.Writer, targets []*schemaTarget, sts []schemaJSON) {
 		if st.Note != "" {
 			state += " (" + st.Note + ")"
 		}
-		fprintf(w, "%s: %s, %d of %d statements to run:\n", t.name(), state, st.Pending, len(st.Statements))
+		fprintf(w, "%s: %s, %d of %s to run:\n", t.name(), state, st.Pending, plural(len(st.Statements), "statement"))
 		for _, s := range st.Statements {
 			if !s.Applied {
 				first, _, _ := strings.Cut(s.SQL, "\n")
@@ -440,13 +443,13 @@ func (a *app) migrateUp(ctx context.Context, t *schemaTarget) error {
 		return err
 	}
 	if after.Pending > 0 {
-		return fmt.Errorf("%s: %d statements still not applied after Migrate", t.name(), after.Pending)
+		return fmt.Errorf("%s: %s still not applied after Migrate", t.name(), plural(after.Pending, "statement"))
 	}
 	if before.Pending == 0 {
 		fprintf(a.stdout, "%s: already up to date\n", t.name())
 		return nil
 	}
-	fprintf(a.stdout, "%s: applied %d statements, up to date\n", t.name(), before.Pending)
+	fprintf(a.stdout, "%s: applied %s, up to date\n", t.name(), plural(before.Pending, "statement"))
 	return nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
+	"net"
 	"os"
 	"time"
 
@@ -61,7 +63,7 @@ func flagValue(cmd *cobra.Command, name string) string {
 func (a *app) openArchive(cmd *cobra.Command) (*archiveConn, error) {
 	raw := flagValue(cmd, "archive")
 	if raw == "" {
-		return nil, usageErr("no archive: set --archive or SURELY_ARCHIVE_URL")
+		return nil, usageErr("no archive: pass --archive URL or set SURELY_ARCHIVE_URL (redis://host:6379/0, postgres://user@host:5432/db, mysql://user:pass@tcp(host:3306)/db or sqlite:PATH)")
 	}
 	a.secretsOf(raw)
 	ep, err := endpoint.Archive(raw)
@@ -72,7 +74,7 @@ func (a *app) openArchive(cmd *cobra.Command) (*archiveConn, error) {
 	defer cancel()
 	c, err := a.dialArchive(ctx, ep)
 	if err != nil {
-		return nil, fmt.Errorf("archive %s: %w", ep, err)
+		return nil, fmt.Errorf("archive %s: %w%s", ep, err, unreachableHint(err))
 	}
 	return c, nil
 }
@@ -114,7 +116,7 @@ func (a *app) dialArchive(ctx context.Context, ep endpoint.Endpoint) (*archiveCo
 func (a *app) openStore(cmd *cobra.Command) (*storeConn, error) {
 	raw := flagValue(cmd, "store")
 	if raw == "" {
-		return nil, usageErr("no store: set --store or SURELY_STORE_URL")
+		return nil, usageErr("no store: pass --store URL or set SURELY_STORE_URL (redis://host:6379/0, postgres://user@host:5432/db, mysql://user:pass@tcp(host:3306)/db or sqlite:PATH)")
 	}
 	a.secretsOf(raw)
 	ep, err := endpoint.Store(raw)
@@ -131,7 +133,7 @@ func (a *app) openStore(cmd *cobra.Command) (*storeConn, error) {
 	defer cancel()
 	c, err := a.dialStore(ctx, ep)
 	if err != nil {
-		return nil, fmt.Errorf("store %s: %w", ep, err)
+		return nil, fmt.Errorf("store %s: %w%s", ep, err, unreachableHint(err))
 	}
 	return c, nil
 }
@@ -230,7 +232,27 @@ func openDB(ctx context.Context, ep endpoint.Endpoint) (*sql.DB, error) {
 
 func fileExists(path string) error {
 	if _, err := os.Stat(path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("SQLite database: %w (check the path; surely migrate up creates a new database)", err)
+		}
 		return fmt.Errorf("SQLite database: %w", err)
 	}
 	return nil
+}
+
+// unreachableHint is what to check when a server did not answer: the
+// error is a refused or timed-out connection, or a name that does not
+// resolve.
+func unreachableHint(err error) string {
+	var (
+		op  *net.OpError
+		dns *net.DNSError
+	)
+	switch {
+	case errors.As(err, &dns):
+		return " (check the host name in the URL)"
+	case errors.As(err, &op), errors.Is(err, context.DeadlineExceeded):
+		return " (is the server running, and are the URL's host and port right?)"
+	}
+	return ""
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -47,7 +48,7 @@ type replayJSON struct {
 	Decisions   []replayDecision `json:"decisions"`
 }
 
-// noBroker stands in for the publisher of a dry run without --broker: a
+// noBroker stands in for the publisher of a dry run without --to: a
 // dry run never publishes.
 type noBroker struct{}
 
@@ -78,15 +79,15 @@ func (a *app) replayCmd() *cobra.Command {
 ones unless --state says otherwise), or the entries given as arguments
 (their IDs, the start of an ID as ls prints it, or SEQ numbers; in any
 state), oldest first, to their original topics (or --target) through the
-broker of
---broker: the original payload, UUID and metadata, so the handler finds
+broker of --to: the original payload, UUID and metadata, so the handler finds
 its dedup record again (an operation that completed meanwhile is acked as
 a duplicate). It gives an exhausted record a fresh attempt budget once.
 
 Rails:
   --dry-run      decide every entry and print it; publish, mark and save nothing
   --rate         at most this many messages per second ("500/s", "500", "30/m")
-  --max          stop after this many messages (resume for the next ones)
+  --max          pause after this many messages (state paused, exit status 0;
+                 --resume publishes the next ones)
   --abort-after  stop when this many replayed messages in a row fail again
   retention      an entry older than its dedup retention may have lost its
                  record, and its replay could repeat a completed effect: it is
@@ -102,19 +103,22 @@ and key choice, publishing no entry twice.
 A progress bar is shown when stdout is a terminal; otherwise one line per
 entry.
 
-Brokers (--broker or SURELY_BROKER_URL):
+Brokers (--to or SURELY_BROKER_URL):
   nats://host:4222                      NATS JetStream (the topic's stream must exist)
   amqp://user:pass@host:5672/vhost      RabbitMQ (topic = queue)
   redis://host:6379/0                   Redis Streams (topic = stream)
+  kafka://host:9092[,host:9092...]      Kafka (the topic must exist)
+  sqs://REGION[?endpoint=URL]           Amazon SQS (topic = queue; AWS_* credentials)
+  postgres://user:pass@host:5432/db     PostgreSQL through watermill-sql
 
 --store (optional) lets the run read each operation's record in the
 dedup store: the retention guard then uses the record's real expiry (a
 record already gone is refused), and replayed messages are confirmed done,
 which resets the count of consecutive re-failures.`,
 		Example: `  surely dlq replay --topic orders --reason exhausted --dry-run
-  surely dlq replay --topic orders --reason exhausted --rate 50/s --broker nats://localhost:4222
-  surely dlq replay 0b8f1c3e 42 --broker nats://localhost:4222
-  surely dlq replay --resume 0b8f1c3e-7d2a-4f4b-9c1d-2e3f4a5b6c7d --broker nats://localhost:4222`,
+  surely dlq replay --topic orders --reason exhausted --rate 50/s --to nats://localhost:4222
+  surely dlq replay 0b8f1c3e 42 --to nats://localhost:4222
+  surely dlq replay --resume 0b8f1c3e-7d2a-4f4b-9c1d-2e3f4a5b6c7d --to nats://localhost:4222`,
 		RunE: func(cmd *cobra.Command, args []string) error { return a.runReplay(cmd, &rf, args) },
 	}
 	rf.ff.register(cmd)
@@ -129,8 +133,11 @@ which resets the count of consecutive re-failures.`,
 	fl.DurationVar(&rf.defaultRetention, "default-retention", 0, "dedup retention of entries whose envelope has none (0: unknown, refused unless --force)")
 	fl.BoolVar(&rf.newKey, "new-key", false, "give each message a new operation key (its old record is ignored)")
 	fl.StringVar(&rf.target, "target", "", "republish every message to this topic instead of its original one")
-	fl.StringVar(&rf.broker, "broker", "", "broker URL: "+brokerSchemes)
-	envFlag(cmd, "broker", "SURELY_BROKER_URL")
+	fl.StringVar(&rf.broker, "to", "", "broker URL to republish to: "+brokerSchemes)
+	envFlag(cmd, "to", "SURELY_BROKER_URL")
+	// --broker is the flag's former name, kept as a hidden alias.
+	fl.StringVar(&rf.broker, "broker", "", "former name of --to")
+	_ = fl.MarkHidden("broker")
 	fl.StringVar(&rf.store, "store", "", "idempotency store URL: the retention guard reads the records, replayed messages are confirmed done (optional)")
 	envFlag(cmd, "store", "SURELY_STORE_URL")
 	fl.StringVar(&rf.storePrefix, "store-prefix", "", `key prefix of the Redis store (default "surely:")`)
@@ -142,33 +149,14 @@ which resets the count of consecutive re-failures.`,
 }
 
 func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags, args []string) error {
-	rate, err := parseRate(rf.rate)
+	rate, err := rf.check(len(args))
 	if err != nil {
-		return usageErr("--rate: %w", err)
-	}
-	switch {
-	case rf.max < 0:
-		return usageErr("--max %d: must not be negative", rf.max)
-	case rf.concurrency < 1 || rf.concurrency > 256:
-		return usageErr("--concurrency %d: want 1..256", rf.concurrency)
-	case rf.abortAfter == 0 || rf.abortAfter < -1:
-		return usageErr("--abort-after %d: want a positive count, or -1 for never", rf.abortAfter)
-	case rf.defaultRetention < 0:
-		return usageErr("--default-retention %v: must not be negative", rf.defaultRetention)
+		return err
 	}
 	filter, err := rf.ff.filter(a.now())
 	if err != nil {
 		return err
 	}
-	if rf.resume != "" {
-		if rf.ff.any() || rf.target != "" || rf.newKey || rf.force || len(args) > 0 {
-			return usageErr("--resume continues the saved run with its own filter or IDs, --target, --new-key and --force: do not pass them")
-		}
-		if err := idem.ValidateKey(rf.resume); err != nil {
-			return usageErr("--resume %q: %w", rf.resume, err)
-		}
-	}
-
 	ar, err := a.openArchive(cmd)
 	if err != nil {
 		return err
@@ -182,15 +170,11 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags, args []string) erro
 			filter.States = nil
 		}
 	}
-	var pub message.Publisher = noBroker{}
-	if !rf.dryRun || rf.broker != "" {
-		if pub, err = a.openBroker(rf.broker); err != nil {
-			return err
-		}
-		if _, test := a.memBrokers[rf.broker]; !test {
-			defer func() { _ = pub.Close() }()
-		}
+	pub, closePub, err := a.replayBroker(rf)
+	if err != nil {
+		return err
 	}
+	defer closePub()
 	var store idempotency.Store
 	if rf.store != "" {
 		st, err := a.openStore(cmd)
@@ -206,77 +190,16 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags, args []string) erro
 		runID = a.newID()
 	}
 	out := replayJSON{RunID: runID, DryRun: rf.dryRun, Decisions: []replayDecision{}}
-	if !rf.asJSON {
-		switch {
-		case rf.dryRun:
-			fprintf(a.stdout, "dry run %s: nothing is published, marked or saved\n", runID)
-		case rf.resume != "":
-			fprintf(a.stdout, "resuming replay run %s\n", runID)
-		default:
-			fprintf(a.stdout, "replay run %s\n", runID)
-		}
-	}
+	a.printReplayStart(rf, runID)
 	prog := a.newReplayProgress(rf.asJSON, &out)
-	// The replay reads the app's time (tests fix it) and sleeps for real.
-	opts := []dlq.Option{
-		replay.WithMax(rf.max), replay.WithDefaultRetention(rf.defaultRetention), replay.WithRate(rate),
-		replay.WithConcurrency(rf.concurrency), replay.WithAbortAfter(rf.abortAfter),
-		dlq.WithClock(a.now), replay.WithProgress(prog.report),
-	}
-	if rf.dryRun {
-		opts = append(opts, replay.WithDryRun())
-	}
-	if store != nil {
-		opts = append(opts, replay.WithStore(store))
-	}
 	ctx := cmd.Context()
-	var res replay.Summary
-	if rf.resume != "" {
-		res, err = replay.Resume(ctx, ar, pub, rf.resume, opts...)
-	} else {
-		opts = append(opts, replay.WithID(runID))
-		if rf.target != "" {
-			opts = append(opts, replay.WithTarget(rf.target))
-		}
-		if rf.newKey {
-			opts = append(opts, replay.WithNewKey(""))
-		}
-		if rf.force {
-			opts = append(opts, replay.WithForce())
-		}
-		res, err = replay.Run(ctx, ar, pub, filter, opts...)
-	}
+	res, err := replayCall(ctx, ar, pub, filter, rf, a.replayOptions(rf, rate, store, prog), runID)
 	prog.finish()
 
-	out.State, out.Replayed, out.WouldReplay = string(res.State), res.Replayed, res.WouldReplay
-	out.Refused, out.Refailed, out.After, out.Rate = res.Refused, res.Refailed, res.After, res.Rate
-	out.Resolved = res.Resolved
-	resume := fmt.Sprintf("surely dlq replay --resume %s (with the same --archive and --broker)", runID)
-	interrupted := ctx.Err() != nil
-	code := exitOK
-	switch {
-	case err == nil && res.State == archive.RunInterrupted:
-		out.Resume = resume
-	case err == nil:
-	case errors.Is(err, dlq.ErrInvalidOption):
+	code, err := out.settle(res, err, ctx.Err() != nil)
+	if errors.Is(err, dlq.ErrInvalidOption) {
 		return withCode(exitUsage, err)
-	case errors.Is(err, replay.ErrAborted):
-		code, out.Resume = exitRefused, resume
-	case interrupted, res.State == archive.RunCanceled:
-		code, out.Resume = exitInterrupted, resume
-	default:
-		if res.State == archive.RunInterrupted {
-			out.Resume = resume
-		}
-		code = exitCode(err)
 	}
-	if err != nil {
-		out.Error = err.Error()
-	}
-	if code == exitOK && res.Refused > 0 {
-		code = exitRefused
-	}
-
 	if rf.asJSON {
 		if werr := writeJSON(a.stdout, out); werr != nil {
 			return werr
@@ -290,10 +213,140 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags, args []string) erro
 	case err != nil:
 		return withCode(code, err)
 	case rf.dryRun:
-		return withCode(code, fmt.Errorf("%d entries would be refused (retention guard): %s", res.Refused, guardAdvice))
+		return withCode(code, fmt.Errorf("%s would be refused (retention guard): %s", plurals(res.Refused, "entry", "entries"), guardAdvice))
 	default:
-		return withCode(code, fmt.Errorf("%d entries refused (retention guard): %s", res.Refused, guardAdvice))
+		return withCode(code, fmt.Errorf("%s refused (retention guard): %s", plurals(res.Refused, "entry", "entries"), guardAdvice))
 	}
+}
+
+// check checks the flags of a replay given nargs arguments and returns
+// its rate.
+func (rf *replayFlags) check(nargs int) (float64, error) {
+	rate, err := parseRate(rf.rate)
+	if err != nil {
+		return 0, usageErr("--rate: %w", err)
+	}
+	switch {
+	case rf.max < 0:
+		return 0, usageErr("--max %d: must not be negative", rf.max)
+	case rf.concurrency < 1 || rf.concurrency > 256:
+		return 0, usageErr("--concurrency %d: want 1..256", rf.concurrency)
+	case rf.abortAfter == 0 || rf.abortAfter < -1:
+		return 0, usageErr("--abort-after %d: want a positive count, or -1 for never", rf.abortAfter)
+	case rf.defaultRetention < 0:
+		return 0, usageErr("--default-retention %v: must not be negative", rf.defaultRetention)
+	}
+	if rf.resume == "" {
+		return rate, nil
+	}
+	if rf.ff.any() || rf.target != "" || rf.newKey || rf.force || nargs > 0 {
+		return 0, usageErr("--resume continues the saved run with its own filter or IDs, --target, --new-key and --force: do not pass them")
+	}
+	if err := idem.ValidateKey(rf.resume); err != nil {
+		return 0, usageErr("--resume %q: %w", rf.resume, err)
+	}
+	return rate, nil
+}
+
+// replayBroker opens the broker of --to; a dry run without one gets
+// noBroker. The returned close closes what was opened (not a test's
+// in-process broker).
+func (a *app) replayBroker(rf *replayFlags) (message.Publisher, func(), error) {
+	if rf.dryRun && rf.broker == "" {
+		return noBroker{}, func() {}, nil
+	}
+	pub, err := a.openBroker(rf.broker)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, test := a.memBrokers[rf.broker]; test {
+		return pub, func() {}, nil
+	}
+	return pub, func() { _ = pub.Close() }, nil
+}
+
+// printReplayStart prints the run's first line (not with --json).
+func (a *app) printReplayStart(rf *replayFlags, runID string) {
+	switch {
+	case rf.asJSON:
+	case rf.dryRun:
+		fprintf(a.stdout, "dry run %s: nothing is published, marked or saved\n", runID)
+	case rf.resume != "":
+		fprintf(a.stdout, "resuming replay run %s\n", runID)
+	default:
+		fprintf(a.stdout, "replay run %s\n", runID)
+	}
+}
+
+// replayOptions are the options of a replay call common to Run and
+// Resume. The replay reads the app's time (tests fix it) and sleeps for real.
+func (a *app) replayOptions(rf *replayFlags, rate float64, store idempotency.Store, prog *replayProgress) []dlq.Option {
+	opts := []dlq.Option{
+		replay.WithMax(rf.max), replay.WithDefaultRetention(rf.defaultRetention), replay.WithRate(rate),
+		replay.WithConcurrency(rf.concurrency), replay.WithAbortAfter(rf.abortAfter),
+		dlq.WithClock(a.now), replay.WithProgress(prog.report),
+	}
+	if rf.dryRun {
+		opts = append(opts, replay.WithDryRun())
+	}
+	if store != nil {
+		opts = append(opts, replay.WithStore(store))
+	}
+	return opts
+}
+
+// replayCall resumes the run of --resume, or starts run runID with the
+// filter and the choices of the flags.
+func replayCall(ctx context.Context, ar archive.Archive, pub message.Publisher, filter archive.Filter, rf *replayFlags, opts []dlq.Option, runID string) (replay.Summary, error) {
+	if rf.resume != "" {
+		return replay.Resume(ctx, ar, pub, rf.resume, opts...)
+	}
+	opts = append(opts, replay.WithID(runID))
+	if rf.target != "" {
+		opts = append(opts, replay.WithTarget(rf.target))
+	}
+	if rf.newKey {
+		opts = append(opts, replay.WithNewKey(""))
+	}
+	if rf.force {
+		opts = append(opts, replay.WithForce())
+	}
+	return replay.Run(ctx, ar, pub, filter, opts...)
+}
+
+// settle fills out from the call's summary and error and returns the exit
+// status: 0 when the run is done or paused at --max, 4 when it aborted
+// or refused entries, 130 when Ctrl-C or a cancel stopped it (interrupted:
+// the call's context ended), else the error's. An invalid option is
+// returned as is, for a usage error.
+func (out *replayJSON) settle(res replay.Summary, err error, interrupted bool) (int, error) {
+	out.State, out.Replayed, out.WouldReplay = string(res.State), res.Replayed, res.WouldReplay
+	out.Refused, out.Refailed, out.After, out.Rate = res.Refused, res.Refailed, res.After, res.Rate
+	out.Resolved = res.Resolved
+	resume := fmt.Sprintf("surely dlq replay --resume %s (with the same --archive and --to)", out.RunID)
+	resumable := res.State == archive.RunPaused || res.State == archive.RunInterrupted
+	code := exitOK
+	switch {
+	case err == nil:
+	case errors.Is(err, dlq.ErrInvalidOption):
+		return exitUsage, err
+	case errors.Is(err, replay.ErrAborted):
+		code, resumable = exitRefused, true
+	case interrupted, res.State == archive.RunCanceled:
+		code, resumable = exitInterrupted, true
+	default:
+		code = exitCode(err)
+	}
+	if resumable {
+		out.Resume = resume
+	}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	if code == exitOK && res.Refused > 0 {
+		code = exitRefused
+	}
+	return code, err
 }
 
 // guardAdvice says what to do about entries the retention guard refused.
@@ -318,11 +371,11 @@ func (a *app) printReplaySummary(out replayJSON, rf *replayFlags) {
 	if out.Error != "" {
 		fprintf(w, "stopped: %s\n", out.Error)
 	}
+	if out.State == string(archive.RunPaused) && out.Error == "" {
+		fprintf(w, "paused after --max %d with entries left\n", rf.max)
+	}
 	if out.Resume != "" {
 		fprintf(w, "resume with: %s\n", out.Resume)
-	}
-	if rf.max > 0 && out.State == string(archive.RunInterrupted) && out.Error == "" {
-		fprintf(w, "stopped after --max %d\n", rf.max)
 	}
 }
 

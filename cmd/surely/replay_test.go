@@ -163,7 +163,7 @@ func TestReplayRetentionGuard(t *testing.T) {
 	out, stderr, code = run(t, a, "dlq", "replay", "--archive", url, "--broker", "mem://rec", "--rate", "0")
 	assert.Equal(t, exitRefused, code, stderr)
 	assert.Contains(t, out, "replayed 4, refused 1")
-	assert.Contains(t, stderr, "1 entries refused (retention guard)")
+	assert.Contains(t, stderr, "1 entry refused (retention guard)")
 	assert.ElementsMatch(t, originalUUIDs(fixtureFailures()), rec.uuids())
 
 	out, stderr, code = run(t, a, "dlq", "replay", "--archive", url, "--broker", "mem://rec", "--key", "order-5", "--force")
@@ -225,7 +225,12 @@ func TestReplayMaxThenResume(t *testing.T) {
 	out, stderr, code := run(t, a, "dlq", "replay", "--archive", url, "--broker", "mem://rec", "--max", "3", "--rate", "1000/s", "--concurrency", "2")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "replayed 3")
-	assert.Contains(t, out, "stopped after --max 3")
+	// A --max stop is a normal end: state paused, exit status 0.
+	assert.Contains(t, out, "; state paused, cursor 3")
+	assert.Contains(t, out, "paused after --max 3 with entries left\nresume with: surely dlq replay --resume run-0001")
+	run0, err := ar.LoadReplay(context.Background(), "run-0001")
+	require.NoError(t, err)
+	assert.Equal(t, archive.RunPaused, run0.State)
 	out, stderr, code = run(t, a, "dlq", "replay", "--archive", url, "--broker", "mem://rec", "--resume", "run-0001")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "replayed 1")

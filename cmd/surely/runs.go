@@ -111,11 +111,19 @@ func (a *app) runsCmd() *cobra.Command {
 		Use:   "runs",
 		Short: "List replay runs with their state, counts and rate",
 		Long: `runs lists the replay runs kept in the archive, the most recently started
-first: their state (running, interrupted, aborted, canceled, done), how
+first: their state (running, paused, interrupted, aborted, canceled, done), how
 many entries each replayed, refused, saw fail again and saw resolved, and
 its average rate. "runs show RUN" shows one with its entries; "runs
-cancel RUN" stops one.`,
+cancel RUN" stops one.
+
+A replayed entry is resolved once its operation completed. With --store
+(or SURELY_STORE_URL), runs first reads the dedup records of every run's
+replayed entries whose outcome is not known yet (one round trip per
+namespace where the store allows) and marks resolved those whose record
+is done: run it once the consumer had time to process the replayed
+messages; "dlq stats --state resolved" then counts them.`,
 		Example: `  surely dlq runs
+  surely dlq runs --store redis://localhost:6379/0
   surely dlq runs show 0b8f1c3e-7d2a-4f4b-9c1d-2e3f4a5b6c7d --store redis://localhost:6379/0
   surely dlq runs cancel 0b8f1c3e-7d2a-4f4b-9c1d-2e3f4a5b6c7d`,
 		Args: noArgs,
@@ -125,7 +133,14 @@ cancel RUN" stops one.`,
 				return err
 			}
 			defer ar.close()
-			runs, err := ar.ListReplays(cmd.Context())
+			ctx := cmd.Context()
+			var rec *reconcileJSON
+			if flagValue(cmd, "store") != "" {
+				if rec, err = a.reconcileRuns(cmd, ar); err != nil {
+					return err
+				}
+			}
+			runs, err := ar.ListReplays(ctx)
 			if err != nil {
 				return fmt.Errorf("list runs: %w", err)
 			}
@@ -134,7 +149,10 @@ cancel RUN" stops one.`,
 				out[i] = toRunJSON(r)
 			}
 			if asJSON {
-				return writeJSON(a.stdout, map[string][]runJSON{"runs": out})
+				return writeJSON(a.stdout, runsJSON{Runs: out, Reconciled: rec})
+			}
+			if rec != nil {
+				fprintf(a.stdout, "checked in the store: %d resolved now, %d still pending\n\n", rec.Resolved, rec.Pending)
 			}
 			if len(out) == 0 {
 				fprintln(a.stdout, "no replay runs")
@@ -150,8 +168,53 @@ cancel RUN" stops one.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	confirmFlags(cmd, "idempotency store URL: confirm every run's pending entries done and mark them resolved")
 	cmd.AddCommand(a.runsShowCmd(), a.runsCancelCmd())
 	return cmd
+}
+
+// runsJSON is the output of runs --json.
+type runsJSON struct {
+	Runs []runJSON `json:"runs"`
+	// Reconciled is set when --store confirmed resolutions.
+	Reconciled *reconcileJSON `json:"reconciled,omitempty"`
+}
+
+// confirmFlags registers the store flags of a command that confirms
+// replayed entries done in the store, with usage as --store's help.
+func confirmFlags(cmd *cobra.Command, usage string) {
+	storeFlags(cmd)
+	cmd.Flags().Lookup("store").Usage = usage + " (env SURELY_STORE_URL)"
+}
+
+// reconcileRuns reads, in the store of --store, the records of the
+// entries every replay run replayed whose outcome is not known yet, and
+// marks resolved those whose operation completed (replay.Reconcile, run by
+// run). Runs that replayed nothing are skipped.
+func (a *app) reconcileRuns(cmd *cobra.Command, ar *archiveConn) (*reconcileJSON, error) {
+	st, err := a.openStore(cmd)
+	if err != nil {
+		return nil, err
+	}
+	defer st.close()
+	ctx := cmd.Context()
+	runs, err := ar.ListReplays(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	rec := &reconcileJSON{}
+	for _, r := range runs {
+		if r.Replayed == 0 {
+			continue
+		}
+		sum, err := replay.Reconcile(ctx, ar, st.Store, r.ID)
+		rec.Resolved += sum.Resolved
+		rec.Pending += sum.Pending
+		if err != nil {
+			return nil, fmt.Errorf("check run %s in the store: %w", r.ID, err)
+		}
+	}
+	return rec, nil
 }
 
 func rateText(r float64) string {
@@ -247,12 +310,7 @@ process the replayed messages.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().String("store", "", "idempotency store URL: confirm the pending entries' operations done and mark them resolved")
-	envFlag(cmd, "store", "SURELY_STORE_URL")
-	cmd.Flags().String("store-prefix", "", `key prefix of the Redis store (default "surely:")`)
-	envFlag(cmd, "store-prefix", "SURELY_STORE_PREFIX")
-	cmd.Flags().String("store-table", "", `table of the SQL store (default "surely_inbox")`)
-	envFlag(cmd, "store-table", "SURELY_STORE_TABLE")
+	confirmFlags(cmd, "idempotency store URL: confirm the pending entries' operations done and mark them resolved")
 	return cmd
 }
 

@@ -51,7 +51,7 @@ package main
 //	    letters to $SURELY_ARCHIVE_URL) on topic T (default orders) of the
 //	    script's in-process broker until it has handled N deliveries; its
 //	    handler succeeds (or, with -fail, fails every attempt). The broker
-//	    is the URL mem:bus for surely (surely dlq replay --broker mem:bus)
+//	    is the URL mem:bus for surely (surely dlq replay --to mem:bus)
 //	    and keeps every message published on it: each consume is handed all
 //	    of them again, and the dedup store answers for the ones already done.
 //

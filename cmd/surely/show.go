@@ -154,7 +154,7 @@ func printShow(a *app, d showJSON) error {
 		return err
 	}
 
-	fprintf(w, "\nhistory (%d attempts):\n", len(d.History))
+	fprintf(w, "\nhistory (%s):\n", plural(len(d.History), "attempt"))
 	if d.HistoryError != "" {
 		fprintf(w, "  unreadable: %s\n", d.HistoryError)
 	}
@@ -175,9 +175,9 @@ func printShow(a *app, d showJSON) error {
 
 	p := d.Payload
 	if p.Encoding == "text" {
-		fprintf(w, "\npayload (%d bytes, text):\n%s\n", p.Bytes, p.Data)
+		fprintf(w, "\npayload (%s, text):\n%s\n", plural(p.Bytes, "byte"), p.Data)
 	} else {
-		fprintf(w, "\npayload (%d bytes, NOT valid UTF-8, base64):\n%s\n", p.Bytes, p.Data)
+		fprintf(w, "\npayload (%s, NOT valid UTF-8, base64):\n%s\n", plural(p.Bytes, "byte"), p.Data)
 	}
 	return nil
 }

@@ -194,10 +194,12 @@ const (
 	// RunRunning: a Run or Resume call is working on it (or the process
 	// running it died: nothing else marks a run that stopped unannounced).
 	RunRunning RunState = "running"
-	// RunInterrupted: it stopped with entries left (its context ended, a
-	// publish, mark or save failed, or the call's Max was reached); Resume
-	// continues it.
+	// RunInterrupted: it stopped with entries left (its context ended, or
+	// a publish, mark or save failed); Resume continues it.
 	RunInterrupted RunState = "interrupted"
+	// RunPaused: the call published its Max (replay.WithMax) with entries
+	// left, a normal end of the call; Resume continues it.
+	RunPaused RunState = "paused"
 	// RunAborted: it stopped itself after too many consecutive
 	// re-failures; Resume continues it.
 	RunAborted RunState = "aborted"

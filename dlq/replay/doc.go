@@ -66,7 +66,7 @@
 //     publishes.
 //     WithConcurrency bounds the publishes in flight.
 //   - Max: at most WithMax messages per call; a run stopped by Max is
-//     saved "interrupted" and Resume publishes the next ones.
+//     saved "paused" and Resume publishes the next ones.
 //   - DryRun: every entry is decided (would replay, or would be refused and
 //     why), reported through WithProgress and the log; nothing is published,
 //     marked or saved.

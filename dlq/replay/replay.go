@@ -25,7 +25,7 @@ import (
 	"github.com/surely-dev/surely/internal/idem"
 )
 
-// ErrAborted: the run stopped itself after AbortAfter consecutive
+// ErrAborted is returned when the run stopped itself after AbortAfter consecutive
 // re-failures. It is saved with State archive.RunAborted; Resume
 // continues it.
 var ErrAborted = errors.New("replay: aborted after consecutive re-failures")
@@ -335,8 +335,10 @@ func finalState(stopErr error, more bool) archive.RunState {
 	switch {
 	case errors.Is(stopErr, ErrAborted):
 		return archive.RunAborted
-	case stopErr != nil || more:
+	case stopErr != nil:
 		return archive.RunInterrupted
+	case more:
+		return archive.RunPaused
 	}
 	return archive.RunDone
 }

@@ -155,7 +155,7 @@ func TestRunMaxThenResume(t *testing.T) {
 	res, err := replay.Run(t.Context(), a, pub, archive.Filter{}, on(c, replay.WithID("r"), replay.WithMax(2))...)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Replayed)
-	require.Equal(t, archive.RunInterrupted, res.State, "entries are left")
+	require.Equal(t, archive.RunPaused, res.State, "entries are left")
 
 	res, err = replay.Resume(t.Context(), a, pub, "r", on(c, replay.WithMax(2))...)
 	require.NoError(t, err)

@@ -12,7 +12,7 @@
 //	surely dlq stats --archive sqlite:/tmp/billing.db
 //
 // With -consume, it runs the same consumer with the gateway repaired,
-// reading the topic from Redis Streams (where "surely dlq replay --broker
+// reading the topic from Redis Streams (where "surely dlq replay --to
 // redis://..." republishes), until -n messages were handled:
 //
 //	go run ./examples/deadletters -db /tmp/billing.db -consume redis://127.0.0.1:6379/0 -n 3

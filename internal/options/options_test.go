@@ -81,7 +81,7 @@ func TestPutNotNil(t *testing.T) {
 	if s.Has("x.WithE") || s.Has("x.WithP") {
 		t.Error("a refused value was recorded")
 	}
-	if err := PutNotNil(&s, errInvalid, "x.WithE", errInvalid); err != nil || Get[error](&s, "x.WithE", nil) != errInvalid {
+	if err := PutNotNil(&s, errInvalid, "x.WithE", errInvalid); err != nil || !errors.Is(Get[error](&s, "x.WithE", nil), errInvalid) {
 		t.Errorf("PutNotNil(value) = %v, want it recorded", err)
 	}
 }

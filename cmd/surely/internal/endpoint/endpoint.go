@@ -92,6 +92,9 @@ func Store(raw string) (Endpoint, error) {
 // hold data; last names the form the error message lists last.
 func parseData(raw, what, last string) (Endpoint, error) {
 	e, err := parse(raw)
+	if errors.Is(err, errUnknownScheme) {
+		return e, fmt.Errorf("%w; the %s URL is one of redis://, postgres://, mysql://, sqlite:PATH or %s", err, what, last)
+	}
 	if err != nil {
 		return e, err
 	}
@@ -101,6 +104,10 @@ func parseData(raw, what, last string) (Endpoint, error) {
 	}
 	return e, fmt.Errorf("%w: %s %q: want redis://, postgres://, mysql://, sqlite:PATH or %s", ErrInvalid, what, Redact(raw), last)
 }
+
+// errUnknownScheme marks the error of a URL whose scheme is none of the
+// known ones, so that the caller can list the ones it takes.
+var errUnknownScheme = errors.New("unknown scheme")
 
 // Broker parses the URL of the broker replayed messages are published to.
 func Broker(raw string) (Endpoint, error) {
@@ -172,7 +179,7 @@ func parse(raw string) (Endpoint, error) {
 	case "amqp", "amqps":
 		e.Kind = AMQP
 	default:
-		return e, fmt.Errorf("%w: %q: unknown scheme %q", ErrInvalid, Redact(raw), u.Scheme)
+		return e, fmt.Errorf("%w: %q: %w %q", ErrInvalid, Redact(raw), errUnknownScheme, u.Scheme)
 	}
 	if u.Host == "" {
 		return e, fmt.Errorf("%w: %q: no host", ErrInvalid, Redact(raw))
