@@ -37,7 +37,7 @@ func (a *app) consoleCmd() *cobra.Command {
 		Short: "Serve the dead-letter console (a web page) on a local port",
 		Long: `console serves the operator's web page of the archive of --archive: an
 overview, a filtered list, each dead letter with its attempt timeline, and
-replays (a dry run first). Without --broker it is read-only.
+replays (a dry run first) and discards. Without --to it is read-only.
 
 It listens on loopback (127.0.0.1:8080) unless --listen names another
 address; then it refuses to start without authentication, from the
@@ -46,7 +46,7 @@ environment:
   ` + envConsoleToken + `                      a bearer token (Authorization: Bearer ...)
 On loopback without them, anyone on this machine can use the page.`,
 		Example: `  surely console --archive sqlite:/var/lib/app/dlq.db
-  surely console --archive postgres://... --broker nats://localhost:4222 --store postgres://...
+  surely console --archive postgres://... --to nats://localhost:4222 --store postgres://...
   SURELY_CONSOLE_TOKEN=... surely console --archive redis://... --listen 0.0.0.0:8080`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.runConsole(cmd, &cf) },
@@ -55,8 +55,8 @@ On loopback without them, anyone on this machine can use the page.`,
 	fl.String("archive", "", "dead-letter archive URL: redis://, postgres://, mysql://, sqlite:PATH")
 	envFlag(cmd, "archive", "SURELY_ARCHIVE_URL")
 	fl.StringVar(&cf.listen, "listen", "127.0.0.1:8080", "address to listen on (not loopback: needs authentication)")
-	fl.StringVar(&cf.broker, "broker", "", "broker URL replays publish to: nats://, amqp://, redis:// (none: read-only)")
-	envFlag(cmd, "broker", "SURELY_BROKER_URL")
+	fl.StringVar(&cf.broker, "to", "", "broker URL replays republish to: "+brokerSchemes+" (none: read-only)")
+	envFlag(cmd, "to", "SURELY_BROKER_URL")
 	fl.StringVar(&cf.store, "store", "", "idempotency store URL: the operation page shows its records; replays read them (optional)")
 	envFlag(cmd, "store", "SURELY_STORE_URL")
 	fl.String("store-prefix", "", `key prefix of the Redis store (default "surely:")`)
