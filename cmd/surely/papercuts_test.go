@@ -60,6 +60,7 @@ func TestEveryReadCommandHasJSON(t *testing.T) {
 	noJSON := map[string]bool{
 		"surely dlq runs cancel": true, // writes one state; its line is the report
 		"surely migrate up":      true, // writes the schema
+		"surely console":         true, // serves a web page; prints its URL only
 		"surely dlq":             true, // groups: they only list their commands
 		"surely migrate":         true,
 		"surely ops":             true,

@@ -169,6 +169,7 @@ lists its records by state, and creates or updates the SQL schemas.
   surely inspect KEY [--namespace NS] the dedup record of one operation and its attempt ledger
   surely ops ls [--state S]           list the dedup store's records by namespace, state and age
   surely migrate status|up            create or update the SQL schema of a store, archive, outbox
+  surely console                      a web page over the archive (loopback unless authenticated)
   surely completion bash|zsh|fish     a shell completion script
 
 A dead letter is open until a replay republishes it (replayed), then
@@ -198,7 +199,7 @@ the flag wins. Read commands print JSON with --json.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &codeError{code: exitUsage, err: err}
 	})
-	root.AddCommand(a.dlqCmd(), a.inspectCmd(), a.opsCmd(), a.migrateCmd())
+	root.AddCommand(a.dlqCmd(), a.inspectCmd(), a.opsCmd(), a.migrateCmd(), a.consoleCmd())
 	return root
 }
 

@@ -1,0 +1,167 @@
+package console
+
+import (
+	"cmp"
+	"fmt"
+	"html/template"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/envelope"
+)
+
+// query is a list or replay selection as the page's form gives it.
+type query struct {
+	Reason, Topic, Handler, ErrType, Key, Text string
+	Replay                                     string // the re-failures of this replay run
+	State                                      string // a lifecycle state, or "all"; default open
+	From, To                                   string // "2006-01-02T15:04" (UTC) or RFC 3339
+	IDs                                        []string
+	After                                      int64
+
+	filter archive.Filter
+}
+
+// maxField bounds every filter value; maxIDs the entries one selection names.
+const (
+	maxField = 512
+	maxIDs   = 1000
+)
+
+// parseQuery reads and checks a selection. An invalid value is an error
+// naming it.
+func parseQuery(v url.Values) (query, error) {
+	q := query{
+		Reason: v.Get("reason"), Topic: v.Get("topic"), Handler: v.Get("handler"),
+		ErrType: v.Get("errtype"), Key: v.Get("key"), Text: v.Get("q"),
+		From: v.Get("from"), To: v.Get("to"), IDs: v["id"], Replay: v.Get("replay"),
+		State: cmp.Or(v.Get("state"), string(archive.StateOpen)),
+	}
+	for name, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "key": q.Key, "q": q.Text, "replay": q.Replay} {
+		if err := checkField(s); err != nil {
+			return q, fmt.Errorf("filter %s: %w", name, err)
+		}
+	}
+	if q.Reason != "" && !knownReason(q.Reason) {
+		return q, fmt.Errorf("filter reason: %q is not a dead-letter reason", q.Reason)
+	}
+	states, ok := lifecycle[q.State]
+	if !ok {
+		return q, fmt.Errorf("filter state: %q is not open, replayed, resolved, discarded or all", q.State)
+	}
+	if len(q.IDs) > maxIDs {
+		return q, fmt.Errorf("a selection names at most %d entries, got %d", maxIDs, len(q.IDs))
+	}
+	for _, id := range q.IDs {
+		if err := checkField(id); err != nil || id == "" {
+			return q, fmt.Errorf("entry ID %q is not valid", id)
+		}
+	}
+	var err error
+	if s := v.Get("after"); s != "" {
+		if q.After, err = strconv.ParseInt(s, 10, 64); err != nil || q.After < 0 {
+			return q, fmt.Errorf("after: %q is not a cursor", s)
+		}
+	}
+	q.filter = archive.Filter{
+		IDs: q.IDs, Reason: dlq.Reason(q.Reason), Topic: q.Topic, Handler: q.Handler,
+		Key: q.Key, ErrorContains: q.Text, ReplayID: q.Replay, States: states,
+	}
+	if q.filter.DeadLetteredAfter, err = parseTime("from", q.From); err != nil {
+		return q, err
+	}
+	if q.filter.DeadLetteredBefore, err = parseTime("to", q.To); err != nil {
+		return q, err
+	}
+	return q, nil
+}
+
+// lifecycle maps the state filter's values to the archive's states.
+var lifecycle = map[string][]archive.State{
+	"all":                          nil,
+	string(archive.StateOpen):      {archive.StateOpen},
+	string(archive.StateReplayed):  {archive.StateReplayed},
+	string(archive.StateResolved):  {archive.StateResolved},
+	string(archive.StateDiscarded): {archive.StateDiscarded},
+}
+
+func checkField(s string) error {
+	if len(s) > maxField {
+		return fmt.Errorf("longer than %d bytes", maxField)
+	}
+	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
+		return fmt.Errorf("%q has control characters", s)
+	}
+	return nil
+}
+
+func knownReason(r string) bool {
+	switch dlq.Reason(r) {
+	case dlq.ReasonExhausted, dlq.ReasonPermanent, dlq.ReasonConflict, dlq.ReasonNoKey,
+		dlq.ReasonLeaseLost, dlq.ReasonPanic, dlq.ReasonDecode:
+		return true
+	}
+	return false
+}
+
+func parseTime(name, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%s: %q is not a time (2006-01-02T15:04, UTC, or RFC 3339)", name, s)
+}
+
+// values is the selection as URL values, without the cursor.
+func (q query) values() url.Values {
+	v := url.Values{}
+	state := q.State
+	if state == string(archive.StateOpen) {
+		state = "" // the default
+	}
+	for k, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "key": q.Key, "q": q.Text, "from": q.From, "to": q.To, "replay": q.Replay, "state": state} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	for _, id := range q.IDs {
+		v.Add("id", id)
+	}
+	return v
+}
+
+// Encode is the selection as a query string (for links): url.Values
+// escapes it, so the template may take it as it is.
+func (q query) Encode() template.URL { return template.URL(q.values().Encode()) } //nolint:gosec // escaped by url.Values
+
+// Fields lists the selection as name/value pairs (for hidden form fields).
+func (q query) Fields() [][2]string {
+	var out [][2]string
+	for _, k := range []string{"state", "reason", "topic", "handler", "errtype", "key", "q", "from", "to", "replay"} {
+		if s := q.values().Get(k); s != "" {
+			out = append(out, [2]string{k, s})
+		}
+	}
+	for _, id := range q.IDs {
+		out = append(out, [2]string{"id", id})
+	}
+	return out
+}
+
+// Empty reports whether the selection selects everything.
+func (q query) Empty() bool { return len(q.values()) == 0 }
+
+// matches applies the parts of the selection the archive cannot: the
+// error type (the root of the envelope's error types).
+func (q query) matches(e archive.Entry) bool {
+	return q.ErrType == "" || envelope.RootErrorType(e.ErrorTypes) == q.ErrType
+}

@@ -1,0 +1,82 @@
+package console
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/dlq/replay"
+)
+
+// source is everything the console asks of the archive and of a replay:
+// one small interface, so the archive contract can change behind it.
+type source interface {
+	get(ctx context.Context, id string) (archive.Entry, error)
+	list(ctx context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error)
+	stats(ctx context.Context, f archive.Filter) (archive.Stats, error)
+	loadRun(ctx context.Context, id string) (archive.ReplayRun, error)
+	replay(ctx context.Context, pub message.Publisher, f archive.Filter, opts ...dlq.Option) (result, error)
+	resume(ctx context.Context, pub message.Publisher, id string, opts ...dlq.Option) (result, error)
+	// discard moves entries to the lifecycle's tombstone, with a reason.
+	discard(ctx context.Context, reason string, ids ...string) (int, error)
+	// runs lists the replay runs, the most recently started first.
+	runs(ctx context.Context) ([]archive.ReplayRun, error)
+}
+
+// result is what the console reads of a replay call's summary.
+type result struct {
+	State                                    string
+	Replayed, Refused, WouldReplay, Refailed int
+}
+
+func resultOf(r replay.Summary) result {
+	return result{State: string(r.State), Replayed: r.Replayed, Refused: r.Refused, WouldReplay: r.WouldReplay, Refailed: r.Refailed}
+}
+
+// archiveSource is the source over an archive.Archive as it is.
+type archiveSource struct{ ar archive.Archive }
+
+func (s archiveSource) get(ctx context.Context, id string) (archive.Entry, error) {
+	e, err := s.ar.Get(ctx, id)
+	if errors.Is(err, archive.ErrNotFound) {
+		return e, errNotFound
+	}
+	return e, err
+}
+
+func (s archiveSource) list(ctx context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error) {
+	return s.ar.List(ctx, f, p)
+}
+
+func (s archiveSource) stats(ctx context.Context, f archive.Filter) (archive.Stats, error) {
+	return s.ar.Stats(ctx, f)
+}
+
+func (s archiveSource) loadRun(ctx context.Context, id string) (archive.ReplayRun, error) {
+	r, err := s.ar.LoadReplay(ctx, id)
+	if errors.Is(err, archive.ErrNotFound) {
+		return r, errNotFound
+	}
+	return r, err
+}
+
+func (s archiveSource) replay(ctx context.Context, pub message.Publisher, f archive.Filter, opts ...dlq.Option) (result, error) {
+	r, err := replay.Run(ctx, s.ar, pub, f, opts...)
+	return resultOf(r), err
+}
+
+func (s archiveSource) resume(ctx context.Context, pub message.Publisher, id string, opts ...dlq.Option) (result, error) {
+	r, err := replay.Resume(ctx, s.ar, pub, id, opts...)
+	return resultOf(r), err
+}
+
+func (s archiveSource) discard(ctx context.Context, reason string, ids ...string) (int, error) {
+	return s.ar.Mark(ctx, archive.Mark{To: archive.StateDiscarded, Note: reason}, ids...)
+}
+
+func (s archiveSource) runs(ctx context.Context) ([]archive.ReplayRun, error) {
+	return s.ar.ListReplays(ctx)
+}
