@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -35,10 +36,10 @@ const benchSize = 100_000
 func BenchmarkPages(b *testing.B) {
 	for _, db := range []struct {
 		name    string
-		dialect sqlarchive.Dialect
+		dialect sqlstore.Dialect
 		open    func(testing.TB) *sql.DB
 	}{
-		{"sqlite", sqlarchive.SQLite, func(tb testing.TB) *sql.DB {
+		{"sqlite", sqlstore.SQLite, func(tb testing.TB) *sql.DB {
 			db, err := sql.Open("sqlite", "file:"+filepath.Join(tb.TempDir(), "dlq.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
 			if err != nil {
 				tb.Fatal(err)
@@ -46,7 +47,7 @@ func BenchmarkPages(b *testing.B) {
 			tb.Cleanup(func() { _ = db.Close() })
 			return db
 		}},
-		{"postgres", sqlarchive.Postgres, testsql.Postgres},
+		{"postgres", sqlstore.Postgres, testsql.Postgres},
 	} {
 		b.Run(db.name, func(b *testing.B) {
 			h := benchConsole(b, db.open(b), db.dialect)
@@ -75,7 +76,7 @@ func BenchmarkPages(b *testing.B) {
 
 // benchConsole fills a new archive on db with benchSize dead letters and
 // returns the console over it.
-func benchConsole(b *testing.B, db *sql.DB, dialect sqlarchive.Dialect) http.Handler {
+func benchConsole(b *testing.B, db *sql.DB, dialect sqlstore.Dialect) http.Handler {
 	b.Helper()
 	var r [5]byte
 	_, _ = rand.Read(r[:])

@@ -282,8 +282,9 @@ func NewPublisher(pub message.Publisher, topic string, opts ...Option) (*Publish
 	}, nil
 }
 
-// Topic is the dead-letter topic.
-func (p *Publisher) Topic() string { return p.topic }
+func init() {
+	envelope.PublisherTopic = func(p any) string { return p.(*Publisher).topic }
+}
 
 // contained wraps redact so that a panic in it yields
 // a placeholder ("[text withheld: the redactor panicked]").

@@ -3,6 +3,7 @@ package middleware
 import (
 	"errors"
 	"fmt"
+	"github.com/surely-dev/surely/internal/envelope"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
@@ -65,7 +66,7 @@ func DeadLetter(pub *dlq.Publisher) (message.HandlerMiddleware, error) {
 			if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 				f.TraceID, f.SpanID = sc.TraceID().String(), sc.SpanID().String()
 			}
-			pctx, span := startDeadLetter(ctx, msg, &f, pub.Topic())
+			pctx, span := startDeadLetter(ctx, msg, &f, envelope.PublisherTopic(pub))
 			perr := pub.Publish(pctx, msg, f)
 			endDeadLetter(span, perr)
 			if perr != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -159,7 +160,7 @@ func sqliteCase() archiveCase {
 		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = db.Close() })
-		ar, err := sqlarchive.New(db, sqlarchive.SQLite, archive.WithPrefix("cli_dlq"))
+		ar, err := sqlarchive.New(db, sqlstore.SQLite, archive.WithPrefix("cli_dlq"))
 		require.NoError(t, err)
 		require.NoError(t, ar.Migrate(context.Background()))
 		return "sqlite:" + path + "?prefix=cli_dlq", ar
@@ -189,7 +190,7 @@ func postgresCase() archiveCase {
 		db := testsql.Postgres(t)
 		url := testenv.URL(t, "SURELY_POSTGRES_URL")
 		prefix := "cli_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
-		ar, err := sqlarchive.New(db, sqlarchive.Postgres, archive.WithPrefix(prefix))
+		ar, err := sqlarchive.New(db, sqlstore.Postgres, archive.WithPrefix(prefix))
 		require.NoError(t, err)
 		require.NoError(t, ar.Migrate(context.Background()))
 		t.Cleanup(func() {

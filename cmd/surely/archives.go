@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"sort"
 	"strconv"
 	"strings"
@@ -127,8 +128,8 @@ func openSQLArchive(_ context.Context, db *sql.DB, ep endpoint.Endpoint) (archiv
 	if ep.Table != "" {
 		return nil, usageErr("a SQL archive takes ?prefix= (of its table names), not ?table=")
 	}
-	dialect := map[endpoint.Kind]sqlarchive.Dialect{
-		endpoint.Postgres: sqlarchive.Postgres, endpoint.SQLite: sqlarchive.SQLite, endpoint.MySQL: sqlarchive.MySQL,
+	dialect := map[endpoint.Kind]sqlstore.Dialect{
+		endpoint.Postgres: sqlstore.Postgres, endpoint.SQLite: sqlstore.SQLite, endpoint.MySQL: sqlstore.MySQL,
 	}[ep.Kind]
 	var opts []dlq.Option
 	if ep.Prefix != "" {

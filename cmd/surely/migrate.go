@@ -178,7 +178,7 @@ func (t *schemaTarget) sqlArchive() error {
 	if t.ep.Prefix != "" {
 		opts = append(opts, archive.WithPrefix(t.ep.Prefix))
 	}
-	dialect := map[endpoint.Kind]sqlarchive.Dialect{endpoint.Postgres: sqlarchive.Postgres, endpoint.MySQL: sqlarchive.MySQL, endpoint.SQLite: sqlarchive.SQLite}[t.ep.Kind]
+	dialect := map[endpoint.Kind]sqlstore.Dialect{endpoint.Postgres: sqlstore.Postgres, endpoint.MySQL: sqlstore.MySQL, endpoint.SQLite: sqlstore.SQLite}[t.ep.Kind]
 	t.migrate = migrateWith(func(db *sql.DB) (*sqlarchive.Archive, error) { return sqlarchive.New(db, dialect, opts...) })
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -76,7 +77,7 @@ func sqliteArchive(t *testing.T) (*sqlarchive.Archive, string) {
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	ar, err := sqlarchive.New(db, sqlarchive.SQLite)
+	ar, err := sqlarchive.New(db, sqlstore.SQLite)
 	require.NoError(t, err)
 	require.NoError(t, ar.Migrate(context.Background()))
 	return ar, "sqlite:" + path

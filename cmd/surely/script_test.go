@@ -66,6 +66,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -312,7 +313,7 @@ func scriptArchive(ts *testscript.TestScript) (message.Publisher, func()) {
 	case endpoint.Postgres, endpoint.MySQL, endpoint.SQLite:
 		db, err := openDB(ctx, ep)
 		ts.Check(err)
-		dialect := map[endpoint.Kind]sqlarchive.Dialect{endpoint.Postgres: sqlarchive.Postgres, endpoint.MySQL: sqlarchive.MySQL, endpoint.SQLite: sqlarchive.SQLite}[ep.Kind]
+		dialect := map[endpoint.Kind]sqlstore.Dialect{endpoint.Postgres: sqlstore.Postgres, endpoint.MySQL: sqlstore.MySQL, endpoint.SQLite: sqlstore.SQLite}[ep.Kind]
 		var opts []dlq.Option
 		if ep.Prefix != "" {
 			opts = append(opts, archive.WithPrefix(ep.Prefix))

@@ -2,14 +2,14 @@
 // SQLite, through database/sql.
 //
 //	db, err := sql.Open("pgx", "postgres://...") // yours: the archive never closes it
-//	arch, err := sqlarchive.New(db, sqlarchive.Postgres)
+//	arch, err := sqlarchive.New(db, sqlstore.Postgres)
 //	err = arch.Migrate(ctx) // creates the tables unless they exist
 //	h, err := handler.New(fn, handler.WithStore(store, "billing"),
 //		handler.WithDeadLetter(arch, "dead")) // the topic is ignored
 //
 // It imports no driver: open the *sql.DB with the driver of your choice
 // (tested with github.com/jackc/pgx/v5/stdlib, github.com/go-sql-driver/mysql
-// and modernc.org/sqlite) and name its Dialect. It runs the conformance
+// and modernc.org/sqlite) and name its dialect (sqlstore.Dialect, the one the store and the outbox take). It runs the conformance
 // suite dlq/archivetest against each of the three.
 //
 // # Tables

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"os"
 	"path/filepath"
 
@@ -30,7 +31,7 @@ func Example() {
 	}
 	defer func() { _ = db.Close() }() // yours: the archive never closes it
 
-	arch, err := sqlarchive.New(db, sqlarchive.SQLite)
+	arch, err := sqlarchive.New(db, sqlstore.SQLite)
 	if err != nil {
 		fmt.Println(err)
 		return

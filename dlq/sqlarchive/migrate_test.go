@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"testing"
 	"time"
 
@@ -47,7 +48,7 @@ func TestMigrateAddsLifecycleColumns(t *testing.T) {
 			entries := sqlarchive.Tables(a)[0]
 			idx := prefix + "_entries_state_idx"
 			drops := []string{`DROP INDEX IF EXISTS "` + idx + `"`}
-			if b.dialect == sqlarchive.MySQL {
+			if b.dialect == sqlstore.MySQL {
 				drops = []string{"ALTER TABLE " + entries + " DROP INDEX " + idx}
 			}
 			for _, col := range []string{"state", "state_at", "note", "failed_again_as"} {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"database/sql"
 	"fmt"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"net/url"
 	"testing"
 
@@ -11,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq/archive"
-	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/internal/testenv"
 	"github.com/surely-dev/surely/internal/testsql"
 )
@@ -25,7 +25,7 @@ func TestListOmitPayloadTransfersNoPayload(t *testing.T) {
 	require.NoError(t, err)
 	proxy := testenv.StartProxy(t, u.Host)
 	u.Host = proxy.Addr
-	a := setup(t, backend{"postgres", sqlarchive.Postgres, func(t testing.TB) *sql.DB {
+	a := setup(t, backend{"postgres", sqlstore.Postgres, func(t testing.TB) *sql.DB {
 		db, err := testsql.OpenPostgres(u.String())
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = db.Close() })

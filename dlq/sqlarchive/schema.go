@@ -9,26 +9,26 @@ import (
 // Dialect is the SQL dialect of the database behind an Archive. The
 // archive imports no driver: open the *sql.DB with the driver of your
 // choice and name its dialect.
-type Dialect int
+type dialect int
 
 // The supported dialects.
 const (
 	// Postgres is PostgreSQL (tested with github.com/jackc/pgx/v5/stdlib).
-	Postgres Dialect = iota + 1
+	dPostgres dialect = iota + 1
 	// MySQL is MySQL 8 or MariaDB 10.5+ with InnoDB (tested with
 	// github.com/go-sql-driver/mysql on MariaDB).
-	MySQL
+	dMySQL
 	// SQLite is SQLite 3.24+ (tested with modernc.org/sqlite, driver
 	// "sqlite"). Set a busy timeout in the DSN, e.g.
 	// "file:dlq.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)".
-	SQLite
+	dSQLite
 )
 
-func (d Dialect) valid() bool { return d >= Postgres && d <= SQLite }
+func (d dialect) valid() bool { return d >= dPostgres && d <= dSQLite }
 
 // quote quotes a validated identifier.
-func (d Dialect) quote(name string) string {
-	if d == MySQL {
+func (d dialect) quote(name string) string {
+	if d == dMySQL {
 		return "`" + name + "`"
 	}
 	return `"` + name + `"`
@@ -36,8 +36,8 @@ func (d Dialect) quote(name string) string {
 
 // rebind turns "?" placeholders into $n for PostgreSQL. The statements
 // contain no "?" other than placeholders.
-func (d Dialect) rebind(q string) string {
-	if d != Postgres {
+func (d dialect) rebind(q string) string {
+	if d != dPostgres {
 		return q
 	}
 	return sqldialect.Rebind(q)
@@ -45,10 +45,10 @@ func (d Dialect) rebind(q string) string {
 
 // ddl returns the statements Migrate runs: {e}, {r}, {u}, {l} stand for the
 // entries, replayed, runs and (MySQL) seqlock tables, {p} for the bare prefix (index names).
-func (d Dialect) ddl(prefix string) []string {
+func (d dialect) ddl(prefix string) []string {
 	var stmts []string
 	switch d {
-	case Postgres, SQLite:
+	case dPostgres, dSQLite:
 		// The same tables in the two dialects; only the column types differ.
 		stmts = []string{
 			`CREATE TABLE IF NOT EXISTS {e} (
@@ -79,7 +79,7 @@ func (d Dialect) ddl(prefix string) []string {
   UNIQUE (entry_id, replay_id))`,
 			`CREATE TABLE IF NOT EXISTS {u} (id TEXT PRIMARY KEY, body TEXT NOT NULL)`,
 		}
-	case MySQL:
+	case dMySQL:
 		// utf8mb4_bin: exact, case-sensitive comparisons, like the other dialects.
 		stmts = []string{
 			`CREATE TABLE IF NOT EXISTS {e} (
@@ -121,7 +121,7 @@ func (d Dialect) ddl(prefix string) []string {
 		}
 	}
 	serial, blob, int64 := "BIGSERIAL PRIMARY KEY", "BYTEA", "BIGINT"
-	if d == SQLite {
+	if d == dSQLite {
 		serial, blob, int64 = "INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB", "INTEGER"
 	}
 	r := strings.NewReplacer("{e}", d.quote(prefix+"_entries"), "{r}", d.quote(prefix+"_replayed"),
@@ -134,16 +134,16 @@ func (d Dialect) ddl(prefix string) []string {
 
 // lifecycleColumns are the columns of the entries' lifecycle, added to
 // tables created before it existed: name and definition per dialect.
-func (d Dialect) lifecycleColumns() [][2]string {
+func (d dialect) lifecycleColumns() [][2]string {
 	switch d {
-	case MySQL:
+	case dMySQL:
 		return [][2]string{
 			{"state", "state VARCHAR(16) NOT NULL DEFAULT 'open', ADD KEY {p}_entries_state_idx (state, seq)"},
 			{"state_at", "state_at BIGINT NOT NULL DEFAULT 0"},
 			{"note", "note VARCHAR(1000) NOT NULL DEFAULT ''"},
 			{"failed_again_as", "failed_again_as VARCHAR(191) NOT NULL DEFAULT ''"},
 		}
-	case SQLite:
+	case dSQLite:
 		return [][2]string{
 			{"state", "state TEXT NOT NULL DEFAULT 'open'"},
 			{"state_at", "state_at INTEGER NOT NULL DEFAULT 0"},
@@ -161,8 +161,8 @@ func (d Dialect) lifecycleColumns() [][2]string {
 
 // stateIndex is the statement that indexes the lifecycle state, where it
 // is not part of the MySQL column's ALTER ("" there).
-func (d Dialect) stateIndex(prefix string) string {
-	if d == MySQL {
+func (d dialect) stateIndex(prefix string) string {
+	if d == dMySQL {
 		return ""
 	}
 	return `CREATE INDEX IF NOT EXISTS "` + prefix + `_entries_state_idx" ON ` + d.quote(prefix+"_entries") + ` (state, seq)`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -26,7 +27,7 @@ import (
 func TestCursorSeesLateCommit(t *testing.T) {
 	t.Parallel()
 	for _, b := range backends {
-		if b.dialect == sqlarchive.SQLite {
+		if b.dialect == sqlstore.SQLite {
 			continue // one writer at a time: no two transactions interleave
 		}
 		t.Run(b.name, func(t *testing.T) {
@@ -49,7 +50,7 @@ func testCursorSeesLateCommit(t *testing.T, b backend) {
 	require.NoError(t, err)
 	defer func() { _ = hold.Rollback() }()
 	ins := "INSERT INTO " + entries + " (id, payload, metadata, copies, archived_at, reason, original_topic, handler, op_key, error, error_type, dead_lettered_at, replay_id) VALUES (?, ?, ?, 1, 0, '', '', '', '', '', '', 0, '')"
-	if b.dialect == sqlarchive.Postgres {
+	if b.dialect == sqlstore.Postgres {
 		ins = strings.NewReplacer("?, ?, ?", "$1, $2, $3").Replace(ins)
 	}
 	_, err = hold.ExecContext(ctx, ins, "entry-a", []byte{}, []byte{})
@@ -128,10 +129,10 @@ func BenchmarkPublishParallel(b *testing.B) {
 // waitLockWaiters waits until n transactions on the archive's tables
 // wait for a lock, or until done (when not nil) delivers. It returns a
 // channel that delivers done's result.
-func waitLockWaiters(ctx context.Context, t *testing.T, db *sql.DB, d sqlarchive.Dialect, prefix string, n int, done <-chan error) <-chan error {
+func waitLockWaiters(ctx context.Context, t *testing.T, db *sql.DB, d sqlstore.Dialect, prefix string, n int, done <-chan error) <-chan error {
 	t.Helper()
 	q := `SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`
-	if d == sqlarchive.MySQL {
+	if d == sqlstore.MySQL {
 		// INNODB_TRX misses waiters (a SELECT ... FOR UPDATE waiting for a
 		// row lock is not listed on MariaDB 10.11): count the sessions
 		// inside a statement on the archive's tables, other than this one.

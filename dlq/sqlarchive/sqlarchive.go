@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"log/slog"
 	"regexp"
 	"slices"
@@ -34,7 +35,7 @@ var prefixRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 // Archive is an archive.Archive on a SQL database. It is safe for concurrent use.
 type Archive struct {
 	db        *sql.DB
-	dialect   Dialect
+	dialect   dialect
 	prefix    string
 	entries   string // quoted table names
 	replayed  string
@@ -56,12 +57,13 @@ var _ archive.Archive = (*Archive)(nil)
 // everything, Prune deletes nothing), dlq.WithClock (stamps ArchivedAt and
 // the age Prune measures; default time.Now) and dlq.WithLogger (Prune's
 // reports; default: discard).
-func New(db *sql.DB, dialect Dialect, opts ...dlq.Option) (*Archive, error) {
+func New(db *sql.DB, d sqlstore.Dialect, opts ...dlq.Option) (*Archive, error) {
+	dialect := dialect(d)
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlarchive: nil *sql.DB", dlq.ErrInvalidOption)
 	}
 	if !dialect.valid() {
-		return nil, fmt.Errorf("%w: sqlarchive: unknown dialect %d (want Postgres, MySQL or SQLite)", dlq.ErrInvalidOption, dialect)
+		return nil, fmt.Errorf("%w: sqlarchive: unknown dialect %d (want sqlstore.Postgres, MySQL or SQLite)", dlq.ErrInvalidOption, dialect)
 	}
 	s, err := options.Apply(dlq.ErrInvalidOption, opts)
 	if err != nil {
@@ -131,7 +133,7 @@ func (a *Archive) hasColumn(ctx context.Context, col string) bool {
 // tables returns the names of the archive's tables (see the package doc).
 func (a *Archive) tables() []string {
 	tables := []string{a.prefix + "_entries", a.prefix + "_replayed", a.prefix + "_runs"}
-	if a.dialect == MySQL {
+	if a.dialect == dMySQL {
 		tables = append(tables, a.prefix+"_seqlock")
 	}
 	return tables
@@ -165,7 +167,7 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 	vals := " VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', 0, '', '')"
 	var stmt string
 	switch a.dialect {
-	case MySQL:
+	case dMySQL:
 		stmt = "INSERT INTO " + a.entries + " " + cols + vals + " ON DUPLICATE KEY UPDATE copies = copies + 1"
 	default:
 		stmt = a.q("INSERT INTO " + a.entries + " AS e " + cols + vals + " ON CONFLICT (id) DO UPDATE SET copies = e.copies + 1")
@@ -228,11 +230,11 @@ func (a *Archive) linkFailedAgain(ctx context.Context, tx *sql.Tx, m *message.Me
 func (a *Archive) lockSeq(ctx context.Context, tx *sql.Tx) error {
 	var err error
 	switch a.dialect {
-	case Postgres:
+	case dPostgres:
 		// The key names the table in the statement's text, so that
 		// pg_stat_activity shows whose lock a publish waits for.
 		_, err = tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('surely_dlq_seq:"+a.prefix+"', 0))")
-	case MySQL:
+	case dMySQL:
 		var id int
 		err = tx.QueryRowContext(ctx, "SELECT id FROM "+a.seqLock+" WHERE id = 1 FOR UPDATE").Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -290,9 +292,9 @@ func (a *Archive) where(f archive.Filter, after int64) (string, []any) {
 	eq("e.replay_id", f.ReplayID)
 	if f.ErrorContains != "" {
 		switch a.dialect {
-		case Postgres:
+		case dPostgres:
 			conds = append(conds, "strpos(e.error, ?) > 0")
-		case MySQL:
+		case dMySQL:
 			conds = append(conds, "LOCATE(?, e.error) > 0")
 		default:
 			conds = append(conds, "instr(e.error, ?) > 0")
@@ -558,12 +560,12 @@ func (a *Archive) Mark(ctx context.Context, m archive.Mark, ids ...string) (int,
 // run; the IDs that exist).
 func (a *Archive) addReplayMarks(ctx context.Context, tx *sql.Tx, ids []string, run string) error {
 	sel := " SELECT ?, ? WHERE EXISTS (SELECT 1 FROM " + a.entries + " WHERE id = ?)"
-	if a.dialect == Postgres {
+	if a.dialect == dPostgres {
 		sel = " SELECT CAST(? AS TEXT), CAST(? AS TEXT) WHERE EXISTS (SELECT 1 FROM " + a.entries + " WHERE id = ?)"
 	}
 	var stmt string
 	switch a.dialect {
-	case MySQL:
+	case dMySQL:
 		stmt = "INSERT IGNORE INTO " + a.replayed + " (entry_id, replay_id)" + sel
 	default:
 		stmt = a.q("INSERT INTO " + a.replayed + " (entry_id, replay_id)" + sel + " ON CONFLICT DO NOTHING")
@@ -587,7 +589,7 @@ func (a *Archive) SaveReplay(ctx context.Context, run archive.ReplayRun) error {
 	}
 	var stmt string
 	switch a.dialect {
-	case MySQL:
+	case dMySQL:
 		stmt = "INSERT INTO " + a.runs + " (id, body) VALUES (?, ?) ON DUPLICATE KEY UPDATE body = VALUES(body)"
 	default:
 		stmt = a.q("INSERT INTO " + a.runs + " (id, body) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET body = excluded.body")
@@ -652,7 +654,7 @@ func (a *Archive) Prune(ctx context.Context) (int, error) {
 	var n int64
 	err := a.inTx(ctx, func(tx *sql.Tx) error {
 		old := "SELECT id FROM " + a.entries + " WHERE dead_lettered_at < ?"
-		if a.dialect == MySQL {
+		if a.dialect == dMySQL {
 			// A derived table, so MySQL materialises the subquery first.
 			old = "SELECT id FROM (" + old + ") o"
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -27,16 +28,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // backend is one database the tests run on.
 type backend struct {
 	name    string
-	dialect sqlarchive.Dialect
+	dialect sqlstore.Dialect
 	open    func(t testing.TB) *sql.DB
 }
 
 // backends: SQLite always (a temporary file per test), PostgreSQL and
 // MySQL on SURELY_POSTGRES_URL and SURELY_MYSQL_URL.
 var backends = []backend{
-	{"sqlite", sqlarchive.SQLite, openSQLite},
-	{"postgres", sqlarchive.Postgres, testsql.Postgres},
-	{"mysql", sqlarchive.MySQL, testsql.MySQL},
+	{"sqlite", sqlstore.SQLite, openSQLite},
+	{"postgres", sqlstore.Postgres, testsql.Postgres},
+	{"mysql", sqlstore.MySQL, testsql.MySQL},
 }
 
 func openSQLite(t testing.TB) *sql.DB {
@@ -113,20 +114,20 @@ func TestOptions(t *testing.T) {
 		// An option of another constructor of the family is refused.
 		"publisher option": dlq.WithConsumerGroup("g"),
 	} {
-		_, err := sqlarchive.New(db, sqlarchive.SQLite, opt)
+		_, err := sqlarchive.New(db, sqlstore.SQLite, opt)
 		require.ErrorIs(t, err, dlq.ErrInvalidOption, name)
 	}
-	_, err = sqlarchive.New(nil, sqlarchive.SQLite)
+	_, err = sqlarchive.New(nil, sqlstore.SQLite)
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
-	_, err = sqlarchive.New(db, sqlarchive.Dialect(42))
+	_, err = sqlarchive.New(db, sqlstore.Dialect(42))
 	require.ErrorIs(t, err, dlq.ErrInvalidOption)
-	_, err = sqlarchive.New(db, sqlarchive.SQLite, dlq.WithConsumerGroup("g"))
+	_, err = sqlarchive.New(db, sqlstore.SQLite, dlq.WithConsumerGroup("g"))
 	require.ErrorContains(t, err, "sqlarchive.New does not take option WithConsumerGroup")
 }
 
 func TestWithoutMigrateIsAnError(t *testing.T) {
 	t.Parallel()
-	a, err := sqlarchive.New(openSQLite(t), sqlarchive.SQLite)
+	a, err := sqlarchive.New(openSQLite(t), sqlstore.SQLite)
 	require.NoError(t, err)
 	require.Error(t, a.Publish("dead", message.NewMessage("id-1", []byte("p"))), "no table: the publish fails, the source is nacked")
 }
@@ -142,7 +143,7 @@ func BenchmarkArchive(b *testing.B) {
 func TestCorruptRowIsAClearError(t *testing.T) {
 	t.Parallel()
 	db := openSQLite(t)
-	a, err := sqlarchive.New(db, sqlarchive.SQLite, archive.WithPrefix("corrupt"))
+	a, err := sqlarchive.New(db, sqlstore.SQLite, archive.WithPrefix("corrupt"))
 	require.NoError(t, err)
 	require.NoError(t, a.Migrate(t.Context()))
 	require.NoError(t, a.Publish("dead", message.NewMessage("id-1", []byte("p"))))

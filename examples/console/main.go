@@ -137,7 +137,7 @@ func open(ctx context.Context, path string) (*sql.DB, *sqlstore.Store, *sqlarchi
 		return nil, nil, nil, err
 	}
 	store, errStore := sqlstore.New(db, sqlstore.SQLite)
-	arch, errArch := sqlarchive.New(db, sqlarchive.SQLite)
+	arch, errArch := sqlarchive.New(db, sqlstore.SQLite)
 	err = errors.Join(errStore, errArch)
 	if err == nil {
 		err = errors.Join(store.Migrate(ctx), arch.Migrate(ctx))

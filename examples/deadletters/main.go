@@ -104,7 +104,7 @@ func open(ctx context.Context, path string) (*sql.DB, *sqlstore.Store, *sqlarchi
 	}
 	var arch *sqlarchive.Archive
 	if err == nil {
-		arch, err = sqlarchive.New(db, sqlarchive.SQLite)
+		arch, err = sqlarchive.New(db, sqlstore.SQLite)
 	}
 	if err == nil {
 		err = arch.Migrate(ctx)

@@ -26,8 +26,6 @@ const (
 	SQLite
 )
 
-func (d Dialect) String() string { return sqldialect.Name(int(d)) }
-
 var (
 	//go:embed schema/postgres.sql
 	schemaPostgres string

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"github.com/surely-dev/surely/internal/sqldialect"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -277,7 +278,7 @@ func splitSchema(file string) []string {
 // The schema files shipped for operators are what Migrate runs.
 func TestSchemaFilesAreWhatMigrateRuns(t *testing.T) {
 	for _, b := range backends {
-		file, err := os.ReadFile(filepath.Join("schema", b.dialect.String()+".sql"))
+		file, err := os.ReadFile(filepath.Join("schema", sqldialect.Name(int(b.dialect))+".sql"))
 		require.NoError(t, err)
 		stmts := splitSchema(string(file))
 		require.Len(t, stmts, map[sqlstore.Dialect]int{sqlstore.Postgres: 7, sqlstore.MySQL: 5, sqlstore.SQLite: 7}[b.dialect], b.name)
