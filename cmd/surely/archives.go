@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/redisarchive"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 )
 
 func openRedisArchive(ctx context.Context, client *redis.Client, ep endpoint.Endpoint) (archive.Archive, error) {

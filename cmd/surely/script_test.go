@@ -66,7 +66,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -88,6 +87,7 @@ import (
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/testenv"
 )
 

@@ -1,7 +1,6 @@
 package archivetest
 
 import (
-	dlqenv "github.com/surely-dev/surely/internal/envelope"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	dlqenv "github.com/surely-dev/surely/internal/envelope"
 )
 
 // testLifecycle walks entries through open → replayed → resolved, failed

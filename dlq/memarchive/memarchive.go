@@ -14,7 +14,6 @@ package memarchive
 import (
 	"context"
 	"fmt"
-	"github.com/surely-dev/surely/internal/envelope"
 	"slices"
 	"sort"
 	"sync"
@@ -25,6 +24,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/internal/archivekit"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/options"
 )
 

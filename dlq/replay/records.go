@@ -3,11 +3,11 @@ package replay
 import (
 	"context"
 	"fmt"
-	"github.com/surely-dev/surely/internal/envelope"
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // noteDone is the Note of an entry marked resolved because its operation's

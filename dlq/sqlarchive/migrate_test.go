@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 )
 
 // TestMigrateAddsLifecycleColumns: an entries table created before the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 )
 
 // TestCursorSeesLateCommit interleaves two publishes deliberately. A

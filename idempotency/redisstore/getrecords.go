@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/surely-dev/surely/internal/idem"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 // GetRecords reads the records of keys in namespace in one round trip (a

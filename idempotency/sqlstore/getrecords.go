@@ -3,11 +3,11 @@ package sqlstore
 import (
 	"context"
 	"fmt"
-	"github.com/surely-dev/surely/internal/idem"
 	"slices"
 	"strings"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/sqldialect"
 )
 

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
-	"github.com/surely-dev/surely/internal/sqldialect"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"github.com/surely-dev/surely/idempotency/idempotencytest"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/sqldialect"
 	"github.com/surely-dev/surely/internal/testsql"
 )
 

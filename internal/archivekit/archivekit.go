@@ -6,7 +6,6 @@ package archivekit
 
 import (
 	"fmt"
-	"github.com/surely-dev/surely/internal/envelope"
 	"slices"
 	"sort"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // DefaultPageSize is the page size of Archive.List when Page.Limit <= 0
