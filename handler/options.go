@@ -56,7 +56,7 @@ const (
 //     (empty when the message had none, or could not be decoded): the
 //     same key the handler got from idempotency.KeyFrom.
 //   - Previous: how the attempt before the last one ended, as its claim
-//     reported (idempotency.PreviousNone when no claim was acquired).
+//     reported ("" when no claim was acquired).
 //   - Reason: the dead-letter reason, for OutcomeDeadLettered.
 //   - Cause: the failure that was dead-lettered, as the dead letter's
 //     error (dlq.KeyError) records it before redaction, for

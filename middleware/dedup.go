@@ -223,7 +223,7 @@ func (c *dedupConfig) log() *slog.Logger {
 
 func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 	// The offer to h of claiming inside its own transaction: accepted by
-	// the SQL inbox on its first call (see idempotency.InTxClaims).
+	// the SQL inbox on its first call (see internal/opctx.InTxClaims).
 	inTx := opctx.NewInTxClaims(d.store)
 	return func(msg *message.Message) (_ []*message.Message, err error) {
 		ctx := msg.Context()
