@@ -109,22 +109,6 @@ func parseData(raw, what, last string) (Endpoint, error) {
 // known ones, so that the caller can list the ones it takes.
 var errUnknownScheme = errors.New("unknown scheme")
 
-// Broker parses the URL of the broker replayed messages are published to.
-func Broker(raw string) (Endpoint, error) {
-	e, err := parse(raw)
-	if err != nil {
-		return e, err
-	}
-	switch e.Kind {
-	case NATS, AMQP, Redis:
-		if e.Prefix != "" || e.Table != "" {
-			return e, fmt.Errorf("%w: broker %q: prefix and table are not broker parameters", ErrInvalid, Redact(raw))
-		}
-		return e, nil
-	}
-	return e, fmt.Errorf("%w: broker %q: want nats://, amqp:// or redis:// (Redis Streams)", ErrInvalid, Redact(raw))
-}
-
 func parse(raw string) (Endpoint, error) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" {

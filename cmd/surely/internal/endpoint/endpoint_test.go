@@ -49,22 +49,3 @@ func TestStore(t *testing.T) {
 	_, err = Store("amqp://h")
 	require.ErrorIs(t, err, ErrInvalid)
 }
-
-func TestBroker(t *testing.T) {
-	t.Parallel()
-	for raw, kind := range map[string]Kind{
-		"nats://127.0.0.1:4222":              NATS,
-		"amqp://guest:guest@127.0.0.1:5672/": AMQP,
-		"amqps://h:5671/vhost":               AMQP,
-		"redis://127.0.0.1:6379/0":           Redis,
-	} {
-		got, err := Broker(raw)
-		require.NoError(t, err, raw)
-		assert.Equal(t, kind, got.Kind, raw)
-		assert.Equal(t, raw, got.DSN, raw)
-	}
-	for _, raw := range []string{"postgres://h/db", "sqlite:x.db", "redis://h:1/0?prefix=x", "kafka://h:9092"} {
-		_, err := Broker(raw)
-		require.ErrorIs(t, err, ErrInvalid, raw)
-	}
-}
