@@ -31,16 +31,16 @@ const (
 	namePublisher      = "console.WithPublisher"
 	nameHiddenPayloads = "console.WithHiddenPayloads"
 	nameTraceURL       = "console.WithTraceURL"
-	nameRedactor       = "WithRedactor"
+	nameRedactor       = options.Redactor
 	// nameReplayStore is the name replay.WithStore records.
-	nameReplayStore = "replay.WithStore"
+	nameReplayStore = options.ReplayStore
 )
 
 // replayOptions are the names of the replay options New takes as they
 // are, and passes to every replay.Run and Resume it starts (one name, one
 // meaning): the dedup store, the retention guard's default, the
 // publishes in flight and the abort threshold.
-var replayOptions = []string{nameReplayStore, "replay.WithDefaultRetention", "replay.WithConcurrency", "replay.WithAbortAfter"}
+var replayOptions = []string{nameReplayStore, options.ReplayDefaultRetention, options.ReplayConcurrency, options.ReplayAbortAfter}
 
 // used lists every option New takes.
 var used = []string{

@@ -27,7 +27,7 @@ type Option func(*options.Set) error
 // of one package record a name prefixed with the package
 // ("replay.WithRate").
 const (
-	nameRedactor      = "WithRedactor"
+	nameRedactor      = options.Redactor
 	nameConsumerGroup = "WithConsumerGroup"
 )
 

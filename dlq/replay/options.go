@@ -21,11 +21,11 @@ const (
 	nameMax              = "replay.WithMax"
 	nameDryRun           = "replay.WithDryRun"
 	nameForce            = "replay.WithForce"
-	nameDefaultRetention = "replay.WithDefaultRetention"
+	nameDefaultRetention = options.ReplayDefaultRetention
 	nameRate             = "replay.WithRate"
-	nameConcurrency      = "replay.WithConcurrency"
-	nameAbortAfter       = "replay.WithAbortAfter"
-	nameStore            = "replay.WithStore"
+	nameConcurrency      = options.ReplayConcurrency
+	nameAbortAfter       = options.ReplayAbortAfter
+	nameStore            = options.ReplayStore
 	nameProgress         = "replay.WithProgress"
 	// nameSleep is the test hook of the rate limiter's sleep (export_test.go).
 	nameSleep = "replay.withSleep"

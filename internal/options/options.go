@@ -29,6 +29,17 @@ const (
 	TracerProvider = "WithTracerProvider" // trace.TracerProvider
 )
 
+// Names of options that a package other than their own reads: the
+// console takes dlq.WithRedactor and four replay options as they are, and
+// passes them on.
+const (
+	Redactor               = "WithRedactor"                // func(string) string
+	ReplayStore            = "replay.WithStore"            // idempotency.Store
+	ReplayDefaultRetention = "replay.WithDefaultRetention" // time.Duration
+	ReplayConcurrency      = "replay.WithConcurrency"      // int
+	ReplayAbortAfter       = "replay.WithAbortAfter"       // int
+)
+
 // Set is the settings a list of options recorded: values by option name,
 // and the names in the order they were applied.
 type Set struct {
