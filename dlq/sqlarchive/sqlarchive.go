@@ -58,12 +58,12 @@ var _ archive.Archive = (*Archive)(nil)
 // the age Prune measures; default time.Now) and dlq.WithLogger (Prune's
 // reports; default: discard).
 func New(db *sql.DB, d sqlstore.Dialect, opts ...dlq.Option) (*Archive, error) {
-	dialect := dialect(d)
+	dl := dialect(d)
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlarchive: nil *sql.DB", dlq.ErrInvalidOption)
 	}
-	if !dialect.valid() {
-		return nil, fmt.Errorf("%w: sqlarchive: unknown dialect %d (want sqlstore.Postgres, MySQL or SQLite)", dlq.ErrInvalidOption, dialect)
+	if !dl.valid() {
+		return nil, fmt.Errorf("%w: sqlarchive: unknown dialect %d (want sqlstore.Postgres, MySQL or SQLite)", dlq.ErrInvalidOption, d)
 	}
 	s, err := options.Apply(dlq.ErrInvalidOption, opts)
 	if err != nil {
@@ -78,16 +78,16 @@ func New(db *sql.DB, d sqlstore.Dialect, opts ...dlq.Option) (*Archive, error) {
 		return nil, fmt.Errorf("%w: sqlarchive: table prefix %q must match [a-z_][a-z0-9_]{0,39}", dlq.ErrInvalidOption, prefix)
 	}
 	a := &Archive{
-		db: db, dialect: dialect,
+		db: db, dialect: dl,
 		prefix:    prefix,
 		now:       options.Get(s, options.Clock, time.Now),
 		log:       options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
 		retention: options.Get(s, options.Retention, time.Duration(0)),
 	}
-	a.entries = dialect.quote(a.prefix + "_entries")
-	a.replayed = dialect.quote(a.prefix + "_replayed")
-	a.runs = dialect.quote(a.prefix + "_runs")
-	a.seqLock = dialect.quote(a.prefix + "_seqlock")
+	a.entries = dl.quote(a.prefix + "_entries")
+	a.replayed = dl.quote(a.prefix + "_replayed")
+	a.runs = dl.quote(a.prefix + "_runs")
+	a.seqLock = dl.quote(a.prefix + "_seqlock")
 	return a, nil
 }
 
