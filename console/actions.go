@@ -35,31 +35,19 @@ type dryRunData struct {
 	ConfirmNeed bool
 }
 
-// selection reads the POSTed selection and resolves the parts the
-// archive cannot filter (the error type) into a list of IDs.
-func (s *server) selection(ctx context.Context, r *http.Request) (query, error) {
+// selection reads the POSTed selection.
+func (s *server) selection(r *http.Request) (query, error) {
 	q, err := parseQuery(r.PostForm)
 	if err == nil && r.PostForm.Get("scope") == "selected" && len(q.IDs) == 0 {
 		err = fmt.Errorf("no entry selected: tick entries, or replay all matching the filter")
 	}
-	if err != nil || q.ErrType == "" {
-		return q, err
-	}
-	ids, err := s.ids(ctx, q)
-	if err != nil {
-		return q, err
-	}
-	if len(ids) == 0 {
-		ids = []string{"-"} // no entry has this ID: selects nothing
-	}
-	q.filter.IDs = ids
-	return q, nil
+	return q, err
 }
 
 // dryRun shows what a replay of the selection would do: the count, and
 // every entry the retention guard refuses and why.
 func (s *server) dryRun(w http.ResponseWriter, r *http.Request) {
-	q, err := s.selection(r.Context(), r)
+	q, err := s.selection(r)
 	if err != nil {
 		s.render(w, r, http.StatusBadRequest, "dryrun", "Replay: dry run", dryRunData{Query: q, Err: err.Error()})
 		return
@@ -87,7 +75,7 @@ func (s *server) dryRun(w http.ResponseWriter, r *http.Request) {
 // replay starts a replay run of the selection, confirmed, at a rate and
 // up to a maximum, and redirects to its page.
 func (s *server) replay(w http.ResponseWriter, r *http.Request) {
-	q, err := s.selection(r.Context(), r)
+	q, err := s.selection(r)
 	bad := func(msg string) {
 		s.render(w, r, http.StatusBadRequest, "dryrun", "Replay: dry run", dryRunData{
 			Query: q, Err: msg, Rate: r.PostForm.Get("rate"), Max: r.PostForm.Get("max"),
@@ -229,7 +217,7 @@ func (s *server) toRun(w http.ResponseWriter, id string) {
 // discard moves the selection to the lifecycle's tombstone, with a reason
 // and a confirmation; at most maxIDs entries at a time.
 func (s *server) discard(w http.ResponseWriter, r *http.Request) {
-	q, err := s.selection(r.Context(), r)
+	q, err := s.selection(r)
 	why := strings.TrimSpace(r.PostForm.Get("why"))
 	switch {
 	case err != nil:
@@ -269,9 +257,7 @@ func (s *server) ids(ctx context.Context, q query) ([]string, error) {
 			return nil, err
 		}
 		for _, e := range es {
-			if q.matches(e) {
-				ids = append(ids, e.ID)
-			}
+			ids = append(ids, e.ID)
 		}
 		if len(ids) > maxIDs {
 			return nil, fmt.Errorf("more than %d entries match: narrow the filter", maxIDs)

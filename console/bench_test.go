@@ -27,8 +27,9 @@ import (
 // benchSize is the archive the console's pages are measured on.
 const benchSize = 100_000
 
-// BenchmarkPages measures the server time of the overview and the list
-// pages over 100,000 archived dead letters (spread over two days, three
+// BenchmarkPages measures the server time of the overview, its arrivals
+// chart (an image the page loads after it) and the list pages over
+// 100,000 archived dead letters (spread over two days, three
 // topics, two error types) on SQLite, and on PostgreSQL when
 // SURELY_POSTGRES_URL is set; each sub-benchmark reports its p95 in ms.
 // It fills the archive first (a minute or more): run it on a quiet
@@ -53,7 +54,7 @@ func BenchmarkPages(b *testing.B) {
 			h := benchConsole(b, db.open(b), db.dialect)
 			for _, page := range []string{
 				"/", "/list", "/list?topic=invoices", "/list?reason=permanent&q=declined",
-				"/list?errtype=context.deadlineExceededError", "/list?after=90000",
+				"/list?errtype=context.deadlineExceededError", "/list?after=90000", "/chart.svg",
 			} {
 				b.Run(page, func(b *testing.B) {
 					var took []time.Duration
@@ -87,7 +88,7 @@ func benchConsole(b *testing.B, db *sql.DB, dialect sqlstore.Dialect) http.Handl
 	}
 	b.Cleanup(func() {
 		// The tables of the prefix (sqlarchive's doc names them).
-		for _, table := range []string{"entries", "replayed", "runs", "seqlock"} {
+		for _, table := range []string{"entries", "replayed", "runs", "seqlock", "counts"} {
 			_, _ = db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+prefix+"_"+table)
 		}
 	})

@@ -176,6 +176,15 @@ func TestListFiltersAndPagesStably(t *testing.T) {
 	if _, page := get(t, srv, "/list?errtype=*errors.errorString"); strings.Count(page, `class="entry"`) != 50 {
 		t.Error("the error type filter does not fill a page")
 	}
+	// A search by key or text is counted on request only: it reads every
+	// entry it selects.
+	_, page := get(t, srv, "/list?key=k004")
+	if strings.Contains(page, `id="matching"><b>`) || !strings.Contains(page, `id="count" href="list?key=k004&amp;count=1"`) {
+		t.Error("a key search is counted as the page loads, or offers no count")
+	}
+	if _, page := get(t, srv, "/list?key=k004&count=1"); !strings.Contains(page, `id="matching"><b>1</b>`) {
+		t.Error("count=1 does not count a key search")
+	}
 }
 
 func TestInvalidFiltersAreRefused(t *testing.T) {

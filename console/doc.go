@@ -21,6 +21,14 @@
 // a discard (the lifecycle's tombstone) with a reason. Pages count and
 // list open entries unless a state is chosen.
 //
+// A list page reads one page of entries (keyset, an index range) and
+// counts its filter when the archive counts it without reading the
+// entries: a filter by state, reason, topic, handler and error type
+// (Archive.Stats of those is a lookup in dlq/sqlarchive's counts, and
+// in-memory elsewhere). A search by key, error text, time or replay run is
+// counted on request (the page's "count" link, count=1), because its count
+// reads every entry it selects; a replay's dry run counts it in any case.
+//
 // Every use of the archive and of dlq/replay goes through one small
 // internal interface (source.go).
 //

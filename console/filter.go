@@ -12,7 +12,6 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // query is a list or replay selection as the page's form gives it.
@@ -70,7 +69,7 @@ func parseQuery(v url.Values) (query, error) {
 	}
 	q.filter = archive.Filter{
 		IDs: q.IDs, Reason: dlq.Reason(q.Reason), Topic: q.Topic, Handler: q.Handler,
-		Key: q.Key, ErrorContains: q.Text, ReplayID: q.Replay, States: states,
+		ErrorType: q.ErrType, Key: q.Key, ErrorContains: q.Text, ReplayID: q.Replay, States: states,
 	}
 	if q.filter.DeadLetteredAfter, err = parseTime("from", q.From); err != nil {
 		return q, err
@@ -160,8 +159,12 @@ func (q query) Fields() [][2]string {
 // Empty reports whether the selection selects everything.
 func (q query) Empty() bool { return len(q.values()) == 0 }
 
-// matches applies the parts of the selection the archive cannot: the
-// error type (the root of the envelope's error types).
-func (q query) matches(e archive.Entry) bool {
-	return q.ErrType == "" || envelope.RootErrorType(e.ErrorTypes) == q.ErrType
+// counted reports whether the list page counts the entries the selection
+// matches as it shows them: the selection is by the columns every
+// archive counts without reading the entries (state, reason, topic,
+// handler, error type). A count by key, text, time or replay run reads
+// every entry the filter selects, so the page counts those on request
+// (count=1); a replay's dry run always counts.
+func (q query) counted() bool {
+	return q.Key == "" && q.Text == "" && q.From == "" && q.To == "" && q.Replay == "" && len(q.IDs) == 0
 }

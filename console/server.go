@@ -29,12 +29,8 @@ type server struct {
 	running map[string]context.CancelFunc // the runs this console is running, by ID
 }
 
-// pageSize is the entries of one list page; scanBudget bounds the entries
-// one list request reads when the console filters by error type itself.
-const (
-	pageSize   = 50
-	scanBudget = 2000
-)
+// pageSize is the entries of one list page.
+const pageSize = 50
 
 func newServer(src source, c config) (http.Handler, error) {
 	s := &server{src: src, c: c, pages: map[string]*template.Template{}, running: map[string]context.CancelFunc{}}
@@ -219,10 +215,9 @@ func (s *server) arrivals(ctx context.Context, now time.Time) (chart, error) {
 
 type listData struct {
 	Query    query
-	Matching int // entries the whole filter selects
+	Matching int // entries the whole filter selects; -1: not counted (see query.counted)
 	Entries  []archive.Entry
 	Next     int64
-	Scanned  int
 	Err      string
 	First    bool
 }
@@ -233,40 +228,25 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusBadRequest, "list", "Dead letters", listData{Query: q, Err: err.Error()})
 		return
 	}
-	d := listData{Query: q, First: q.After == 0}
-	p := archive.Page{After: q.After, Limit: pageSize, OmitPayload: true}
-	end := false
-	for !end && len(d.Entries) < pageSize && d.Scanned < scanBudget {
-		es, err := s.src.list(r.Context(), q.filter, p)
-		if err != nil {
-			s.fail(w, r, http.StatusBadGateway, "the archive could not be read", err)
-			return
-		}
-		used := 0
-		for _, e := range es {
-			used++
-			p.After = e.Seq
-			if q.matches(e) {
-				d.Entries = append(d.Entries, e)
-				if len(d.Entries) == pageSize {
-					break
-				}
-			}
-		}
-		d.Scanned += used
-		end = len(es) < p.Limit && used == len(es)
-	}
-	if !end {
-		d.Next = p.After
-	}
-	st, err := s.src.stats(r.Context(), q.filter)
+	d := listData{Query: q, First: q.After == 0, Matching: -1}
+	// One more than a page tells whether there is a next one.
+	es, err := s.src.list(r.Context(), q.filter, archive.Page{After: q.After, Limit: pageSize + 1, OmitPayload: true})
 	if err != nil {
 		s.fail(w, r, http.StatusBadGateway, "the archive could not be read", err)
 		return
 	}
-	d.Matching = st.Total
-	if q.ErrType != "" {
-		d.Matching = st.ByErrorType[q.ErrType]
+	if len(es) > pageSize {
+		es = es[:pageSize]
+		d.Next = es[pageSize-1].Seq
+	}
+	d.Entries = es
+	if q.counted() || r.URL.Query().Get("count") == "1" {
+		st, err := s.src.stats(r.Context(), q.filter)
+		if err != nil {
+			s.fail(w, r, http.StatusBadGateway, "the archive could not be read", err)
+			return
+		}
+		d.Matching = st.Total
 	}
 	s.render(w, r, http.StatusOK, "list", "Dead letters", d)
 }

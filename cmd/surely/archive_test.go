@@ -194,7 +194,7 @@ func postgresCase() archiveCase {
 		require.NoError(t, err)
 		require.NoError(t, ar.Migrate(context.Background()))
 		t.Cleanup(func() {
-			for _, tbl := range []string{prefix + "_entries", prefix + "_replayed", prefix + "_runs"} {
+			for _, tbl := range []string{prefix + "_entries", prefix + "_replayed", prefix + "_runs", prefix + "_counts"} {
 				_, _ = db.ExecContext(context.Background(), `DROP TABLE IF EXISTS "`+tbl+`"`)
 			}
 		})

@@ -504,6 +504,7 @@ const sqlIdent = "\"[^\"]+\"|`[^`]+`|[A-Za-z0-9_.]+"
 
 var (
 	reCreateTable = regexp.MustCompile(`(?is)^\s*CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(` + sqlIdent + `)`)
+	reAddKey      = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s+(?:` + sqlIdent + `)\s+ADD\s+(?:KEY|INDEX)\s+(` + sqlIdent + `)`)
 	reAddColumn   = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s+(` + sqlIdent + `)\s+ADD\s+(?:COLUMN\s+)?(` + sqlIdent + `)`)
 	reCreateIndex = regexp.MustCompile(`(?is)^\s*CREATE\s+(?:UNIQUE\s+)?INDEX\s+IF\s+NOT\s+EXISTS\s+(` + sqlIdent + `)`)
 	reDropIndex   = regexp.MustCompile(`(?is)^\s*DROP\s+INDEX\s+IF\s+EXISTS\s+(` + sqlIdent + `)`)
@@ -514,6 +515,9 @@ var (
 func classify(stmt string) (kind, name, column string) {
 	if m := reCreateTable.FindStringSubmatch(stmt); m != nil {
 		return "create_table", m[1], ""
+	}
+	if m := reAddKey.FindStringSubmatch(stmt); m != nil {
+		return "create_index", m[1], ""
 	}
 	if m := reAddColumn.FindStringSubmatch(stmt); m != nil {
 		return "add_column", m[1], m[2]

@@ -76,6 +76,9 @@ func TestClassify(t *testing.T) {
 		"ALTER TABLE \"t\" ADD COLUMN c TEXT":                  {"add_column", `"t"`, "c"},
 		"CREATE UNIQUE INDEX IF NOT EXISTS \"i\" ON \"t\" (a)": {"create_index", `"i"`, ""},
 		"DROP INDEX IF EXISTS \"i\"":                           {"drop_index", `"i"`, ""},
+		"ALTER TABLE `t` ADD KEY i_idx (a, b)":                 {"create_index", "i_idx", ""},
+		"ALTER TABLE t ADD INDEX `i` (a)":                      {"create_index", "`i`", ""},
+		"ALTER TABLE `t` ADD COLUMN k INT, ADD KEY i (k)":      {"add_column", "`t`", "k"},
 		"SELECT pg_advisory_xact_lock(1)":                      {"other", "", ""},
 		"INSERT IGNORE INTO `l` (id) VALUES (1)":               {"other", "", ""},
 	} {

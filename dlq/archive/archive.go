@@ -118,6 +118,9 @@ type Filter struct {
 	Key     string
 	// ErrorContains matches a substring of the error text.
 	ErrorContains string
+	// ErrorType matches the root cause's type exactly: the innermost type
+	// of surely_error_types, the key of Stats.ByErrorType.
+	ErrorType string
 	// DeadLetteredAfter and DeadLetteredBefore bound the dead-lettering time
 	// (an age window: "older than 1h" is DeadLetteredBefore = now-1h).
 	DeadLetteredAfter, DeadLetteredBefore time.Time

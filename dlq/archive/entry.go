@@ -52,6 +52,7 @@ func (f Filter) Match(e Entry) bool {
 		f.Handler != "" && e.Handler != f.Handler,
 		f.Key != "" && e.OperationKey != f.Key,
 		f.ErrorContains != "" && !strings.Contains(e.Error, f.ErrorContains),
+		f.ErrorType != "" && envelope.RootErrorType(e.ErrorTypes) != f.ErrorType,
 		!f.DeadLetteredAfter.IsZero() && !e.DeadLetteredAt.After(f.DeadLetteredAfter),
 		!f.DeadLetteredBefore.IsZero() && !e.DeadLetteredAt.Before(f.DeadLetteredBefore),
 		f.NotReplayedBy != "" && slices.Contains(e.ReplayedBy, f.NotReplayedBy),

@@ -162,6 +162,7 @@ var tests = []struct {
 	{"ListPages", testListPages},
 	{"ListOmitsPayload", testListOmitsPayload},
 	{"Stats", testStats},
+	{"StatsFollowEveryChange", testStatsFollowChanges},
 	{"Delete", testDelete},
 	{"MarkReplayed", testMarkReplayed},
 	{"Lifecycle", testLifecycle},
@@ -371,6 +372,9 @@ func testListFilters(t *testing.T, e *env) {
 		{"combined", archive.Filter{Reason: dlq.ReasonExhausted, Topic: "orders", ErrorContains: "db", NotReplayedBy: "run-1"}, id(4)},
 		{"combined replay", archive.Filter{ReplayID: "run-1", Topic: "payments"}, id(2)},
 		{"no match", archive.Filter{Topic: "orders", Handler: "nobody"}, id()},
+		{"error type", archive.Filter{ErrorType: "*archivetest.rootCause"}, id(0, 1, 2, 3, 4)},
+		{"error type is the root cause", archive.Filter{ErrorType: "*fmt.wrapError"}, id()},
+		{"error type and topic", archive.Filter{ErrorType: "*archivetest.rootCause", Topic: "payments"}, id(2, 3)},
 	}
 	for _, c := range cases {
 		got := e.listAll(c.f, 0)
@@ -462,6 +466,88 @@ func testStats(t *testing.T, e *env) {
 	require.NoError(t, err)
 	require.Zero(t, none.Total)
 	require.True(t, none.Oldest.IsZero() && none.Newest.IsZero())
+}
+
+// testStatsFollowChanges checks that Stats agrees with List, breakdowns,
+// times and all, after every kind of change: publishes and copies, each
+// lifecycle mark (twice, and of missing IDs), and deletes. An archive that
+// keeps its counts apart from its entries must change them together.
+func testStatsFollowChanges(t *testing.T, e *env) {
+	f := e.fixtures()
+	other := envelope(letter{source: "other", reason: dlq.ReasonPanic, topic: "orders", handler: "ship", key: "k9", err: "boom", attempts: 2, at: base.Add(-time.Hour)})
+	filters := []archive.Filter{
+		{},
+		{States: []archive.State{archive.StateOpen}},
+		{States: []archive.State{archive.StateReplayed, archive.StateResolved}},
+		{States: []archive.State{archive.StateDiscarded}},
+		{Topic: "orders"},
+		{Topic: "orders", States: []archive.State{archive.StateOpen}},
+		{Reason: dlq.ReasonExhausted, Handler: "ship"},
+		{ErrorType: "*archivetest.rootCause", States: []archive.State{archive.StateOpen}},
+		{Topic: "nothing"},
+	}
+	check := func(step string) {
+		t.Helper()
+		for _, flt := range filters {
+			want := archivekit.NewStats()
+			for _, en := range e.listAll(flt, 0) {
+				want.Total++
+				want.ByReason[string(en.Reason)]++
+				want.ByTopic[en.OriginalTopic]++
+				want.ByHandler[en.Handler]++
+				want.ByErrorType[dlqenv.RootErrorType(en.ErrorTypes)]++
+				state := en.State
+				if state == "" {
+					state = archive.StateOpen
+				}
+				want.ByState[string(state)]++
+				if want.Oldest.IsZero() || en.DeadLetteredAt.Before(want.Oldest) {
+					want.Oldest = en.DeadLetteredAt
+				}
+				if en.DeadLetteredAt.After(want.Newest) {
+					want.Newest = en.DeadLetteredAt
+				}
+			}
+			got, err := e.a.Stats(e.ctx, flt)
+			require.NoError(t, err)
+			require.Equal(t, want.Total, got.Total, "%s: Stats(%+v).Total", step, flt)
+			for name, pair := range map[string][2]map[string]int{
+				"ByReason": {want.ByReason, got.ByReason}, "ByTopic": {want.ByTopic, got.ByTopic},
+				"ByHandler": {want.ByHandler, got.ByHandler}, "ByErrorType": {want.ByErrorType, got.ByErrorType},
+				"ByState": {want.ByState, got.ByState},
+			} {
+				require.Equal(t, len(pair[0]), len(pair[1]), "%s: Stats(%+v).%s = %v, want %v", step, flt, name, pair[1], pair[0])
+				for k, n := range pair[0] {
+					require.Equal(t, n, pair[1][k], "%s: Stats(%+v).%s[%q]", step, flt, name, k)
+				}
+			}
+			requireTime(t, want.Oldest, got.Oldest, step+": Oldest")
+			requireTime(t, want.Newest, got.Newest, step+": Newest")
+		}
+	}
+	check("published")
+	e.publish(archivekit.CopyMessage(f[0]), other, archivekit.CopyMessage(other))
+	check("copies")
+	mark := func(m archive.Mark, ids ...string) {
+		t.Helper()
+		_, err := e.a.Mark(e.ctx, m, ids...)
+		require.NoError(t, err)
+	}
+	mark(archive.Mark{To: archive.StateReplayed, Run: "run-s"}, f[0].UUID, f[1].UUID, f[2].UUID, "missing")
+	check("replayed")
+	mark(archive.Mark{To: archive.StateReplayed, Run: "run-t"}, f[0].UUID, f[1].UUID)
+	check("replayed again")
+	mark(archive.Mark{To: archive.StateResolved, Run: "run-s"}, f[1].UUID)
+	check("resolved")
+	mark(archive.Mark{To: archive.StateDiscarded, Note: "test data"}, f[3].UUID, other.UUID, f[5].UUID)
+	check("discarded")
+	mark(archive.Mark{To: archive.StateOpen}, f[3].UUID)
+	check("reopened")
+	_, err := e.a.Delete(e.ctx, f[0].UUID, other.UUID, "missing")
+	require.NoError(t, err)
+	check("deleted")
+	e.publish(archivekit.CopyMessage(other))
+	check("published again after delete")
 }
 
 func testDelete(t *testing.T, e *env) {

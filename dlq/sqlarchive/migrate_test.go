@@ -44,13 +44,17 @@ func TestMigrateAddsLifecycleColumns(t *testing.T) {
 			m.Metadata.Set(dlq.KeyReason, string(dlq.ReasonExhausted))
 			require.NoError(t, a.Publish("dead", m))
 
-			// Back to the schema before the lifecycle.
+			// Back to the schema before the lifecycle (and the counts).
 			entries := sqlarchive.Tables(a)[0]
-			idx := prefix + "_entries_state_idx"
-			drops := []string{`DROP INDEX IF EXISTS "` + idx + `"`}
-			if b.dialect == sqlstore.MySQL {
-				drops = []string{"ALTER TABLE " + entries + " DROP INDEX " + idx}
+			var drops []string
+			for _, idx := range []string{prefix + "_entries_state_idx", prefix + "_entries_state_dl_idx"} {
+				if b.dialect == sqlstore.MySQL {
+					drops = append(drops, "ALTER TABLE "+entries+" DROP INDEX "+idx)
+				} else {
+					drops = append(drops, `DROP INDEX IF EXISTS "`+idx+`"`)
+				}
 			}
+			drops = append(drops, "DROP TABLE "+prefix+"_counts")
 			for _, col := range []string{"state", "state_at", "note", "failed_again_as"} {
 				drops = append(drops, "ALTER TABLE "+entries+" DROP COLUMN "+col)
 			}
@@ -66,6 +70,9 @@ func TestMigrateAddsLifecycleColumns(t *testing.T) {
 			got, err := a.Get(ctx, "old-entry")
 			require.NoError(t, err)
 			require.Equal(t, archive.StateOpen, got.State, "an entry from before the lifecycle is open")
+			st, err := a.Stats(ctx, archive.Filter{States: []archive.State{archive.StateOpen}})
+			require.NoError(t, err)
+			require.Equal(t, 1, st.Total, "Migrate counted the entries archived before the counts")
 			n, err := a.Mark(ctx, archive.Mark{To: archive.StateDiscarded, Note: "old"}, "old-entry")
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
@@ -73,6 +80,16 @@ func TestMigrateAddsLifecycleColumns(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, archive.StateDiscarded, got.State)
 			require.Equal(t, "old", got.Note)
+
+			// Counts that went wrong (a writer of an older version, a
+			// manual change) are rebuilt by Migrate.
+			_, err = db.ExecContext(ctx, "UPDATE "+prefix+"_counts SET n = 42")
+			require.NoError(t, err)
+			require.NoError(t, a.Migrate(ctx))
+			st, err = a.Stats(ctx, archive.Filter{})
+			require.NoError(t, err)
+			require.Equal(t, 1, st.Total)
+			require.Equal(t, map[string]int{"discarded": 1}, st.ByState)
 		})
 	}
 }

@@ -1,6 +1,8 @@
 package sqlarchive
 
 import (
+	"context"
+	"fmt"
 	"strings"
 
 	"github.com/surely-dev/surely/internal/sqldialect"
@@ -43,8 +45,8 @@ func (d dialect) rebind(q string) string {
 	return sqldialect.Rebind(q)
 }
 
-// ddl returns the statements Migrate runs: {e}, {r}, {u}, {l} stand for the
-// entries, replayed, runs and (MySQL) seqlock tables, {p} for the bare prefix (index names).
+// ddl returns the statements Migrate runs: {e}, {r}, {u}, {c}, {l} stand for the
+// entries, replayed, runs, counts and (MySQL) seqlock tables, {p} for the bare prefix (index names).
 func (d dialect) ddl(prefix string) []string {
 	var stmts []string
 	switch d {
@@ -78,6 +80,14 @@ func (d dialect) ddl(prefix string) []string {
   replay_id TEXT NOT NULL,
   UNIQUE (entry_id, replay_id))`,
 			`CREATE TABLE IF NOT EXISTS {u} (id TEXT PRIMARY KEY, body TEXT NOT NULL)`,
+			`CREATE TABLE IF NOT EXISTS {c} (
+  reason TEXT NOT NULL,
+  original_topic TEXT NOT NULL,
+  handler TEXT NOT NULL,
+  error_type TEXT NOT NULL,
+  state TEXT NOT NULL,
+  n BIGINT NOT NULL,
+  PRIMARY KEY (reason, original_topic, handler, error_type, state))`,
 		}
 	case dMySQL:
 		// utf8mb4_bin: exact, case-sensitive comparisons, like the other dialects.
@@ -114,6 +124,15 @@ func (d dialect) ddl(prefix string) []string {
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 			`CREATE TABLE IF NOT EXISTS {u} (id VARCHAR(191) NOT NULL PRIMARY KEY, body LONGTEXT NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+			`CREATE TABLE IF NOT EXISTS {c} (
+  grp CHAR(64) NOT NULL PRIMARY KEY,
+  reason TEXT NOT NULL,
+  original_topic VARCHAR(191) NOT NULL,
+  handler TEXT NOT NULL,
+  error_type TEXT NOT NULL,
+  state VARCHAR(16) NOT NULL,
+  n BIGINT NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 			// One row, locked by every Publish until it commits: Seq
 			// order is commit order.
 			`CREATE TABLE IF NOT EXISTS {l} (id INT NOT NULL PRIMARY KEY) ENGINE=InnoDB`,
@@ -125,7 +144,7 @@ func (d dialect) ddl(prefix string) []string {
 		serial, blob, int64 = "INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB", "INTEGER"
 	}
 	r := strings.NewReplacer("{e}", d.quote(prefix+"_entries"), "{r}", d.quote(prefix+"_replayed"),
-		"{u}", d.quote(prefix+"_runs"), "{l}", d.quote(prefix+"_seqlock"), "{p}", prefix, "{serial}", serial, "{blob}", blob, "{int64}", int64)
+		"{u}", d.quote(prefix+"_runs"), "{c}", d.quote(prefix+"_counts"), "{l}", d.quote(prefix+"_seqlock"), "{p}", prefix, "{serial}", serial, "{blob}", blob, "{int64}", int64)
 	for i, s := range stmts {
 		stmts[i] = r.Replace(s)
 	}
@@ -166,4 +185,24 @@ func (d dialect) stateIndex(prefix string) string {
 		return ""
 	}
 	return `CREATE INDEX IF NOT EXISTS "` + prefix + `_entries_state_idx" ON ` + d.quote(prefix+"_entries") + ` (state, seq)`
+}
+
+// stateTimeIndex indexes the entries by (state, dead_lettered_at): the
+// oldest and newest entry of a state (Stats) are its first and last rows.
+func (a *Archive) stateTimeIndex(ctx context.Context) error {
+	name := a.prefix + "_entries_state_dl_idx"
+	stmt := `CREATE INDEX IF NOT EXISTS "` + name + `" ON ` + a.entries + ` (state, dead_lettered_at)`
+	if a.dialect == dMySQL {
+		// MySQL has no CREATE INDEX IF NOT EXISTS: a query that names
+		// the index fails while it is missing.
+		if rows, err := a.db.QueryContext(ctx, "SELECT 1 FROM "+a.entries+" FORCE INDEX ("+name+") WHERE 1 = 0"); err == nil {
+			_ = rows.Close()
+			return nil
+		}
+		stmt = "ALTER TABLE " + a.entries + " ADD KEY " + name + " (state, dead_lettered_at)"
+	}
+	if _, err := a.db.ExecContext(ctx, stmt); err != nil {
+		return fmt.Errorf("sqlarchive: migrate %s: %w", a.prefix, err)
+	}
+	return nil
 }

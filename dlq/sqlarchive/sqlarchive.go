@@ -41,6 +41,7 @@ type Archive struct {
 	replayed  string
 	runs      string
 	seqLock   string
+	counts    string
 	now       func() time.Time
 	log       *slog.Logger
 	retention time.Duration
@@ -88,6 +89,7 @@ func New(db *sql.DB, d sqlstore.Dialect, opts ...dlq.Option) (*Archive, error) {
 	a.replayed = dl.quote(a.prefix + "_replayed")
 	a.runs = dl.quote(a.prefix + "_runs")
 	a.seqLock = dl.quote(a.prefix + "_seqlock")
+	a.counts = dl.quote(a.prefix + "_counts")
 	return a, nil
 }
 
@@ -116,7 +118,10 @@ func (a *Archive) Migrate(ctx context.Context) error {
 			return fmt.Errorf("sqlarchive: migrate %s: %w", a.prefix, err)
 		}
 	}
-	return nil
+	if err := a.stateTimeIndex(ctx); err != nil {
+		return err
+	}
+	return a.recount(ctx)
 }
 
 // hasColumn reports whether the entries table has column col: a query
@@ -132,7 +137,7 @@ func (a *Archive) hasColumn(ctx context.Context, col string) bool {
 
 // tables returns the names of the archive's tables (see the package doc).
 func (a *Archive) tables() []string {
-	tables := []string{a.prefix + "_entries", a.prefix + "_replayed", a.prefix + "_runs"}
+	tables := []string{a.prefix + "_entries", a.prefix + "_replayed", a.prefix + "_runs", a.prefix + "_counts"}
 	if a.dialect == dMySQL {
 		tables = append(tables, a.prefix+"_seqlock")
 	}
@@ -170,12 +175,13 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 	case dMySQL:
 		stmt = "INSERT INTO " + a.entries + " " + cols + vals + " ON DUPLICATE KEY UPDATE copies = copies + 1"
 	default:
-		stmt = a.q("INSERT INTO " + a.entries + " AS e " + cols + vals + " ON CONFLICT (id) DO UPDATE SET copies = e.copies + 1")
+		stmt = a.q("INSERT INTO " + a.entries + " AS e " + cols + vals + " ON CONFLICT (id) DO UPDATE SET copies = e.copies + 1 RETURNING copies")
 	}
 	return a.inTx(ctx, func(tx *sql.Tx) error {
-		if err := a.lockSeq(ctx, tx); err != nil {
+		if err := a.lock(ctx, tx); err != nil {
 			return err
 		}
+		d := deltas{}
 		for _, m := range msgs {
 			now := a.now()
 			e := archivekit.Entry(m, now)
@@ -183,35 +189,52 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 			if payload == nil {
 				payload = []byte{}
 			}
-			_, err := tx.ExecContext(ctx, stmt, m.UUID, payload, encodeMetadata(m.Metadata), now.UnixNano(),
-				text(string(e.Reason)), text(e.OriginalTopic), text(e.Handler), text(e.OperationKey), text(e.Error),
-				text(envelope.RootErrorType(e.ErrorTypes)), e.DeadLetteredAt.UnixNano(), text(m.Metadata.Get(envelope.KeyReplayID)))
+			g := group{text(string(e.Reason)), text(e.OriginalTopic), text(e.Handler), text(envelope.RootErrorType(e.ErrorTypes)), string(archive.StateOpen)}
+			args := []any{m.UUID, payload, encodeMetadata(m.Metadata), now.UnixNano(),
+				g.reason, g.topic, g.handler, text(e.OperationKey), text(e.Error),
+				g.etype, e.DeadLetteredAt.UnixNano(), text(m.Metadata.Get(envelope.KeyReplayID))}
+			first, err := a.insert(ctx, tx, stmt, args)
 			if err != nil {
 				return fmt.Errorf("sqlarchive: publish %q: %w", m.UUID, err)
 			}
+			if !first {
+				continue // a copy: counted once, linked once
+			}
+			d[g]++
 			if err := a.linkFailedAgain(ctx, tx, m); err != nil {
 				return err
 			}
 		}
-		return nil
+		// The counts last: every transaction that changes them takes
+		// the entries' rows before the counts' (see lock).
+		return a.applyCounts(ctx, tx, d)
 	})
 }
 
+// insert runs the upsert of one entry and reports whether it stored a
+// new entry (not a copy of an archived one).
+func (a *Archive) insert(ctx context.Context, tx *sql.Tx, stmt string, args []any) (bool, error) {
+	if a.dialect == dMySQL {
+		res, err := tx.ExecContext(ctx, stmt, args...)
+		if err != nil {
+			return false, err
+		}
+		// 1 for an insert, 2 for an update of the copies.
+		n, err := res.RowsAffected()
+		return n == 1, err
+	}
+	var copies int
+	err := tx.QueryRowContext(ctx, stmt, args...).Scan(&copies)
+	return copies == 1, err
+}
+
 // linkFailedAgain makes the entry that m's replayed message came from
-// (envelope.KeyReplayOf) name m as its FailedAgainAs, when m was just stored
+// (envelope.KeyReplayOf) name m as its FailedAgainAs; m was just stored
 // as a new entry (its first copy): m is the dead letter of a replay that
-// failed again. It reads after the insert, so that a SQLite transaction
-// writes first and never has to upgrade a read lock.
+// failed again.
 func (a *Archive) linkFailedAgain(ctx context.Context, tx *sql.Tx, m *message.Message) error {
 	of := m.Metadata.Get(envelope.KeyReplayOf)
 	if of == "" || of == m.UUID {
-		return nil
-	}
-	var copies int
-	if err := tx.QueryRowContext(ctx, a.q("SELECT copies FROM "+a.entries+" WHERE id = ?"), m.UUID).Scan(&copies); err != nil {
-		return fmt.Errorf("sqlarchive: publish %q: %w", m.UUID, err)
-	}
-	if copies != 1 {
 		return nil
 	}
 	if _, err := tx.ExecContext(ctx, a.q("UPDATE "+a.entries+" SET failed_again_as = ? WHERE id = ?"), m.UUID, of); err != nil {
@@ -220,19 +243,28 @@ func (a *Archive) linkFailedAgain(ctx context.Context, tx *sql.Tx, m *message.Me
 	return nil
 }
 
-// lockSeq takes a lock held until tx ends, so that publishes take their
-// Seqs (the auto-increment of the entries table) one transaction at a
-// time: Seq order is then commit order, and a cursor never passes an
-// entry that commits later. PostgreSQL: a transaction-level advisory lock
-// keyed by the entries table's name (in memory; a row lock writes the row
-// and wakes every waiter). MySQL: the row lock of the seqlock table.
-// SQLite needs none: it runs one write transaction at a time.
-func (a *Archive) lockSeq(ctx context.Context, tx *sql.Tx) error {
+// lock takes the archive's write lock, held until tx ends. Every
+// transaction that adds, changes or removes entries takes it first:
+//
+//   - Publish, so that publishes take their Seqs (the auto-increment of
+//     the entries table) one transaction at a time: Seq order is then
+//     commit order, and a cursor never passes an entry that commits later;
+//   - every writer, so that the counts table (Stats) changes with the
+//     entries it counts, without a count read between another
+//     transaction's read and write.
+//
+// PostgreSQL: a transaction-level advisory lock keyed by the entries
+// table's name (in memory; a row lock writes the row and wakes every
+// waiter). MySQL: the row lock of the seqlock table. SQLite runs one write
+// transaction at a time: a write that changes nothing takes its lock
+// before the transaction reads anything (a SQLite transaction that read
+// first would have to upgrade its lock, and fail busy under concurrency).
+func (a *Archive) lock(ctx context.Context, tx *sql.Tx) error {
 	var err error
 	switch a.dialect {
 	case dPostgres:
 		// The key names the table in the statement's text, so that
-		// pg_stat_activity shows whose lock a publish waits for.
+		// pg_stat_activity shows whose lock a writer waits for.
 		_, err = tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('surely_dlq_seq:"+a.prefix+"', 0))")
 	case dMySQL:
 		var id int
@@ -241,10 +273,10 @@ func (a *Archive) lockSeq(ctx context.Context, tx *sql.Tx) error {
 			err = errors.New(a.seqLock + " has no row: run Migrate")
 		}
 	default:
-		return nil
+		_, err = tx.ExecContext(ctx, "UPDATE "+a.counts+" SET n = n WHERE 1 = 0")
 	}
 	if err != nil {
-		return fmt.Errorf("sqlarchive: publish: take the seq lock: %w", err)
+		return fmt.Errorf("sqlarchive: take the write lock: %w", err)
 	}
 	return nil
 }
@@ -289,6 +321,7 @@ func (a *Archive) where(f archive.Filter, after int64) (string, []any) {
 	eq("e.original_topic", f.Topic)
 	eq("e.handler", f.Handler)
 	eq("e.op_key", f.Key)
+	eq("e.error_type", f.ErrorType)
 	eq("e.replay_id", f.ReplayID)
 	if f.ErrorContains != "" {
 		switch a.dialect {
@@ -441,8 +474,14 @@ func (a *Archive) fillReplayedBy(ctx context.Context, entries []archive.Entry) e
 	return nil
 }
 
-// Stats summarises the entries f selects: one GROUP BY query.
+// Stats summarises the entries f selects. A filter of grouped columns
+// only (Reason, Topic, Handler, ErrorType, States) reads the counts table
+// and two index lookups; any other filter is one GROUP BY query over the
+// entries it selects.
 func (a *Archive) Stats(ctx context.Context, f archive.Filter) (archive.Stats, error) {
+	if countable(f) {
+		return a.countedStats(ctx, f)
+	}
 	w, args := a.where(f, 0)
 	rows, err := a.db.QueryContext(ctx, a.q("SELECT e.reason, e.original_topic, e.handler, e.error_type, e.state, COUNT(*), MIN(e.dead_lettered_at), MAX(e.dead_lettered_at) FROM "+
 		a.entries+" e"+w+" GROUP BY e.reason, e.original_topic, e.handler, e.error_type, e.state"), args...)
@@ -487,11 +526,15 @@ func (a *Archive) Delete(ctx context.Context, ids ...string) (int, error) {
 	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 	n := 0
 	err := a.inTx(ctx, func(tx *sql.Tx) error {
+		if err := a.lock(ctx, tx); err != nil {
+			return err
+		}
+		d := deltas{}
 		for chunk := range slices.Chunk(ids, batch) {
-			ph := strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ")
-			args := make([]any, len(chunk))
-			for i, id := range chunk {
-				args[i] = id
+			args := anys(chunk)
+			ph := placeholders(len(chunk))
+			if err := readGroups(ctx, tx, d, -1, a.groupsOf("WHERE e.id IN ("+ph+")"), args...); err != nil {
+				return fmt.Errorf("sqlarchive: delete: %w", err)
 			}
 			if _, err := tx.ExecContext(ctx, a.q("DELETE FROM "+a.replayed+" WHERE entry_id IN ("+ph+")"), args...); err != nil {
 				return fmt.Errorf("sqlarchive: delete: %w", err)
@@ -506,12 +549,21 @@ func (a *Archive) Delete(ctx context.Context, ids ...string) (int, error) {
 			}
 			n += int(k)
 		}
-		return nil
+		return a.applyCounts(ctx, tx, d)
 	})
 	if err != nil {
 		return 0, err
 	}
 	return n, nil
+}
+
+// anys returns ids as query arguments.
+func anys(ids []string) []any {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return args
 }
 
 // Mark moves the entries to m.To and returns how many exist, in one
@@ -525,14 +577,25 @@ func (a *Archive) Mark(ctx context.Context, m archive.Mark, ids ...string) (int,
 	set := "state = ?, state_at = ?, note = ?"
 	n := 0
 	err := a.inTx(ctx, func(tx *sql.Tx) error {
+		if err := a.lock(ctx, tx); err != nil {
+			return err
+		}
+		d := deltas{}
 		for chunk := range slices.Chunk(ids, batch) {
-			args := make([]any, len(chunk))
-			for i, id := range chunk {
-				args[i] = id
-			}
-			// Writes first: a SQLite transaction that read first would
-			// have to upgrade its lock, and fail busy under concurrency.
+			args := anys(chunk)
 			in := " WHERE id IN (" + placeholders(len(chunk)) + ")"
+			// The entries that change state leave their group for the
+			// same group in the new state.
+			moved := deltas{}
+			if err := readGroups(ctx, tx, moved, 1, a.groupsOf("WHERE e.id IN ("+placeholders(len(chunk))+") AND e.state <> ?"),
+				append(slices.Clone(args), string(m.To))...); err != nil {
+				return fmt.Errorf("sqlarchive: mark: %w", err)
+			}
+			for g, k := range moved {
+				d[g] -= k
+				g.state = string(m.To)
+				d[g] += k
+			}
 			if _, err := tx.ExecContext(ctx, a.q("UPDATE "+a.entries+" SET "+set+in),
 				append([]any{string(m.To), now, text(m.Note)}, args...)...); err != nil {
 				return fmt.Errorf("sqlarchive: mark: %w", err)
@@ -548,7 +611,7 @@ func (a *Archive) Mark(ctx context.Context, m archive.Mark, ids ...string) (int,
 			}
 			n += k
 		}
-		return nil
+		return a.applyCounts(ctx, tx, d)
 	})
 	if err != nil {
 		return 0, err
@@ -653,6 +716,13 @@ func (a *Archive) Prune(ctx context.Context) (int, error) {
 	cutoff := a.now().Add(-a.retention)
 	var n int64
 	err := a.inTx(ctx, func(tx *sql.Tx) error {
+		if err := a.lock(ctx, tx); err != nil {
+			return err
+		}
+		d := deltas{}
+		if err := readGroups(ctx, tx, d, -1, a.groupsOf("WHERE e.dead_lettered_at < ?"), cutoff.UnixNano()); err != nil {
+			return fmt.Errorf("sqlarchive: prune: %w", err)
+		}
 		old := "SELECT id FROM " + a.entries + " WHERE dead_lettered_at < ?"
 		if a.dialect == dMySQL {
 			// A derived table, so MySQL materialises the subquery first.
@@ -665,8 +735,10 @@ func (a *Archive) Prune(ctx context.Context) (int, error) {
 		if err != nil {
 			return fmt.Errorf("sqlarchive: prune: %w", err)
 		}
-		n, err = res.RowsAffected()
-		return err
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		return a.applyCounts(ctx, tx, d)
 	})
 	if err != nil {
 		return 0, err
