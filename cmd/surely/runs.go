@@ -64,6 +64,7 @@ func describeFilter(f archive.Filter) string {
 	add("--handler", f.Handler)
 	add("--key", f.Key)
 	add("--error", f.ErrorContains)
+	add("--error-type", f.ErrorType)
 	add("--replay-id", f.ReplayID)
 	if !f.DeadLetteredBefore.IsZero() {
 		add("--older-than", stamp(f.DeadLetteredBefore))
