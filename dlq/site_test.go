@@ -16,7 +16,7 @@ import (
 // github.com/go-errors/errors does (Callers).
 type stackError struct{ pcs []uintptr }
 
-func (e *stackError) Error() string       { return "gateway: declined" }
+func (e *stackError) Error() string      { return "gateway: declined" }
 func (e *stackError) Callers() []uintptr { return e.pcs }
 
 // chargeFails returns the line it creates its error on, and the error.

@@ -43,7 +43,7 @@ func (e *pkgError) StackTrace() StackTrace {
 // callersError carries a stack the way github.com/go-errors/errors does.
 type callersError struct{ stack []uintptr }
 
-func (e *callersError) Error() string       { return "callers error" }
+func (e *callersError) Error() string      { return "callers error" }
 func (e *callersError) Callers() []uintptr { return e.stack }
 
 // callers returns the program counters of its caller's caller and up.
