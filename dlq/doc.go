@@ -11,8 +11,8 @@
 // prefixed "surely_"; ParseEnvelope reads them all into an Envelope, and
 // the keys a handler reads most are constants here (KeyReason, KeyError,
 // KeyOperationKey). Every error text passes through a redactor first
-// (WithRedactor), so secrets in error messages can be kept out. The keys
-// (version 1):
+// (WithRedactor), so secrets in error messages can be kept out; the call
+// site, a code location, does not. The keys (version 1):
 //
 //	surely_dlq_version       envelope version, "1"
 //	surely_reason            Reason: exhausted, permanent, conflict, no_key, lease_lost, panic, decode

@@ -243,7 +243,9 @@ type Publisher struct {
 // WithRedactor sets the hook every error text (the error, the history's
 // errors and stacks) passes through before NewPublisher's publisher writes
 // it (default: none, texts unchanged). Use it to strip secrets such as
-// connection strings or tokens. A redactor that panics is contained: the
+// connection strings or tokens. The error's call site
+// (surely_error_site, a function name and a file:line) is code, not
+// data: it is not redacted. A redactor that panics is contained: the
 // text it was given is replaced by "[text withheld: the redactor
 // panicked]", never written unredacted.
 func WithRedactor(r func(text string) string) Option {
