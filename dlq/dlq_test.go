@@ -74,7 +74,7 @@ func TestEnvelopeWritesOptionalKeysOnlyWhenSet(t *testing.T) {
 	f := dlq.Failure{Reason: dlq.ReasonPermanent, Err: errors.New("boom")}
 
 	bare := dlq.Wrap(msg, f, nil, "", "")
-	for _, k := range []string{envelope.KeyNamespace, envelope.KeyRetention, envelope.KeyDeadLetterTraceparent} {
+	for _, k := range []string{envelope.KeyNamespace, envelope.KeyRetention, envelope.KeyDeadLetterTraceparent, envelope.KeyErrorSite} {
 		_, ok := bare.Metadata[k]
 		require.False(t, ok, "%s is absent when the failure has no value for it", k)
 	}

@@ -11,13 +11,15 @@
 // prefixed "surely_"; ParseEnvelope reads them all into an Envelope, and
 // the keys a handler reads most are constants here (KeyReason, KeyError,
 // KeyOperationKey). Every error text passes through a redactor first
-// (WithRedactor), so secrets in error messages can be kept out. The keys
-// (version 1):
+// (WithRedactor), so secrets in error messages can be kept out; the call
+// site, a code location, does not. The keys (version 1):
 //
 //	surely_dlq_version       envelope version, "1"
 //	surely_reason            Reason: exhausted, permanent, conflict, no_key, lease_lost, panic, decode
 //	surely_error             final error text, redacted, at most 2 KiB
 //	surely_error_types       Go types of the error's chain, outermost first, " > " between them
+//	surely_error_site        where the error arose, "function (file.go:line)", not redacted (when known:
+//	                         the panic's frame, or the top frame of the innermost error with a stack)
 //	surely_attempts          durable attempt count, decimal (0: unknown)
 //	surely_first_failure_at  first failed attempt, RFC 3339 with nanoseconds
 //	surely_last_failure_at   last failed attempt, RFC 3339 with nanoseconds

@@ -75,7 +75,9 @@ type redactor = func(text string) string
 // it: msg's payload and metadata byte for byte, plus the surely_* keys
 // describing f (see the package doc). Its UUID is derived from msg's (see
 // Copies in the package doc); the original UUID is in the envelope. Error
-// texts pass through redact (nil: unchanged). host and group may be empty.
+// texts pass through redact (nil: unchanged); the error's call site
+// (surely_error_site, a function and a file:line) does not. host and
+// group may be empty.
 func Wrap(msg *message.Message, f Failure, redact func(text string) string, host, group string) *message.Message {
 	redact = safeRedactor(redact)
 	out := message.NewMessage(envelope.DeadLetterID(msg), msg.Payload)
@@ -95,6 +97,10 @@ func Wrap(msg *message.Message, f Failure, redact func(text string) string, host
 	md[envelope.KeyErrorTypes] = f.ErrorTypes
 	if f.ErrorTypes == "" {
 		md[envelope.KeyErrorTypes] = envelope.ErrorTypes(f.Err)
+	}
+	if site := envelope.ErrorSite(f.Err, f.History); site != "" {
+		// A code location, not data: the redactor does not see it.
+		md[envelope.KeyErrorSite] = site
 	}
 	md[envelope.KeyAttempts] = strconv.Itoa(f.Attempts)
 	md[envelope.KeyDeadLetteredAt] = f.At.UTC().Format(time.RFC3339Nano)
@@ -237,7 +243,9 @@ type Publisher struct {
 // WithRedactor sets the hook every error text (the error, the history's
 // errors and stacks) passes through before NewPublisher's publisher writes
 // it (default: none, texts unchanged). Use it to strip secrets such as
-// connection strings or tokens. A redactor that panics is contained: the
+// connection strings or tokens. The error's call site
+// (surely_error_site, a function name and a file:line) is code, not
+// data: it is not redacted. A redactor that panics is contained: the
 // text it was given is replaced by "[text withheld: the redactor
 // panicked]", never written unredacted.
 func WithRedactor(r func(text string) string) Option {

@@ -23,6 +23,13 @@ type Envelope struct {
 	// ErrorTypes the Go types of its chain, outermost first, separated by
 	// " > " (a join's branches in brackets).
 	Error, ErrorTypes string
+	// ErrorSite is where the error arose, "function (file.go:line)": the
+	// panicking function for a panic, else the top frame of the innermost
+	// error of the chain that carries a stack (github.com/pkg/errors and
+	// the like); frames of the runtime, Watermill and surely are skipped.
+	// Empty when not known: a Go error carries no stack unless a library
+	// adds one.
+	ErrorSite string
 	// Attempts is the durable attempt count (0: unknown).
 	Attempts int
 	// FirstFailureAt and LastFailureAt bound the failed attempts of
@@ -68,6 +75,7 @@ func ParseEnvelope(msg *message.Message) (Envelope, error) {
 		Reason:        Reason(md.Get(envelope.KeyReason)),
 		Error:         md.Get(envelope.KeyError),
 		ErrorTypes:    md.Get(envelope.KeyErrorTypes),
+		ErrorSite:     md.Get(envelope.KeyErrorSite),
 		OriginalTopic: md.Get(envelope.KeyOriginalTopic),
 		Handler:       md.Get(envelope.KeyHandler),
 		ConsumerGroup: md.Get(envelope.KeyConsumerGroup),

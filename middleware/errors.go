@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 )
 
@@ -102,4 +103,18 @@ func (e *PanicError) Unwrap() error {
 		return err
 	}
 	return nil
+}
+
+// panicStack is the stack of the *PanicError in err's chain, or "": the
+// dead letter's call site (surely_error_site) is read from it.
+func panicStack(err error) string {
+	var pe *PanicError
+	if errors.As(err, &pe) && pe != nil {
+		return pe.Stack
+	}
+	return ""
+}
+
+func init() {
+	envelope.PanicStack = panicStack
 }

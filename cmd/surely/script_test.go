@@ -351,14 +351,18 @@ func cmdDeadletter(ts *testscript.TestScript, neg bool, args []string) {
 	topic := fs.String("topic", "orders", "original topic")
 	keyPrefix := fs.String("key-prefix", "order-", "operation keys are this and 1..N")
 	permanent := fs.Bool("permanent", false, "fail permanently at once")
+	panics := fs.Bool("panic", false, "panic in every attempt")
 	ts.Check(fs.Parse(args))
 	if neg || fs.NArg() != 1 {
-		ts.Fatalf("usage: deadletter [-namespace NS] [-topic T] [-key-prefix P] [-permanent] N")
+		ts.Fatalf("usage: deadletter [-namespace NS] [-topic T] [-key-prefix P] [-permanent] [-panic] N")
 	}
 	n, err := strconv.Atoi(fs.Arg(0))
 	ts.Check(err)
 	fn, done := scriptHandler(ts, *ns, func(key string) error {
 		err := fmt.Errorf("charge %s: gateway unavailable", key)
+		if *panics {
+			panic(err)
+		}
 		if *permanent {
 			return handler.Permanent(err)
 		}

@@ -19,6 +19,7 @@ import (
 type showJSON struct {
 	entryJSON
 	Version        string                      `json:"envelope_version"`
+	ErrorSite      string                      `json:"error_site,omitempty"`
 	Fingerprint    string                      `json:"fingerprint,omitempty"`
 	FirstFailureAt string                      `json:"first_failure_at,omitempty"`
 	LastFailureAt  string                      `json:"last_failure_at,omitempty"`
@@ -40,7 +41,7 @@ var shownKeys = []string{
 	envelope.KeyFirstFailureAt, envelope.KeyLastFailureAt, envelope.KeyDeadLetteredAt, envelope.KeyHistory,
 	envelope.KeyOriginalTopic, envelope.KeyHandler, envelope.KeyConsumerGroup, dlq.KeyOperationKey,
 	envelope.KeyFingerprint, envelope.KeyTraceID, envelope.KeySpanID, envelope.KeyHost, envelope.KeyOriginalUUID,
-	envelope.KeyNamespace, envelope.KeyRetention,
+	envelope.KeyNamespace, envelope.KeyRetention, envelope.KeyErrorSite,
 }
 
 func decodeEntry(e archive.Entry, now time.Time) showJSON {
@@ -50,6 +51,7 @@ func decodeEntry(e archive.Entry, now time.Time) showJSON {
 	}
 	md := e.Message.Metadata
 	out.Version = md.Get(envelope.KeyVersion)
+	out.ErrorSite = e.ErrorSite
 	out.Fingerprint = md.Get(envelope.KeyFingerprint)
 	out.FirstFailureAt = md.Get(envelope.KeyFirstFailureAt)
 	out.LastFailureAt = md.Get(envelope.KeyLastFailureAt)
@@ -79,6 +81,7 @@ func (a *app) showCmd() *cobra.Command {
 		Short: "Show one dead letter: failure context, attempt history, metadata, payload",
 		Long: `show prints one archived dead letter decoded: the original message UUID,
 topic, handler, operation key, reason, error and its Go error types,
+its call site when known (the function and file:line where it arose),
 attempts, first and last failure, trace and span ID, host, the per-attempt
 history with the trace ID of every attempt, the other metadata, and the
 payload (as text when it is valid UTF-8, else base64, flagged as such).
@@ -132,6 +135,9 @@ func printShow(a *app, d showJSON) error {
 	row("reason:", d.Reason)
 	row("error:", d.Error)
 	row("error types:", d.ErrorTypes)
+	if d.ErrorSite != "" {
+		row("call site:", d.ErrorSite)
+	}
 	row("attempts:", fmt.Sprint(d.Attempts))
 	row("first failure:", d.FirstFailureAt)
 	row("last failure:", d.LastFailureAt)

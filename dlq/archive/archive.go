@@ -61,6 +61,10 @@ type Entry struct {
 	// surely_replay_of names this one (and surely_replay_id the run). The
 	// archive sets it when that dead letter arrives, whenever that is.
 	FailedAgainAs string
+	// ErrorSite is where the error arose, read from the envelope
+	// (surely_error_site, see dlq.Envelope.ErrorSite); "" when not known.
+	// With the root error type, it groups the failures of one cause.
+	ErrorSite string
 }
 
 // State is where an archived entry stands in its lifecycle:

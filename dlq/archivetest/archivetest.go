@@ -61,6 +61,9 @@ type letter struct {
 	at        time.Time
 	payload   []byte
 	md        map[string]string
+	// site is the call site the envelope names (as the dead-letter step
+	// writes it for an error with a stack); none when empty.
+	site string
 }
 
 // envelope builds the dead letter of l the way the dead-letter step does.
@@ -73,7 +76,11 @@ func envelope(l letter) *message.Message {
 	fe.Attempts, fe.OperationKey, fe.Fingerprint = l.attempts, l.key, "fp-"+l.key
 	f := dlq.FailureFrom(fe)
 	f.Topic, f.Handler, f.Namespace, f.At = l.topic, l.handler, l.namespace, l.at
-	return dlq.Wrap(src, f, nil, "host-1", "group-1")
+	out := dlq.Wrap(src, f, nil, "host-1", "group-1")
+	if l.site != "" {
+		out.Metadata.Set(dlqenv.KeyErrorSite, l.site)
+	}
+	return out
 }
 
 func (e *env) publish(msgs ...*message.Message) {
@@ -178,7 +185,8 @@ func testPublishStoresEnvelope(t *testing.T, e *env) {
 	l := letter{
 		source: "src-1", reason: dlq.ReasonExhausted, topic: "orders", handler: "ship", key: "order-42",
 		namespace: "shipping", err: "warehouse: connection refused", attempts: 5, at: base, payload: payload,
-		md: map[string]string{"tenant": "acme", "ce_id": "évènement\t1", "empty": "", "quote": `"a'b\"`},
+		md:   map[string]string{"tenant": "acme", "ce_id": "évènement\t1", "empty": "", "quote": `"a'b\"`},
+		site: "warehouse.(*Client).Ship (client.go:42)",
 	}
 	env := envelope(l)
 	before := time.Now()
@@ -198,12 +206,19 @@ func testPublishStoresEnvelope(t *testing.T, e *env) {
 	require.Equal(t, "order-42", got.OperationKey)
 	require.Equal(t, "handle: warehouse: connection refused", got.Error)
 	require.Equal(t, "*fmt.wrapError > *archivetest.rootCause", got.ErrorTypes)
+	require.Equal(t, l.site, got.ErrorSite)
 	require.Equal(t, 5, got.Attempts)
 	requireTime(t, base, got.DeadLetteredAt, "DeadLetteredAt")
 	require.Empty(t, got.ReplayedBy)
 	// ArchivedAt comes from the archive's clock (a server's, perhaps): allow skew.
 	require.False(t, got.ArchivedAt.Before(before.Add(-time.Minute)), "ArchivedAt %v too early", got.ArchivedAt)
 	require.False(t, got.ArchivedAt.After(after.Add(time.Minute)), "ArchivedAt %v too late", got.ArchivedAt)
+	for _, omit := range []bool{false, true} {
+		page, err := e.a.List(e.ctx, archive.Filter{IDs: []string{env.UUID}}, archive.Page{OmitPayload: omit})
+		require.NoError(t, err)
+		require.Len(t, page, 1)
+		require.Equal(t, l.site, page[0].ErrorSite, "List, OmitPayload %v", omit)
+	}
 }
 
 func testIdempotent(t *testing.T, e *env) {

@@ -44,10 +44,10 @@ func CopyMessage(msg *message.Message) *message.Message {
 
 // Entry reads the envelope fields of a dead letter: the entry's ID is
 // msg.UUID, its Message a copy of msg (CopyMessage), and Reason to
-// DeadLetteredAt come from the surely_* metadata keys. A key that is
-// missing or does not parse leaves its field zero; a message that is not
-// an envelope at all (no envelope.KeyVersion) gives an entry with only ID and
-// Message. When the message carries no dead-lettering time, DeadLetteredAt
+// DeadLetteredAt and ErrorSite come from the surely_* metadata keys. A key
+// that is missing or does not parse leaves its field zero; a message that
+// is not an envelope at all (no envelope.KeyVersion) gives an entry with
+// only ID and Message. When the message carries no dead-lettering time, DeadLetteredAt
 // is archivedAt, so age windows, stats and retention still see the entry.
 // Seq, Copies and ReplayedBy are the archive's to fill.
 func Entry(msg *message.Message, archivedAt time.Time) archive.Entry {
@@ -65,6 +65,7 @@ func Entry(msg *message.Message, archivedAt time.Time) archive.Entry {
 		OperationKey:   md.Get(dlq.KeyOperationKey),
 		Error:          md.Get(dlq.KeyError),
 		ErrorTypes:     md.Get(envelope.KeyErrorTypes),
+		ErrorSite:      md.Get(envelope.KeyErrorSite),
 		DeadLetteredAt: archivedAt,
 		State:          archive.StateOpen,
 	}

@@ -52,6 +52,9 @@ const (
 	// KeyDeadLetterTraceparent is the W3C traceparent of the dead-letter
 	// span, written into the envelope when tracing is on.
 	KeyDeadLetterTraceparent = "surely_dlq_traceparent"
+	// KeyErrorSite is where the error arose (ErrorSite), when known. It
+	// is a code location, not data: no redactor sees it.
+	KeyErrorSite = "surely_error_site"
 )
 
 // Metadata keys a replay adds to a republished message.
