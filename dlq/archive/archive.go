@@ -125,6 +125,9 @@ type Filter struct {
 	// ErrorType matches the root cause's type exactly: the innermost type
 	// of surely_error_types, the key of Stats.ByErrorType.
 	ErrorType string
+	// ErrorSite matches Entry.ErrorSite (the call site) exactly; with
+	// ErrorType, it selects one failure group (Stats.ByFailureGroup).
+	ErrorSite string
 	// DeadLetteredAfter and DeadLetteredBefore bound the dead-lettering time
 	// (an age window: "older than 1h" is DeadLetteredBefore = now-1h).
 	DeadLetteredAfter, DeadLetteredBefore time.Time
@@ -163,6 +166,9 @@ type Stats struct {
 	ByTopic     map[string]int
 	ByHandler   map[string]int
 	ByErrorType map[string]int
+	// ByFailureGroup counts by failure group: [root error type, call
+	// site] (Entry.ErrorSite, "" where the envelope names none).
+	ByFailureGroup map[[2]string]int
 	// ByState counts by lifecycle state.
 	ByState map[string]int
 	// Oldest and Newest dead-lettering times (zero when Total is 0).

@@ -53,6 +53,7 @@ func (f Filter) Match(e Entry) bool {
 		f.Key != "" && e.OperationKey != f.Key,
 		f.ErrorContains != "" && !strings.Contains(e.Error, f.ErrorContains),
 		f.ErrorType != "" && envelope.RootErrorType(e.ErrorTypes) != f.ErrorType,
+		f.ErrorSite != "" && e.ErrorSite != f.ErrorSite,
 		!f.DeadLetteredAfter.IsZero() && !e.DeadLetteredAt.After(f.DeadLetteredAfter),
 		!f.DeadLetteredBefore.IsZero() && !e.DeadLetteredAt.Before(f.DeadLetteredBefore),
 		f.NotReplayedBy != "" && slices.Contains(e.ReplayedBy, f.NotReplayedBy),

@@ -390,6 +390,7 @@ func testListFilters(t *testing.T, e *env) {
 		{"error type", archive.Filter{ErrorType: "*archivetest.rootCause"}, id(0, 1, 2, 3, 4)},
 		{"error type is the root cause", archive.Filter{ErrorType: "*fmt.wrapError"}, id()},
 		{"error type and topic", archive.Filter{ErrorType: "*archivetest.rootCause", Topic: "payments"}, id(2, 3)},
+		{"error site", archive.Filter{ErrorSite: "billing.charge (charge.go:7)"}, id()},
 	}
 	for _, c := range cases {
 		got := e.listAll(c.f, 0)
@@ -489,7 +490,10 @@ func testStats(t *testing.T, e *env) {
 // keeps its counts apart from its entries must change them together.
 func testStatsFollowChanges(t *testing.T, e *env) {
 	f := e.fixtures()
-	other := envelope(letter{source: "other", reason: dlq.ReasonPanic, topic: "orders", handler: "ship", key: "k9", err: "boom", attempts: 2, at: base.Add(-time.Hour)})
+	other := envelope(letter{source: "other", reason: dlq.ReasonPanic, topic: "orders", handler: "ship", key: "k9", err: "boom", attempts: 2, at: base.Add(-time.Hour),
+		site: "ship.(*Courier).Book (courier.go:42)"})
+	sited := envelope(letter{source: "sited", reason: dlq.ReasonPanic, topic: "payments", handler: "bill", key: "k8", err: "boom", attempts: 2, at: base.Add(time.Hour),
+		site: "ship.(*Courier).Book (courier.go:42)"})
 	filters := []archive.Filter{
 		{},
 		{States: []archive.State{archive.StateOpen}},
@@ -499,6 +503,7 @@ func testStatsFollowChanges(t *testing.T, e *env) {
 		{Topic: "orders", States: []archive.State{archive.StateOpen}},
 		{Reason: dlq.ReasonExhausted, Handler: "ship"},
 		{ErrorType: "*archivetest.rootCause", States: []archive.State{archive.StateOpen}},
+		{ErrorType: "*archivetest.rootCause", ErrorSite: "ship.(*Courier).Book (courier.go:42)"},
 		{Topic: "nothing"},
 	}
 	check := func(step string) {
@@ -511,6 +516,7 @@ func testStatsFollowChanges(t *testing.T, e *env) {
 				want.ByTopic[en.OriginalTopic]++
 				want.ByHandler[en.Handler]++
 				want.ByErrorType[dlqenv.RootErrorType(en.ErrorTypes)]++
+				want.ByFailureGroup[[2]string{dlqenv.RootErrorType(en.ErrorTypes), en.ErrorSite}]++
 				state := en.State
 				if state == "" {
 					state = archive.StateOpen
@@ -536,12 +542,13 @@ func testStatsFollowChanges(t *testing.T, e *env) {
 					require.Equal(t, n, pair[1][k], "%s: Stats(%+v).%s[%q]", step, flt, name, k)
 				}
 			}
+			require.Equal(t, want.ByFailureGroup, got.ByFailureGroup, "%s: Stats(%+v).ByFailureGroup", step, flt)
 			requireTime(t, want.Oldest, got.Oldest, step+": Oldest")
 			requireTime(t, want.Newest, got.Newest, step+": Newest")
 		}
 	}
 	check("published")
-	e.publish(archivekit.CopyMessage(f[0]), other, archivekit.CopyMessage(other))
+	e.publish(archivekit.CopyMessage(f[0]), other, archivekit.CopyMessage(other), sited)
 	check("copies")
 	mark := func(m archive.Mark, ids ...string) {
 		t.Helper()

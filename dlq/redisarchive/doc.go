@@ -25,10 +25,12 @@
 //	                    rb (replay run IDs, NUL separated),
 //	                    p (payload), m:<key> (one field per metadata key,
 //	                    so values stay byte for byte),
-//	                    x:r x:t x:h x:k x:e x:y x:d x:p (reason, original
-//	                    topic, handler, operation key, error, root error
-//	                    type, dead-lettered Unix ns, replay ID: a summary
-//	                    of the envelope for filters and stats),
+//	                    x:r x:t x:h x:k x:e x:y x:d x:p x:s (reason,
+//	                    original topic, handler, operation key, error,
+//	                    root error type, dead-lettered Unix ns, replay ID,
+//	                    call site: a summary of the envelope for filters
+//	                    and stats; entries archived before x:s existed
+//	                    have no call site there),
 //	                    st sa sn fa (lifecycle: state, its time in Unix ns,
 //	                    note, failed-again link; no st: open)
 //	{prefix}:run:<id>   string, JSON of a archive.ReplayRun

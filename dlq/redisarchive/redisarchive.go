@@ -215,11 +215,11 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 	for _, m := range msgs {
 		now := a.now()
 		e := archivekit.Entry(m, now)
-		args := make([]any, 0, 20+2*len(m.Metadata))
+		args := make([]any, 0, 22+2*len(m.Metadata))
 		args = append(args, m.UUID, strconv.FormatInt(now.UnixNano(), 10), "p", []byte(m.Payload),
 			"x:r", string(e.Reason), "x:t", e.OriginalTopic, "x:h", e.Handler, "x:k", e.OperationKey,
 			"x:e", e.Error, "x:y", envelope.RootErrorType(e.ErrorTypes),
-			"x:d", strconv.FormatInt(e.DeadLetteredAt.UnixNano(), 10), "x:p", m.Metadata.Get(envelope.KeyReplayID))
+			"x:d", strconv.FormatInt(e.DeadLetteredAt.UnixNano(), 10), "x:p", m.Metadata.Get(envelope.KeyReplayID), "x:s", e.ErrorSite)
 		for k, v := range m.Metadata {
 			args = append(args, "m:"+k, v)
 		}
@@ -388,7 +388,7 @@ func (a *Archive) fetchBare(ctx context.Context, ids []string) ([]archive.Entry,
 
 // summaryFields are the hash fields a scan reads: what Filter.Match and
 // Stats look at, without payload and metadata.
-var summaryFields = []string{"seq", "rb", "x:r", "x:t", "x:h", "x:k", "x:e", "x:y", "x:d", "x:p", "st", "fa"}
+var summaryFields = []string{"seq", "rb", "x:r", "x:t", "x:h", "x:k", "x:e", "x:y", "x:d", "x:p", "st", "fa", "x:s"}
 
 // summaries reads the summary fields of ids in one pipeline, skipping
 // deleted entries. The entries have no payload; their Message carries only
@@ -423,7 +423,7 @@ func (a *Archive) summaries(ctx context.Context, ids []string) ([]archive.Entry,
 		e := archive.Entry{
 			ID: ids[i], Seq: seq, Message: msg,
 			Reason: dlq.Reason(str(2)), OriginalTopic: str(3), Handler: str(4), OperationKey: str(5),
-			Error: str(6), ErrorTypes: str(7), DeadLetteredAt: time.Unix(0, dl).UTC(),
+			Error: str(6), ErrorTypes: str(7), DeadLetteredAt: time.Unix(0, dl).UTC(), ErrorSite: str(12),
 		}
 		if v[1] != nil {
 			e.ReplayedBy = strings.Split(str(1), "\x00")

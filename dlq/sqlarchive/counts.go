@@ -16,18 +16,29 @@ import (
 )
 
 // group is one row of the counts table: the columns Stats breaks down by.
-type group struct{ reason, topic, handler, etype, state string }
+type group struct{ reason, topic, handler, etype, site, state string }
 
 func (g group) compare(h group) int {
 	return cmp.Or(cmp.Compare(g.reason, h.reason), cmp.Compare(g.topic, h.topic), cmp.Compare(g.handler, h.handler),
-		cmp.Compare(g.etype, h.etype), cmp.Compare(g.state, h.state))
+		cmp.Compare(g.etype, h.etype), cmp.Compare(g.site, h.site), cmp.Compare(g.state, h.state))
+}
+
+// add counts n entries of g into s.
+func (g group) add(s *archive.Stats, n int) {
+	s.Total += n
+	s.ByReason[g.reason] += n
+	s.ByTopic[g.topic] += n
+	s.ByHandler[g.handler] += n
+	s.ByErrorType[g.etype] += n
+	s.ByFailureGroup[[2]string{g.etype, g.site}] += n
+	s.ByState[g.state] += n
 }
 
 // deltas are the changes of a transaction to the counts.
 type deltas map[group]int
 
 // groupCols are the entries' columns of a group, in group order.
-const groupCols = "e.reason, e.original_topic, e.handler, e.error_type, e.state"
+const groupCols = "e.reason, e.original_topic, e.handler, e.error_type, e.error_site, e.state"
 
 // mysqlGroupKey is the counts table's key on MySQL, which cannot index
 // TEXT columns whole: a hash of the group's columns (%s), the same
@@ -45,7 +56,7 @@ func readGroups(ctx context.Context, tx *sql.Tx, d deltas, sign int, query strin
 	for rows.Next() {
 		var g group
 		var n int
-		if err := rows.Scan(&g.reason, &g.topic, &g.handler, &g.etype, &g.state, &n); err != nil {
+		if err := rows.Scan(&g.reason, &g.topic, &g.handler, &g.etype, &g.site, &g.state, &n); err != nil {
 			return err
 		}
 		d[g] += sign * n
@@ -59,20 +70,20 @@ func (a *Archive) applyCounts(ctx context.Context, tx *sql.Tx, d deltas) error {
 	var stmt string
 	switch a.dialect {
 	case dMySQL:
-		stmt = "INSERT INTO " + a.counts + " (grp, reason, original_topic, handler, error_type, state, n) VALUES (" +
-			fmt.Sprintf(mysqlGroupKey, "?, ?, ?, ?, ?") + ", ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE n = n + VALUES(n)"
+		stmt = "INSERT INTO " + a.counts + " (grp, reason, original_topic, handler, error_type, error_site, state, n) VALUES (" +
+			fmt.Sprintf(mysqlGroupKey, "?, ?, ?, ?, ?, ?") + ", ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE n = n + VALUES(n)"
 	default:
-		stmt = a.q("INSERT INTO " + a.counts + " AS c (reason, original_topic, handler, error_type, state, n) VALUES (?, ?, ?, ?, ?, ?)" +
-			" ON CONFLICT (reason, original_topic, handler, error_type, state) DO UPDATE SET n = c.n + excluded.n")
+		stmt = a.q("INSERT INTO " + a.counts + " AS c (reason, original_topic, handler, error_type, error_site, state, n) VALUES (?, ?, ?, ?, ?, ?, ?)" +
+			" ON CONFLICT (reason, original_topic, handler, error_type, error_site, state) DO UPDATE SET n = c.n + excluded.n")
 	}
 	for _, g := range slices.SortedFunc(maps.Keys(d), group.compare) {
 		n := d[g]
 		if n == 0 {
 			continue
 		}
-		args := []any{g.reason, g.topic, g.handler, g.etype, g.state, n}
+		args := []any{g.reason, g.topic, g.handler, g.etype, g.site, g.state, n}
 		if a.dialect == dMySQL {
-			args = append([]any{g.reason, g.topic, g.handler, g.etype, g.state}, args...)
+			args = append([]any{g.reason, g.topic, g.handler, g.etype, g.site, g.state}, args...)
 		}
 		if _, err := tx.ExecContext(ctx, stmt, args...); err != nil {
 			return fmt.Errorf("sqlarchive: update the counts: %w", err)
@@ -85,7 +96,7 @@ func (a *Archive) applyCounts(ctx context.Context, tx *sql.Tx, d deltas) error {
 // under the write lock (Migrate). It only writes (no statement reads into
 // Go), so that surely migrate can record it like the DDL.
 func (a *Archive) recount(ctx context.Context) error {
-	cols := "reason, original_topic, handler, error_type, state"
+	cols := "reason, original_topic, handler, error_type, error_site, state"
 	insert := "INSERT INTO " + a.counts + " (" + cols + ", n) SELECT " + cols + ", COUNT(*) FROM " + a.entries + " GROUP BY " + cols
 	lock := "SELECT pg_advisory_xact_lock(hashtextextended('surely_dlq_seq:" + a.prefix + "', 0))"
 	switch a.dialect {
@@ -119,7 +130,7 @@ func countable(f archive.Filter) bool {
 func (a *Archive) countedStats(ctx context.Context, f archive.Filter) (archive.Stats, error) {
 	conds, args := groupConds(f, "")
 	conds = append(conds, "n > 0")
-	rows, err := a.db.QueryContext(ctx, a.q("SELECT reason, original_topic, handler, error_type, state, n FROM "+a.counts+
+	rows, err := a.db.QueryContext(ctx, a.q("SELECT reason, original_topic, handler, error_type, error_site, state, n FROM "+a.counts+
 		" WHERE "+strings.Join(conds, " AND ")), args...)
 	if err != nil {
 		return archive.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
@@ -129,15 +140,10 @@ func (a *Archive) countedStats(ctx context.Context, f archive.Filter) (archive.S
 	for rows.Next() {
 		var g group
 		var n int
-		if err := rows.Scan(&g.reason, &g.topic, &g.handler, &g.etype, &g.state, &n); err != nil {
+		if err := rows.Scan(&g.reason, &g.topic, &g.handler, &g.etype, &g.site, &g.state, &n); err != nil {
 			return archive.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
 		}
-		s.Total += n
-		s.ByReason[g.reason] += n
-		s.ByTopic[g.topic] += n
-		s.ByHandler[g.handler] += n
-		s.ByErrorType[g.etype] += n
-		s.ByState[g.state] += n
+		g.add(&s, n)
 	}
 	if err := rows.Err(); err != nil {
 		return archive.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
@@ -225,6 +231,7 @@ func groupConds(f archive.Filter, prefix string) ([]string, []any) {
 	eq("original_topic", f.Topic)
 	eq("handler", f.Handler)
 	eq("error_type", f.ErrorType)
+	eq("error_site", f.ErrorSite)
 	if len(f.States) > 0 {
 		conds = append(conds, prefix+"state IN ("+placeholders(len(f.States))+")")
 		for _, st := range f.States {

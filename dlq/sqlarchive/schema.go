@@ -71,7 +71,8 @@ func (d dialect) ddl(prefix string) []string {
   state TEXT NOT NULL DEFAULT 'open',
   state_at {int64} NOT NULL DEFAULT 0,
   note TEXT NOT NULL DEFAULT '',
-  failed_again_as TEXT NOT NULL DEFAULT '')`,
+  failed_again_as TEXT NOT NULL DEFAULT '',
+  error_site TEXT NOT NULL DEFAULT '')`,
 			`CREATE INDEX IF NOT EXISTS "{p}_entries_dl_idx" ON {e} (dead_lettered_at)`,
 			`CREATE INDEX IF NOT EXISTS "{p}_entries_topic_idx" ON {e} (original_topic, seq)`,
 			`CREATE TABLE IF NOT EXISTS {r} (
@@ -85,9 +86,10 @@ func (d dialect) ddl(prefix string) []string {
   original_topic TEXT NOT NULL,
   handler TEXT NOT NULL,
   error_type TEXT NOT NULL,
+  error_site TEXT NOT NULL,
   state TEXT NOT NULL,
   n BIGINT NOT NULL,
-  PRIMARY KEY (reason, original_topic, handler, error_type, state))`,
+  PRIMARY KEY (reason, original_topic, handler, error_type, error_site, state))`,
 		}
 	case dMySQL:
 		// utf8mb4_bin: exact, case-sensitive comparisons, like the other dialects.
@@ -111,6 +113,7 @@ func (d dialect) ddl(prefix string) []string {
   state_at BIGINT NOT NULL DEFAULT 0,
   note VARCHAR(1000) NOT NULL DEFAULT '',
   failed_again_as VARCHAR(191) NOT NULL DEFAULT '',
+  error_site VARCHAR(512) NOT NULL DEFAULT '',
   UNIQUE KEY {p}_entries_id (id),
   KEY {p}_entries_dl_idx (dead_lettered_at),
   KEY {p}_entries_topic_idx (original_topic, seq),
@@ -130,6 +133,7 @@ func (d dialect) ddl(prefix string) []string {
   original_topic VARCHAR(191) NOT NULL,
   handler TEXT NOT NULL,
   error_type TEXT NOT NULL,
+  error_site VARCHAR(512) NOT NULL,
   state VARCHAR(16) NOT NULL,
   n BIGINT NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
@@ -151,8 +155,9 @@ func (d dialect) ddl(prefix string) []string {
 	return stmts
 }
 
-// lifecycleColumns are the columns of the entries' lifecycle, added to
-// tables created before it existed: name and definition per dialect.
+// lifecycleColumns are the columns added to the entries table since its
+// first version (the lifecycle's, then the call site), added to tables
+// created before them: name and definition per dialect.
 func (d dialect) lifecycleColumns() [][2]string {
 	switch d {
 	case dMySQL:
@@ -161,6 +166,7 @@ func (d dialect) lifecycleColumns() [][2]string {
 			{"state_at", "state_at BIGINT NOT NULL DEFAULT 0"},
 			{"note", "note VARCHAR(1000) NOT NULL DEFAULT ''"},
 			{"failed_again_as", "failed_again_as VARCHAR(191) NOT NULL DEFAULT ''"},
+			{"error_site", "error_site VARCHAR(512) NOT NULL DEFAULT ''"},
 		}
 	case dSQLite:
 		return [][2]string{
@@ -168,6 +174,7 @@ func (d dialect) lifecycleColumns() [][2]string {
 			{"state_at", "state_at INTEGER NOT NULL DEFAULT 0"},
 			{"note", "note TEXT NOT NULL DEFAULT ''"},
 			{"failed_again_as", "failed_again_as TEXT NOT NULL DEFAULT ''"},
+			{"error_site", "error_site TEXT NOT NULL DEFAULT ''"},
 		}
 	}
 	return [][2]string{
@@ -175,6 +182,7 @@ func (d dialect) lifecycleColumns() [][2]string {
 		{"state_at", "state_at BIGINT NOT NULL DEFAULT 0"},
 		{"note", "note TEXT NOT NULL DEFAULT ''"},
 		{"failed_again_as", "failed_again_as TEXT NOT NULL DEFAULT ''"},
+		{"error_site", "error_site TEXT NOT NULL DEFAULT ''"},
 	}
 }
 

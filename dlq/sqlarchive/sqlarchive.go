@@ -20,6 +20,7 @@ import (
 	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/archivekit"
 	"github.com/surely-dev/surely/internal/envelope"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/options"
 )
 
@@ -29,6 +30,10 @@ const defaultPrefix = "surely_dlq"
 
 // batch bounds the IDs of one IN list (Delete, ReplayedBy lookups).
 const batch = 500
+
+// maxSite bounds the call site column (MySQL's is VARCHAR(512)); the
+// envelope's is at most 256 bytes.
+const maxSite = 512
 
 var prefixRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 
@@ -168,8 +173,8 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 		return nil
 	}
 	ctx := msgs[0].Context()
-	cols := "(id, payload, metadata, copies, archived_at, reason, original_topic, handler, op_key, error, error_type, dead_lettered_at, replay_id, state, state_at, note, failed_again_as)"
-	vals := " VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', 0, '', '')"
+	cols := "(id, payload, metadata, copies, archived_at, reason, original_topic, handler, op_key, error, error_type, dead_lettered_at, replay_id, error_site, state, state_at, note, failed_again_as)"
+	vals := " VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', 0, '', '')"
 	var stmt string
 	switch a.dialect {
 	case dMySQL:
@@ -189,10 +194,11 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 			if payload == nil {
 				payload = []byte{}
 			}
-			g := group{text(string(e.Reason)), text(e.OriginalTopic), text(e.Handler), text(envelope.RootErrorType(e.ErrorTypes)), string(archive.StateOpen)}
+			g := group{text(string(e.Reason)), text(e.OriginalTopic), text(e.Handler), text(envelope.RootErrorType(e.ErrorTypes)),
+				text(idem.Truncate(e.ErrorSite, maxSite)), string(archive.StateOpen)}
 			args := []any{m.UUID, payload, encodeMetadata(m.Metadata), now.UnixNano(),
 				g.reason, g.topic, g.handler, text(e.OperationKey), text(e.Error),
-				g.etype, e.DeadLetteredAt.UnixNano(), text(m.Metadata.Get(envelope.KeyReplayID))}
+				g.etype, e.DeadLetteredAt.UnixNano(), text(m.Metadata.Get(envelope.KeyReplayID)), g.site}
 			first, err := a.insert(ctx, tx, stmt, args)
 			if err != nil {
 				return fmt.Errorf("sqlarchive: publish %q: %w", m.UUID, err)
@@ -322,6 +328,7 @@ func (a *Archive) where(f archive.Filter, after int64) (string, []any) {
 	eq("e.handler", f.Handler)
 	eq("e.op_key", f.Key)
 	eq("e.error_type", f.ErrorType)
+	eq("e.error_site", f.ErrorSite)
 	eq("e.replay_id", f.ReplayID)
 	if f.ErrorContains != "" {
 		switch a.dialect {
@@ -483,8 +490,8 @@ func (a *Archive) Stats(ctx context.Context, f archive.Filter) (archive.Stats, e
 		return a.countedStats(ctx, f)
 	}
 	w, args := a.where(f, 0)
-	rows, err := a.db.QueryContext(ctx, a.q("SELECT e.reason, e.original_topic, e.handler, e.error_type, e.state, COUNT(*), MIN(e.dead_lettered_at), MAX(e.dead_lettered_at) FROM "+
-		a.entries+" e"+w+" GROUP BY e.reason, e.original_topic, e.handler, e.error_type, e.state"), args...)
+	rows, err := a.db.QueryContext(ctx, a.q("SELECT "+groupCols+", COUNT(*), MIN(e.dead_lettered_at), MAX(e.dead_lettered_at) FROM "+
+		a.entries+" e"+w+" GROUP BY "+groupCols), args...)
 	if err != nil {
 		return archive.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
 	}
@@ -492,10 +499,10 @@ func (a *Archive) Stats(ctx context.Context, f archive.Filter) (archive.Stats, e
 	s := archivekit.NewStats()
 	var oldest, newest int64
 	for rows.Next() {
-		var reason, topic, handler, etype, state string
+		var g group
 		var n int
 		var lo, hi int64
-		if err := rows.Scan(&reason, &topic, &handler, &etype, &state, &n, &lo, &hi); err != nil {
+		if err := rows.Scan(&g.reason, &g.topic, &g.handler, &g.etype, &g.site, &g.state, &n, &lo, &hi); err != nil {
 			return archive.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)
 		}
 		if s.Total == 0 || lo < oldest {
@@ -504,12 +511,7 @@ func (a *Archive) Stats(ctx context.Context, f archive.Filter) (archive.Stats, e
 		if s.Total == 0 || hi > newest {
 			newest = hi
 		}
-		s.Total += n
-		s.ByReason[reason] += n
-		s.ByTopic[topic] += n
-		s.ByHandler[handler] += n
-		s.ByErrorType[etype] += n
-		s.ByState[state] += n
+		g.add(&s, n)
 	}
 	if err := rows.Err(); err != nil {
 		return archive.Stats{}, fmt.Errorf("sqlarchive: stats: %w", err)

@@ -86,6 +86,8 @@ func NewStats() archive.Stats {
 		ByHandler:   map[string]int{},
 		ByErrorType: map[string]int{},
 		ByState:     map[string]int{},
+
+		ByFailureGroup: map[[2]string]int{},
 	}
 }
 
@@ -109,11 +111,15 @@ func AddStats(s *archive.Stats, e archive.Entry) {
 	if s.ByState == nil {
 		s.ByState = empty.ByState
 	}
+	if s.ByFailureGroup == nil {
+		s.ByFailureGroup = empty.ByFailureGroup
+	}
 	s.Total++
 	s.ByReason[string(e.Reason)]++
 	s.ByTopic[e.OriginalTopic]++
 	s.ByHandler[e.Handler]++
 	s.ByErrorType[envelope.RootErrorType(e.ErrorTypes)]++
+	s.ByFailureGroup[[2]string{envelope.RootErrorType(e.ErrorTypes), e.ErrorSite}]++
 	s.ByState[string(StateOf(e))]++
 	if s.Oldest.IsZero() || e.DeadLetteredAt.Before(s.Oldest) {
 		s.Oldest = e.DeadLetteredAt
