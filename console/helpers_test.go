@@ -119,6 +119,14 @@ func (r *recorder) count(topic string) int {
 	return len(r.msgs[topic])
 }
 
+// clock is a console's clock that is t0 when it is made, then moves with
+// the wall clock: the replays' rate limiter schedules on the console's
+// clock, and on serve's frozen t0 each wait would be longer than the last.
+func clock() func() time.Time {
+	start := time.Now()
+	return func() time.Time { return t0.Add(time.Since(start)) }
+}
+
 // serve starts the console over ar with opts (plus WithoutAuth unless an
 // authorization is among them is the caller's business).
 func serve(t *testing.T, ar archive.Archive, opts ...dlq.Option) *httptest.Server {
