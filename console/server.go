@@ -321,7 +321,9 @@ func (s *server) runData(ctx context.Context, id string) (runData, error) {
 	if err != nil {
 		return runData{}, err
 	}
-	d := runData{ReplayRun: run, Active: active, Store: s.c.store != nil}
+	// A run saved done is over, even before its call has returned: there
+	// is nothing left to cancel.
+	d := runData{ReplayRun: run, Active: active && run.State != archive.RunDone, Store: s.c.store != nil}
 	f := run.Filter
 	f.NotReplayedBy = run.ID
 	if st, err := s.src.stats(ctx, f); err == nil {
