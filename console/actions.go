@@ -3,6 +3,7 @@ package console
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
+	"github.com/surely-dev/surely/internal/runcancel"
 )
 
 // maxRefusedShown bounds the refused entries a dry run lists.
@@ -142,19 +144,79 @@ func (s *server) resume(w http.ResponseWriter, r *http.Request) {
 	s.toRun(w, id)
 }
 
-// cancel stops a run this console is running; it stays resumable.
+// cancel cancels a run wherever it runs: it marks the run canceled in
+// the archive, as "surely dlq runs cancel" does (a replay running it, in
+// any process, stops before its next publish), and ends the context of a
+// run this console runs, so it stops at once. The run stays resumable. A
+// run that is done is refused; a canceled one stays as it is.
 func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PostForm.Get("id")
-	s.mu.Lock()
-	stop, ok := s.running[id]
-	s.mu.Unlock()
-	if !ok {
-		s.fail(w, r, http.StatusConflict, "this run is not running in this console", nil)
+	if checkField(id) != nil || id == "" {
+		s.fail(w, r, http.StatusBadRequest, "the run ID is missing or not valid", nil)
 		return
 	}
-	s.audit(r, "replay canceled", "run", id)
-	stop()
+	s.mu.Lock()
+	stop, here := s.running[id]
+	s.mu.Unlock()
+	// The archive first: the run's own final save then reads the cancel
+	// and the run is saved canceled, not interrupted.
+	was, err := s.src.cancel(r.Context(), id, s.c.now())
+	switch {
+	case errors.Is(err, runcancel.ErrDone):
+		s.fail(w, r, http.StatusConflict, "replay run "+id+" is done: every entry it selected was handled, there is nothing to cancel", nil)
+		return
+	case errors.Is(err, errNotFound) && here:
+		// Started here, not saved yet: its context is enough.
+		was.State = archive.RunRunning
+	case errors.Is(err, errNotFound):
+		s.fail(w, r, http.StatusNotFound, "no replay run has this ID", nil)
+		return
+	case err != nil && !here:
+		s.fail(w, r, http.StatusBadGateway, "the run could not be canceled", err)
+		return
+	case err != nil:
+		// The archive failed, the run is here: its context stops it.
+		s.c.log.WarnContext(r.Context(), "console: the cancel could not be saved; the run is stopped here", "run", id, "error", err)
+	}
+	if here {
+		stop()
+	}
+	s.audit(r, "replay canceled", "run", id, "was", string(was.State), "running_here", here)
 	s.toRun(w, id)
+}
+
+// reconcile checks the outcomes of what a stopped run replayed
+// (replay.Reconcile with the console's dedup store): the entries whose
+// operation completed since are marked resolved. A running run checks
+// its own, as replay's package doc says.
+func (s *server) reconcile(w http.ResponseWriter, r *http.Request) {
+	id := r.PostForm.Get("id")
+	switch {
+	case checkField(id) != nil || id == "":
+		s.fail(w, r, http.StatusBadRequest, "the run ID is missing or not valid", nil)
+		return
+	case s.c.store == nil:
+		s.fail(w, r, http.StatusConflict, "the console has no dedup store (replay.WithStore): it cannot check outcomes", nil)
+		return
+	}
+	d, err := s.runData(r.Context(), id)
+	if !s.found(w, r, err, "replay run") {
+		return
+	}
+	if d.Active || d.State == archive.RunRunning {
+		s.fail(w, r, http.StatusConflict, "replay run "+id+" is running: it checks the outcomes of its messages itself; check again once it stopped", nil)
+		return
+	}
+	res, err := s.src.reconcile(r.Context(), s.c.store, id)
+	if !s.found(w, r, err, "replay run") {
+		return
+	}
+	s.audit(r, "replay outcomes checked", "run", id, "resolved", res.Resolved, "pending", res.Pending, "failed_again", res.Refailed)
+	if d, err = s.runData(r.Context(), id); !s.found(w, r, err, "replay run") {
+		return
+	}
+	d.Checked = &res
+	s.render(w, r, http.StatusOK, "run", "Replay run "+id, d)
 }
 
 // start runs a replay call in the background, under a context the

@@ -4,20 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/chromedp/chromedp"
 
 	"github.com/surely-dev/surely/console"
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
+	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
 )
@@ -93,7 +101,7 @@ func outage() []letter {
 			uuid: fmt.Sprintf("0190b5d2-7c4e-7a10-8000-%012d", i), topic: "orders", handler: "charge-payments",
 			key: fmt.Sprintf("order-%d", 1001+i), retention: 72 * time.Hour,
 			payload: []byte(fmt.Sprintf(`{"order":%d,"amount":"%d.90 EUR","card":"visa-4242"}`, 1001+i, 10+i)),
-			md:      map[string]string{"content-type": "application/json"},
+			md:      map[string]string{"content-type": "application/json", idempotency.DefaultMetadataKey: fmt.Sprintf("order-%d", 1001+i)},
 			at:      t0.Add(-time.Duration(i*37) * time.Minute),
 			err:     fmt.Errorf("charge order-%d: %w", 1001+i, &gatewayError{}),
 		}
@@ -116,32 +124,104 @@ type gatewayError struct{}
 
 func (*gatewayError) Error() string { return "dial tcp 10.20.0.7:443: connect: connection refused" }
 
+// failedAttempts leaves in store the record the attempts of the orders
+// that were dead-lettered left behind: two failed attempts of a budget of
+// two (exhausted). The entries of unknown retention get none: their
+// record expired, and the retention guard refuses them. It returns the
+// operation keys of the records.
+func failedAttempts(t *testing.T, store idempotency.Store, ls []letter) []string {
+	t.Helper()
+	ex, err := idempotency.NewExtractor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, l := range ls {
+		if l.topic != "orders" || l.retention == 0 {
+			continue
+		}
+		op, err := ex.Extract(message.NewMessage(l.uuid, l.payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for attempt := range 2 {
+			cr, err := store.Claim(t.Context(), idempotency.ClaimRequest{Namespace: "ns", Key: l.key, Fingerprint: op.Fingerprint,
+				Lease: time.Minute, MaxAttempts: 2,
+				TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: fmt.Sprintf("00f067aa0ba902b%d", attempt)})
+			if err != nil || cr.Status != idempotency.Acquired {
+				t.Fatalf("claim %s: %v %v", l.key, cr.Status, err)
+			}
+			if err := store.Release(t.Context(), cr.Lease, idempotency.Failure{Error: l.err.Error(), ErrorType: "*main.gatewayError", Reason: "error"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		keys = append(keys, l.key)
+	}
+	return keys
+}
+
+// consumer runs the orders' consumer on pubSub: a surely handler
+// (handler.New) over store, whose business step succeeds now that the
+// gateway is back. It returns how many messages the business step
+// handled.
+func consumer(t *testing.T, store idempotency.Store, ar archive.Archive, pubSub *gochannel.GoChannel) *atomic.Int64 {
+	t.Helper()
+	handled := &atomic.Int64{}
+	h, err := handler.New(func(*message.Message) ([]*message.Message, error) {
+		handled.Add(1)
+		return nil, nil
+	}, handler.WithStore(store, "ns"), handler.WithDeadLetter(ar, "dlq"), handler.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router.AddConsumerHandler("charge-payments", "orders", pubSub, handler.NoPublish(h))
+	ran := make(chan error, 1)
+	go func() { ran <- router.Run(context.Background()) }()
+	t.Cleanup(func() {
+		if err := router.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := <-ran; err != nil {
+			t.Error(err)
+		}
+	})
+	select {
+	case <-router.Running():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the router did not start")
+	}
+	return handled
+}
+
 // TestBrowser drives the console in Chromium: the overview, a filter, an
-// entry with its timeline, a dry run and a replay to its end.
+// entry with its timeline, a dry run and a replay to its end, consumed
+// by a surely handler over the same store until the entries are
+// resolved, a discard, and a cross-origin form.
 func TestBrowser(t *testing.T) {
 	ctx := browser(t)
 	dir := os.Getenv("SURELY_CONSOLE_SCREENSHOTS")
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	pub := &recorder{}
-	ar := newArchive(t, outage()...)
-	store, err := memstore.New()
+	letters := outage()
+	ar := newArchive(t, letters...)
+	// The console and the store share a clock, which moves from the
+	// replay on.
+	clk := &movingClock{}
+	store, err := memstore.New(idempotency.WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for attempt := range 2 {
-		cr, err := store.Claim(t.Context(), idempotency.ClaimRequest{Namespace: "ns", Key: "order-1001", Lease: time.Minute, MaxAttempts: 2,
-			TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: fmt.Sprintf("00f067aa0ba902b%d", attempt)})
-		if err != nil || cr.Status != idempotency.Acquired {
-			t.Fatalf("claim: %v %v", cr.Status, err)
-		}
-		if err := store.Release(t.Context(), cr.Lease, idempotency.Failure{Error: (&gatewayError{}).Error(), ErrorType: "*main.gatewayError", Reason: "error"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	srv := serve(t, ar, console.WithoutAuth(), console.WithPublisher(pub), replay.WithStore(store),
-		console.WithTraceURL("http://localhost:16686/trace/{trace_id}?uiFind={span_id}"))
+	keys := failedAttempts(t, store, letters)
+	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = pubSub.Close() })
+	handled := consumer(t, store, ar, pubSub)
+	srv := serve(t, ar, console.WithoutAuth(), console.WithPublisher(pubSub), replay.WithStore(store),
+		console.WithTraceURL("http://localhost:16686/trace/{trace_id}?uiFind={span_id}"), dlq.WithClock(clk.Now))
 
 	// Overview.
 	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("img.chart"))); err != nil {
@@ -178,16 +258,56 @@ func TestBrowser(t *testing.T) {
 	}
 	would := waitText(t, ctx, "#would", "would be replayed")
 	screenshot(t, ctx, dir, "dry-run")
+	clk.Start()
 	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#rate"), "20"), chromedp.Click(chromedp.CSS("#confirm")),
 		chromedp.Click(chromedp.CSS("#run")), chromedp.WaitVisible(chromedp.CSS("#state"))); err != nil {
 		t.Fatal(err)
 	}
 	waitText(t, ctx, "#state", "done")
 	replayed := waitText(t, ctx, "#replayed", "")
-	if !strings.HasPrefix(would, replayed+" ") || pub.count("orders") == 0 {
-		t.Errorf("the dry run said %q, the run replayed %s (published %d)", would, replayed, pub.count("orders"))
+	if !strings.HasPrefix(would, replayed+" ") || replayed != strconv.Itoa(len(keys)) {
+		t.Errorf("the dry run said %q, the run replayed %s, want the %d entries with a record", would, replayed, len(keys))
 	}
 	screenshot(t, ctx, dir, "run")
+
+	// The consumer completes every replayed operation; the run resolved
+	// those it saw done, "Check outcomes" the others.
+	waitFor(t, "the consumer to complete every replayed operation", func() bool {
+		for _, k := range keys {
+			if rec, err := store.Get(t.Context(), "ns", k); err != nil || rec.State != idempotency.StateDone {
+				return false
+			}
+		}
+		return true
+	})
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#reconcile")), chromedp.WaitVisible(chromedp.CSS("#checked"))); err != nil {
+		t.Fatal(err)
+	}
+	if pending := waitText(t, ctx, "#checked-pending", ""); pending != "0" {
+		t.Errorf("after the consumer completed every operation, %s are pending", pending)
+	}
+	if resolved := waitText(t, ctx, "#resolved", ""); resolved != replayed {
+		t.Errorf("the run resolved %s of the %s it replayed", resolved, replayed)
+	}
+	if n := handled.Load(); n != int64(len(keys)) {
+		t.Errorf("the consumer handled %d messages, want %d", n, len(keys))
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#resolved-link")), chromedp.WaitVisible(chromedp.CSS("#entries"))); err != nil {
+		t.Fatal(err)
+	}
+	waitText(t, ctx, "#entries", "resolved")
+	rows, err = chromedp.Run(ctx, chromedp.Nodes(chromedp.CSSAll("#entries a.entry")))
+	if err != nil || strconv.Itoa(len(rows)) != replayed {
+		t.Errorf("the resolved list has %d entries (%v), want the %s replayed", len(rows), err, replayed)
+	}
+	if txt, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#entries tbody"))); err != nil || strings.Count(txt, "resolved") != len(rows) {
+		t.Errorf("the resolved list's rows: %q (%v)", txt, err)
+	}
+	screenshot(t, ctx, dir, "resolved")
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#entries a.entry")), chromedp.WaitVisible(chromedp.CSS("#entry-state"))); err != nil {
+		t.Fatal(err)
+	}
+	waitText(t, ctx, "#entry-state", "resolved")
 
 	// Discard the shipments' dead letters, with a reason.
 	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/list?topic=shipments"), chromedp.Click(chromedp.CSS("#replay-all")),
@@ -210,7 +330,11 @@ func TestBrowser(t *testing.T) {
 
 	// A form on another origin that posts a replay to the console: the
 	// browser marks it cross-site, the console refuses it.
-	before := pub.count("orders")
+	runsBefore, err := ar.ListReplays(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := handled.Load()
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
 		_, _ = fmt.Fprintf(w, `<form method="post" action="%s/replay"><input type="hidden" name="rate" value="1000">`+
@@ -222,7 +346,7 @@ func TestBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitText(t, ctx, "body", "cross-origin request detected")
-	if n := pub.count("orders"); n != before {
-		t.Errorf("a cross-origin form replayed %d messages", n-before)
+	if runs, err := ar.ListReplays(t.Context()); err != nil || len(runs) != len(runsBefore) || handled.Load() != before {
+		t.Errorf("a cross-origin form started a run (%d runs, were %d; %v) or replayed messages (%d)", len(runs), len(runsBefore), err, handled.Load()-before)
 	}
 }

@@ -141,7 +141,9 @@ func WithTraceURL(tmpl string) dlq.Option {
 // they mean what they mean for replay.Run), dlq.WithRedactor (applied to payloads, error texts and metadata
 // values before they are shown; default: none), dlq.WithLogger (the audit log:
 // one line per action with who and what; default: slog.Default()) and
-// dlq.WithClock.
+// dlq.WithClock (the console's now, which it also passes to every replay
+// it starts: the retention guard, the rate limiter's schedule and the
+// run's timestamps read it; default: time.Now).
 func New(ar archive.Archive, opts ...dlq.Option) (http.Handler, error) {
 	s, err := options.Apply(dlq.ErrInvalidOption, opts)
 	if err != nil {
@@ -177,6 +179,9 @@ func New(ar archive.Archive, opts ...dlq.Option) (http.Handler, error) {
 	if c.pub == nil {
 		c.readOnly = true
 	}
+	// The replays read the console's clock: the retention guard, the
+	// rate limiter's schedule and the run's timestamps.
+	c.replayOpts = append(c.replayOpts, dlq.WithClock(c.now))
 	return newServer(archiveSource{ar}, c)
 }
 

@@ -29,11 +29,33 @@
 // counted on request (the page's "count" link, count=1), because its count
 // reads every entry it selects; a replay's dry run counts it in any case.
 //
+// # Runs: cancel, resume, outcomes
+//
+// The run page cancels any run that is not done, wherever it runs: the
+// console saves it canceled in the archive, as "surely dlq runs cancel"
+// does, and a replay running it in any process stops before its next
+// publish; a run this console runs also has its context ended, so it
+// stops at once. A run whose process died (it still reads running) is
+// canceled the same way. A run that is done is refused; a canceled run is
+// resumed from its page like an interrupted one.
+//
+// With replay.WithStore, a run resolves the entries whose replayed
+// operation it sees completed (their dedup record DONE) while it runs. A
+// consumer usually finishes later: the page of a stopped run offers
+// "Check outcomes", which calls replay.Reconcile for the run, marks
+// resolved the entries whose operation completed since, and shows how
+// many were resolved, are still pending, and failed again. The entry page
+// and the list (state resolved) show them resolved.
+//
+// The console passes its clock (dlq.WithClock) to every replay it starts:
+// the retention guard, the rate limiter and the run's timestamps read it.
+//
 // Every use of the archive and of dlq/replay goes through one small
 // internal interface (source.go).
 //
 // Safety: New requires WithAuthorize or WithoutAuth; WithReadOnly (or no
-// WithPublisher) hides every action (replay, cancel, resume, discard); actions are POSTs behind
+// WithPublisher) hides every action (replay, cancel, resume, check
+// outcomes, discard); actions are POSTs behind
 // http.CrossOriginProtection; every response carries a strict
 // Content-Security-Policy (no script at all, styles only from the
 // console); templates escape every value; payloads, error texts and

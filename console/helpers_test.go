@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,6 +118,25 @@ func (r *recorder) count(topic string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.msgs[topic])
+}
+
+// movingClock is a console's clock that reads t0 until Start, then moves
+// from t0 with the wall clock: the replays' rate limiter schedules on the
+// console's clock, and on a frozen one each wait would be longer than the
+// last.
+type movingClock struct{ start atomic.Pointer[time.Time] }
+
+func (c *movingClock) Now() time.Time {
+	if s := c.start.Load(); s != nil {
+		return t0.Add(time.Since(*s))
+	}
+	return t0
+}
+
+// Start sets the clock moving.
+func (c *movingClock) Start() {
+	now := time.Now()
+	c.start.CompareAndSwap(nil, &now)
 }
 
 // serve starts the console over ar with opts (plus WithoutAuth unless an

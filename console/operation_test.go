@@ -13,6 +13,7 @@ import (
 
 	"github.com/surely-dev/surely/console"
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
@@ -94,10 +95,14 @@ func TestCancelAndResumeARun(t *testing.T) {
 	close(pub.open)
 	waitFor(t, "the run to stop", func() bool {
 		run, err := ar.LoadReplay(ctx, runID)
-		return err == nil && string(run.State) == "interrupted"
+		return err == nil && run.State == archive.RunCanceled
 	})
-	if resp := post(t, srv, "/cancel", url.Values{"id": {runID}}); resp.StatusCode != http.StatusConflict {
-		t.Errorf("cancel of a stopped run: %d, want 409", resp.StatusCode)
+	// A second cancel leaves it canceled.
+	if resp := post(t, srv, "/cancel", url.Values{"id": {runID}}); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("cancel of a canceled run: %d, want 303", resp.StatusCode)
+	}
+	if run, _ := ar.LoadReplay(ctx, runID); run.State != archive.RunCanceled {
+		t.Errorf("a canceled run canceled again is %s", run.State)
 	}
 	waitFor(t, "the resume button", func() bool {
 		_, page := get(t, srv, "/run?id="+runID)
@@ -119,8 +124,9 @@ func TestCancelAndResumeARun(t *testing.T) {
 	if n := pub.count("orders"); n != 3 {
 		t.Errorf("published %d, want each of the 3 entries once", n)
 	}
-	if _, page := get(t, srv, "/run?id="+runID); !strings.Contains(page, `id="remaining">0<`) || strings.Contains(page, `id="resume"`) {
-		t.Error("a finished run shows entries remaining or offers a resume")
+	if _, page := get(t, srv, "/run?id="+runID); !strings.Contains(page, `id="remaining">0<`) || strings.Contains(page, `id="resume"`) ||
+		strings.Contains(page, `id="cancel"`) {
+		t.Error("a finished run shows entries remaining, or offers a resume or a cancel")
 	}
 }
 

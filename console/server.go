@@ -61,6 +61,7 @@ func newServer(src source, c config) (http.Handler, error) {
 	mux.HandleFunc("POST /replay", s.action(s.replay))
 	mux.HandleFunc("POST /resume", s.action(s.resume))
 	mux.HandleFunc("POST /cancel", s.action(s.cancel))
+	mux.HandleFunc("POST /reconcile", s.action(s.reconcile))
 	mux.HandleFunc("POST /discard", s.action(s.discard))
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	return secure(c, mux), nil
@@ -267,9 +268,11 @@ func (s *server) entry(w http.ResponseWriter, r *http.Request) {
 // runData is a run as its page shows it.
 type runData struct {
 	archive.ReplayRun
-	Active    bool   // running in this console: it can be canceled here
-	Remaining int    // entries not replayed yet (about: refused ones are left out)
-	Rate      string // replays per second since the start
+	Active    bool    // running in this console: it can be canceled here
+	Remaining int     // entries not replayed yet (about: refused ones are left out)
+	Rate      string  // replays per second since the start
+	Store     bool    // the console has a dedup store: it can check outcomes
+	Checked   *result // the outcomes just checked (replay.Reconcile)
 }
 
 func (s *server) run(w http.ResponseWriter, r *http.Request) {
@@ -277,27 +280,39 @@ func (s *server) run(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.mu.Lock()
-	_, active := s.running[id]
-	s.mu.Unlock()
-	run, err := s.src.loadRun(r.Context(), id)
-	if errors.Is(err, errNotFound) && active {
-		// Started, not saved yet.
-		run, err = archive.ReplayRun{ID: id, State: "running"}, nil
-	}
+	d, err := s.runData(r.Context(), id)
 	if !s.found(w, r, err, "replay run") {
 		return
 	}
-	d := runData{ReplayRun: run, Active: active}
+	s.render(w, r, http.StatusOK, "run", "Replay run "+id, d)
+}
+
+// runData reads run id as its page shows it; errNotFound when no run
+// has this ID.
+func (s *server) runData(ctx context.Context, id string) (runData, error) {
+	s.mu.Lock()
+	_, active := s.running[id]
+	s.mu.Unlock()
+	run, err := s.src.loadRun(ctx, id)
+	if errors.Is(err, errNotFound) && active {
+		// Started, not saved yet.
+		run, err = archive.ReplayRun{ID: id, State: archive.RunRunning}, nil
+	}
+	if err != nil {
+		return runData{}, err
+	}
+	// A run saved done is over, even before its call has returned: there
+	// is nothing left to cancel.
+	d := runData{ReplayRun: run, Active: active && run.State != archive.RunDone, Store: s.c.store != nil}
 	f := run.Filter
 	f.NotReplayedBy = run.ID
-	if st, err := s.src.stats(r.Context(), f); err == nil {
+	if st, err := s.src.stats(ctx, f); err == nil {
 		d.Remaining = max(0, st.Total-run.Refused)
 	}
 	if secs := run.Updated.Sub(run.Started).Seconds(); secs > 0 && run.Replayed > 0 {
 		d.Rate = fmt.Sprintf("%.1f/s", float64(run.Replayed)/secs)
 	}
-	s.render(w, r, http.StatusOK, "run", "Replay run "+run.ID, d)
+	return d, nil
 }
 
 // maxRuns bounds the runs the runs page lists.

@@ -3,12 +3,15 @@ package console
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
+	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/runcancel"
 )
 
 // source is everything the console asks of the archive and of a replay:
@@ -24,16 +27,25 @@ type source interface {
 	discard(ctx context.Context, reason string, ids ...string) (int, error)
 	// runs lists the replay runs, the most recently started first.
 	runs(ctx context.Context) ([]archive.ReplayRun, error)
+	// cancel marks run id canceled in the archive, stamped now, as
+	// "surely dlq runs cancel" does, and returns the run as it was; a run
+	// that is done is refused (runcancel.ErrDone).
+	cancel(ctx context.Context, id string, now time.Time) (archive.ReplayRun, error)
+	// reconcile settles the outcomes of what run id replayed, reading the
+	// dedup records in store (replay.Reconcile).
+	reconcile(ctx context.Context, store idempotency.Store, id string) (result, error)
 }
 
 // result is what the console reads of a replay call's summary.
 type result struct {
 	State                                    string
 	Replayed, Refused, WouldReplay, Refailed int
+	Resolved, Pending                        int
 }
 
 func resultOf(r replay.Summary) result {
-	return result{State: string(r.State), Replayed: r.Replayed, Refused: r.Refused, WouldReplay: r.WouldReplay, Refailed: r.Refailed}
+	return result{State: string(r.State), Replayed: r.Replayed, Refused: r.Refused, WouldReplay: r.WouldReplay, Refailed: r.Refailed,
+		Resolved: r.Resolved, Pending: r.Pending}
 }
 
 // archiveSource is the source over an archive.Archive as it is.
@@ -79,4 +91,20 @@ func (s archiveSource) discard(ctx context.Context, reason string, ids ...string
 
 func (s archiveSource) runs(ctx context.Context) ([]archive.ReplayRun, error) {
 	return s.ar.ListReplays(ctx)
+}
+
+func (s archiveSource) cancel(ctx context.Context, id string, now time.Time) (archive.ReplayRun, error) {
+	run, err := runcancel.Cancel(ctx, s.ar, id, now)
+	if errors.Is(err, archive.ErrNotFound) {
+		return run, errNotFound
+	}
+	return run, err
+}
+
+func (s archiveSource) reconcile(ctx context.Context, store idempotency.Store, id string) (result, error) {
+	r, err := replay.Reconcile(ctx, s.ar, store, id)
+	if errors.Is(err, archive.ErrNotFound) {
+		return resultOf(r), errNotFound
+	}
+	return resultOf(r), err
 }

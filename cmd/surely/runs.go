@@ -12,6 +12,7 @@ import (
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/runcancel"
 )
 
 // runJSON is a replay run in runs --json and runs show --json.
@@ -363,23 +364,17 @@ cannot be canceled.`,
 				return err
 			}
 			defer ar.close()
-			ctx := cmd.Context()
-			run, err := ar.LoadReplay(ctx, id)
-			if err != nil {
-				return fmt.Errorf("replay run %s: %w", id, err)
-			}
-			switch run.State {
-			case archive.RunDone:
-				return withCode(exitRefused, errors.New("replay run "+id+" is done: nothing to cancel"))
-			case archive.RunCanceled:
+			run, err := runcancel.Cancel(cmd.Context(), ar, id, a.now())
+			switch {
+			case errors.Is(err, runcancel.ErrDone):
+				return withCode(exitRefused, err)
+			case err != nil:
+				return err
+			case run.State == archive.RunCanceled:
 				fprintf(a.stdout, "replay run %s was already canceled\n", id)
 				return nil
 			}
 			was := run.State
-			run.State, run.Updated = archive.RunCanceled, a.now()
-			if err := ar.SaveReplay(ctx, run); err != nil {
-				return fmt.Errorf("cancel run %s: %w", id, err)
-			}
 			fprintf(a.stdout, "replay run %s canceled (was %s)", id, was)
 			if was == archive.RunRunning {
 				fprintf(a.stdout, ": the replay running it stops at its next message")

@@ -146,9 +146,11 @@
 // archive links the replayed entry to it (archive.Entry.FailedAgainAs).
 //
 // An operator cancels a run by saving it with State archive.RunCanceled
-// (surely dlq runs cancel): every save of a running call reads the run
-// first, so the call stops before its next publish, stays canceled and
-// returns an error wrapping context.Canceled. Resume continues it.
+// (surely dlq runs cancel, the console's cancel): every save of a running
+// call reads the run first, so the call stops before its next publish,
+// stays canceled (also when its context ends at the same time: only a run
+// that is done is saved done) and returns an error wrapping
+// context.Canceled. Resume continues it.
 //
 // # Progress and result
 //

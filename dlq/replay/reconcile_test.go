@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
@@ -158,4 +159,36 @@ func TestRunCanceled(t *testing.T) {
 	require.Equal(t, archive.RunDone, sum.State)
 	require.Equal(t, 2, sum.Replayed)
 	require.Len(t, pub.all(), 4)
+}
+
+// A run an operator cancels in the archive while its own context ends
+// too (the console does both for a run it runs) is saved canceled, not
+// interrupted, even when the context ends before the run saves again:
+// the final save reads the run like every other save.
+func TestRunCanceledAndInterrupted(t *testing.T) {
+	t.Parallel()
+	c := newFakeClock()
+	a := newArchive(t, c)
+	deadLetters(t, a, 0, 4, entrySpec{retention: time.Hour})
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	// The rate limiter's first sleep (before the second publish): the
+	// operator's cancel is saved, then the context ends.
+	sleep := func(ctx context.Context, _ time.Duration) error {
+		run, err := a.LoadReplay(context.Background(), "cx2")
+		require.NoError(t, err)
+		run.State = archive.RunCanceled
+		require.NoError(t, a.SaveReplay(context.Background(), run))
+		stop()
+		return ctx.Err()
+	}
+	pub := &recorder{clock: c}
+	sum, err := replay.Run(ctx, a, pub, archive.Filter{}, dlq.WithClock(c.Now), replay.WithSleep(sleep),
+		replay.WithRate(10), replay.WithID("cx2"))
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, archive.RunCanceled, sum.State)
+	run, err := a.LoadReplay(t.Context(), "cx2")
+	require.NoError(t, err)
+	require.Equal(t, archive.RunCanceled, run.State)
+	require.Len(t, pub.all(), 1, "stopped before the second publish")
 }

@@ -316,14 +316,13 @@ func (r *runner) finish(ctx context.Context, more bool, stopErr error) (Summary,
 		stopErr = r.err
 	}
 	r.run.State = finalState(stopErr, more)
-	if r.canceled {
-		r.run.State = archive.RunCanceled
-	}
-	r.res.State = r.run.State
 	r.mu.Unlock()
 	if err := r.save(context.WithoutCancel(ctx)); err != nil && stopErr == nil {
 		stopErr = err
 	}
+	r.mu.Lock()
+	r.res.State = r.run.State
+	r.mu.Unlock()
 	r.log.InfoContext(ctx, "replay: "+string(r.res.State), slog.Int("replayed", r.res.Replayed), slog.Int("refused", r.res.Refused),
 		slog.Int("refailed", r.res.Refailed), slog.Int64("after", r.res.After), slog.Float64("achieved_rate", r.res.Rate))
 	return r.res, stopErr
@@ -712,11 +711,13 @@ func (r *runner) mark(ctx context.Context, id string) error {
 // save stores the run's state; saves are serialized so a later cursor is
 // never overwritten by an earlier one. Each save after the first reads
 // the saved run first: an operator who canceled it (archive.RunCanceled)
-// stops it, and the run stays canceled.
+// stops it, and the run stays canceled, also when the call ends at the
+// same time for another reason (its context ended: the console cancels
+// both); only a run that is done is saved done.
 func (r *runner) save(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.saved && r.run.State == archive.RunRunning {
+	if r.saved && !r.canceled && r.run.State != archive.RunDone {
 		if cur, err := r.archive.LoadReplay(ctx, r.run.ID); err == nil && cur.State == archive.RunCanceled {
 			r.canceled = true
 		}
