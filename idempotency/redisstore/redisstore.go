@@ -279,7 +279,7 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 // claimArgs are the arguments of the claim script (see lua/claim.lua).
 func (s *Store) claimArgs(req idempotency.ClaimRequest, token string) []any {
 	lease, retention := ms(req.Lease), ms(s.retention)
-	ids := historyIDs(req.TraceID, req.SpanID)
+	ids := historyIDs(req.TraceID, req.SpanID, req.Owner)
 	fast := ""
 	if !s.hashRecords {
 		fast = fastRecord(req, token, lease, retention, ids)
@@ -366,11 +366,11 @@ func isServerError(err error) bool {
 	return errors.As(err, &e) && !errors.Is(err, redis.Nil)
 }
 
-// historyIDs returns the trace and span IDs of a claim's attempt as the
-// JSON members the claim script adds to its history entry, each only when
-// set: ,"trace_id":"…","span_id":"…". The script appends them as they are,
-// which spares it encoding JSON.
-func historyIDs(traceID, spanID string) string {
+// historyIDs returns the trace and span IDs and the owner of a claim's
+// attempt as the JSON members the claim script adds to its history entry,
+// each only when set: ,"trace_id":"…","span_id":"…","owner":"…". The
+// script appends them as they are, which spares it encoding JSON.
+func historyIDs(traceID, spanID, owner string) string {
 	var b strings.Builder
 	member := func(name, v string) {
 		if v != "" {
@@ -381,6 +381,7 @@ func historyIDs(traceID, spanID string) string {
 	}
 	member("trace_id", traceID)
 	member("span_id", spanID)
+	member("owner", owner)
 	return b.String()
 }
 
