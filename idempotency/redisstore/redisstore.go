@@ -372,17 +372,41 @@ func isServerError(err error) bool {
 // script appends them as they are, which spares it encoding JSON.
 func historyIDs(traceID, spanID, owner string) string {
 	var b strings.Builder
+	b.Grow(len(`,"trace_id":"","span_id":"","owner":""`) + len(traceID) + len(spanID) + len(owner))
 	member := func(name, v string) {
-		if v != "" {
-			q, _ := json.Marshal(v) // a string always encodes
-			b.WriteString(`,"` + name + `":`)
-			b.Write(q)
+		if v == "" {
+			return
 		}
+		b.WriteString(`,"`)
+		b.WriteString(name)
+		b.WriteString(`":`)
+		if plainJSON(v) {
+			// Hex IDs and most owners: the encoding is the text quoted.
+			b.WriteByte('"')
+			b.WriteString(v)
+			b.WriteByte('"')
+			return
+		}
+		q, _ := json.Marshal(v) // a string always encodes
+		b.Write(q)
 	}
 	member("trace_id", traceID)
 	member("span_id", spanID)
 	member("owner", owner)
 	return b.String()
+}
+
+// plainJSON reports whether json.Marshal encodes s as s in quotes: printable
+// ASCII without a quote, a backslash or one of the characters it escapes
+// for HTML.
+func plainJSON(s string) bool {
+	for i := range len(s) {
+		switch c := s[i]; {
+		case c < 0x20, c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // claimResult reads the claim script's reply v to a claim under token. The
