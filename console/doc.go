@@ -13,7 +13,8 @@
 // oldest age, arrivals of the last 24 hours as a server-rendered SVG,
 // failure groups by error type linking to their entries), a list with
 // filters and keyset pagination, an entry (payload as JSON, text or hex;
-// metadata; envelope; the attempt timeline with trace links), an
+// metadata; envelope; the attempt timeline with the process that ran
+// each attempt and trace links), an
 // operation (its record in the dedup store, its dead letters and their
 // replays), and a replay: a dry run first (the count and every entry the
 // retention guard refuses, and why), then rate, maximum and confirmation,

@@ -76,7 +76,8 @@ func (s *server) operation(w http.ResponseWriter, r *http.Request) {
 }
 
 // timeline is an attempt history as the page shows it: redacted, with
-// durations and trace links.
+// durations and trace links, and the process that ran each attempt (its
+// Owner, shown as it is).
 func (s *server) timeline(hist []idempotency.AttemptRecord) []attempt {
 	out := make([]attempt, 0, len(hist))
 	for _, h := range hist {

@@ -24,7 +24,8 @@
 //	surely_first_failure_at  first failed attempt, RFC 3339 with nanoseconds
 //	surely_last_failure_at   last failed attempt, RFC 3339 with nanoseconds
 //	surely_dead_lettered_at  when it was dead-lettered, RFC 3339 with nanoseconds
-//	surely_history           per-attempt ledger, JSON (idempotency.AttemptRecord), at most 16 KiB:
+//	surely_history           per-attempt ledger, JSON (idempotency.AttemptRecord, with the
+//	                         process that ran each attempt as "owner"), at most 16 KiB:
 //	                         oldest entries, then stacks of all but the newest, dropped to fit
 //	surely_original_topic    topic the message was consumed from
 //	surely_original_uuid     the message's UUID

@@ -223,7 +223,7 @@ func historyJSON(h []idempotency.AttemptRecord, redact redactor) string {
 			e.Stack = ""
 			e.Error = idem.Truncate(e.Error, 512)
 			e.Result = idempotency.AttemptResult(idem.Truncate(string(e.Result), 256))
-			for _, s := range []*string{&e.Type, &e.Reason, &e.TraceID, &e.SpanID} {
+			for _, s := range []*string{&e.Type, &e.Reason, &e.TraceID, &e.SpanID, &e.Owner} {
 				*s = idem.Truncate(*s, 256)
 			}
 		}

@@ -118,7 +118,7 @@ func FuzzParseHistory(f *testing.F) {
 }
 
 // TestEnvelopeBoundsOneHugeEntry: a single history entry whose type,
-// reason or trace fields alone exceed MaxHistoryBytes used to make
+// reason, trace or owner fields alone exceed MaxHistoryBytes used to make
 // Wrap loop forever (found by FuzzEnvelope). Every text field of the
 // entry is now bounded and the newest attempt is kept.
 func TestEnvelopeBoundsOneHugeEntry(t *testing.T) {
@@ -128,8 +128,9 @@ func TestEnvelopeBoundsOneHugeEntry(t *testing.T) {
 		"type":     {Type: huge},
 		"reason":   {Reason: huge},
 		"trace id": {TraceID: huge, SpanID: huge},
+		"owner":    {Owner: huge},
 		"result":   {Result: idempotency.AttemptResult(huge)},
-		"all":      {Result: idempotency.AttemptResult(huge), Error: huge, Type: huge, Reason: huge, Stack: huge, TraceID: huge, SpanID: huge},
+		"all":      {Result: idempotency.AttemptResult(huge), Error: huge, Type: huge, Reason: huge, Stack: huge, TraceID: huge, SpanID: huge, Owner: huge},
 	} {
 		e.Attempt = 7
 		env := dlq.Wrap(message.NewMessage("u", []byte("p")), dlq.Failure{Reason: dlq.ReasonExhausted, History: []idempotency.AttemptRecord{e}}, nil, "", "")

@@ -74,3 +74,33 @@ func TestParseEnvelopeReportsWhatItCannotRead(t *testing.T) {
 	require.Equal(t, 72*time.Hour, got.Retention)
 	require.Nil(t, got.History)
 }
+
+// The process that ran each attempt (AttemptRecord.Owner) travels in the
+// envelope's history, in the order of the attempts; a history written
+// before owners were kept reads with none.
+func TestEnvelopeHistoryKeepsOwners(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)
+	hist := []idempotency.AttemptRecord{
+		{Attempt: 1, Started: at.Add(-3 * time.Minute), Ended: at.Add(-2 * time.Minute), Result: idempotency.ResultUnknown, Owner: "worker-1/4242"},
+		{Attempt: 2, Started: at.Add(-time.Minute), Ended: at.Add(-time.Second), Result: idempotency.ResultFailed, Error: "refused", Owner: "worker-2/17"},
+		{Attempt: 3, Started: at.Add(-time.Second), Ended: at, Result: idempotency.ResultFailed, Error: "refused"},
+	}
+	env := dlq.Wrap(message.NewMessage("u", []byte("p")), dlq.Failure{Reason: dlq.ReasonExhausted, History: hist, At: at}, nil, "host-1", "")
+	got, err := dlq.ParseEnvelope(env)
+	require.NoError(t, err)
+	owners := make([]string, len(got.History))
+	for i, h := range got.History {
+		owners[i] = h.Owner
+	}
+	require.Equal(t, []string{"worker-1/4242", "worker-2/17", ""}, owners)
+	require.Contains(t, env.Metadata.Get(envelope.KeyHistory), `"owner":"worker-2/17"`)
+	require.NotContains(t, env.Metadata.Get(envelope.KeyHistory), `"owner":""`, "no owner, no member")
+
+	old := message.Metadata{envelope.KeyHistory: `[{"attempt":1,"started":"2026-11-30T06:57:00Z","result":"failed","error":"x","trace_id":"0af7651916cd43dd8448eb211c80319c"}]`}
+	h, err := envelope.ParseHistory(old)
+	require.NoError(t, err)
+	require.Len(t, h, 1)
+	require.Empty(t, h[0].Owner)
+	require.Equal(t, "x", h[0].Error)
+}

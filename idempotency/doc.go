@@ -76,6 +76,15 @@
 // entries, newest kept; error texts to 2048 bytes and stacks to 4096 (cut
 // at a UTF-8 boundary).
 //
+// Each history entry ([AttemptRecord]) tells when the attempt started and
+// ended, how it ended and why, its trace and span IDs, and which process
+// ran it: [ClaimRequest.Owner] of the claim that acquired it, "host/pid"
+// when the dedup step claims (at most 255 bytes). With the owners, the
+// history of a key is a timeline across the processes that share the
+// store: which one took over after another's lease expired, and which one
+// ran the attempt that failed. An entry written before owners were kept
+// has none.
+//
 // # Replay: reopening an exhausted record
 //
 // A message republished from the dead-letter archive carries its replay

@@ -94,6 +94,13 @@ type ClaimRequest struct {
 	// TraceID and SpanID of the attempt (hex, may be empty) are kept in the
 	// attempt history so a redelivery chain can be followed across processes.
 	TraceID, SpanID string
+	// Owner names the process that makes the claim, kept in the history
+	// entry of the attempt it acquires (AttemptRecord.Owner) so that an
+	// operator can tell which process ran each attempt. The dedup step
+	// gives this process as "host/pid"; empty means unknown. It is
+	// validated like Reopen but bounded to 255 bytes (UTF-8, no control
+	// characters).
+	Owner string
 	// Reopen is the ID of a replay run (surely_replay_id) that republished
 	// this message. When set and the record is EXHAUSTED or FAILED and has
 	// not yet been reopened by this ID, the store gives it a fresh budget
@@ -131,7 +138,7 @@ func (r ClaimRequest) Validate() error {
 			return fmt.Errorf("%w: reopen ID: %w", ErrInvalidRequest, err)
 		}
 	}
-	return nil
+	return idem.ValidateOwner(r.Owner)
 }
 
 // Lease identifies an owned claim. Complete, Release and Extend succeed only
@@ -238,6 +245,11 @@ type AttemptRecord struct {
 	Stack   string        `json:"stack,omitempty"`
 	TraceID string        `json:"trace_id,omitempty"`
 	SpanID  string        `json:"span_id,omitempty"`
+	// Owner is the process that ran the attempt (ClaimRequest.Owner of
+	// the claim that acquired it; "host/pid" from the dedup step), empty
+	// when unknown: a claim that gave none, or a record written before
+	// owners were kept.
+	Owner string `json:"owner,omitempty"`
 }
 
 // AttemptResult is how one attempt ended: in the attempt history

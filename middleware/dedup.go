@@ -329,6 +329,9 @@ func (d *dedup) request(ctx context.Context, msg *message.Message, op *opctx.Op,
 	req := idempotency.ClaimRequest{
 		Namespace: d.ns, Key: op.Key, Fingerprint: op.Fingerprint,
 		Lease: d.cfg.lease, MaxAttempts: d.cfg.maxAttempts,
+		// This process, "host/pid": read once, then a string shared by
+		// every claim.
+		Owner: idem.ProcessOwner(),
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		req.TraceID, req.SpanID = sc.TraceID().String(), sc.SpanID().String()

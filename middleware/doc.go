@@ -24,7 +24,9 @@
 //   - Identity extracts the operation key and payload fingerprint.
 //   - Dedup claims, completes or releases the operation in an
 //     idempotency.Store, extends the lease while the handler runs, and
-//     re-emits the stored produced messages of a duplicate.
+//     re-emits the stored produced messages of a duplicate. Each claim
+//     names this process ("host/pid", read once) as its owner, which the
+//     store keeps in the attempt's history entry.
 //
 // # Leases and store calls
 //

@@ -119,7 +119,8 @@ func fixtureFailures() []failure {
 }
 
 // envelope builds the dead letter of f as the dead-letter step would, with
-// a per-attempt history whose trace IDs follow the attempt number.
+// a per-attempt history whose trace IDs follow the attempt number, on two
+// processes in turn.
 func (f failure) envelope(now time.Time) *message.Message {
 	msg := message.NewMessage(f.uuid, f.payload)
 	for k, v := range f.md {
@@ -133,6 +134,7 @@ func (f failure) envelope(now time.Time) *message.Message {
 			Attempt: i, Started: started, Ended: started.Add(150 * time.Millisecond),
 			Result: idempotency.ResultFailed, Error: f.err.Error(), Reason: "error",
 			TraceID: fmt.Sprintf("%s%02d", strings.Repeat("a", 30), i), SpanID: fmt.Sprintf("%s%02d", strings.Repeat("b", 14), i),
+			Owner: fmt.Sprintf("worker-%d/%d", 2-i%2, 4102-i%2),
 		})
 	}
 	return dlq.Wrap(msg, dlq.Failure{

@@ -29,11 +29,13 @@ type recordJSON struct {
 	LeaseToken  string `json:"lease_token"`
 	// LeaseUntil is set while the record is in progress.
 	LeaseUntil *time.Time `json:"lease_until,omitempty"`
-	// LeaseOwner is the trace ID of the attempt that holds the lease.
-	LeaseOwner string                      `json:"lease_owner_trace_id,omitempty"`
-	ExpiresAt  *time.Time                  `json:"expires_at,omitempty"`
-	Outcome    []outcomeMessageJSON        `json:"outcome,omitempty"`
-	Ledger     []idempotency.AttemptRecord `json:"ledger"`
+	// LeaseOwner is the trace ID of the attempt that holds the lease, and
+	// LeaseProcess the process that runs it (its owner, "host/pid").
+	LeaseOwner   string                      `json:"lease_owner_trace_id,omitempty"`
+	LeaseProcess string                      `json:"lease_owner_process,omitempty"`
+	ExpiresAt    *time.Time                  `json:"expires_at,omitempty"`
+	Outcome      []outcomeMessageJSON        `json:"outcome,omitempty"`
+	Ledger       []idempotency.AttemptRecord `json:"ledger"`
 }
 
 type outcomeMessageJSON struct {
@@ -62,7 +64,7 @@ func toRecordJSON(r idempotency.Record) recordJSON {
 	if r.State == idempotency.StateInProgress {
 		for i := len(r.History) - 1; i >= 0; i-- {
 			if r.History[i].Result == idempotency.ResultInProgress {
-				out.LeaseOwner = r.History[i].TraceID
+				out.LeaseOwner, out.LeaseProcess = r.History[i].TraceID, r.History[i].Owner
 				break
 			}
 		}
@@ -86,10 +88,10 @@ func (a *app) inspectCmd() *cobra.Command {
 		Long: `inspect reads the record of one operation from the idempotency store: its
 state, attempts (and those refunded by a canceled shutdown), the lease token
 and expiry, the payload fingerprint, the outcome (messages the handler
-produced) and the attempt ledger, with the trace and span ID of every
-attempt so a redelivery chain can be followed across consumers. The
-namespace is the handler's (handler.WithStore); a dead letter carries it
-(surely dlq show).
+produced) and the attempt ledger, with the process ("host/pid") and the
+trace and span ID of every attempt so a redelivery chain can be followed
+across consumers. The namespace is the handler's (handler.WithStore); a
+dead letter carries it (surely dlq show).
 
 Without --namespace, inspect looks the key up in every namespace and shows
 each record it finds (--json then prints a list). On SQL this is one index
@@ -198,6 +200,7 @@ func printRecord(w io.Writer, r recordJSON, now time.Time) error {
 				stampMilli(*r.LeaseUntil), age(now.Sub(*r.LeaseUntil))))
 		}
 		row("lease owner trace:", r.LeaseOwner)
+		row("lease process:", r.LeaseProcess)
 	}
 	if r.ExpiresAt != nil {
 		row("expires:", fmt.Sprintf("%s (in %s, retention)", stamp(*r.ExpiresAt), age(r.ExpiresAt.Sub(now))))
@@ -240,10 +243,10 @@ func attemptsText(r recordJSON) string {
 // printLedger prints attempt records as a table, oldest first.
 func printLedger(w io.Writer, h []idempotency.AttemptRecord) error {
 	tw := newTable(w)
-	fprintln(tw, "  ATTEMPT\tSTARTED\tENDED\tRESULT\tREASON\tTRACE ID\tSPAN ID\tERROR")
+	fprintln(tw, "  ATTEMPT\tSTARTED\tENDED\tRESULT\tREASON\tPROCESS\tTRACE ID\tSPAN ID\tERROR")
 	for _, r := range h {
-		fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Attempt, stampMilli(r.Started), stampMilli(r.Ended),
-			orDash(string(r.Result)), orDash(r.Reason), orDash(r.TraceID), orDash(r.SpanID), orDash(clip(r.Error, 200)))
+		fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Attempt, stampMilli(r.Started), stampMilli(r.Ended),
+			orDash(string(r.Result)), orDash(r.Reason), orDash(clip(r.Owner, 64)), orDash(r.TraceID), orDash(r.SpanID), orDash(clip(r.Error, 200)))
 	}
 	return tw.Flush()
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/idempotency/redisstore"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/testenv"
 	"github.com/surely-dev/surely/retry"
 )
@@ -39,13 +41,15 @@ func traceCtx(t *testing.T, traceHex, spanHex string) context.Context {
 }
 
 // The chain of the inspect tests: attempt 1 on consumer A and attempt 2 on
-// consumer B fail, attempt 3 on consumer A succeeds.
+// consumer B fail, attempt 3 on consumer A succeeds. owner is the process
+// of the consumer where a test names it (TestInspectGolden); driven by
+// handler.New, both consumers are this process.
 var chain = []struct {
-	consumer, trace, span, err string
+	consumer, trace, span, err, owner string
 }{
-	{"A", "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", "consumer A: inventory service timeout"},
-	{"B", "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", "consumer B: inventory service 503"},
-	{"A", "5b8aa5a2d2c872e8321cf37308d69df2", "051581bf3cb55c13", ""},
+	{"A", "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", "consumer A: inventory service timeout", "host-a/101"},
+	{"B", "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", "consumer B: inventory service 503", "host-b/202"},
+	{"A", "5b8aa5a2d2c872e8321cf37308d69df2", "051581bf3cb55c13", "", "host-a/101"},
 }
 
 // driveTwoConsumers runs the chain through two handler.New consumers that
@@ -108,6 +112,7 @@ func assertChain(t *testing.T, out string, ns, key string) {
 		assert.Equal(t, c.err, l.Error, "attempt %d", i+1)
 		assert.Equal(t, c.trace, l.TraceID, "attempt %d", i+1)
 		assert.Equal(t, c.span, l.SpanID, "attempt %d", i+1)
+		assert.Equal(t, idem.ProcessOwner(), l.Owner, "attempt %d: the process that ran it", i+1)
 		assert.False(t, l.Started.IsZero())
 		assert.False(t, l.Ended.Before(l.Started))
 	}
@@ -144,6 +149,7 @@ func TestInspectSQLiteTwoConsumers(t *testing.T) {
 	for _, c := range chain {
 		assert.Contains(t, out, c.trace)
 	}
+	assert.Regexp(t, `(?m)^\s+2\s.*\sfailed\s+error\s+`+regexp.QuoteMeta(idem.ProcessOwner())+`\s+`+chain[1].trace, out, "the process column")
 	assert.Contains(t, out, "state:")
 	assert.Contains(t, out, "consumer B: inventory service 503")
 	assert.Regexp(t, `(?m)^\s+3\s.*\sdone\s`, out)
@@ -200,7 +206,7 @@ func TestInspectGolden(t *testing.T) {
 	claim := func(i int) idempotency.Lease {
 		res, err := store.Claim(ctx, idempotency.ClaimRequest{
 			Namespace: "reserve-stock", Key: "order-7", Fingerprint: "sha256:abcd", Lease: time.Minute,
-			MaxAttempts: 5, TraceID: chain[i].trace, SpanID: chain[i].span,
+			MaxAttempts: 5, TraceID: chain[i].trace, SpanID: chain[i].span, Owner: chain[i].owner,
 		})
 		require.NoError(t, err)
 		require.Equal(t, idempotency.Acquired, res.Status)

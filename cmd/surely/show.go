@@ -83,8 +83,9 @@ func (a *app) showCmd() *cobra.Command {
 topic, handler, operation key, reason, error and its Go error types,
 its call site when known (the function and file:line where it arose),
 attempts, first and last failure, trace and span ID, host, the per-attempt
-history with the trace ID of every attempt, the other metadata, and the
-payload (as text when it is valid UTF-8, else base64, flagged as such).
+history with the process and trace ID of every attempt, the other
+metadata, and the payload (as text when it is valid UTF-8, else base64,
+flagged as such).
 It also shows where the entry stands: open, replayed (by which runs),
 resolved, failed again (and the ID of its new dead letter) or discarded
 (and why). ID is the dead letter's ID, or its start as ls prints it, or

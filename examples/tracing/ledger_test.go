@@ -108,11 +108,13 @@ func TestLedgerCarriesTheChainAcrossProcesses(t *testing.T) {
 	// Deliver again until an attempt runs: while attempt 1's lease is
 	// live a delivery ends in_progress, charging nothing.
 	outcomes := []string{}
+	pids := []int{first.Cmd.Process.Pid} // of the process of each attempt
 	for i := 2; len(outcomes) < 2 && i < 20; i++ {
 		p := childproc.Start(t, fmt.Sprintf("delivery-%d", i), env(fmt.Sprintf("delivery-%d", i)))
 		line := p.WaitFor(t, timeout, markOutcome)
 		if o := strings.Fields(strings.TrimPrefix(line, markOutcome))[0]; o != "in_progress" {
 			outcomes = append(outcomes, o)
+			pids = append(pids, p.Cmd.Process.Pid)
 		}
 		p.WaitFor(t, timeout, "returned")
 	}
@@ -144,4 +146,17 @@ func TestLedgerCarriesTheChainAcrossProcesses(t *testing.T) {
 	assert.Equal(t, "processed", a3.Attrs["surely.outcome"])
 	assert.Equal(t, 2, ch.linksBetween)
 	assert.Contains(t, out.String(), "summary: attempts=3 processes=3 links_between_attempts=2 killed=1 final=processed")
+
+	// The store's ledger names the process of each attempt, "host/pid".
+	db, store, err := openStore(t.Context(), dbPath)
+	require.NoError(t, err)
+	defer func() { _ = db.Close() }()
+	r, err := store.Get(t.Context(), "charge-payments", a3.Attrs["surely.operation_key"])
+	require.NoError(t, err)
+	require.Len(t, r.History, 3)
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	for i, h := range r.History {
+		assert.Equal(t, fmt.Sprintf("%s/%d", host, pids[i]), h.Owner, "attempt %d", i+1)
+	}
 }

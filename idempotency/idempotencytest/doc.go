@@ -52,7 +52,8 @@
 // durable budget (releases, final releases and crash loops all end
 // Exhausted, canceled releases are refunded); retention; namespaces and
 // opaque keys (separators, glob and hash-tag characters, Unicode); request
-// validation (ErrInvalidRequest, nothing stored); the history bound and text
+// validation (ErrInvalidRequest, nothing stored); the owner of each attempt
+// kept in the history, across a takeover; the history bound and text
 // truncation; Get.
 //
 // Transitions holds the store to the state machine itself: surely writes

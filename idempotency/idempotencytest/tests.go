@@ -21,6 +21,7 @@ var tests = []struct {
 }{
 	{"ConcurrentClaimsOneWinner", testConcurrentClaimsOneWinner},
 	{"LeaseExpiryTakeover", testLeaseExpiryTakeover},
+	{"OwnerInHistory", testOwnerInHistory},
 	{"StaleTokenAfterTakeover", testStaleTokenAfterTakeover},
 	{"CompleteThenClaim", testCompleteThenClaim},
 	{"ReleaseThenClaim", testReleaseThenClaim},
@@ -132,6 +133,61 @@ func testLeaseExpiryTakeover(t *testing.T, e *env) {
 	require.Equal(t, req.SpanID, rec.History[0].SpanID)
 	require.Equal(t, 2, rec.History[1].Attempt)
 	require.Equal(t, idempotency.ResultInProgress, rec.History[1].Result)
+}
+
+// The owner of each claim (the process that made it) is kept in the
+// history entry of the attempt it acquired, through the attempt's end, in
+// the order of the attempts: a takeover after a lease expiry shows both
+// processes. A claim without one leaves it empty.
+func testOwnerInHistory(t *testing.T, e *env) {
+	const (
+		first  = "worker-1.example.com/4242"
+		second = `worker-2/17 "b" <&> ü/\\x`
+	)
+	req := e.short("k")
+	req.Owner = first
+	e.acquire(req, 1)
+	rec := e.get("k")
+	require.Len(t, rec.History, 1)
+	require.Equal(t, first, rec.History[0].Owner, "the acquiring claim's owner")
+
+	// A claim that finds the lease live writes nothing.
+	other := e.req("k")
+	other.Owner = second
+	require.Equal(t, idempotency.InProgress, e.claim(other).Status)
+	require.Equal(t, first, e.get("k").History[0].Owner)
+
+	e.expireLeases()
+	l := e.acquire(other, 2).Lease
+	e.release(l, testFailure)
+	l = e.acquire(e.req("k"), 3).Lease
+	e.complete(l, idempotency.Outcome{})
+
+	rec = e.get("k")
+	require.Len(t, rec.History, 3)
+	owners := make([]string, len(rec.History))
+	results := make([]idempotency.AttemptResult, len(rec.History))
+	for i, h := range rec.History {
+		owners[i], results[i] = h.Owner, h.Result
+	}
+	require.Equal(t, []string{first, second, ""}, owners, "one owner per attempt, oldest first")
+	require.Equal(t, []idempotency.AttemptResult{idempotency.ResultUnknown, idempotency.ResultFailed, idempotency.ResultDone}, results)
+
+	// The first attempt of a key, completed: its owner stays.
+	req = e.req("once")
+	req.Owner = first
+	e.complete(e.acquire(req, 1).Lease, idempotency.Outcome{})
+	rec = e.get("once")
+	require.Len(t, rec.History, 1)
+	require.Equal(t, first, rec.History[0].Owner)
+	require.Equal(t, idempotency.ResultDone, rec.History[0].Result)
+
+	// The longest owner accepted is kept whole.
+	req = e.req("long")
+	req.Owner = strings.Repeat("é", idem.MaxOwnerLen/2) + "/"
+	require.Len(t, req.Owner, idem.MaxOwnerLen)
+	e.acquire(req, 1)
+	require.Equal(t, req.Owner, e.get("long").History[0].Owner)
 }
 
 // A stale owner can neither overwrite nor delete its successor's record.
@@ -662,6 +718,9 @@ func testInvalidRequests(t *testing.T, e *env) {
 		{"negative lease", func(r *idempotency.ClaimRequest) { r.Lease = -longLease }},
 		{"zero max attempts", func(r *idempotency.ClaimRequest) { r.MaxAttempts = 0 }},
 		{"negative max attempts", func(r *idempotency.ClaimRequest) { r.MaxAttempts = -1 }},
+		{"owner too long", func(r *idempotency.ClaimRequest) { r.Owner = strings.Repeat("o", idem.MaxOwnerLen+1) }},
+		{"newline in owner", func(r *idempotency.ClaimRequest) { r.Owner = "host\n/1" }},
+		{"owner not UTF-8", func(r *idempotency.ClaimRequest) { r.Owner = "host\xff/1" }},
 	}
 	for i, tc := range cases {
 		req := e.req(fmt.Sprintf("invalid-%d", i))

@@ -34,8 +34,8 @@
 // pipelined with PEXPIRETIME <key> in the same round trip. The header
 // line gives the lease token, the lease and the retention, and the
 // lengths in bytes of what follows it: the payload fingerprint, the trace
-// and span IDs of the attempt (as the JSON members of its history entry)
-// and the replay ID of a reopening claim. The record holds no clock
+// and span IDs and the owner of the attempt (as the JSON members of its
+// history entry) and the replay ID of a reopening claim. The record holds no clock
 // reading: it expires lease_ms + retention_ms after the claim by the
 // server's clock, so its lease ends at PEXPIRETIME - retention_ms (which
 // Claim returns as Lease.Until) and the attempt started lease_ms before

@@ -279,7 +279,7 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 // claimArgs are the arguments of the claim script (see lua/claim.lua).
 func (s *Store) claimArgs(req idempotency.ClaimRequest, token string) []any {
 	lease, retention := ms(req.Lease), ms(s.retention)
-	ids := historyIDs(req.TraceID, req.SpanID)
+	ids := historyIDs(req.TraceID, req.SpanID, req.Owner)
 	fast := ""
 	if !s.hashRecords {
 		fast = fastRecord(req, token, lease, retention, ids)
@@ -366,22 +366,47 @@ func isServerError(err error) bool {
 	return errors.As(err, &e) && !errors.Is(err, redis.Nil)
 }
 
-// historyIDs returns the trace and span IDs of a claim's attempt as the
-// JSON members the claim script adds to its history entry, each only when
-// set: ,"trace_id":"…","span_id":"…". The script appends them as they are,
-// which spares it encoding JSON.
-func historyIDs(traceID, spanID string) string {
+// historyIDs returns the trace and span IDs and the owner of a claim's
+// attempt as the JSON members the claim script adds to its history entry,
+// each only when set: ,"trace_id":"…","span_id":"…","owner":"…". The
+// script appends them as they are, which spares it encoding JSON.
+func historyIDs(traceID, spanID, owner string) string {
 	var b strings.Builder
+	b.Grow(len(`,"trace_id":"","span_id":"","owner":""`) + len(traceID) + len(spanID) + len(owner))
 	member := func(name, v string) {
-		if v != "" {
-			q, _ := json.Marshal(v) // a string always encodes
-			b.WriteString(`,"` + name + `":`)
-			b.Write(q)
+		if v == "" {
+			return
 		}
+		b.WriteString(`,"`)
+		b.WriteString(name)
+		b.WriteString(`":`)
+		if plainJSON(v) {
+			// Hex IDs and most owners: the encoding is the text quoted.
+			b.WriteByte('"')
+			b.WriteString(v)
+			b.WriteByte('"')
+			return
+		}
+		q, _ := json.Marshal(v) // a string always encodes
+		b.Write(q)
 	}
 	member("trace_id", traceID)
 	member("span_id", spanID)
+	member("owner", owner)
 	return b.String()
+}
+
+// plainJSON reports whether json.Marshal encodes s as s in quotes: printable
+// ASCII without a quote, a backslash or one of the characters it escapes
+// for HTML.
+func plainJSON(s string) bool {
+	for i := range len(s) {
+		switch c := s[i]; {
+		case c < 0x20, c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // claimResult reads the claim script's reply v to a claim under token. The

@@ -93,7 +93,7 @@ func (s *Store) claimFast(ctx context.Context, tx *sql.Tx, req idempotency.Claim
 		state: string(idempotency.StateInProgress), fingerprint: req.Fingerprint, token: token,
 		attempts: 1, reopenedBy: req.Reopen,
 		history: []histEntry{{Attempt: 1, Started: histMarker, Result: idempotency.ResultInProgress,
-			TraceID: req.TraceID, SpanID: req.SpanID}},
+			TraceID: req.TraceID, SpanID: req.SpanID, Owner: req.Owner}},
 	}
 	h, err := histPieces(r.history)
 	if err != nil || len(h) != 2 {

@@ -114,7 +114,7 @@ func (s *Store) claimInTx(ctx context.Context, tx *sql.Tx, req idempotency.Claim
 	token := newToken()
 	const attempt = 1 // a first delivery, with no record: see claimFast
 	h, err := histPieces([]histEntry{{Attempt: attempt, Started: histMarker, Ended: histMarker,
-		Result: idempotency.ResultDone, TraceID: req.TraceID, SpanID: req.SpanID}})
+		Result: idempotency.ResultDone, TraceID: req.TraceID, SpanID: req.SpanID, Owner: req.Owner}})
 	if err != nil {
 		return res, false, err
 	}

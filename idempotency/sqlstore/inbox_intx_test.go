@@ -14,6 +14,7 @@ import (
 
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -100,6 +101,7 @@ func TestInboxInTxEffectAndDoneCommitTogether(t *testing.T) {
 		require.Equal(t, 1, rec.Attempts)
 		require.Len(t, rec.History, 1)
 		require.Equal(t, idempotency.ResultDone, rec.History[0].Result)
+		require.Equal(t, idem.ProcessOwner(), rec.History[0].Owner, "the process of the attempt")
 		require.False(t, rec.History[0].Started.IsZero())
 		require.False(t, rec.History[0].Ended.Before(rec.History[0].Started))
 		require.True(t, rec.ExpiresAt.After(time.Now().Add(time.Hour)), "retained: %v", rec.ExpiresAt)

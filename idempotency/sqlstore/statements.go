@@ -214,11 +214,18 @@ func (st stmtText) argv(v map[string]any) []any {
 const histMarker int64 = -7_777_777_777_777
 
 // histPieces returns the JSON of h split at every histMarker: the pieces
-// between which a statement puts its clock.
+// between which a statement puts its clock. Only a time member's value is
+// a split point (`_ms":` then the marker), never the same digits inside a
+// text (an error, an owner): in a JSON string a quote is escaped.
 func histPieces(h []histEntry) ([]string, error) {
 	b, err := json.Marshal(h)
 	if err != nil {
 		return nil, fmt.Errorf("encode history: %w", err)
 	}
-	return strings.Split(string(b), strconv.FormatInt(histMarker, 10)), nil
+	const member = `_ms":`
+	pieces := strings.Split(string(b), member+strconv.FormatInt(histMarker, 10))
+	for i := range len(pieces) - 1 {
+		pieces[i] += member
+	}
+	return pieces, nil
 }

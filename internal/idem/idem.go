@@ -1,13 +1,18 @@
 // Package idem holds what package idempotency shares with the other
 // packages of surely without exporting it: the bounds of keys and of the
-// texts a store keeps, their checks, and the context key of the running
-// attempt. It imports no package of surely, so that idempotency can
-// import it; idempotency's errors of the same names are these.
+// texts a store keeps, their checks, the context key of the running
+// attempt and the identity of this process as a claim's owner. It imports
+// no package of surely, so that idempotency can import it; idempotency's
+// errors of the same names are these.
 package idem
 
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -28,6 +33,9 @@ const (
 	MaxErrorLen = 2048
 	// MaxStackLen bounds the stack kept per attempt, in bytes.
 	MaxStackLen = 4096
+	// MaxOwnerLen bounds a claim's owner (the process that made it), in
+	// bytes.
+	MaxOwnerLen = 255
 )
 
 // The errors of package idempotency that the checks here return.
@@ -48,18 +56,67 @@ func ValidateKey(key string) error {
 	if key == "" {
 		return ErrNoKey
 	}
-	if len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidKey, len(key), MaxKeyLen)
+	if err := checkText(key, MaxKeyLen); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
-	if !utf8.ValidString(key) {
-		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidKey)
+	return nil
+}
+
+// ValidateOwner checks a claim's owner: at most MaxOwnerLen bytes, valid
+// UTF-8 and free of control characters (else an error wrapping
+// ErrInvalidRequest). The empty owner (none given) is valid.
+func ValidateOwner(owner string) error {
+	if err := checkText(owner, MaxOwnerLen); err != nil {
+		return fmt.Errorf("%w: owner: %w", ErrInvalidRequest, err)
 	}
-	for i, r := range key {
+	return nil
+}
+
+// checkText checks that s has at most limit bytes, is valid UTF-8 and
+// has no control character.
+func checkText(s string, limit int) error {
+	if len(s) > limit {
+		return fmt.Errorf("%d bytes, the limit is %d", len(s), limit)
+	}
+	if !utf8.ValidString(s) {
+		return errors.New("not valid UTF-8")
+	}
+	for i, r := range s {
 		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: control character %U at byte %d", ErrInvalidKey, r, i)
+			return fmt.Errorf("control character %U at byte %d", r, i)
 		}
 	}
 	return nil
+}
+
+// ProcessOwner is the owner the dedup step gives its claims
+// (ClaimRequest.Owner): this process as "host/pid", read once. A host name
+// that cannot be read is "unknown"; one that is not a valid owner is made
+// one (control characters and invalid UTF-8 replaced by '?', cut to fit).
+var ProcessOwner = sync.OnceValue(func() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = ""
+	}
+	return Owner(host, os.Getpid())
+})
+
+// Owner is the owner "host/pid" of process pid on host, valid
+// (ValidateOwner) whatever host holds: "unknown" when it is empty, its
+// control characters and invalid UTF-8 replaced by '?', cut to fit
+// MaxOwnerLen.
+func Owner(host string, pid int) string {
+	if host == "" {
+		host = "unknown"
+	}
+	host = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(host, "?"))
+	suffix := "/" + strconv.Itoa(pid)
+	return Truncate(host, MaxOwnerLen-len(suffix)) + suffix
 }
 
 // ValidateNamespace checks that ns can be used as a namespace: it must

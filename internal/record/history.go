@@ -21,6 +21,7 @@ type Entry[T int64 | float64] struct {
 	Stack   string                    `json:"stack,omitempty"`
 	TraceID string                    `json:"trace_id,omitempty"`
 	SpanID  string                    `json:"span_id,omitempty"`
+	Owner   string                    `json:"owner,omitempty"`
 }
 
 // Attempts returns the attempt records of the stored history hs, nil when
@@ -42,6 +43,7 @@ func Attempts[T int64 | float64](hs []Entry[T]) []idempotency.AttemptRecord {
 			Stack:   h.Stack,
 			TraceID: h.TraceID,
 			SpanID:  h.SpanID,
+			Owner:   h.Owner,
 		}
 	}
 	return out
@@ -66,6 +68,7 @@ func Entries(h []idempotency.AttemptRecord) []Entry[int64] {
 			Stack:   a.Stack,
 			TraceID: a.TraceID,
 			SpanID:  a.SpanID,
+			Owner:   a.Owner,
 		}
 	}
 	return out

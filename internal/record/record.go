@@ -109,7 +109,7 @@ func acquire(r *idempotency.Record, req idempotency.ClaimRequest, token string, 
 	r.Outcome = nil
 	r.History = append(r.History, idempotency.AttemptRecord{
 		Attempt: r.Attempts, Started: now, Result: idempotency.ResultInProgress,
-		TraceID: req.TraceID, SpanID: req.SpanID,
+		TraceID: req.TraceID, SpanID: req.SpanID, Owner: req.Owner,
 	})
 	if n := len(r.History); n > idem.MaxHistory {
 		r.History = slices.Clone(r.History[n-idem.MaxHistory:])

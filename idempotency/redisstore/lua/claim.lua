@@ -1,8 +1,9 @@
 -- Claim: KEYS[1] = record key.
 -- ARGV: fingerprint, lease_ms, max_attempts, token, retention_ms,
 --       lease_ms + retention_ms, max_history (at least 1),
---       ids (the trace and span IDs of the new attempt as JSON members,
---       ',"trace_id":"…"' and ',"span_id":"…"', each only when set),
+--       ids (the trace and span IDs and the owner of the new attempt as
+--       JSON members, ',"trace_id":"…"', ',"span_id":"…"' and
+--       ',"owner":"…"', each only when set),
 --       reopen (replay ID or ''), the fast record of a new key (see
 --       prelude.lua; '' under WithHashRecords: a new key is a hash)
 -- Returns one of:
