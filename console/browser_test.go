@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -103,7 +104,7 @@ func outage() []letter {
 			payload: []byte(fmt.Sprintf(`{"order":%d,"amount":"%d.90 EUR","card":"visa-4242"}`, 1001+i, 10+i)),
 			md:      map[string]string{"content-type": "application/json", idempotency.DefaultMetadataKey: fmt.Sprintf("order-%d", 1001+i)},
 			at:      t0.Add(-time.Duration(i*37) * time.Minute),
-			err:     fmt.Errorf("charge order-%d: %w", 1001+i, &gatewayError{}),
+			err:     fmt.Errorf("charge order-%d: %w", 1001+i, dialGateway()),
 		}
 		switch {
 		case i%4 == 1:
@@ -120,9 +121,19 @@ func outage() []letter {
 	return ls
 }
 
-type gatewayError struct{}
+// gatewayError carries the stack where it was made (as errors of
+// github.com/pkg/errors and the like do): the dead letter's call site.
+type gatewayError struct{ pcs []uintptr }
 
 func (*gatewayError) Error() string { return "dial tcp 10.20.0.7:443: connect: connection refused" }
+
+func (e *gatewayError) Callers() []uintptr { return e.pcs }
+
+// dialGateway fails as a payment gateway's client would.
+func dialGateway() error {
+	pcs := make([]uintptr, 16)
+	return &gatewayError{pcs: pcs[:runtime.Callers(1, pcs)]}
+}
 
 // failedAttempts leaves in store the record the attempts of the orders
 // that were dead-lettered left behind: two failed attempts of a budget of

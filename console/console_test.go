@@ -62,7 +62,8 @@ func TestPagesCarryASecurityPolicy(t *testing.T) {
 func TestOverviewCountsAndGroups(t *testing.T) {
 	ar := newArchive(t,
 		letter{uuid: "a", topic: "orders", handler: "charge", err: fmt.Errorf("wrap: %w", context.DeadlineExceeded)},
-		letter{uuid: "b", topic: "orders", handler: "charge", reason: dlq.ReasonPermanent},
+		letter{uuid: "b", topic: "orders", handler: "charge", reason: dlq.ReasonPermanent,
+			md: map[string]string{"surely_error_site": "billing.(*Gateway).Charge (gateway.go:42)"}},
 		letter{uuid: "c", topic: "invoices", handler: "mail", at: t0.Add(-30 * time.Hour)},
 	)
 	srv := serve(t, ar, console.WithoutAuth())
@@ -78,6 +79,22 @@ func TestOverviewCountsAndGroups(t *testing.T) {
 		if !strings.Contains(page, want) {
 			t.Errorf("overview lacks %q", want)
 		}
+	}
+	// Failure groups by error type and call site: b's group links to b.
+	site := `<code>billing.(*Gateway).Charge (gateway.go:42)</code>`
+	i := strings.Index(page, site)
+	if i < 0 || strings.Count(page, site) != 1 {
+		t.Fatalf("the overview has no failure group of b's call site:\n%s", page)
+	}
+	link := page[strings.LastIndex(page[:i], `href="`)+len(`href="`):]
+	link = strings.ReplaceAll(link[:strings.Index(link, `"`)], "&amp;", "&")
+	_, list := get(t, srv, "/"+link)
+	if !strings.Contains(list, `id="matching"><b>1</b>`) || strings.Count(list, `class="entry"`) != 1 {
+		t.Fatalf("the call site's group (%s) does not list b alone", link)
+	}
+	entry := list[strings.Index(list, `class="entry" href="`)+len(`class="entry" href="`):]
+	if _, page := get(t, srv, "/"+entry[:strings.Index(entry, `"`)]); !strings.Contains(page, site) {
+		t.Error("the entry page does not show the call site")
 	}
 	resp, err := srv.Client().Do(request(t, http.MethodGet, srv.URL+"/chart.svg", nil))
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 // query is a list or replay selection as the page's form gives it.
 type query struct {
 	Reason, Topic, Handler, ErrType, Key, Text string
+	Site                                       string // the call site
 	Replay                                     string // the re-failures of this replay run
 	State                                      string // a lifecycle state, or "all"; default open
 	From, To                                   string // "2006-01-02T15:04" (UTC) or RFC 3339
@@ -37,11 +38,11 @@ const (
 func parseQuery(v url.Values) (query, error) {
 	q := query{
 		Reason: v.Get("reason"), Topic: v.Get("topic"), Handler: v.Get("handler"),
-		ErrType: v.Get("errtype"), Key: v.Get("key"), Text: v.Get("q"),
+		ErrType: v.Get("errtype"), Site: v.Get("site"), Key: v.Get("key"), Text: v.Get("q"),
 		From: v.Get("from"), To: v.Get("to"), IDs: v["id"], Replay: v.Get("replay"),
 		State: cmp.Or(v.Get("state"), string(archive.StateOpen)),
 	}
-	for name, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "key": q.Key, "q": q.Text, "replay": q.Replay} {
+	for name, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "site": q.Site, "key": q.Key, "q": q.Text, "replay": q.Replay} {
 		if err := checkField(s); err != nil {
 			return q, fmt.Errorf("filter %s: %w", name, err)
 		}
@@ -69,7 +70,7 @@ func parseQuery(v url.Values) (query, error) {
 	}
 	q.filter = archive.Filter{
 		IDs: q.IDs, Reason: dlq.Reason(q.Reason), Topic: q.Topic, Handler: q.Handler,
-		ErrorType: q.ErrType, Key: q.Key, ErrorContains: q.Text, ReplayID: q.Replay, States: states,
+		ErrorType: q.ErrType, ErrorSite: q.Site, Key: q.Key, ErrorContains: q.Text, ReplayID: q.Replay, States: states,
 	}
 	if q.filter.DeadLetteredAfter, err = parseTime("from", q.From); err != nil {
 		return q, err
@@ -127,7 +128,7 @@ func (q query) values() url.Values {
 	if state == string(archive.StateOpen) {
 		state = "" // the default
 	}
-	for k, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "key": q.Key, "q": q.Text, "from": q.From, "to": q.To, "replay": q.Replay, "state": state} {
+	for k, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "site": q.Site, "key": q.Key, "q": q.Text, "from": q.From, "to": q.To, "replay": q.Replay, "state": state} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -145,7 +146,7 @@ func (q query) Encode() template.URL { return template.URL(q.values().Encode()) 
 // Fields lists the selection as name/value pairs (for hidden form fields).
 func (q query) Fields() [][2]string {
 	var out [][2]string
-	for _, k := range []string{"state", "reason", "topic", "handler", "errtype", "key", "q", "from", "to", "replay"} {
+	for _, k := range []string{"state", "reason", "topic", "handler", "errtype", "site", "key", "q", "from", "to", "replay"} {
 		if s := q.values().Get(k); s != "" {
 			out = append(out, [2]string{k, s})
 		}

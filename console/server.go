@@ -132,9 +132,28 @@ func sorted(m map[string]int) []count {
 	return out
 }
 
+// failureGroup is one row of the overview's failure groups.
+type failureGroup struct {
+	Type, Site string
+	N          int
+}
+
+// failureGroups lists m's groups, largest first, then by type and site.
+func failureGroups(m map[[2]string]int) []failureGroup {
+	out := make([]failureGroup, 0, len(m))
+	for k, n := range m {
+		out = append(out, failureGroup{k[0], k[1], n})
+	}
+	slices.SortFunc(out, func(a, b failureGroup) int {
+		return cmp.Or(cmp.Compare(b.N, a.N), strings.Compare(a.Type, b.Type), strings.Compare(a.Site, b.Site))
+	})
+	return out
+}
+
 type overviewData struct {
 	Stats                               archive.Stats
 	OldestAge                           string
+	Groups                              []failureGroup
 	Reasons, Topics, Handlers, ErrTypes []count
 	States                              []count // every entry, by lifecycle state
 }
@@ -153,6 +172,7 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 	d := overviewData{
 		Stats: st, Reasons: sorted(st.ByReason), Topics: sorted(st.ByTopic),
 		Handlers: sorted(st.ByHandler), ErrTypes: sorted(st.ByErrorType), States: sorted(all.ByState),
+		Groups: failureGroups(st.ByFailureGroup),
 	}
 	if st.Total > 0 {
 		d.OldestAge = age(now.Sub(st.Oldest))
