@@ -2,17 +2,22 @@ package console_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/surely-dev/surely/console"
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/dlq/sqlarchive"
+	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/envelope"
 )
 
@@ -108,6 +113,40 @@ func TestOverviewCountsAndGroups(t *testing.T) {
 	}
 	if strings.Contains(page, "<script") {
 		t.Error("the overview has a script element")
+	}
+}
+
+// The chart over a SQL archive counts in one query (archivekit.Arrivals)
+// what the memory archive's fallback counts by listing: the same image.
+func TestChartOverSQLCountsInTheArchive(t *testing.T) {
+	letters := []letter{
+		{uuid: "a", at: t0.Add(-time.Hour)}, {uuid: "b", at: t0.Add(-time.Hour)},
+		{uuid: "c", at: t0.Add(-3 * time.Hour)}, {uuid: "d", at: t0.Add(-30 * time.Hour)},
+	}
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "dlq.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ar, err := sqlarchive.New(db, sqlstore.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ar.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range letters {
+		if err := ar.Publish("dlq", deadLetter(l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chart := func(ar archive.Archive) string {
+		_, svg := get(t, serve(t, ar, console.WithoutAuth()), "/chart.svg")
+		return svg
+	}
+	sqlChart, memChart := chart(ar), chart(newArchive(t, letters...))
+	if !strings.Contains(sqlChart, ">3 in the last 24 hours, most 2 in an hour<") || sqlChart != memChart {
+		t.Errorf("the SQL archive's chart:\n%s\nthe memory archive's:\n%s", sqlChart, memChart)
 	}
 }
 

@@ -55,8 +55,9 @@ func deadLetter(l letter) *message.Message {
 		Reason: l.reason, Err: l.err, Attempts: 2, OperationKey: l.key, Topic: l.topic, Handler: l.handler,
 		Namespace: "ns", Retention: l.retention, At: l.at, TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
 		History: []idempotency.AttemptRecord{
-			{Attempt: 1, Started: l.at.Add(-2 * time.Second), Ended: l.at.Add(-time.Second), Result: idempotency.ResultFailed, Error: l.err.Error(), Type: "*errors.errorString", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7"},
-			{Attempt: 2, Started: l.at.Add(-time.Second), Ended: l.at, Result: idempotency.ResultFailed, Error: l.err.Error()},
+			{Attempt: 1, Started: l.at.Add(-2 * time.Second), Ended: l.at.Add(-time.Second), Result: idempotency.ResultFailed, Error: l.err.Error(), Type: "*errors.errorString", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
+				Owner: "worker-1/4127"},
+			{Attempt: 2, Started: l.at.Add(-time.Second), Ended: l.at, Result: idempotency.ResultFailed, Error: l.err.Error(), Owner: "worker-2/3310"},
 		},
 	}
 	return dlq.Wrap(msg, f, nil, "worker-1", "group")

@@ -207,9 +207,13 @@ const (
 )
 
 // arrivals counts the entries dead-lettered in the last chartWindow, by
-// bucket, reading at most chartBudget entries without payloads.
+// bucket: in one query where the archive has one (dlq/sqlarchive), else
+// reading at most chartBudget entries without payloads.
 func (s *server) arrivals(ctx context.Context, now time.Time) (chart, error) {
 	start := now.Add(-chartWindow)
+	if counts, ok, err := s.src.arrivals(ctx, start, chartWindow/chartBuckets, chartBuckets); ok || err != nil {
+		return newChart(start, counts, false), err
+	}
 	counts := make([]int, chartBuckets)
 	f := archive.Filter{DeadLetteredAfter: start}
 	p := archive.Page{Limit: 1000, OmitPayload: true}
@@ -325,7 +329,13 @@ func (s *server) runData(ctx context.Context, id string) (runData, error) {
 	// is nothing left to cancel.
 	d := runData{ReplayRun: run, Active: active && run.State != archive.RunDone, Store: s.c.store != nil}
 	f := run.Filter
-	f.NotReplayedBy = run.ID
+	if !slices.Equal(f.States, []archive.State{archive.StateOpen}) {
+		// A run of open entries moves each one it replays out of
+		// open: its filter alone selects the rest, and the archive counts
+		// it without reading the entries (the page refreshes itself
+		// while the run runs). Any other selection excludes the run's.
+		f.NotReplayedBy = run.ID
+	}
 	if st, err := s.src.stats(ctx, f); err == nil {
 		d.Remaining = max(0, st.Total-run.Refused)
 	}

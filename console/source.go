@@ -10,6 +10,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
+	"github.com/surely-dev/surely/internal/archivekit"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/runcancel"
 )
@@ -20,6 +21,9 @@ type source interface {
 	get(ctx context.Context, id string) (archive.Entry, error)
 	list(ctx context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error)
 	stats(ctx context.Context, f archive.Filter) (archive.Stats, error)
+	// arrivals counts the entries dead-lettered per bucket in one query
+	// (archivekit.Arrivals); ok is false for an archive that has none.
+	arrivals(ctx context.Context, from time.Time, width time.Duration, n int) (counts []int, ok bool, err error)
 	loadRun(ctx context.Context, id string) (archive.ReplayRun, error)
 	replay(ctx context.Context, pub message.Publisher, f archive.Filter, opts ...dlq.Option) (result, error)
 	resume(ctx context.Context, pub message.Publisher, id string, opts ...dlq.Option) (result, error)
@@ -65,6 +69,15 @@ func (s archiveSource) list(ctx context.Context, f archive.Filter, p archive.Pag
 
 func (s archiveSource) stats(ctx context.Context, f archive.Filter) (archive.Stats, error) {
 	return s.ar.Stats(ctx, f)
+}
+
+func (s archiveSource) arrivals(ctx context.Context, from time.Time, width time.Duration, n int) ([]int, bool, error) {
+	count, ok := archivekit.ArrivalsOf(s.ar)
+	if !ok {
+		return nil, false, nil
+	}
+	counts, err := count(ctx, from, width, n)
+	return counts, true, err
 }
 
 func (s archiveSource) loadRun(ctx context.Context, id string) (archive.ReplayRun, error) {

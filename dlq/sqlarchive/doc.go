@@ -78,6 +78,12 @@
 //	MariaDB,     2 gor.       690-1400      500-790
 //	MariaDB,    16 gor.      2200-3200      500-1400
 //
+// Keeping the counts (see Tables) costs one more statement per transaction:
+// measured 2026-12-02 on a quiet machine, PostgreSQL 2 goroutines 721-767
+// publishes/s (1,009-1,036 before), 16 goroutines 516-525 (537-694); MariaDB
+// 723-900 and 728-817 (1,164-1,340 and 883-1,111); SQLite unchanged
+// (docs/BENCHMARKS.md).
+//
 // Dead letters are the exception path, so a few hundred archived per
 // second is the budget of one archive; a burst beyond that waits for the
 // lock (the dead-letter step's publish takes longer) rather than failing.
