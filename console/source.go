@@ -10,8 +10,8 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
-	"github.com/surely-dev/surely/internal/archivekit"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/archivekit"
 	"github.com/surely-dev/surely/internal/runcancel"
 )
 
