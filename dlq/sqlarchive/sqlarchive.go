@@ -317,18 +317,15 @@ func (a *Archive) where(f archive.Filter, after int64) (string, []any) {
 			args = append(args, id)
 		}
 	}
+	gc, ga := groupConds(f, "e.")
+	conds, args = append(conds, gc...), append(args, ga...)
 	eq := func(col, v string) {
 		if v != "" {
 			conds = append(conds, col+" = ?")
 			args = append(args, text(v))
 		}
 	}
-	eq("e.reason", string(f.Reason))
-	eq("e.original_topic", f.Topic)
-	eq("e.handler", f.Handler)
 	eq("e.op_key", f.Key)
-	eq("e.error_type", f.ErrorType)
-	eq("e.error_site", f.ErrorSite)
 	eq("e.replay_id", f.ReplayID)
 	if f.ErrorContains != "" {
 		switch a.dialect {
@@ -356,12 +353,6 @@ func (a *Archive) where(f archive.Filter, after int64) (string, []any) {
 	if f.ReplayedBy != "" {
 		conds = append(conds, "EXISTS (SELECT 1 FROM "+a.replayed+" r WHERE r.entry_id = e.id AND r.replay_id = ?)")
 		args = append(args, f.ReplayedBy)
-	}
-	if len(f.States) > 0 {
-		conds = append(conds, "e.state IN ("+placeholders(len(f.States))+")")
-		for _, st := range f.States {
-			args = append(args, string(st))
-		}
 	}
 	return " WHERE " + strings.Join(conds, " AND "), args
 }
