@@ -170,6 +170,7 @@ var tests = []struct {
 	{"ListOmitsPayload", testListOmitsPayload},
 	{"Stats", testStats},
 	{"StatsFollowEveryChange", testStatsFollowChanges},
+	{"StatsUnderConcurrentWrites", testStatsUnderConcurrentWrites},
 	{"Delete", testDelete},
 	{"MarkReplayed", testMarkReplayed},
 	{"Lifecycle", testLifecycle},
@@ -508,44 +509,7 @@ func testStatsFollowChanges(t *testing.T, e *env) {
 	}
 	check := func(step string) {
 		t.Helper()
-		for _, flt := range filters {
-			want := archivekit.NewStats()
-			for _, en := range e.listAll(flt, 0) {
-				want.Total++
-				want.ByReason[string(en.Reason)]++
-				want.ByTopic[en.OriginalTopic]++
-				want.ByHandler[en.Handler]++
-				want.ByErrorType[dlqenv.RootErrorType(en.ErrorTypes)]++
-				want.ByFailureGroup[[2]string{dlqenv.RootErrorType(en.ErrorTypes), en.ErrorSite}]++
-				state := en.State
-				if state == "" {
-					state = archive.StateOpen
-				}
-				want.ByState[string(state)]++
-				if want.Oldest.IsZero() || en.DeadLetteredAt.Before(want.Oldest) {
-					want.Oldest = en.DeadLetteredAt
-				}
-				if en.DeadLetteredAt.After(want.Newest) {
-					want.Newest = en.DeadLetteredAt
-				}
-			}
-			got, err := e.a.Stats(e.ctx, flt)
-			require.NoError(t, err)
-			require.Equal(t, want.Total, got.Total, "%s: Stats(%+v).Total", step, flt)
-			for name, pair := range map[string][2]map[string]int{
-				"ByReason": {want.ByReason, got.ByReason}, "ByTopic": {want.ByTopic, got.ByTopic},
-				"ByHandler": {want.ByHandler, got.ByHandler}, "ByErrorType": {want.ByErrorType, got.ByErrorType},
-				"ByState": {want.ByState, got.ByState},
-			} {
-				require.Equal(t, len(pair[0]), len(pair[1]), "%s: Stats(%+v).%s = %v, want %v", step, flt, name, pair[1], pair[0])
-				for k, n := range pair[0] {
-					require.Equal(t, n, pair[1][k], "%s: Stats(%+v).%s[%q]", step, flt, name, k)
-				}
-			}
-			require.Equal(t, want.ByFailureGroup, got.ByFailureGroup, "%s: Stats(%+v).ByFailureGroup", step, flt)
-			requireTime(t, want.Oldest, got.Oldest, step+": Oldest")
-			requireTime(t, want.Newest, got.Newest, step+": Newest")
-		}
+		e.requireStatsAgree(step, filters)
 	}
 	check("published")
 	e.publish(archivekit.CopyMessage(f[0]), other, archivekit.CopyMessage(other), sited)
@@ -570,6 +534,103 @@ func testStatsFollowChanges(t *testing.T, e *env) {
 	check("deleted")
 	e.publish(archivekit.CopyMessage(other))
 	check("published again after delete")
+}
+
+// requireStatsAgree checks that Stats of each filter agrees with what List
+// returns for it: totals, every breakdown, the oldest and newest times.
+func (e *env) requireStatsAgree(step string, filters []archive.Filter) {
+	t := e.t
+	t.Helper()
+	for _, flt := range filters {
+		want := archivekit.NewStats()
+		for _, en := range e.listAll(flt, 0) {
+			want.Total++
+			want.ByReason[string(en.Reason)]++
+			want.ByTopic[en.OriginalTopic]++
+			want.ByHandler[en.Handler]++
+			want.ByErrorType[dlqenv.RootErrorType(en.ErrorTypes)]++
+			want.ByFailureGroup[[2]string{dlqenv.RootErrorType(en.ErrorTypes), en.ErrorSite}]++
+			state := en.State
+			if state == "" {
+				state = archive.StateOpen
+			}
+			want.ByState[string(state)]++
+			if want.Oldest.IsZero() || en.DeadLetteredAt.Before(want.Oldest) {
+				want.Oldest = en.DeadLetteredAt
+			}
+			if en.DeadLetteredAt.After(want.Newest) {
+				want.Newest = en.DeadLetteredAt
+			}
+		}
+		got, err := e.a.Stats(e.ctx, flt)
+		require.NoError(t, err)
+		require.Equal(t, want.Total, got.Total, "%s: Stats(%+v).Total", step, flt)
+		for name, pair := range map[string][2]map[string]int{
+			"ByReason": {want.ByReason, got.ByReason}, "ByTopic": {want.ByTopic, got.ByTopic},
+			"ByHandler": {want.ByHandler, got.ByHandler}, "ByErrorType": {want.ByErrorType, got.ByErrorType},
+			"ByState": {want.ByState, got.ByState},
+		} {
+			require.Equal(t, len(pair[0]), len(pair[1]), "%s: Stats(%+v).%s = %v, want %v", step, flt, name, pair[1], pair[0])
+			for k, n := range pair[0] {
+				require.Equal(t, n, pair[1][k], "%s: Stats(%+v).%s[%q]", step, flt, name, k)
+			}
+		}
+		require.Equal(t, want.ByFailureGroup, got.ByFailureGroup, "%s: Stats(%+v).ByFailureGroup", step, flt)
+		requireTime(t, want.Oldest, got.Oldest, step+": Oldest")
+		requireTime(t, want.Newest, got.Newest, step+": Newest")
+	}
+}
+
+// testStatsUnderConcurrentWrites runs publishes (new entries and copies),
+// marks of every kind and deletes at once: an archive that keeps counts
+// apart from its entries must not lose a change between a read and a
+// write of another transaction.
+func testStatsUnderConcurrentWrites(t *testing.T, e *env) {
+	const writers, rounds = 4, 12
+	msg := func(w, r int) *message.Message {
+		topics := []string{"orders", "payments", "refunds"}
+		return envelope(letter{source: fmt.Sprintf("cw-%d-%d", w, r), reason: dlq.ReasonExhausted, topic: topics[(w+r)%3],
+			handler: "ship", err: "db timeout", attempts: 3, at: base.Add(time.Duration(w*rounds+r) * time.Second)})
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*rounds*4)
+	for w := range writers {
+		wg.Go(func() {
+			for r := range rounds {
+				m := msg(w, r)
+				if err := e.a.Publish("dead", m, archivekit.CopyMessage(m)); err != nil {
+					errs <- err
+				}
+				// Another writer's entry of this round, which may or may
+				// not exist yet: marks skip missing IDs.
+				other := msg((w+1)%writers, r).UUID
+				var err error
+				switch r % 4 {
+				case 0:
+					_, err = e.a.Mark(e.ctx, archive.Mark{To: archive.StateReplayed, Run: fmt.Sprintf("run-%d", w)}, other, m.UUID)
+				case 1:
+					_, err = e.a.Mark(e.ctx, archive.Mark{To: archive.StateDiscarded, Note: "test"}, other)
+				case 2:
+					_, err = e.a.Delete(e.ctx, other)
+				case 3:
+					_, err = e.a.Mark(e.ctx, archive.Mark{To: archive.StateResolved, Run: "run-0"}, other, m.UUID)
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	e.requireStatsAgree("after concurrent writes", []archive.Filter{
+		{}, {States: []archive.State{archive.StateOpen}}, {States: []archive.State{archive.StateReplayed}},
+		{States: []archive.State{archive.StateDiscarded}}, {States: []archive.State{archive.StateResolved}},
+		{Topic: "payments"}, {Topic: "refunds", States: []archive.State{archive.StateOpen, archive.StateResolved}},
+	})
 }
 
 func testDelete(t *testing.T, e *env) {
