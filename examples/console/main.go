@@ -69,16 +69,11 @@ func main() {
 	var (
 		dbPath    = flag.String("db", "", "SQLite file of the store and the archive (default: a new temporary file)")
 		listen    = flag.String("listen", "127.0.0.1:8080", "loopback address of the console")
-		exitAfter = flag.Duration("exit-after", 0, "stop after this long (0: on Ctrl-C or SIGTERM)")
+		exitAfter = flag.Duration("exit-after", 0, "stop this long after the console is up (0: on Ctrl-C or SIGTERM)")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *exitAfter > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *exitAfter)
-		defer cancel()
-	}
 	if *dbPath == "" {
 		dir, err := os.MkdirTemp("", "surely-console-")
 		if err != nil {
@@ -88,15 +83,16 @@ func main() {
 		defer func() { _ = os.RemoveAll(dir) }()
 		*dbPath = filepath.Join(dir, "billing.db")
 	}
-	if err := run(ctx, *dbPath, *listen, os.Stdout); err != nil {
+	if err := run(ctx, *dbPath, *listen, *exitAfter, os.Stdout); err != nil {
 		_, _ = fmt.Fprintln(os.Stderr, "console:", err)
 		os.Exit(1)
 	}
 }
 
 // run fills the archive through an outage, then serves the console on
-// listen until ctx ends.
-func run(ctx context.Context, path, listen string, out io.Writer) error {
+// listen until ctx ends, or exitAfter (when positive) after it is up: the
+// outage takes its own time, longer on a loaded machine.
+func run(ctx context.Context, path, listen string, exitAfter time.Duration, out io.Writer) error {
 	if host, _, err := net.SplitHostPort(listen); err != nil || host != "localhost" && !net.ParseIP(host).IsLoopback() {
 		return fmt.Errorf("-listen %q: the example serves without authentication, on loopback only", listen)
 	}
@@ -126,6 +122,11 @@ func run(ctx context.Context, path, listen string, out io.Writer) error {
 		dlq.WithRedactor(func(s string) string { return strings.ReplaceAll(s, "10.20.0.7", "[gateway]") }))
 	if err != nil {
 		return err
+	}
+	if exitAfter > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, exitAfter)
+		defer cancel()
 	}
 	return serve(ctx, listen, h, out)
 }

@@ -57,7 +57,7 @@ func TestOutageThenReplayFromTheConsole(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &output{}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, filepath.Join(t.TempDir(), "billing.db"), "127.0.0.1:0", out) }()
+	go func() { done <- run(ctx, filepath.Join(t.TempDir(), "billing.db"), "127.0.0.1:0", 0, out) }()
 	re := regexp.MustCompile(`console: (http://\S+/)`)
 	waitFor(t, "the console's URL", func() bool { return re.MatchString(out.String()) })
 	base := re.FindStringSubmatch(out.String())[1]
