@@ -226,6 +226,9 @@ func TestListFiltersAndPagesStably(t *testing.T) {
 	if _, page := get(t, srv, "/list?key=k004"); strings.Count(page, `class="entry"`) != 1 {
 		t.Error("the key filter does not select one entry")
 	}
+	if _, page := get(t, srv, "/list?q=k004"); strings.Count(page, `class="entry"`) != 1 {
+		t.Error("the search does not find an entry by a part of its key")
+	}
 	if _, page := get(t, srv, "/list?q=nothing-like-this"); !strings.Contains(page, "No dead letter matches") {
 		t.Error("the text filter selects entries it should not")
 	}

@@ -70,7 +70,7 @@ func parseQuery(v url.Values) (query, error) {
 	}
 	q.filter = archive.Filter{
 		IDs: q.IDs, Reason: dlq.Reason(q.Reason), Topic: q.Topic, Handler: q.Handler,
-		ErrorType: q.ErrType, ErrorSite: q.Site, Key: q.Key, ErrorContains: q.Text, ReplayID: q.Replay, States: states,
+		ErrorType: q.ErrType, ErrorSite: q.Site, Key: q.Key, Search: q.Text, ReplayID: q.Replay, States: states,
 	}
 	if q.filter.DeadLetteredAfter, err = parseTime("from", q.From); err != nil {
 		return q, err

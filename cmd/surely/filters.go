@@ -17,6 +17,7 @@ import (
 // filterFlags are the selection flags shared by ls, stats, replay and purge.
 type filterFlags struct {
 	reason, topic, handler, errText, key string
+	search                               string
 	errType                              string
 	olderThan, newerThan                 string
 	replayID                             string
@@ -30,6 +31,7 @@ func (f *filterFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.topic, "topic", "", "only dead letters of this original topic")
 	fl.StringVar(&f.handler, "handler", "", "only dead letters of this handler")
 	fl.StringVar(&f.errText, "error", "", "only dead letters whose error text contains this substring")
+	fl.StringVar(&f.search, "search", "", "only dead letters whose operation key or error text contains this substring")
 	fl.StringVar(&f.errType, "error-type", "", "only dead letters whose root cause has this type (the ERROR TYPE of stats, e.g. *net.OpError)")
 	fl.StringVar(&f.key, "key", "", "only dead letters of this operation key")
 	fl.StringVar(&f.olderThan, "older-than", "", "only dead letters older than this age (90m, 2h, 7d) or time (RFC 3339)")
@@ -46,7 +48,7 @@ func (f *filterFlags) stateSet() bool {
 
 // any reports whether a selection flag is set.
 func (f *filterFlags) any() bool {
-	return f.reason != "" || f.topic != "" || f.handler != "" || f.errText != "" || f.errType != "" || f.key != "" ||
+	return f.reason != "" || f.topic != "" || f.handler != "" || f.errText != "" || f.search != "" || f.errType != "" || f.key != "" ||
 		f.olderThan != "" || f.newerThan != "" || f.replayID != "" || f.stateSet()
 }
 
@@ -75,7 +77,7 @@ var reasons = []dlq.Reason{
 func (f *filterFlags) filter(now time.Time) (archive.Filter, error) {
 	out := archive.Filter{
 		Reason: dlq.Reason(f.reason), Topic: f.topic, Handler: f.handler,
-		ErrorContains: f.errText, ErrorType: f.errType, Key: f.key, ReplayID: f.replayID,
+		ErrorContains: f.errText, Search: f.search, ErrorType: f.errType, Key: f.key, ReplayID: f.replayID,
 	}
 	states, err := f.states()
 	if err != nil {

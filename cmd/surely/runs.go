@@ -66,6 +66,7 @@ func describeFilter(f archive.Filter) string {
 	add("--key", f.Key)
 	add("--error", f.ErrorContains)
 	add("--error-type", f.ErrorType)
+	add("--search", f.Search)
 	add("--replay-id", f.ReplayID)
 	if !f.DeadLetteredBefore.IsZero() {
 		add("--older-than", stamp(f.DeadLetteredBefore))

@@ -122,6 +122,9 @@ type Filter struct {
 	Key     string
 	// ErrorContains matches a substring of the error text.
 	ErrorContains string
+	// Search matches a substring of the operation key or of the error
+	// text (either): an operator's one search box.
+	Search string
 	// ErrorType matches the root cause's type exactly: the innermost type
 	// of surely_error_types, the key of Stats.ByErrorType.
 	ErrorType string

@@ -52,6 +52,7 @@ func (f Filter) Match(e Entry) bool {
 		f.Handler != "" && e.Handler != f.Handler,
 		f.Key != "" && e.OperationKey != f.Key,
 		f.ErrorContains != "" && !strings.Contains(e.Error, f.ErrorContains),
+		f.Search != "" && !strings.Contains(e.OperationKey, f.Search) && !strings.Contains(e.Error, f.Search),
 		f.ErrorType != "" && envelope.RootErrorType(e.ErrorTypes) != f.ErrorType,
 		f.ErrorSite != "" && e.ErrorSite != f.ErrorSite,
 		!f.DeadLetteredAfter.IsZero() && !e.DeadLetteredAt.After(f.DeadLetteredAfter),

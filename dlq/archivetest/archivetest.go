@@ -392,6 +392,11 @@ func testListFilters(t *testing.T, e *env) {
 		{"error type is the root cause", archive.Filter{ErrorType: "*fmt.wrapError"}, id()},
 		{"error type and topic", archive.Filter{ErrorType: "*archivetest.rootCause", Topic: "payments"}, id(2, 3)},
 		{"error site", archive.Filter{ErrorSite: "billing.charge (charge.go:7)"}, id()},
+		{"search matches the key", archive.Filter{Search: "k4"}, id(4)},
+		{"search matches the error", archive.Filter{Search: "declined"}, id(1)},
+		{"search matches either", archive.Filter{Search: "k"}, id(0, 1, 2, 3, 4)},
+		{"search is literal", archive.Filter{Search: "%_ [x]"}, id(3)},
+		{"search and reason", archive.Filter{Search: "Timeout", Reason: dlq.ReasonConflict}, id(3)},
 	}
 	for _, c := range cases {
 		got := e.listAll(c.f, 0)

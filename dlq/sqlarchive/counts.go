@@ -120,7 +120,7 @@ func (a *Archive) recount(ctx context.Context) error {
 // countable reports whether the counts table answers Stats for f: f
 // selects by grouped columns only.
 func countable(f archive.Filter) bool {
-	return len(f.IDs) == 0 && f.Key == "" && f.ErrorContains == "" && f.ReplayID == "" &&
+	return len(f.IDs) == 0 && f.Key == "" && f.ErrorContains == "" && f.Search == "" && f.ReplayID == "" &&
 		f.NotReplayedBy == "" && f.ReplayedBy == "" && f.DeadLetteredAfter.IsZero() && f.DeadLetteredBefore.IsZero()
 }
 

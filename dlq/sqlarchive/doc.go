@@ -42,7 +42,7 @@
 // replay run) is one GROUP BY over the entries it selects, which reads
 // them all. Indexes cover the dead-lettering time, (original_topic, seq),
 // (state, seq) and (state, dead_lettered_at); other filters scan.
-// ErrorContains is a literal substring (no LIKE wildcards). The filter
+// ErrorContains and Search are literal substrings (no LIKE wildcards). The filter
 // columns hold the envelope values made valid UTF-8 without NUL bytes (what
 // every dialect's text columns accept); the metadata column keeps them
 // exactly, and entries are always read from it.

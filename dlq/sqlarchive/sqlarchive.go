@@ -328,15 +328,12 @@ func (a *Archive) where(f archive.Filter, after int64) (string, []any) {
 	eq("e.op_key", f.Key)
 	eq("e.replay_id", f.ReplayID)
 	if f.ErrorContains != "" {
-		switch a.dialect {
-		case dPostgres:
-			conds = append(conds, "strpos(e.error, ?) > 0")
-		case dMySQL:
-			conds = append(conds, "LOCATE(?, e.error) > 0")
-		default:
-			conds = append(conds, "instr(e.error, ?) > 0")
-		}
+		conds = append(conds, a.contains("e.error"))
 		args = append(args, text(f.ErrorContains))
+	}
+	if f.Search != "" {
+		conds = append(conds, "("+a.contains("e.op_key")+" OR "+a.contains("e.error")+")")
+		args = append(args, text(f.Search), text(f.Search))
 	}
 	if !f.DeadLetteredAfter.IsZero() {
 		conds = append(conds, "e.dead_lettered_at > ?")
@@ -355,6 +352,18 @@ func (a *Archive) where(f archive.Filter, after int64) (string, []any) {
 		args = append(args, f.ReplayedBy)
 	}
 	return " WHERE " + strings.Join(conds, " AND "), args
+}
+
+// contains is the condition that col contains the argument, literally
+// (no LIKE wildcards).
+func (a *Archive) contains(col string) string {
+	switch a.dialect {
+	case dPostgres:
+		return "strpos(" + col + ", ?) > 0"
+	case dMySQL:
+		return "LOCATE(?, " + col + ") > 0"
+	}
+	return "instr(" + col + ", ?) > 0"
 }
 
 const (
