@@ -150,6 +150,29 @@ func TestChartOverSQLCountsInTheArchive(t *testing.T) {
 	}
 }
 
+// An archive that cannot be read (its database gone) gives every page a
+// 502 with the reason logged, the chart included: no panic, no partial page.
+func TestArchiveOutageIsABadGateway(t *testing.T) {
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "dlq.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ar, err := sqlarchive.New(db, sqlstore.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ar.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, ar, console.WithoutAuth())
+	_ = db.Close()
+	for _, path := range []string{"/", "/chart.svg", "/list", "/list?q=x&count=1", "/entry?id=x", "/runs"} {
+		if code, _ := get(t, srv, path); code != http.StatusBadGateway {
+			t.Errorf("%s over a closed database: status %d, want 502", path, code)
+		}
+	}
+}
+
 func TestHostileValuesAreEscaped(t *testing.T) {
 	evil := `<script>alert(1)</script><img src=x onerror=alert(2)>`
 	ar := newArchive(t, letter{

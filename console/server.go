@@ -211,8 +211,10 @@ const (
 // reading at most chartBudget entries without payloads.
 func (s *server) arrivals(ctx context.Context, now time.Time) (chart, error) {
 	start := now.Add(-chartWindow)
-	if counts, ok, err := s.src.arrivals(ctx, start, chartWindow/chartBuckets, chartBuckets); ok || err != nil {
-		return newChart(start, counts, false), err
+	if counts, ok, err := s.src.arrivals(ctx, start, chartWindow/chartBuckets, chartBuckets); err != nil {
+		return chart{}, err
+	} else if ok {
+		return newChart(start, counts, false), nil
 	}
 	counts := make([]int, chartBuckets)
 	f := archive.Filter{DeadLetteredAfter: start}
