@@ -11,7 +11,7 @@
 //
 // Pages: an overview (counts by reason, topic, handler and error type, the
 // oldest age, arrivals of the last 24 hours as a server-rendered SVG,
-// failure groups by error type linking to their entries), a list with
+// failure groups by error type and call site linking to their entries), a list with
 // filters and keyset pagination, an entry (payload as JSON, text or hex;
 // metadata; envelope; the attempt timeline with the process that ran
 // each attempt and trace links), an
@@ -24,9 +24,10 @@
 //
 // A list page reads one page of entries (keyset, an index range) and
 // counts its filter when the archive counts it without reading the
-// entries: a filter by state, reason, topic, handler and error type
-// (Archive.Stats of those is a lookup in dlq/sqlarchive's counts, and
-// in-memory elsewhere). A search by key, error text, time or replay run is
+// entries: a filter by state, reason, topic, handler, error type and call site
+// (Archive.Stats of those is a lookup in dlq/sqlarchive's counts;
+// dlq/redisarchive reads every entry's summary for it). A search (key or
+// error text), an exact key, a time window or a replay run is
 // counted on request (the page's "count" link, count=1), because its count
 // reads every entry it selects; a replay's dry run counts it in any case.
 //
