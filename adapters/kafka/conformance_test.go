@@ -22,7 +22,7 @@ import (
 // and has no per-message deadline to extend: a partition stays with its
 // consumer while the consumer's session lives, however long a handler
 // runs. AckWait sizes the tests; a dead consumer's partitions move on
-// after its session timeout (2 s in fastGroupConfig).
+// after its session timeout (6 s in fastGroupConfig).
 var conformanceFeatures = adaptertest.Features{
 	CloseTimeout: conformanceCloseTimeout,
 	PubSub: &tests.Features{

@@ -58,9 +58,12 @@ func startKafka(t testing.TB) []string {
 // tests: surely's defaults with a group that notices a dead or new member in
 // seconds rather than Kafka's 10 s session and 3 s heartbeat.
 func fastGroupConfig(c *sarama.Config) {
-	c.Consumer.Group.Session.Timeout = 2 * time.Second
-	c.Consumer.Group.Heartbeat.Interval = 200 * time.Millisecond
-	c.Consumer.Group.Rebalance.Timeout = 5 * time.Second
+	// Long enough that heartbeats delayed by a loaded machine (-race, every
+	// package at once on 2 cores) do not expire sessions: at 2 s, members
+	// were evicted mid-rebalance and a group stalled past Watermill's 30 s.
+	c.Consumer.Group.Session.Timeout = 6 * time.Second
+	c.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+	c.Consumer.Group.Rebalance.Timeout = 15 * time.Second
 	c.Consumer.Group.Rebalance.Retry.Backoff = 200 * time.Millisecond
 	c.Consumer.Retry.Backoff = 200 * time.Millisecond
 	c.Metadata.Retry.Backoff = 100 * time.Millisecond
