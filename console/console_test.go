@@ -122,6 +122,7 @@ func TestChartOverSQLCountsInTheArchive(t *testing.T) {
 	letters := []letter{
 		{uuid: "a", at: t0.Add(-time.Hour)}, {uuid: "b", at: t0.Add(-time.Hour)},
 		{uuid: "c", at: t0.Add(-3 * time.Hour)}, {uuid: "d", at: t0.Add(-30 * time.Hour)},
+		{uuid: "e", at: t0.Add(-24 * time.Hour)}, // the window's first instant
 	}
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "dlq.db")+"?_pragma=busy_timeout(10000)")
 	if err != nil {
@@ -145,8 +146,20 @@ func TestChartOverSQLCountsInTheArchive(t *testing.T) {
 		return svg
 	}
 	sqlChart, memChart := chart(ar), chart(newArchive(t, letters...))
-	if !strings.Contains(sqlChart, ">3 in the last 24 hours, most 2 in an hour<") || sqlChart != memChart {
+	if !strings.Contains(sqlChart, ">4 in the last 24 hours, most 2 in an hour<") || sqlChart != memChart {
 		t.Errorf("the SQL archive's chart:\n%s\nthe memory archive's:\n%s", sqlChart, memChart)
+	}
+	// The SQL chart reads the dead-lettering times only: with every
+	// entry's metadata unreadable, listing fails and the chart is the same.
+	if _, err := db.ExecContext(t.Context(), `UPDATE "surely_dlq_entries" SET metadata = x'05ff'`); err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, ar, console.WithoutAuth())
+	if code, _ := get(t, srv, "/list"); code != http.StatusBadGateway {
+		t.Fatalf("listing corrupt entries: status %d, want 502", code)
+	}
+	if _, svg := get(t, srv, "/chart.svg"); svg != sqlChart {
+		t.Errorf("the chart over corrupt metadata is not the archive's count:\n%s", svg)
 	}
 }
 

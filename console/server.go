@@ -217,7 +217,9 @@ func (s *server) arrivals(ctx context.Context, now time.Time) (chart, error) {
 		return newChart(start, counts, false), nil
 	}
 	counts := make([]int, chartBuckets)
-	f := archive.Filter{DeadLetteredAfter: start}
+	// The first bucket includes its start, as the archive's query does
+	// (DeadLetteredAfter excludes its time).
+	f := archive.Filter{DeadLetteredAfter: start.Add(-time.Nanosecond)}
 	p := archive.Page{Limit: 1000, OmitPayload: true}
 	read := 0
 	for read < chartBudget {
