@@ -65,8 +65,15 @@ func TestMigrateAddsLifecycleColumns(t *testing.T) {
 			_, err = db.ExecContext(ctx, "SELECT state FROM "+entries)
 			require.Error(t, err, "the column is gone")
 
+			// Until Migrate, a Publish on the old schema fails and keeps
+			// nothing: the dead-letter step nacks, the message comes back.
+			late := message.NewMessage("late-entry", []byte("p"))
+			require.Error(t, a.Publish("dead", late), "Publish before Migrate")
+
 			require.NoError(t, a.Migrate(ctx))
 			require.NoError(t, a.Migrate(ctx), "Migrate is idempotent")
+			_, err = a.Get(ctx, "late-entry")
+			require.ErrorIs(t, err, archive.ErrNotFound, "a failed Publish left an entry")
 			got, err := a.Get(ctx, "old-entry")
 			require.NoError(t, err)
 			require.Equal(t, archive.StateOpen, got.State, "an entry from before the lifecycle is open")
