@@ -30,13 +30,17 @@ func TestCancelARunStartedElsewhere(t *testing.T) {
 	}
 	ar := newArchive(t, ls...)
 	audit := &syncBuffer{}
-	srv := serve(t, ar, console.WithoutAuth(), console.WithPublisher(&recorder{}), withAudit(audit))
+	// One clock for the console and the other process's run: the letters'
+	// retention is measured from t0, whatever the date the test runs on.
+	clk := &movingClock{}
+	clk.Start()
+	srv := serve(t, ar, console.WithoutAuth(), console.WithPublisher(&recorder{}), withAudit(audit), dlq.WithClock(clk.Now))
 
 	// The other process: its first publish waits until the cancel is saved.
 	other := &gate{open: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {
-		_, err := replay.Run(ctx, ar, other, archive.Filter{}, replay.WithID("elsewhere"))
+		_, err := replay.Run(ctx, ar, other, archive.Filter{}, replay.WithID("elsewhere"), dlq.WithClock(clk.Now))
 		done <- err
 	}()
 	waitFor(t, "the other process's run to be saved", func() bool {
