@@ -79,14 +79,27 @@
 // whatever the primary's persistence, unless WithWaitReplicas(n, timeout)
 // makes Publish wait until n replicas acknowledged them (Redis WAIT; else
 // an error wrapping ErrNotReplicated, and Ingest nacks, so the broker keeps
-// its copy). The first Publish reads the server's persistence once (the
-// check the Redis idempotency store makes in its New) and logs a warning,
-// to slog.Default() unless dlq.WithLogger is given, for every setting but AOF
-// always.
+// its copy). A server with a maxmemory and an allkeys-* maxmemory-policy
+// evicts entries when its memory is full, and an evicted dead letter is
+// gone for good; set maxmemory-policy noeviction (a full server then
+// refuses Publish, and Ingest nacks: the broker keeps its copy). No entry
+// has a TTL, so volatile-* policies evict none; without a maxmemory (0,
+// the default) nothing is evicted whatever the policy.
+//
+// The first Publish (or Archive.Durability, if that comes first) reads the
+// server's persistence and eviction settings once (the check the Redis
+// idempotency store makes in its New), reports them in Archive.Durability,
+// and logs a warning, to slog.Default() unless dlq.WithLogger is given,
+// for every persistence setting but AOF always, and one for a policy that
+// evicts entries. Each warning is logged once per server (one run of a
+// redis-server) per process: a second archive on the same server with the
+// same settings logs nothing, and its Durability reports the condition
+// all the same.
 //
 // # Retention
 //
-// Nothing is evicted: no key has a TTL and the index has no length cap.
+// Nothing expires: no key has a TTL and the index has no length cap (a
+// server that evicts any key is another matter: see Durability).
 // dlq.WithRetention(d) makes Prune delete entries dead-lettered more than d ago;
 // Prune logs how many it deleted (slog, Info). Call it from a ticker of
 // your own, or delete with Archive.Delete.

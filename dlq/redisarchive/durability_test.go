@@ -2,6 +2,7 @@ package redisarchive_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/redisarchive"
 	"github.com/surely-dev/surely/internal/testenv"
 )
@@ -98,4 +100,93 @@ func TestPublishWarnsByDefault(t *testing.T) {
 	require.NoError(t, a.Publish("dead", message.NewMessage("m-1", []byte("p"))))
 	require.Len(t, logs.warnings(), 1)
 	require.True(t, strings.HasPrefix(logs.warnings()[0], "redisarchive: no persistence"), logs.warnings()[0])
+}
+
+// noPersistence is the persistence warning of a private server.
+const noPersistence = "redisarchive: no persistence (no AOF, no RDB): a restart loses all dead letters; an acknowledged dead letter lost this way is gone for good"
+
+// evictionTail ends every eviction warning of the archive.
+const evictionTail = "; an evicted dead letter is gone for good (its broker copy was acked); set maxmemory-policy noeviction"
+
+// A server that evicts any key when its memory is full (allkeys-*) drops
+// dead letters whose broker copies were acked: the first Publish says so,
+// and the danger is real. No entry has a TTL, so volatile-* policies evict
+// none (a full server refuses the Publish instead, as noeviction does).
+func TestPublishWarnsAboutEviction(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		policy string
+		warn   string // "" for no eviction warning
+	}{
+		{"allkeys-lru", "allkeys-lru",
+			"redisarchive: maxmemory-policy allkeys-lru with maxmemory 4194304 bytes: when its memory is full the server evicts keys, dead letters among them" + evictionTail},
+		{"volatile-lru", "volatile-lru", ""},
+		{"noeviction", "noeviction", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, c := privateRedis(t, "--maxmemory", "4mb", "--maxmemory-policy", tc.policy)
+			ctx := t.Context()
+			logs := &captured{}
+			a, err := redisarchive.New(c, dlq.WithLogger(slog.New(logs)))
+			require.NoError(t, err)
+			require.NoError(t, a.Publish("dead", message.NewMessage("m-1", []byte("p"))))
+			d := a.Durability(ctx)
+			require.Equal(t, tc.policy, d.MaxMemoryPolicy)
+			require.Equal(t, int64(4<<20), d.MaxMemory)
+			require.Equal(t, tc.warn, d.EvictionWarning)
+			if tc.warn == "" {
+				require.Equal(t, []string{noPersistence}, logs.warnings())
+				return
+			}
+			require.Equal(t, []string{noPersistence, tc.warn}, logs.warnings())
+
+			// Memory pressure from other keys on the server evicts the entry.
+			filler := strings.Repeat("x", 64<<10)
+			gone := false
+			for i := 0; i < 2000 && !gone; i++ {
+				require.NoError(t, c.Set(ctx, fmt.Sprintf("cache:%d", i), filler, 0).Err())
+				_, err := a.Get(ctx, "m-1")
+				if err != nil {
+					require.ErrorIs(t, err, archive.ErrNotFound)
+					gone = true
+				}
+			}
+			require.True(t, gone, "allkeys-lru evicted no entry")
+		})
+	}
+}
+
+// A process logs each warning once per server: a second archive on the
+// same server logs nothing, yet its Durability reports the condition; a
+// Durability call before any Publish runs the check (and warns).
+func TestDurabilityWarnsOncePerServer(t *testing.T) {
+	t.Parallel()
+	_, c := privateRedis(t)
+	_, other := privateRedis(t)
+	ctx := t.Context()
+	open := func(c *redis.Client) (*redisarchive.Archive, *captured) {
+		t.Helper()
+		logs := &captured{}
+		a, err := redisarchive.New(c, dlq.WithLogger(slog.New(logs)))
+		require.NoError(t, err)
+		return a, logs
+	}
+	a, logs := open(c)
+	require.Equal(t, noPersistence, a.Durability(ctx).Warning)
+	require.Equal(t, []string{noPersistence}, logs.warnings(), "Durability before any Publish checks and warns")
+	require.NoError(t, a.Publish("dead", message.NewMessage("m-1", []byte("p"))))
+	require.Len(t, logs.warnings(), 1, "the check runs once")
+
+	b, logs := open(c)
+	require.NoError(t, b.Publish("dead", message.NewMessage("m-2", []byte("p"))))
+	require.Empty(t, logs.warnings(), "the second archive on the same server does not warn")
+	d := b.Durability(ctx)
+	require.Equal(t, noPersistence, d.Warning, "Durability reports the condition all the same")
+	require.Equal(t, "noeviction", d.MaxMemoryPolicy)
+
+	o, logs := open(other)
+	require.NoError(t, o.Publish("dead", message.NewMessage("m-3", []byte("p"))))
+	require.Equal(t, []string{noPersistence}, logs.warnings(), "another server warns")
 }

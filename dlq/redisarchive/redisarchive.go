@@ -49,7 +49,8 @@ type Archive struct {
 	waitN       int
 	waitTimeout time.Duration
 
-	checked sync.Once // the persistence check of the first Publish
+	checked    sync.Once  // the durability check of the first Publish or Durability
+	durability Durability // what that check found
 }
 
 var _ archive.Archive = (*Archive)(nil)
@@ -81,8 +82,10 @@ func WithWaitReplicas(n int, timeout time.Duration) dlq.Option {
 // WithWaitReplicas, dlq.WithRetention (default: keep
 // everything, Prune deletes nothing), dlq.WithClock (stamps ArchivedAt and
 // the age Prune measures; default time.Now) and dlq.WithLogger (the
-// persistence warning of the first Publish, default slog.Default(), and
-// Prune's reports, default: discard).
+// durability warnings of the first Publish, default slog.Default(), and
+// Prune's reports, default: discard). New does not contact the server:
+// the first Publish (or Durability) reads its persistence and eviction
+// settings.
 func New(rdb redis.UniversalClient, opts ...dlq.Option) (*Archive, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: nil redis client", dlq.ErrInvalidOption)
@@ -118,25 +121,90 @@ func New(rdb redis.UniversalClient, opts ...dlq.Option) (*Archive, error) {
 	return a, nil
 }
 
-// checkPersistence reads the server's persistence once and warns when a
-// crash or restart can lose acknowledged dead letters (see the package
-// doc), as redisstore does for its records.
-func (a *Archive) checkPersistence(ctx context.Context) {
-	const what = "dead letters"
+// Durability is what the archive's check found about how long the server
+// keeps the entries: its persistence (how much a crash or restart can take
+// away) and its eviction policy (whether a full server drops entries). On
+// a cluster (or ring) it is the weakest of its primaries. It suits a
+// health check: it reports every condition, also one whose warning this
+// process had already logged.
+type Durability struct {
+	// AOF: the append-only file is on (INFO persistence aof_enabled:1).
+	AOF bool
+	// AppendFsync is the AOF fsync policy: "always", "everysec" or "no";
+	// "" when CONFIG GET is not allowed.
+	AppendFsync string
+	// RDB: snapshot save points are configured (CONFIG GET save). False
+	// also when CONFIG GET is not allowed (see ConfigRead).
+	RDB bool
+	// ConfigRead: CONFIG GET answered. Managed services often disable it;
+	// then RDB and AppendFsync are unknown.
+	ConfigRead bool
+	// MaxMemoryPolicy is the server's maxmemory-policy (INFO memory):
+	// "noeviction", "allkeys-lru", "volatile-ttl", ...; "" when the server
+	// did not say.
+	MaxMemoryPolicy string
+	// MaxMemory is the server's maxmemory in bytes; 0: no limit, and then
+	// the server evicts nothing whatever its policy.
+	MaxMemory int64
+	// WaitReplicas is how many replicas every Publish waits for
+	// (WithWaitReplicas); 0: none, and a failover can lose the last entries.
+	WaitReplicas int
+	// Warning is the persistence warning, as logged: how much a crash or
+	// restart of the server can lose; "" only with AOF and appendfsync
+	// always.
+	Warning string
+	// EvictionWarning is the eviction warning, as logged; "" when the
+	// server evicts no entry: maxmemory-policy noeviction (a full server
+	// then refuses Publish, and Ingest nacks), a volatile-* policy (no
+	// entry has a TTL), or no maxmemory.
+	EvictionWarning string
+}
+
+// Durability returns what the archive's durability check found. The check
+// reads the server once: at the first Publish, or at the first call of
+// Durability if that comes first, with that call's context; it logs the
+// warnings of the package doc ("Durability"), each once per server per
+// process. A check that could not read the server reports both conditions
+// unknown, with warnings.
+func (a *Archive) Durability(ctx context.Context) Durability {
+	a.checked.Do(func() { a.checkDurability(ctx) })
+	return a.durability
+}
+
+// checkDurability reads the server's persistence and eviction settings
+// and warns when a crash, a restart or a full server can lose acknowledged
+// dead letters (see the package doc), as redisstore does for its records.
+func (a *Archive) checkDurability(ctx context.Context) {
+	const (
+		what   = "dead letters"
+		lost   = "; an acknowledged dead letter lost this way is gone for good"
+		evicts = "; an evicted dead letter is gone for good (its broker copy was acked); set maxmemory-policy noeviction"
+	)
 	p, err := redispersist.Read(ctx, a.rdb)
-	warning := ""
+	d := Durability{AOF: p.AOF, AppendFsync: p.AppendFsync, RDB: p.RDB, ConfigRead: p.ConfigRead,
+		MaxMemoryPolicy: p.Policy, MaxMemory: p.MaxMemory, WaitReplicas: a.waitN}
 	if err != nil {
-		warning = redispersist.Unknown(err, what)
+		d.Warning = "redisarchive: " + redispersist.Unknown(err, what) + lost
+		d.EvictionWarning = "redisarchive: " + redispersist.EvictionUnknown(err, what) + evicts
 	} else {
-		warning = p.Loss(what)
+		if loss := p.Loss(what); loss != "" {
+			d.Warning = "redisarchive: " + loss + lost
+		}
+		// No entry has a TTL: volatile-* policies evict none.
+		if ev := p.Eviction(what, false); ev != "" {
+			d.EvictionWarning = "redisarchive: " + ev + evicts
+		}
 	}
-	if warning == "" {
-		return
+	a.durability = d
+	if d.Warning != "" {
+		redispersist.Warn(ctx, a.warn, p.Servers, d.Warning,
+			slog.Bool("aof", d.AOF), slog.String("appendfsync", d.AppendFsync),
+			slog.Bool("rdb", d.RDB), slog.Bool("config_read", d.ConfigRead))
 	}
-	attrs := []slog.Attr{slog.Bool("aof", p.AOF), slog.String("appendfsync", p.AppendFsync),
-		slog.Bool("rdb", p.RDB), slog.Bool("config_read", p.ConfigRead)}
-	a.warn.LogAttrs(ctx, slog.LevelWarn,
-		"redisarchive: "+warning+"; an acknowledged dead letter lost this way is gone for good", attrs...)
+	if d.EvictionWarning != "" {
+		redispersist.Warn(ctx, a.warn, p.Servers, d.EvictionWarning,
+			slog.String("maxmemory_policy", d.MaxMemoryPolicy), slog.Int64("maxmemory", d.MaxMemory))
+	}
 }
 
 func (a *Archive) seqKey() string            { return a.tag + "seq" }
@@ -200,7 +268,7 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 		}
 	}
 	if len(msgs) > 0 {
-		a.checked.Do(func() { a.checkPersistence(msgs[0].Context()) })
+		a.checked.Do(func() { a.checkDurability(msgs[0].Context()) })
 	}
 	var rdb redis.Scripter = a.rdb
 	var conn *redis.Conn

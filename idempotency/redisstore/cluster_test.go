@@ -2,8 +2,10 @@ package redisstore_test
 
 import (
 	"context"
+	"log/slog"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,5 +113,37 @@ func TestCluster(t *testing.T) {
 		res, err := s.Claim(t.Context(), claimReq("wait"))
 		require.NoError(t, err)
 		require.Equal(t, idempotency.Completed, res.Status)
+	})
+
+	// Every primary is read: one that evicts is enough for the warning,
+	// logged once for the cluster's primaries (whose persistence warning
+	// the first store of this test already logged).
+	t.Run("Eviction", func(t *testing.T) {
+		ctx := t.Context()
+		one, err := c.MasterForKey(ctx, "probe")
+		require.NoError(t, err)
+		require.NoError(t, one.ConfigSet(ctx, "maxmemory", "1gb").Err())
+		require.NoError(t, one.ConfigSet(ctx, "maxmemory-policy", "volatile-lfu").Err())
+		var (
+			mu        sync.Mutex
+			primaries []string
+		)
+		require.NoError(t, c.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			primaries = append(primaries, n.Options().Addr)
+			return nil
+		}))
+		logs := &captured{}
+		es := newStore(t, c, idempotency.WithLogger(slog.New(logs)))
+		warning := "maxmemory-policy volatile-lfu with maxmemory 1073741824 bytes: when its memory is full the server evicts keys with a TTL, and all records have one" + evictionTail
+		require.Equal(t, warning, es.Durability().EvictionWarning, "the primary that evicts decides")
+		require.Equal(t, "volatile-lfu", es.Durability().MaxMemoryPolicy)
+		require.Equal(t, []string{warning}, logs.warnings())
+		require.ElementsMatch(t, primaries, logs.attr(t, "servers"), "the warning names every primary")
+
+		logs = &captured{}
+		newStore(t, c, idempotency.WithLogger(slog.New(logs)))
+		require.Empty(t, logs.warnings(), "warned once for these primaries")
 	})
 }

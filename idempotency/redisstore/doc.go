@@ -172,8 +172,8 @@
 //
 // A DONE record is only as durable as the Redis that holds it. When Redis
 // forgets a DONE record, the next delivery of that message runs the handler
-// again: a duplicate effect. New reads INFO persistence (and CONFIG GET
-// appendfsync and save, when the server allows CONFIG), reports it in
+// again: a duplicate effect. New reads INFO (and CONFIG GET appendfsync
+// and save, when the server allows CONFIG), reports what it found in
 // Store.Durability and logs a warning, saying how much, whenever a crash or
 // restart of the server can forget acknowledged records: every setting
 // below except AOF with appendfsync always (and an AOF whose fsync policy
@@ -213,6 +213,33 @@
 //     consistent (a replica can still be promoted without the write in rare
 //     cases), and it costs one more round trip per Claim and per Complete
 //     that lasts until the replicas answered.
+//
+// Eviction forgets records without any crash. A server with a maxmemory
+// evicts keys when its memory is full unless its maxmemory-policy is
+// noeviction: allkeys-* policies any key, volatile-* policies keys with a
+// TTL, and every record has one (its lease, then its retention). An
+// evicted DONE record lets a redelivery run the handler again (a
+// duplicate); an evicted lease lets a second owner claim an operation
+// whose handler still runs. Set maxmemory-policy noeviction on the store's
+// server (a full server then refuses writes: Claim fails, and the
+// middleware nacks the message until there is room), or give the store a
+// server of its own, not a cache's. New reads maxmemory and
+// maxmemory-policy from INFO memory (managed services that refuse CONFIG
+// answer it too), reports them in Store.Durability, and logs a second
+// warning for every policy that evicts records. Without a maxmemory (0,
+// the default) the server evicts nothing and New does not warn, whatever
+// the policy; Durability still shows it, for a health check that wants
+// noeviction before someone sets a maxmemory.
+//
+// Each warning is logged once per server per process: the first store on
+// a server logs it, a second store on the same server with the same
+// settings does not (a service with several stores, or a test suite with
+// hundreds, would flood its log), and its Durability reports the
+// condition all the same. A server is one run of a redis-server (its
+// INFO run_id), so a restarted or another server warns again, and so does
+// the same server with other settings; a cluster's warning is logged again
+// when one of its primaries had not had it. The settings are read once,
+// by New: a CONFIG SET on the server afterwards goes unseen.
 //
 // For an effect that must never run twice whatever crashes, use the
 // transactional inbox of idempotency/sqlstore instead: there the DONE mark

@@ -123,16 +123,20 @@ func WithHashRecords() idempotency.Option {
 
 // New returns a store on client. It loads the store's Lua scripts (SCRIPT
 // LOAD), so that every later call is a single EVALSHA, and reads the
-// server's persistence settings (see Durability), logging a warning when a
-// crash or restart of the server can forget acknowledged DONE records (to
-// slog.Default() unless idempotency.WithLogger is given). It fails when the
-// server cannot be reached or refuses the scripts.
+// server's persistence and eviction settings (see Durability), logging a
+// warning when a crash or restart of the server can forget acknowledged
+// DONE records, and one when a full server evicts records (any
+// maxmemory-policy but noeviction, with a maxmemory), to slog.Default()
+// unless idempotency.WithLogger is given. Each warning is logged once per
+// server per process: a second store on the same server with the same
+// settings logs nothing, and Durability reports the condition all the
+// same. It fails when the server cannot be reached or refuses the scripts.
 //
 // Options: WithPrefix, WithBatching, WithWaitReplicas, WithHashRecords, and
 // of the common ones idempotency.WithRetention (default 24h,
 // at least 1ms; Redis expires the records with PEXPIRE) and
 // idempotency.WithLogger (default slog.Default(); the store logs only
-// warnings: the persistence warning of New and script reloads). Any other
+// warnings: the durability warnings of New and script reloads). Any other
 // option (idempotency.WithClock: the store's times come from the server's
 // clock) is an error wrapping idempotency.ErrInvalidOption. Options are
 // checked before the server is asked.
@@ -182,20 +186,17 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...idempotency.
 	if s.batch != nil {
 		s.batch.oneScript = singleNode(ctx, client)
 	}
-	s.durability = checkDurability(ctx, client)
-	if w := s.durability.Warning; w != "" {
-		s.logger.LogAttrs(ctx, slog.LevelWarn, w,
-			slog.Bool("aof", s.durability.AOF),
-			slog.String("appendfsync", s.durability.AppendFsync),
-			slog.Bool("rdb", s.durability.RDB),
-			slog.Bool("config_read", s.durability.ConfigRead))
-	}
+	d, servers := checkDurability(ctx, client)
+	d.WaitReplicas = s.waitN
+	s.durability = d
+	warnDurability(ctx, s.logger, d, servers)
 	return s, nil
 }
 
 var _ idempotency.Store = (*Store)(nil)
 
-// Durability returns what New found about the server's persistence.
+// Durability returns what New found about the server's persistence and
+// eviction, and the replicas the store waits for.
 func (s *Store) Durability() Durability { return s.durability }
 
 // redisKey is the one key of an operation's record.
