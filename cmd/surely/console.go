@@ -109,7 +109,9 @@ func (a *app) runConsole(cmd *cobra.Command, cf *consoleFlags) error {
 		return usageErr("--listen %s is not a loopback address: set %s and %s, or %s, to require authentication",
 			cf.listen, envConsoleUser, envConsolePassword, envConsoleToken)
 	}
-	opts := []dlq.Option{dlq.WithLogger(slog.New(slog.NewTextHandler(a.stderr, nil)))}
+	// The console reads the command's clock, as a replay does: its pages'
+	// ages, the retention guard and the runs' timestamps.
+	opts := []dlq.Option{dlq.WithLogger(slog.New(slog.NewTextHandler(a.stderr, nil))), dlq.WithClock(a.now)}
 	if auth != nil {
 		opts = append(opts, console.WithAuthorize(auth))
 	} else {
