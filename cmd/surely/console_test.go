@@ -166,7 +166,7 @@ func TestConsoleWithoutAuthenticationRefusesAForeignHost(t *testing.T) {
 	id := dlqID(fixtureFailures()[0].uuid)
 	discard := url.Values{"scope": {"selected"}, "id": {id}, "why": {"rebinding"}, "confirm": {"yes"}}
 
-	for _, host := range []string{"attacker.example:" + port, "attacker.example", "localhost:1" + port, "10.0.0.7:" + port} {
+	for _, host := range []string{"attacker.example:" + port, "attacker.example", "localhost:1", "127.0.0.1:1", "10.0.0.7:" + port} {
 		code, page := send(t, base, host, "/entry?id="+id, nil)
 		assert.Contains(t, []int{http.StatusMisdirectedRequest, http.StatusForbidden}, code, "GET of an entry with Host %s", host)
 		assert.NotContains(t, page, "10.00 EUR", "the payload was served to Host %s", host)
