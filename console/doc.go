@@ -62,7 +62,7 @@
 // and waits, within its own context, until each has saved its final
 // state: interrupted, resumable from the run's page. Call it when the
 // service stops, after http.Server.Shutdown; `surely console` does on
-// SIGINT and SIGTERM. A process that exits without it leaves its runs
+// SIGINT. A process that exits without it leaves its runs
 // saved running, until an operator cancels them (above).
 //
 // # Host check: DNS rebinding

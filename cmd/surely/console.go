@@ -50,7 +50,7 @@ http://127.0.0.1:8080/): a request naming another Host is refused (421),
 so a web page cannot reach the console through DNS rebinding. Through a
 tunnel, forward the same port (ssh -L 8080:localhost:8080).
 
-On SIGINT or SIGTERM it stops serving, then stops the replay runs it
+On SIGINT (Ctrl-C) it stops serving, then stops the replay runs it
 started: each is saved interrupted, to be resumed from its page or with
 surely dlq replay --resume.`,
 		Example: `  surely console --archive sqlite:/var/lib/app/dlq.db
