@@ -109,6 +109,10 @@ func (s *server) replay(w http.ResponseWriter, r *http.Request) {
 		opts := append(append([]dlq.Option{}, s.c.replayOpts...), replay.WithID(id), replay.WithRate(rate), replay.WithMax(maxN), progress)
 		return s.src.replay(ctx, s.c.pub, q.filter, opts...)
 	})
+	if errors.Is(err, errClosed) {
+		s.fail(w, r, http.StatusServiceUnavailable, "the console is stopping: it starts no replay", nil)
+		return
+	}
 	if err != nil {
 		bad(s.redact(err.Error()))
 		return
@@ -137,6 +141,10 @@ func (s *server) resume(w http.ResponseWriter, r *http.Request) {
 		opts := append(append([]dlq.Option{}, s.c.replayOpts...), replay.WithRate(rate), replay.WithMax(maxN), progress)
 		return s.src.resume(ctx, s.c.pub, id, opts...)
 	})
+	if errors.Is(err, errClosed) {
+		s.fail(w, r, http.StatusServiceUnavailable, "the console is stopping: it starts no replay", nil)
+		return
+	}
 	if err != nil {
 		s.fail(w, r, http.StatusConflict, "the run could not be resumed", err)
 		return
@@ -156,7 +164,7 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	stop, here := s.running[id]
+	active, here := s.running[id]
 	s.mu.Unlock()
 	// The archive first: the run's own final save then reads the cancel
 	// and the run is saved canceled, not interrupted.
@@ -179,7 +187,7 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request) {
 		s.c.log.WarnContext(r.Context(), "console: the cancel could not be saved; the run is stopped here", "run", id, "error", err)
 	}
 	if here {
-		stop()
+		active.stop()
 	}
 	s.audit(r, "replay canceled", "run", id, "was", string(was.State), "running_here", here)
 	s.toRun(w, id)
@@ -219,18 +227,26 @@ func (s *server) reconcile(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "run", "Replay run "+id, d)
 }
 
+// errClosed is start's error once the console is closed.
+var errClosed = errors.New("console: closed")
+
 // start runs a replay call in the background, under a context the
-// console can cancel, and returns once the run is saved (its first
-// decision) or the call ended; err is the call's error if it ended at
-// once.
+// console can cancel (cancel, Close), and returns once the run is saved
+// (its first decision) or the call ended; err is the call's error if it
+// ended at once, errClosed once the console is closed.
 func (s *server) start(r *http.Request, id string, call func(context.Context, dlq.Option) (result, error)) error {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
 	if _, busy := s.running[id]; busy {
 		s.mu.Unlock()
 		return fmt.Errorf("run %s is running already", id)
 	}
 	ctx, stop := context.WithCancel(context.WithoutCancel(r.Context()))
-	s.running[id] = stop
+	active := &activeRun{stop: stop, done: make(chan struct{})}
+	s.running[id] = active
 	s.mu.Unlock()
 	started := make(chan error, 1)
 	signal := func(err error) {
@@ -245,6 +261,7 @@ func (s *server) start(r *http.Request, id string, call func(context.Context, dl
 			delete(s.running, id)
 			s.mu.Unlock()
 			stop()
+			close(active.done)
 		}()
 		res, err := call(ctx, replay.WithProgress(func(replay.Progress) { signal(nil) }))
 		signal(err)

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"embed"
 	"errors"
 	"fmt"
@@ -31,6 +32,7 @@ const (
 	namePublisher      = "console.WithPublisher"
 	nameHiddenPayloads = "console.WithHiddenPayloads"
 	nameTraceURL       = "console.WithTraceURL"
+	nameAllowedHosts   = "console.WithAllowedHosts"
 	nameRedactor       = options.Redactor
 	// nameReplayStore is the name replay.WithStore records.
 	nameReplayStore = options.ReplayStore
@@ -45,7 +47,7 @@ var replayOptions = []string{nameReplayStore, options.ReplayDefaultRetention, op
 // used lists every option New takes.
 var used = []string{
 	nameAuthorize, nameWithoutAuth, nameReadOnly, namePublisher, nameHiddenPayloads,
-	nameTraceURL, nameRedactor, options.Logger, options.Clock,
+	nameTraceURL, nameAllowedHosts, nameRedactor, options.Logger, options.Clock,
 }
 
 // CSP is the Content-Security-Policy of every response: no inline script
@@ -57,6 +59,8 @@ const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 // config is what New's options set.
 type config struct {
 	authorize      func(*http.Request) (string, bool)
+	hosts          hostCheck // with checkHosts: WithAllowedHosts
+	checkHosts     bool
 	readOnly       bool
 	pub            message.Publisher
 	hiddenPayloads bool
@@ -88,7 +92,8 @@ func WithAuthorize(authorize func(r *http.Request) (who string, ok bool)) dlq.Op
 
 // WithoutAuth says that the console does no authorization of its own
 // because the handler it is mounted behind does. Every request is then
-// served, and the audit line names the caller "unauthenticated".
+// served, and the audit line names the caller "unauthenticated". Where a
+// browser can reach it, add WithAllowedHosts (DNS rebinding).
 func WithoutAuth() dlq.Option { return put(nameWithoutAuth, true) }
 
 // WithReadOnly hides every action (replay): the console only reads the
@@ -128,8 +133,33 @@ func WithTraceURL(tmpl string) dlq.Option {
 	}
 }
 
-// New returns the console over ar as an http.Handler, to be mounted under
-// any prefix (http.StripPrefix): every link it writes is relative.
+// Console is the operator console over an archive: an http.Handler to
+// mount under any prefix (http.StripPrefix), every link it writes being
+// relative. It owns the replay runs it starts: Close stops them.
+type Console struct{ s *server }
+
+// ServeHTTP serves the console's pages and actions.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.s.h.ServeHTTP(w, r) }
+
+// Close stops the console: it ends the context of every replay run the
+// console started (replay and resume), and waits until each has saved its
+// final state. A run stopped by Close is saved interrupted, and resumes
+// from its page or with `surely dlq replay --resume`. From then on the
+// console starts no run (503); its pages still answer. Call it when the
+// service stops, after http.Server.Shutdown (which lets no new request
+// start a run): a run whose process exits without it stays saved running,
+// until an operator cancels it.
+//
+// Close returns ctx's error when ctx ends before every run has saved (a
+// publish under way blocks it: Watermill's Publish takes no context); the
+// runs still stop and save, as long as the process lives. Calling it again
+// waits again for the runs still stopping, and is otherwise harmless.
+// Close closes neither the archive, the publisher nor the store: the
+// caller owns them.
+func (c *Console) Close(ctx context.Context) error { return c.s.close(ctx) }
+
+// New returns the console over ar, to be mounted under any prefix
+// (http.StripPrefix); Close stops the replay runs it started.
 //
 // New requires an explicit choice of authorization: WithAuthorize or
 // WithoutAuth; without one (or with both) it returns an error wrapping
@@ -144,7 +174,7 @@ func WithTraceURL(tmpl string) dlq.Option {
 // dlq.WithClock (the console's now, which it also passes to every replay
 // it starts: the retention guard, the rate limiter's schedule and the
 // run's timestamps read it; default: time.Now).
-func New(ar archive.Archive, opts ...dlq.Option) (http.Handler, error) {
+func New(ar archive.Archive, opts ...dlq.Option) (*Console, error) {
 	s, err := options.Apply(dlq.ErrInvalidOption, opts)
 	if err != nil {
 		return nil, err
@@ -157,6 +187,8 @@ func New(ar archive.Archive, opts ...dlq.Option) (http.Handler, error) {
 	}
 	c := config{
 		authorize:      options.Get[func(*http.Request) (string, bool)](s, nameAuthorize, nil),
+		hosts:          options.Get[hostCheck](s, nameAllowedHosts, nil),
+		checkHosts:     s.Has(nameAllowedHosts),
 		readOnly:       options.Get(s, nameReadOnly, false),
 		pub:            options.Get[message.Publisher](s, namePublisher, nil),
 		hiddenPayloads: options.Get(s, nameHiddenPayloads, false),
@@ -182,7 +214,11 @@ func New(ar archive.Archive, opts ...dlq.Option) (http.Handler, error) {
 	// The replays read the console's clock: the retention guard, the
 	// rate limiter's schedule and the run's timestamps.
 	c.replayOpts = append(c.replayOpts, dlq.WithClock(c.now))
-	return newServer(archiveSource{ar}, c)
+	srv, err := newServer(archiveSource{ar}, c)
+	if err != nil {
+		return nil, err
+	}
+	return &Console{srv}, nil
 }
 
 // replayOptionsOf picks the replay options out of opts (already applied
@@ -207,8 +243,9 @@ func replayOptionsOf(opts []dlq.Option) []dlq.Option {
 // who is the context key of the caller's name.
 type whoKey struct{}
 
-// secure serves next with the console's headers, after authorization,
-// behind cross-origin protection for every non-safe method; it also turns
+// secure serves next with the console's headers, after the Host check
+// (WithAllowedHosts) and authorization, behind cross-origin protection
+// for every non-safe method; it also turns
 // the mount point without its trailing slash into a redirect, so that
 // relative links resolve under the prefix.
 func secure(c config, next http.Handler) http.Handler {
@@ -221,6 +258,11 @@ func secure(c config, next http.Handler) http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Cache-Control", "no-store")
+		if c.checkHosts && !c.hosts.allows(r) {
+			// The Host is not echoed: the refusal is the same for every name.
+			http.Error(w, "misdirected request: this console does not answer to this Host", http.StatusMisdirectedRequest)
+			return
+		}
 		who, ok := c.authorize(r)
 		if !ok {
 			h.Set("WWW-Authenticate", `Basic realm="surely console"`)

@@ -2,12 +2,15 @@
 // an http.Handler that a service mounts under a prefix of its choice
 // (http.StripPrefix), or that `surely console` serves on its own.
 //
-//	h, err := console.New(ar,
+//	c, err := console.New(ar,
 //		console.WithAuthorize(func(r *http.Request) (string, bool) { ... }),
 //		console.WithPublisher(pub),
 //		replay.WithStore(store),
 //		dlq.WithRedactor(redact))
-//	mux.Handle("/ops/dlq/", http.StripPrefix("/ops/dlq", h))
+//	mux.Handle("/ops/dlq/", http.StripPrefix("/ops/dlq", c))
+//	...
+//	_ = srv.Shutdown(ctx) // then:
+//	_ = c.Close(ctx)      // the runs it started are saved interrupted
 //
 // Pages: an overview (counts by reason, topic, handler and error type, the
 // oldest age, arrivals of the last 24 hours as a server-rendered SVG,
@@ -52,10 +55,45 @@
 // The console passes its clock (dlq.WithClock) to every replay it starts:
 // the retention guard, the rate limiter and the run's timestamps read it.
 //
+// # Stopping: Close
+//
+// The replays the console starts (replay, resume) run in the background,
+// beyond the request that started them. Console.Close ends their contexts
+// and waits, within its own context, until each has saved its final
+// state: interrupted, resumable from the run's page. Call it when the
+// service stops, after http.Server.Shutdown; `surely console` does on
+// SIGINT. A process that exits without it leaves its runs
+// saved running, until an operator cancels them (above).
+//
+// # Host check: DNS rebinding
+//
+// A console without authentication (WithoutAuth) that a browser can reach
+// is open to DNS rebinding: a page on attacker.example, whose name then
+// resolves to the console's address, is same-origin with it to the
+// browser, which sends Sec-Fetch-Site: same-origin, so
+// http.CrossOriginProtection lets its POSTs through, and the page can
+// read the responses. Its requests carry its own name as Host:
+// WithAllowedHosts refuses (421 Misdirected Request, before anything is
+// read) every Host that is not a loopback name or address (localhost,
+// 127.0.0.0/8, ::1) with the console's port, or one of the hosts it
+// lists. `surely console` without credentials serves with it.
+//
+// The console's port, when it is mounted, is the port of the local
+// address of the request's connection (http.LocalAddrContextKey, which
+// http.Server sets): the console needs no configuration of where it
+// listens, and a loopback Host on any other port is refused. A request
+// with no local TCP address (a Unix socket, a handler called without a
+// server) matches only the listed hosts. Behind a reverse proxy the Host
+// is the proxy's public name: list it (a name without a port matches on
+// any port, one with a port on that port only). A proxy that rewrites the
+// Host to the console's loopback address passes the check for every
+// request: check the name at the proxy then.
+//
 // Every use of the archive and of dlq/replay goes through one small
 // internal interface (source.go).
 //
-// Safety: New requires WithAuthorize or WithoutAuth; WithReadOnly (or no
+// Safety: New requires WithAuthorize or WithoutAuth; WithAllowedHosts
+// refuses a request naming another host (DNS rebinding); WithReadOnly (or no
 // WithPublisher) hides every action (replay, cancel, resume, check
 // outcomes, discard); actions are POSTs behind
 // http.CrossOriginProtection; every response carries a strict

@@ -144,13 +144,20 @@ func (c *movingClock) Start() {
 // authorization is among them is the caller's business).
 func serve(t *testing.T, ar archive.Archive, opts ...dlq.Option) *httptest.Server {
 	t.Helper()
-	h, err := console.New(ar, append([]dlq.Option{dlq.WithClock(func() time.Time { return t0 })}, opts...)...)
+	_, srv := serveConsole(t, ar, opts...)
+	return srv
+}
+
+// serveConsole is serve, returning the console too.
+func serveConsole(t *testing.T, ar archive.Archive, opts ...dlq.Option) (*console.Console, *httptest.Server) {
+	t.Helper()
+	c, err := console.New(ar, append([]dlq.Option{dlq.WithClock(func() time.Time { return t0 })}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(c)
 	t.Cleanup(srv.Close)
-	return srv
+	return c, srv
 }
 
 // request is a request bound to the test's context.

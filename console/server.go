@@ -24,16 +24,24 @@ type server struct {
 	c     config
 	pages map[string]*template.Template
 	chart *template.Template
+	h     http.Handler // the pages and actions, behind secure
 
 	mu      sync.Mutex
-	running map[string]context.CancelFunc // the runs this console is running, by ID
+	running map[string]*activeRun // the runs this console is running, by ID
+	closed  bool                  // close was called: no run starts
+}
+
+// activeRun is a run this console is running.
+type activeRun struct {
+	stop context.CancelFunc // ends the run's context
+	done chan struct{}      // closed once the run's call returned (its final save is done)
 }
 
 // pageSize is the entries of one list page.
 const pageSize = 50
 
-func newServer(src source, c config) (http.Handler, error) {
-	s := &server{src: src, c: c, pages: map[string]*template.Template{}, running: map[string]context.CancelFunc{}}
+func newServer(src source, c config) (*server, error) {
+	s := &server{src: src, c: c, pages: map[string]*template.Template{}, running: map[string]*activeRun{}}
 	for _, p := range []string{"overview", "list", "entry", "operation", "dryrun", "run", "runs", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs(c)).ParseFS(assets, "templates/layout.html", "templates/timeline.html", "templates/"+p+".html")
 		if err != nil {
@@ -64,7 +72,29 @@ func newServer(src source, c config) (http.Handler, error) {
 	mux.HandleFunc("POST /reconcile", s.action(s.reconcile))
 	mux.HandleFunc("POST /discard", s.action(s.discard))
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
-	return secure(c, mux), nil
+	s.h = secure(c, mux)
+	return s, nil
+}
+
+// close ends the context of every run this console runs, refuses new
+// ones, and waits until each run's call returned or ctx ends.
+func (s *server) close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	runs := make([]*activeRun, 0, len(s.running))
+	for _, run := range s.running {
+		run.stop()
+		runs = append(runs, run)
+	}
+	s.mu.Unlock()
+	for _, run := range runs {
+		select {
+		case <-run.done:
+		case <-ctx.Done():
+			return fmt.Errorf("console: replay runs are still stopping: %w", context.Cause(ctx))
+		}
+	}
+	return nil
 }
 
 // page is what every template gets.

@@ -44,7 +44,15 @@ address; then it refuses to start without authentication, from the
 environment:
   ` + envConsoleUser + ` and ` + envConsolePassword + `   HTTP basic authentication
   ` + envConsoleToken + `                      a bearer token (Authorization: Bearer ...)
-On loopback without them, anyone on this machine can use the page.`,
+On loopback without them, anyone on this machine can use the page, at a
+loopback name with the console's port (http://localhost:8080/,
+http://127.0.0.1:8080/): a request naming another Host is refused (421),
+so a web page cannot reach the console through DNS rebinding. Through a
+tunnel, forward the same port (ssh -L 8080:localhost:8080).
+
+On SIGINT (Ctrl-C) it stops serving, then stops the replay runs it
+started: each is saved interrupted, to be resumed from its page or with
+surely dlq replay --resume.`,
 		Example: `  surely console --archive sqlite:/var/lib/app/dlq.db
   surely console --archive postgres://... --to nats://localhost:4222 --store postgres://...
   SURELY_CONSOLE_TOKEN=... surely console --archive redis://... --listen 0.0.0.0:8080`,
@@ -109,11 +117,16 @@ func (a *app) runConsole(cmd *cobra.Command, cf *consoleFlags) error {
 		return usageErr("--listen %s is not a loopback address: set %s and %s, or %s, to require authentication",
 			cf.listen, envConsoleUser, envConsolePassword, envConsoleToken)
 	}
-	opts := []dlq.Option{dlq.WithLogger(slog.New(slog.NewTextHandler(a.stderr, nil)))}
+	// The console reads the command's clock, as a replay does: its pages'
+	// ages, the retention guard and the runs' timestamps.
+	opts := []dlq.Option{dlq.WithLogger(slog.New(slog.NewTextHandler(a.stderr, nil))), dlq.WithClock(a.now)}
 	if auth != nil {
 		opts = append(opts, console.WithAuthorize(auth))
 	} else {
-		opts = append(opts, console.WithoutAuth())
+		// A browser page on a name rebound to loopback (DNS rebinding)
+		// reaches the console same-origin: only a loopback Host on the
+		// console's port is served.
+		opts = append(opts, console.WithoutAuth(), console.WithAllowedHosts())
 	}
 	if cf.readOnly {
 		opts = append(opts, console.WithReadOnly())
@@ -152,8 +165,9 @@ func (a *app) runConsole(cmd *cobra.Command, cf *consoleFlags) error {
 	return a.serveConsole(cmd.Context(), cf.listen, h)
 }
 
-// serveConsole serves h on addr until ctx ends.
-func (a *app) serveConsole(ctx context.Context, addr string, h http.Handler) error {
+// serveConsole serves h on addr until ctx ends, then stops the server and
+// the console's replay runs (each saved interrupted).
+func (a *app) serveConsole(ctx context.Context, addr string, h *console.Console) error {
 	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
@@ -164,16 +178,32 @@ func (a *app) serveConsole(ctx context.Context, addr string, h http.Handler) err
 	go func() { done <- srv.Serve(ln) }()
 	select {
 	case err := <-done:
-		return err
+		return errors.Join(err, closeConsole(ctx, h))
 	case <-ctx.Done():
 	}
 	shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shut); err != nil {
-		return err
+	err = srv.Shutdown(shut)
+	if err == nil {
+		if err = <-done; errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
 	}
-	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-		return err
+	// After the server: no request starts a run any more.
+	return errors.Join(err, closeConsole(ctx, h))
+}
+
+// closeConsole stops the console's replay runs, waiting at most
+// consoleCloseWait for their final saves.
+func closeConsole(ctx context.Context, h *console.Console) error {
+	stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), consoleCloseWait)
+	defer cancel()
+	if err := h.Close(stop); err != nil {
+		return fmt.Errorf("%w (a run not saved yet stays saved running: cancel it from its page or with surely dlq runs cancel)", err)
 	}
 	return nil
 }
+
+// consoleCloseWait bounds how long the console waits for its runs' final
+// saves on shutdown (a publish under way cannot be interrupted).
+const consoleCloseWait = 10 * time.Second

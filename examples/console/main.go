@@ -116,7 +116,8 @@ func run(ctx context.Context, path, listen string, exitAfter time.Duration, out 
 	_, _ = fmt.Fprintln(out, "the gateway is back: replay the dead letters from the console")
 
 	h, err := console.New(arch,
-		console.WithoutAuth(), // loopback only, checked above
+		console.WithoutAuth(),      // loopback only, checked above
+		console.WithAllowedHosts(), // and only a loopback Host: no DNS rebinding
 		console.WithPublisher(pubSub),
 		replay.WithStore(store), // the operation page; replays settle done operations
 		dlq.WithRedactor(func(s string) string { return strings.ReplaceAll(s, "10.20.0.7", "[gateway]") }))
@@ -240,8 +241,10 @@ func outage(ctx context.Context, arch archive.Archive, pubSub *gochannel.GoChann
 	}
 }
 
-// serve serves h on listen until ctx ends, printing the URL.
-func serve(ctx context.Context, listen string, h http.Handler, out io.Writer) error {
+// serve serves h on listen until ctx ends, printing the URL; then it
+// stops the server, and the console's replay runs (saved interrupted, to
+// be resumed).
+func serve(ctx context.Context, listen string, h *console.Console, out io.Writer) error {
 	ln, err := new(net.ListenConfig).Listen(ctx, "tcp", listen)
 	if err != nil {
 		return err
@@ -250,12 +253,13 @@ func serve(ctx context.Context, listen string, h http.Handler, out io.Writer) er
 	_, _ = fmt.Fprintf(out, "console: http://%s/\n", ln.Addr())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
+	var serveErr error
 	select {
-	case err := <-done:
-		return err
+	case serveErr = <-done:
 	case <-ctx.Done():
 	}
 	shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	return srv.Shutdown(shut)
+	// The server first: after it no request starts a run.
+	return errors.Join(serveErr, srv.Shutdown(shut), h.Close(shut))
 }
