@@ -33,6 +33,17 @@
 //	                   of the five columns)
 //	<prefix>_seqlock   MySQL only: one row, the archive's write lock
 //
+// Values compare byte for byte in every dialect, as Filter.Match compares
+// them: "orders" and "orders " are two topics, "k1" and "k1 " two keys. On
+// MySQL every text column is binary (VARBINARY or LONGBLOB, as sqlstore's
+// keys), since the utf8mb4 collations are PAD SPACE or case-insensitive.
+// The values a broker or an application chooses (reason, original topic,
+// handler, operation key, error, error type) have no length limit on any
+// dialect; MySQL indexes the first 255 bytes of the topic. Entry IDs are
+// at most 2,048 bytes on MySQL (about 2,700 on PostgreSQL, whose indexes
+// take no longer keys), replay run IDs 512 (replay.WithID's limit), notes
+// 1,000 characters (archive.Mark's), call sites are cut to 512 bytes.
+//
 // Every Filter field is a WHERE condition: List is one query plus one for
 // the page's replay marks. Stats of a filter by those five columns only
 // (Reason, Topic, Handler, ErrorType, States: an overview, a gauge, a
@@ -96,8 +107,12 @@
 //
 // Migrate creates what an archive of an earlier version lacks (the
 // lifecycle columns, <prefix>_seqlock on MySQL, <prefix>_counts and the
-// (state, dead_lettered_at) index), then counts the entries into
-// <prefix>_counts under the write lock: one GROUP BY over the entries,
+// (state, dead_lettered_at) index), turns the utf8mb4_bin VARCHAR and TEXT
+// columns of a MySQL archive of an earlier version into binary ones (one
+// ALTER TABLE per table, which copies the table while writers wait),
+// then counts the entries into
+// <prefix>_counts under the write lock (so counts of keys that the
+// earlier columns merged are counted again, per exact value): one GROUP BY over the entries,
 // about half a second at 100,000 on PostgreSQL or SQLite. Run it before
 // deploying this version: until then Publish fails (the counts table is
 // missing). Every writer of an archive must run this version: a writer of

@@ -92,49 +92,55 @@ func (d dialect) ddl(prefix string) []string {
   PRIMARY KEY (reason, original_topic, handler, error_type, error_site, state))`,
 		}
 	case dMySQL:
-		// utf8mb4_bin: exact, case-sensitive comparisons, like the other dialects.
+		// Binary columns (VARBINARY, LONGBLOB), as sqlstore's: values
+		// compare byte for byte, like the other dialects (utf8mb4_bin is
+		// PAD SPACE: "orders" = "orders "). The values a broker or an
+		// application chooses (topic, handler, key, reason, error type)
+		// are LONGBLOB, of any length; the topic's index takes its first
+		// 255 bytes. mysqlColumns are the types, mysqlUpgrade brings
+		// tables of earlier versions to them.
 		stmts = []string{
 			`CREATE TABLE IF NOT EXISTS {e} (
   seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-  id VARCHAR(191) NOT NULL,
+  id VARBINARY(2048) NOT NULL,
   payload LONGBLOB NOT NULL,
   metadata LONGBLOB NOT NULL,
   copies INT NOT NULL,
   archived_at BIGINT NOT NULL,
-  reason TEXT NOT NULL,
-  original_topic VARCHAR(191) NOT NULL,
-  handler TEXT NOT NULL,
-  op_key TEXT NOT NULL,
-  error MEDIUMTEXT NOT NULL,
-  error_type TEXT NOT NULL,
+  reason LONGBLOB NOT NULL,
+  original_topic LONGBLOB NOT NULL,
+  handler LONGBLOB NOT NULL,
+  op_key LONGBLOB NOT NULL,
+  error LONGBLOB NOT NULL,
+  error_type LONGBLOB NOT NULL,
   dead_lettered_at BIGINT NOT NULL,
-  replay_id TEXT NOT NULL,
-  state VARCHAR(16) NOT NULL DEFAULT 'open',
+  replay_id LONGBLOB NOT NULL,
+  state VARBINARY(16) NOT NULL DEFAULT 'open',
   state_at BIGINT NOT NULL DEFAULT 0,
-  note VARCHAR(1000) NOT NULL DEFAULT '',
-  failed_again_as VARCHAR(191) NOT NULL DEFAULT '',
-  error_site VARCHAR(512) NOT NULL DEFAULT '',
+  note VARBINARY(4000) NOT NULL DEFAULT '',
+  failed_again_as VARBINARY(2048) NOT NULL DEFAULT '',
+  error_site VARBINARY(512) NOT NULL DEFAULT '',
   UNIQUE KEY {p}_entries_id (id),
   KEY {p}_entries_dl_idx (dead_lettered_at),
-  KEY {p}_entries_topic_idx (original_topic, seq),
+  KEY {p}_entries_topic_idx (original_topic(255), seq),
   KEY {p}_entries_state_idx (state, seq)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 			`CREATE TABLE IF NOT EXISTS {r} (
   ord BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-  entry_id VARCHAR(191) NOT NULL,
-  replay_id VARCHAR(191) NOT NULL,
+  entry_id VARBINARY(2048) NOT NULL,
+  replay_id VARBINARY(512) NOT NULL,
   UNIQUE KEY {p}_replayed_uq (entry_id, replay_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
-			`CREATE TABLE IF NOT EXISTS {u} (id VARCHAR(191) NOT NULL PRIMARY KEY, body LONGTEXT NOT NULL
+			`CREATE TABLE IF NOT EXISTS {u} (id VARBINARY(512) NOT NULL PRIMARY KEY, body LONGTEXT NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 			`CREATE TABLE IF NOT EXISTS {c} (
   grp CHAR(64) NOT NULL PRIMARY KEY,
-  reason TEXT NOT NULL,
-  original_topic VARCHAR(191) NOT NULL,
-  handler TEXT NOT NULL,
-  error_type TEXT NOT NULL,
-  error_site VARCHAR(512) NOT NULL,
-  state VARCHAR(16) NOT NULL,
+  reason LONGBLOB NOT NULL,
+  original_topic LONGBLOB NOT NULL,
+  handler LONGBLOB NOT NULL,
+  error_type LONGBLOB NOT NULL,
+  error_site VARBINARY(512) NOT NULL,
+  state VARBINARY(16) NOT NULL,
   n BIGINT NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 			// One row, locked by every Publish until it commits: Seq
@@ -162,11 +168,11 @@ func (d dialect) lifecycleColumns() [][2]string {
 	switch d {
 	case dMySQL:
 		return [][2]string{
-			{"state", "state VARCHAR(16) NOT NULL DEFAULT 'open', ADD KEY {p}_entries_state_idx (state, seq)"},
+			{"state", "state VARBINARY(16) NOT NULL DEFAULT 'open', ADD KEY {p}_entries_state_idx (state, seq)"},
 			{"state_at", "state_at BIGINT NOT NULL DEFAULT 0"},
-			{"note", "note VARCHAR(1000) NOT NULL DEFAULT ''"},
-			{"failed_again_as", "failed_again_as VARCHAR(191) NOT NULL DEFAULT ''"},
-			{"error_site", "error_site VARCHAR(512) NOT NULL DEFAULT ''"},
+			{"note", "note VARBINARY(4000) NOT NULL DEFAULT ''"},
+			{"failed_again_as", "failed_again_as VARBINARY(2048) NOT NULL DEFAULT ''"},
+			{"error_site", "error_site VARBINARY(512) NOT NULL DEFAULT ''"},
 		}
 	case dSQLite:
 		return [][2]string{
@@ -211,6 +217,59 @@ func (a *Archive) stateTimeIndex(ctx context.Context) error {
 	}
 	if _, err := a.db.ExecContext(ctx, stmt); err != nil {
 		return fmt.Errorf("sqlarchive: migrate %s: %w", a.prefix, err)
+	}
+	return nil
+}
+
+// A columnUpgrade is one ALTER TABLE of Migrate that brings a table of an
+// earlier version to the current column types: it has run when column
+// of table has type colType (information_schema's COLUMN_TYPE).
+type columnUpgrade struct{ table, column, colType, stmt string }
+
+// mysqlUpgrades turn the utf8mb4_bin VARCHAR and TEXT columns of the
+// tables of earlier versions (PAD SPACE, the topic at most 191
+// characters) into the binary columns of ddl, one ALTER TABLE per table
+// (one copy of its rows), keeping every byte of every row. No unique key
+// can fail: the earlier columns compared more values equal, not fewer.
+func mysqlUpgrades(prefix string) []columnUpgrade {
+	q := dMySQL.quote
+	e, r, u, c := q(prefix+"_entries"), q(prefix+"_replayed"), q(prefix+"_runs"), q(prefix+"_counts")
+	return []columnUpgrade{
+		{prefix + "_entries", "original_topic", "longblob", "ALTER TABLE " + e +
+			" MODIFY COLUMN id VARBINARY(2048) NOT NULL, MODIFY COLUMN reason LONGBLOB NOT NULL," +
+			" MODIFY COLUMN handler LONGBLOB NOT NULL, MODIFY COLUMN op_key LONGBLOB NOT NULL," +
+			" MODIFY COLUMN error LONGBLOB NOT NULL, MODIFY COLUMN error_type LONGBLOB NOT NULL," +
+			" MODIFY COLUMN replay_id LONGBLOB NOT NULL, MODIFY COLUMN state VARBINARY(16) NOT NULL DEFAULT 'open'," +
+			" MODIFY COLUMN note VARBINARY(4000) NOT NULL DEFAULT '', MODIFY COLUMN failed_again_as VARBINARY(2048) NOT NULL DEFAULT ''," +
+			" MODIFY COLUMN error_site VARBINARY(512) NOT NULL DEFAULT '', MODIFY COLUMN original_topic LONGBLOB NOT NULL," +
+			" DROP KEY " + prefix + "_entries_topic_idx, ADD KEY " + prefix + "_entries_topic_idx (original_topic(255), seq)"},
+		{prefix + "_replayed", "entry_id", "varbinary(2048)", "ALTER TABLE " + r +
+			" MODIFY COLUMN entry_id VARBINARY(2048) NOT NULL, MODIFY COLUMN replay_id VARBINARY(512) NOT NULL"},
+		{prefix + "_runs", "id", "varbinary(512)", "ALTER TABLE " + u + " MODIFY COLUMN id VARBINARY(512) NOT NULL"},
+		{prefix + "_counts", "original_topic", "longblob", "ALTER TABLE " + c +
+			" MODIFY COLUMN reason LONGBLOB NOT NULL, MODIFY COLUMN original_topic LONGBLOB NOT NULL," +
+			" MODIFY COLUMN handler LONGBLOB NOT NULL, MODIFY COLUMN error_type LONGBLOB NOT NULL," +
+			" MODIFY COLUMN error_site VARBINARY(512) NOT NULL, MODIFY COLUMN state VARBINARY(16) NOT NULL"},
+	}
+}
+
+// upgradeColumns runs the column upgrades that have not run (a column
+// whose type cannot be read counts as not upgraded: so on the recording
+// connection of surely migrate, which answers no query).
+func (a *Archive) upgradeColumns(ctx context.Context) error {
+	if a.dialect != dMySQL {
+		return nil
+	}
+	for _, up := range mysqlUpgrades(a.prefix) {
+		var typ string
+		err := a.db.QueryRowContext(ctx, "SELECT LOWER(COLUMN_TYPE) FROM information_schema.columns"+
+			" WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?", up.table, up.column).Scan(&typ)
+		if err == nil && typ == up.colType {
+			continue
+		}
+		if _, err := a.db.ExecContext(ctx, up.stmt); err != nil {
+			return fmt.Errorf("sqlarchive: migrate %s: binary columns in %s: %w", a.prefix, up.table, err)
+		}
 	}
 	return nil
 }
