@@ -222,9 +222,27 @@ func (a *Archive) stateTimeIndex(ctx context.Context) error {
 }
 
 // A columnUpgrade is one ALTER TABLE of Migrate that brings a table of an
-// earlier version to the current column types: it has run when column
-// of table has type colType (information_schema's COLUMN_TYPE).
-type columnUpgrade struct{ table, column, colType, stmt string }
+// earlier version to the current column types: MODIFY COLUMN of each of
+// cols (name, type, the rest of the definition), then extra clauses. It
+// has run when every column has its type (information_schema's
+// COLUMN_TYPE, in lower case).
+type columnUpgrade struct {
+	table string
+	cols  [][3]string
+	extra string
+}
+
+// stmt is the ALTER TABLE statement of u.
+func (u columnUpgrade) stmt() string {
+	clauses := make([]string, 0, len(u.cols)+1)
+	for _, c := range u.cols {
+		clauses = append(clauses, "MODIFY COLUMN "+c[0]+" "+c[1]+" "+c[2])
+	}
+	if u.extra != "" {
+		clauses = append(clauses, u.extra)
+	}
+	return "ALTER TABLE " + dMySQL.quote(u.table) + " " + strings.Join(clauses, ", ")
+}
 
 // mysqlUpgrades turn the utf8mb4_bin VARCHAR and TEXT columns of the
 // tables of earlier versions (PAD SPACE, the topic at most 191
@@ -232,44 +250,69 @@ type columnUpgrade struct{ table, column, colType, stmt string }
 // (one copy of its rows), keeping every byte of every row. No unique key
 // can fail: the earlier columns compared more values equal, not fewer.
 func mysqlUpgrades(prefix string) []columnUpgrade {
-	q := dMySQL.quote
-	e, r, u, c := q(prefix+"_entries"), q(prefix+"_replayed"), q(prefix+"_runs"), q(prefix+"_counts")
+	const blob, nn = "LONGBLOB", "NOT NULL"
 	return []columnUpgrade{
-		{prefix + "_entries", "original_topic", "longblob", "ALTER TABLE " + e +
-			" MODIFY COLUMN id VARBINARY(2048) NOT NULL, MODIFY COLUMN reason LONGBLOB NOT NULL," +
-			" MODIFY COLUMN handler LONGBLOB NOT NULL, MODIFY COLUMN op_key LONGBLOB NOT NULL," +
-			" MODIFY COLUMN error LONGBLOB NOT NULL, MODIFY COLUMN error_type LONGBLOB NOT NULL," +
-			" MODIFY COLUMN replay_id LONGBLOB NOT NULL, MODIFY COLUMN state VARBINARY(16) NOT NULL DEFAULT 'open'," +
-			" MODIFY COLUMN note VARBINARY(4000) NOT NULL DEFAULT '', MODIFY COLUMN failed_again_as VARBINARY(2048) NOT NULL DEFAULT ''," +
-			" MODIFY COLUMN error_site VARBINARY(512) NOT NULL DEFAULT '', MODIFY COLUMN original_topic LONGBLOB NOT NULL," +
-			" DROP KEY " + prefix + "_entries_topic_idx, ADD KEY " + prefix + "_entries_topic_idx (original_topic(255), seq)"},
-		{prefix + "_replayed", "entry_id", "varbinary(2048)", "ALTER TABLE " + r +
-			" MODIFY COLUMN entry_id VARBINARY(2048) NOT NULL, MODIFY COLUMN replay_id VARBINARY(512) NOT NULL"},
-		{prefix + "_runs", "id", "varbinary(512)", "ALTER TABLE " + u + " MODIFY COLUMN id VARBINARY(512) NOT NULL"},
-		{prefix + "_counts", "original_topic", "longblob", "ALTER TABLE " + c +
-			" MODIFY COLUMN reason LONGBLOB NOT NULL, MODIFY COLUMN original_topic LONGBLOB NOT NULL," +
-			" MODIFY COLUMN handler LONGBLOB NOT NULL, MODIFY COLUMN error_type LONGBLOB NOT NULL," +
-			" MODIFY COLUMN error_site VARBINARY(512) NOT NULL, MODIFY COLUMN state VARBINARY(16) NOT NULL"},
+		{table: prefix + "_entries", cols: [][3]string{
+			{"id", "VARBINARY(2048)", nn}, {"reason", blob, nn}, {"original_topic", blob, nn}, {"handler", blob, nn},
+			{"op_key", blob, nn}, {"error", blob, nn}, {"error_type", blob, nn}, {"replay_id", blob, nn},
+			{"state", "VARBINARY(16)", nn + " DEFAULT 'open'"}, {"note", "VARBINARY(4000)", nn + " DEFAULT ''"},
+			{"failed_again_as", "VARBINARY(2048)", nn + " DEFAULT ''"}, {"error_site", "VARBINARY(512)", nn + " DEFAULT ''"},
+		}, extra: "DROP KEY " + prefix + "_entries_topic_idx, ADD KEY " + prefix + "_entries_topic_idx (original_topic(255), seq)"},
+		{table: prefix + "_replayed", cols: [][3]string{{"entry_id", "VARBINARY(2048)", nn}, {"replay_id", "VARBINARY(512)", nn}}},
+		{table: prefix + "_runs", cols: [][3]string{{"id", "VARBINARY(512)", nn}}},
+		{table: prefix + "_counts", cols: [][3]string{
+			{"reason", blob, nn}, {"original_topic", blob, nn}, {"handler", blob, nn}, {"error_type", blob, nn},
+			{"error_site", "VARBINARY(512)", nn}, {"state", "VARBINARY(16)", nn},
+		}},
 	}
 }
 
-// upgradeColumns runs the column upgrades that have not run (a column
-// whose type cannot be read counts as not upgraded: so on the recording
-// connection of surely migrate, which answers no query).
+// upgradeColumns runs the column upgrades that have not run (when the
+// types cannot be read, every one: so on the recording connection of
+// surely migrate, which answers no query).
 func (a *Archive) upgradeColumns(ctx context.Context) error {
 	if a.dialect != dMySQL {
 		return nil
 	}
 	for _, up := range mysqlUpgrades(a.prefix) {
-		var typ string
-		err := a.db.QueryRowContext(ctx, "SELECT LOWER(COLUMN_TYPE) FROM information_schema.columns"+
-			" WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?", up.table, up.column).Scan(&typ)
-		if err == nil && typ == up.colType {
+		done, err := a.hasTypes(ctx, up)
+		if err != nil {
+			return err
+		}
+		if done {
 			continue
 		}
-		if _, err := a.db.ExecContext(ctx, up.stmt); err != nil {
+		if _, err := a.db.ExecContext(ctx, up.stmt()); err != nil {
 			return fmt.Errorf("sqlarchive: migrate %s: binary columns in %s: %w", a.prefix, up.table, err)
 		}
 	}
 	return nil
+}
+
+// hasTypes reports whether the columns of up have their types already;
+// false when the catalog does not answer.
+func (a *Archive) hasTypes(ctx context.Context, up columnUpgrade) (bool, error) {
+	rows, err := a.db.QueryContext(ctx, "SELECT column_name, LOWER(column_type) FROM information_schema.columns"+
+		" WHERE table_schema = DATABASE() AND table_name = ?", up.table)
+	if err != nil {
+		return false, nil //nolint:nilerr // no catalog: upgrade (see upgradeColumns)
+	}
+	defer func() { _ = rows.Close() }()
+	types := map[string]string{}
+	for rows.Next() {
+		var col, typ string
+		if err := rows.Scan(&col, &typ); err != nil {
+			return false, fmt.Errorf("sqlarchive: migrate %s: read the column types: %w", a.prefix, err)
+		}
+		types[col] = typ
+	}
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("sqlarchive: migrate %s: read the column types: %w", a.prefix, err)
+	}
+	for _, c := range up.cols {
+		if types[c[0]] != strings.ToLower(c[1]) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
