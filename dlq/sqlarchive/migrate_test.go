@@ -245,3 +245,47 @@ func TestMigrateMySQLBinaryColumns(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, st.Total, "the counts follow every delete: %+v", st)
 }
+
+// TestMigratePostgresIndexesOfAnyLength: Migrate replaces the indexes of
+// earlier PostgreSQL archives that cannot take a value longer than about
+// 2,700 bytes (the topic's, the counts' primary key) with indexes of
+// hashes, keeping the counts exact.
+func TestMigratePostgresIndexesOfAnyLength(t *testing.T) {
+	t.Parallel()
+	b := backends[1]
+	require.Equal(t, sqlstore.Postgres, b.dialect)
+	a := setup(t, b)
+	db := b.open(t)
+	prefix := strings.TrimSuffix(sqlarchive.Tables(a)[0], "_entries")
+	ctx := t.Context()
+	old := message.NewMessage("old", []byte("p"))
+	old.Metadata.Set(envelope.KeyOriginalTopic, "orders")
+	require.NoError(t, a.Publish("dead", old))
+	// The indexes of the earlier versions.
+	for _, stmt := range []string{
+		`DROP INDEX "` + prefix + `_entries_topic_md5_idx"`,
+		`CREATE INDEX "` + prefix + `_entries_topic_idx" ON "` + prefix + `_entries" (original_topic, seq)`,
+		`DROP INDEX "` + prefix + `_counts_key"`,
+		`ALTER TABLE "` + prefix + `_counts" ADD PRIMARY KEY (reason, original_topic, handler, error_type, error_site, state)`,
+	} {
+		_, err := db.ExecContext(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	long := message.NewMessage("long", []byte("p"))
+	var r [3000]byte
+	_, _ = rand.Read(r[:])
+	topic := hex.EncodeToString(r[:])
+	long.Metadata.Set(envelope.KeyOriginalTopic, topic)
+	require.ErrorContains(t, a.Publish("dead", long), "index row", "the earlier indexes refuse a long topic")
+
+	require.NoError(t, a.Migrate(ctx))
+	require.NoError(t, a.Publish("dead", long))
+	require.NoError(t, a.Publish("dead", long), "a copy")
+	st, err := a.Stats(ctx, archive.Filter{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"orders": 1, topic: 1}, st.ByTopic)
+	got, err := a.List(ctx, archive.Filter{Topic: topic}, archive.Page{})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, 2, got[0].Copies)
+}

@@ -74,7 +74,6 @@ func (d dialect) ddl(prefix string) []string {
   failed_again_as TEXT NOT NULL DEFAULT '',
   error_site TEXT NOT NULL DEFAULT '')`,
 			`CREATE INDEX IF NOT EXISTS "{p}_entries_dl_idx" ON {e} (dead_lettered_at)`,
-			`CREATE INDEX IF NOT EXISTS "{p}_entries_topic_idx" ON {e} (original_topic, seq)`,
 			`CREATE TABLE IF NOT EXISTS {r} (
   ord {serial},
   entry_id TEXT NOT NULL,
@@ -88,8 +87,21 @@ func (d dialect) ddl(prefix string) []string {
   error_type TEXT NOT NULL,
   error_site TEXT NOT NULL,
   state TEXT NOT NULL,
-  n BIGINT NOT NULL,
-  PRIMARY KEY (reason, original_topic, handler, error_type, error_site, state))`,
+  n BIGINT NOT NULL{countsKey})`,
+		}
+		if d == dSQLite {
+			// SQLite indexes values of any length.
+			stmts = append(stmts, `CREATE INDEX IF NOT EXISTS "{p}_entries_topic_idx" ON {e} (original_topic, seq)`)
+		} else {
+			// A PostgreSQL index entry takes at most about 2,700 bytes:
+			// the topic is indexed by its MD5 (the query compares both),
+			// and the counts are keyed by the SHA-256 of each column, so
+			// that values of any length are archived and counted.
+			stmts = append(stmts,
+				`DROP INDEX IF EXISTS "{p}_entries_topic_idx"`,
+				`CREATE INDEX IF NOT EXISTS "{p}_entries_topic_md5_idx" ON {e} (md5(original_topic), seq)`,
+				`ALTER TABLE {c} DROP CONSTRAINT IF EXISTS "{p}_counts_pkey"`,
+				`CREATE UNIQUE INDEX IF NOT EXISTS "{p}_counts_key" ON {c} (`+pgCountsKey+`)`)
 		}
 	case dMySQL:
 		// Binary columns (VARBINARY, LONGBLOB), as sqlstore's: values
@@ -149,17 +161,32 @@ func (d dialect) ddl(prefix string) []string {
 			`INSERT IGNORE INTO {l} (id) VALUES (1)`,
 		}
 	}
-	serial, blob, int64 := "BIGSERIAL PRIMARY KEY", "BYTEA", "BIGINT"
+	serial, blob, int64, countsKey := "BIGSERIAL PRIMARY KEY", "BYTEA", "BIGINT", ""
 	if d == dSQLite {
 		serial, blob, int64 = "INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB", "INTEGER"
+		countsKey = ",\n  PRIMARY KEY (reason, original_topic, handler, error_type, error_site, state)"
 	}
-	r := strings.NewReplacer("{e}", d.quote(prefix+"_entries"), "{r}", d.quote(prefix+"_replayed"),
+	r := strings.NewReplacer("{countsKey}", countsKey, "{e}", d.quote(prefix+"_entries"), "{r}", d.quote(prefix+"_replayed"),
 		"{u}", d.quote(prefix+"_runs"), "{c}", d.quote(prefix+"_counts"), "{l}", d.quote(prefix+"_seqlock"), "{p}", prefix, "{serial}", serial, "{blob}", blob, "{int64}", int64)
 	for i, s := range stmts {
 		stmts[i] = r.Replace(s)
 	}
 	return stmts
 }
+
+// pgHash is the SHA-256 of the bytes of a text column (PostgreSQL), with
+// immutable functions only, so that an index can hold it: decode's escape
+// format reads every character as its bytes but a backslash, doubled
+// first.
+func pgHash(col string) string {
+	return `sha256(decode(replace(` + col + `, E'\\', E'\\\\'), 'escape'))`
+}
+
+// pgCountsKey is the key of the counts table on PostgreSQL: exact (the
+// SHA-256 of every column) and short, where the columns themselves could
+// exceed an index entry's limit.
+var pgCountsKey = pgHash("reason") + ", " + pgHash("original_topic") + ", " + pgHash("handler") + ", " +
+	pgHash("error_type") + ", " + pgHash("error_site") + ", state"
 
 // lifecycleColumns are the columns added to the entries table since its
 // first version (the lifecycle's, then the call site), added to tables

@@ -325,7 +325,7 @@ func (a *Archive) where(f archive.Filter, after int64) (string, []any) {
 			args = append(args, id)
 		}
 	}
-	gc, ga := groupConds(f, "e.")
+	gc, ga := a.groupConds(f, "e.")
 	conds, args = append(conds, gc...), append(args, ga...)
 	eq := func(col, v string) {
 		if v != "" {
