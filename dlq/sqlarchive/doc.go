@@ -111,7 +111,8 @@
 // lifecycle columns, <prefix>_seqlock on MySQL, <prefix>_counts and the
 // (state, dead_lettered_at) index). On MySQL it turns the utf8mb4_bin
 // VARCHAR and TEXT columns of earlier versions into binary ones (one ALTER
-// TABLE per table, which copies the table while writers wait); on
+// TABLE per table, which copies the table while writers wait: 13 s for
+// 100,000 entries of about 1 KB on MariaDB 10.11, 2 cores at load 23); on
 // PostgreSQL it replaces the topic's index and the counts' primary key,
 // which refused values beyond about 2,700 bytes, by the indexes of hashes
 // above. It then counts the entries into <prefix>_counts under the write
