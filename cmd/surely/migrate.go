@@ -224,7 +224,8 @@ func (t *schemaTarget) statements(ctx context.Context) ([]recordedStmt, error) {
 // stmtJSON is one statement in migrate status --json.
 type stmtJSON struct {
 	SQL string `json:"sql"`
-	// Kind: create_table, add_column, create_index, drop_index, or other
+	// Kind: create_table, add_column, modify_column (a change of column
+	// types), create_index, drop_index, or other
 	// (a statement that runs every time and changes nothing once applied,
 	// such as a lock or an INSERT IGNORE of a fixed row).
 	Kind    string `json:"kind"`
@@ -508,6 +509,11 @@ var (
 	reAddColumn   = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s+(` + sqlIdent + `)\s+ADD\s+(?:COLUMN\s+)?(` + sqlIdent + `)`)
 	reCreateIndex = regexp.MustCompile(`(?is)^\s*CREATE\s+(?:UNIQUE\s+)?INDEX\s+IF\s+NOT\s+EXISTS\s+(` + sqlIdent + `)`)
 	reDropIndex   = regexp.MustCompile(`(?is)^\s*DROP\s+INDEX\s+IF\s+EXISTS\s+(` + sqlIdent + `)`)
+	reModify      = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s+(` + sqlIdent + `)\s+MODIFY\s+(?:COLUMN\s+)?(` + sqlIdent + `)`)
+	// reModifyClause is one MODIFY clause of an ALTER TABLE (MySQL): the
+	// column and its type, as information_schema's COLUMN_TYPE spells it
+	// (in lower case).
+	reModifyClause = regexp.MustCompile(`(?i)\bMODIFY\s+(?:COLUMN\s+)?(` + sqlIdent + `)\s+([A-Za-z]+(?:\(\d+\))?)`)
 )
 
 // classify names what a statement does, with its table (or index) and
@@ -521,6 +527,9 @@ func classify(stmt string) (kind, name, column string) {
 	}
 	if m := reAddColumn.FindStringSubmatch(stmt); m != nil {
 		return "add_column", m[1], m[2]
+	}
+	if m := reModify.FindStringSubmatch(stmt); m != nil {
+		return "modify_column", m[1], m[2]
 	}
 	if m := reCreateIndex.FindStringSubmatch(stmt); m != nil {
 		return "create_index", m[1], ""
@@ -540,6 +549,9 @@ func checkStatement(ctx context.Context, db *sql.DB, kind endpoint.Kind, stmt st
 		return what, probe(ctx, db, "SELECT 1 FROM "+name+" WHERE 1 = 0"), nil
 	case "add_column":
 		return what, probe(ctx, db, "SELECT "+column+" FROM "+name+" WHERE 1 = 0"), nil
+	case "modify_column":
+		ok, err := columnTypesAre(ctx, db, kind, name, stmt)
+		return what, ok, err
 	case "create_index", "drop_index":
 		ok, err := indexExists(ctx, db, kind, name)
 		if what == "drop_index" {
@@ -558,6 +570,32 @@ func probe(ctx context.Context, db *sql.DB, query string) bool {
 	}
 	_ = rows.Close()
 	return true
+}
+
+// columnTypesAre reports whether every column that a MODIFY clause of
+// stmt names has the type the clause gives it (MySQL's catalog): the
+// change of types has run.
+func columnTypesAre(ctx context.Context, db *sql.DB, kind endpoint.Kind, quotedTable, stmt string) (bool, error) {
+	if kind != endpoint.MySQL {
+		return false, fmt.Errorf("no column types for %s", kind)
+	}
+	table := strings.Trim(quotedTable, "\"`")
+	for _, m := range reModifyClause.FindAllStringSubmatch(stmt, -1) {
+		col, want := strings.Trim(m[1], "\"`"), strings.ToLower(m[2])
+		var got string
+		err := db.QueryRowContext(ctx, "SELECT LOWER(COLUMN_TYPE) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?",
+			table, col).Scan(&got)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("look up column %s.%s: %w", table, col, err)
+		}
+		if got != want {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // indexExists looks an index up in the catalog (PostgreSQL: on the search

@@ -5,12 +5,15 @@ import (
 	"database/sql"
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/cmd/surely/internal/endpoint"
+	"github.com/surely-dev/surely/internal/testenv"
+	"github.com/surely-dev/surely/internal/testsql"
 )
 
 // A table made by an earlier version (only its first CREATE TABLE) is
@@ -71,18 +74,66 @@ func TestMigrateEarlierTable(t *testing.T) {
 func TestClassify(t *testing.T) {
 	t.Parallel()
 	for stmt, want := range map[string][3]string{
-		"CREATE TABLE IF NOT EXISTS \"t\" (a int)":             {"create_table", `"t"`, ""},
-		"  create table if not exists `t` (a int)":             {"create_table", "`t`", ""},
-		"ALTER TABLE \"t\" ADD COLUMN c TEXT":                  {"add_column", `"t"`, "c"},
-		"CREATE UNIQUE INDEX IF NOT EXISTS \"i\" ON \"t\" (a)": {"create_index", `"i"`, ""},
-		"DROP INDEX IF EXISTS \"i\"":                           {"drop_index", `"i"`, ""},
-		"ALTER TABLE `t` ADD KEY i_idx (a, b)":                 {"create_index", "i_idx", ""},
-		"ALTER TABLE t ADD INDEX `i` (a)":                      {"create_index", "`i`", ""},
-		"ALTER TABLE `t` ADD COLUMN k INT, ADD KEY i (k)":      {"add_column", "`t`", "k"},
-		"SELECT pg_advisory_xact_lock(1)":                      {"other", "", ""},
-		"INSERT IGNORE INTO `l` (id) VALUES (1)":               {"other", "", ""},
+		"CREATE TABLE IF NOT EXISTS \"t\" (a int)":                                                    {"create_table", `"t"`, ""},
+		"  create table if not exists `t` (a int)":                                                    {"create_table", "`t`", ""},
+		"ALTER TABLE \"t\" ADD COLUMN c TEXT":                                                         {"add_column", `"t"`, "c"},
+		"CREATE UNIQUE INDEX IF NOT EXISTS \"i\" ON \"t\" (a)":                                        {"create_index", `"i"`, ""},
+		"DROP INDEX IF EXISTS \"i\"":                                                                  {"drop_index", `"i"`, ""},
+		"ALTER TABLE `t` ADD KEY i_idx (a, b)":                                                        {"create_index", "i_idx", ""},
+		"ALTER TABLE t ADD INDEX `i` (a)":                                                             {"create_index", "`i`", ""},
+		"ALTER TABLE `t` ADD COLUMN k INT, ADD KEY i (k)":                                             {"add_column", "`t`", "k"},
+		"ALTER TABLE `t` MODIFY COLUMN id VARBINARY(512) NOT NULL, MODIFY COLUMN b LONGBLOB NOT NULL": {"modify_column", "`t`", "id"},
+		"ALTER TABLE t MODIFY c INT":                                                                  {"modify_column", "t", "c"},
+		"SELECT pg_advisory_xact_lock(1)":                                                             {"other", "", ""},
+		"INSERT IGNORE INTO `l` (id) VALUES (1)":                                                      {"other", "", ""},
 	} {
 		kind, name, column := classify(stmt)
 		assert.Equal(t, want, [3]string{kind, name, column}, stmt)
 	}
+}
+
+// An archive whose MySQL columns have the types of an earlier version is
+// "pending" (a modify_column statement not applied), and up converts them.
+func TestMigrateStatusColumnTypesMySQL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testsql.MySQL(t)
+	prefix := "mig_" + randomName()
+	t.Cleanup(func() { dropTables("mysql", testenv.URL(t, "SURELY_MYSQL_URL"), prefix) })
+	url := withParam("mysql://"+testenv.URL(t, "SURELY_MYSQL_URL"), "prefix", prefix)
+	a, _, _ := testApp(t)
+	_, stderr, code := run(t, a, "migrate", "up", "--archive", url)
+	require.Equal(t, 0, code, stderr)
+	_, stderr, code = run(t, a, "migrate", "status", "--archive", url)
+	require.Equal(t, 0, code, stderr)
+
+	// Back to the earlier (PAD SPACE) types of the runs and counts tables.
+	for _, stmt := range []string{
+		"ALTER TABLE `" + prefix + "_runs` MODIFY COLUMN id VARCHAR(191) NOT NULL",
+		"ALTER TABLE `" + prefix + "_counts` MODIFY COLUMN state VARCHAR(16) NOT NULL",
+	} {
+		_, err := db.ExecContext(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	out, stderr, code := run(t, a, "migrate", "status", "--archive", url, "--json")
+	require.Equal(t, exitPending, code, stderr)
+	var st migrateStatusJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	require.Len(t, st.Targets, 1)
+	var pending []string
+	for _, s := range st.Targets[0].Statements {
+		if !s.Applied {
+			pending = append(pending, s.Kind+" "+s.SQL[:strings.Index(s.SQL, " MODIFY")])
+		}
+	}
+	assert.Equal(t, []string{"modify_column ALTER TABLE `" + prefix + "_runs`", "modify_column ALTER TABLE `" + prefix + "_counts`"}, pending)
+	assert.Equal(t, "pending", st.Targets[0].State)
+
+	out, stderr, code = run(t, a, "migrate", "up", "--archive", url)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "applied 2 statements, up to date")
+	var typ string
+	require.NoError(t, db.QueryRowContext(ctx, "SELECT LOWER(COLUMN_TYPE) FROM information_schema.columns"+
+		" WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'id'", prefix+"_runs").Scan(&typ))
+	assert.Equal(t, "varbinary(512)", typ)
 }

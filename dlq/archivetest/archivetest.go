@@ -179,6 +179,8 @@ var tests = []struct {
 	{"ListReplays", testListReplays},
 	{"ConcurrentPublishers", testConcurrent},
 	{"HandlerDeadLettersIntoArchive", testHandlerDeadLetter},
+	{"LongValuesAreArchived", testLongValues},
+	{"TrailingSpacesAreDistinct", testTrailingSpaces},
 }
 
 func testPublishStoresEnvelope(t *testing.T, e *env) {

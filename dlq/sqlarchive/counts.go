@@ -73,8 +73,12 @@ func (a *Archive) applyCounts(ctx context.Context, tx *sql.Tx, d deltas) error {
 		stmt = "INSERT INTO " + a.counts + " (grp, reason, original_topic, handler, error_type, error_site, state, n) VALUES (" +
 			fmt.Sprintf(mysqlGroupKey, "?, ?, ?, ?, ?, ?") + ", ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE n = n + VALUES(n)"
 	default:
+		key := "reason, original_topic, handler, error_type, error_site, state"
+		if a.dialect == dPostgres {
+			key = pgCountsKey
+		}
 		stmt = a.q("INSERT INTO " + a.counts + " AS c (reason, original_topic, handler, error_type, error_site, state, n) VALUES (?, ?, ?, ?, ?, ?, ?)" +
-			" ON CONFLICT (reason, original_topic, handler, error_type, error_site, state) DO UPDATE SET n = c.n + excluded.n")
+			" ON CONFLICT (" + key + ") DO UPDATE SET n = c.n + excluded.n")
 	}
 	for _, g := range slices.SortedFunc(maps.Keys(d), group.compare) {
 		n := d[g]
@@ -128,7 +132,7 @@ func countable(f archive.Filter) bool {
 // that match, then the oldest and newest dead-lettering times, each an
 // index lookup per state that stops at its first row.
 func (a *Archive) countedStats(ctx context.Context, f archive.Filter) (archive.Stats, error) {
-	conds, args := groupConds(f, "")
+	conds, args := a.groupConds(f, "")
 	conds = append(conds, "n > 0")
 	rows, err := a.db.QueryContext(ctx, a.q("SELECT reason, original_topic, handler, error_type, error_site, state, n FROM "+a.counts+
 		" WHERE "+strings.Join(conds, " AND ")), args...)
@@ -183,7 +187,7 @@ func (a *Archive) countedStats(ctx context.Context, f archive.Filter) (archive.S
 // entries f selects (f is countable, with at most one state); zero times
 // when it selects none.
 func (a *Archive) timeBounds(ctx context.Context, f archive.Filter) (oldest, newest time.Time, err error) {
-	conds, args := groupConds(f, "e.")
+	conds, args := a.groupConds(f, "e.")
 	from := a.entries + " e"
 	if a.dialect == dSQLite {
 		// SQLite has no statistics unless ANALYZE ran: name the index
@@ -218,7 +222,7 @@ func (a *Archive) timeBounds(ctx context.Context, f archive.Filter) (oldest, new
 
 // groupConds renders the grouped columns of f as conditions on columns
 // named with prefix ("" for the counts table, "e." for the entries).
-func groupConds(f archive.Filter, prefix string) ([]string, []any) {
+func (a *Archive) groupConds(f archive.Filter, prefix string) ([]string, []any) {
 	var conds []string
 	var args []any
 	eq := func(col, v string) {
@@ -228,6 +232,11 @@ func groupConds(f archive.Filter, prefix string) ([]string, []any) {
 		}
 	}
 	eq("reason", string(f.Reason))
+	if f.Topic != "" && prefix != "" && a.dialect == dPostgres {
+		// The entries' topic index is on its MD5 (see ddl).
+		conds = append(conds, "md5("+prefix+"original_topic) = md5(CAST(? AS TEXT))")
+		args = append(args, text(f.Topic))
+	}
 	eq("original_topic", f.Topic)
 	eq("handler", f.Handler)
 	eq("error_type", f.ErrorType)

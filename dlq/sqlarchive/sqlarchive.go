@@ -101,7 +101,10 @@ func New(db *sql.DB, d sqlstore.Dialect, opts ...dlq.Option) (*Archive, error) {
 // Migrate creates the tables and indexes unless they exist (CREATE ... IF
 // NOT EXISTS), and adds the lifecycle columns (state, state_at, note,
 // failed_again_as) and their index to an entries table created before
-// them: its entries are then open. It is idempotent and keeps every row.
+// them: its entries are then open. On MySQL it turns the text columns of
+// tables of earlier versions into binary ones (see the package doc's
+// Upgrades). It then counts the entries again. It is idempotent and keeps
+// every row.
 // Run it from one process at a time (a deploy step).
 func (a *Archive) Migrate(ctx context.Context) error {
 	for _, stmt := range a.dialect.ddl(a.prefix) {
@@ -126,6 +129,11 @@ func (a *Archive) Migrate(ctx context.Context) error {
 	if err := a.stateTimeIndex(ctx); err != nil {
 		return err
 	}
+	if err := a.upgradeColumns(ctx); err != nil {
+		return err
+	}
+	// After the upgrades: counts kept on columns that merged values are
+	// counted again, per exact value.
 	return a.recount(ctx)
 }
 
@@ -317,7 +325,7 @@ func (a *Archive) where(f archive.Filter, after int64) (string, []any) {
 			args = append(args, id)
 		}
 	}
-	gc, ga := groupConds(f, "e.")
+	gc, ga := a.groupConds(f, "e.")
 	conds, args = append(conds, gc...), append(args, ga...)
 	eq := func(col, v string) {
 		if v != "" {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/surely-dev/surely/dlq/archivetest"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
+	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/testsql"
 )
 
@@ -153,4 +155,64 @@ func TestCorruptRowIsAClearError(t *testing.T) {
 	require.ErrorContains(t, err, `entry "id-1" is corrupt`)
 	_, err = a.List(t.Context(), archive.Filter{}, archive.Page{})
 	require.ErrorContains(t, err, "corrupt")
+}
+
+// TestValuesOfAnyLength: topics, handlers, reasons, error types and keys
+// far beyond any index's entry limit (PostgreSQL's is about 2,700 bytes,
+// MySQL's 3,072; a Redis stream or a Go channel takes a topic of any
+// length), incompressible, are archived, listed by each, counted and
+// deleted.
+func TestValuesOfAnyLength(t *testing.T) {
+	t.Parallel()
+	long := func(n int) string {
+		b := make([]byte, n/2)
+		_, _ = rand.Read(b)
+		return hex.EncodeToString(b)
+	}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			a := setup(t, b)
+			ctx := t.Context()
+			topic, handler, reason, etype, key := long(10000), long(10000), long(4000), long(4000), long(100000)
+			var msgs []*message.Message
+			for i := range 2 {
+				m := message.NewMessage(fmt.Sprintf("long-%d", i), []byte("p"))
+				m.Metadata.Set(dlq.KeyReason, reason)
+				m.Metadata.Set(envelope.KeyOriginalTopic, topic[:len(topic)-i])
+				m.Metadata.Set(envelope.KeyHandler, handler)
+				m.Metadata.Set(envelope.KeyErrorTypes, etype)
+				m.Metadata.Set(envelope.KeyOperationKey, key)
+				msgs = append(msgs, m)
+			}
+			require.NoError(t, a.Publish("dead", msgs...))
+			for i, f := range []archive.Filter{{Topic: topic}, {Topic: topic[:len(topic)-1]}} {
+				got, err := a.List(ctx, f, archive.Page{})
+				require.NoError(t, err)
+				require.Len(t, got, 1)
+				require.Equal(t, msgs[i].UUID, got[0].ID)
+				st, err := a.Stats(ctx, f)
+				require.NoError(t, err)
+				require.Equal(t, 1, st.Total)
+			}
+			for _, f := range []archive.Filter{{Handler: handler}, {Reason: dlq.Reason(reason)}, {ErrorType: etype}, {Key: key}} {
+				got, err := a.List(ctx, f, archive.Page{})
+				require.NoError(t, err)
+				require.Len(t, got, 2)
+				st, err := a.Stats(ctx, f)
+				require.NoError(t, err)
+				require.Equal(t, 2, st.Total)
+			}
+			st, err := a.Stats(ctx, archive.Filter{})
+			require.NoError(t, err)
+			require.Equal(t, map[string]int{topic: 1, topic[:len(topic)-1]: 1}, st.ByTopic)
+			require.Equal(t, map[string]int{etype: 2}, st.ByErrorType)
+			n, err := a.Delete(ctx, msgs[0].UUID, msgs[1].UUID)
+			require.NoError(t, err)
+			require.Equal(t, 2, n)
+			st, err = a.Stats(ctx, archive.Filter{})
+			require.NoError(t, err)
+			require.Zero(t, st.Total)
+		})
+	}
 }
