@@ -112,6 +112,10 @@ func openPostgres(ctx context.Context, rawURL string) (*sql.DB, error) {
 		return nil, fmt.Errorf("%s=%s: %w", postgresEnv, redact(rawURL), err)
 	}
 	db.SetMaxOpenConns(8) // a shared server: stay far below its connection limit
+	// Keep them all: database/sql keeps 2 idle by default, and a burst
+	// of consumers would open (and prepare the store's statements on) new
+	// connections each time.
+	db.SetMaxIdleConns(8)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {

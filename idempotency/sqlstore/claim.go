@@ -11,8 +11,11 @@ import (
 )
 
 // Claim implements idempotency.Store. A key without a row is claimed with
-// one INSERT of the whole record, which reads the database clock itself;
-// a key with a row in one transaction that locks the row, reads the
+// one INSERT of the whole record, which reads the database clock itself.
+// For a key with a row, one read of the committed row (and the clock),
+// without a lock, answers a claim that changes nothing (a live lease, a
+// retry-after delay, a DONE or EXHAUSTED record, a fingerprint conflict);
+// any other is made in one transaction that locks the row, reads the
 // database clock and applies the state machine (on SQLite it begins with
 // the INSERT again, which takes the write lock).
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
@@ -39,6 +42,40 @@ func validate(req idempotency.ClaimRequest) error {
 			idempotency.ErrInvalidRequest, len(req.Fingerprint), maxFingerprintLen)
 	}
 	return nil
+}
+
+// refusal reads the committed record of req and the database clock in one
+// statement, without a lock, in tx or on its own when tx is nil, and
+// decides the claim on them: refused is true when the claim changes
+// nothing (record.Claim writes no record: a live lease, a retry-after
+// delay, a DONE or EXHAUSTED record, a fingerprint conflict), and res is
+// then its answer. found is false when the key has no row.
+//
+// A refusal needs no lock: each of them holds at the clock reading only if
+// it held when the row was read, so the answer is that of a claim made at
+// that moment. A claim that writes (a takeover, an expired record, an
+// EXHAUSTED mark) still goes through Store.claim, under the row lock, and
+// decides again on what it finds there. So the losers of a race for a new
+// key, once the winner's INSERT commits, read its row side by side instead
+// of queueing for its lock one commit after another.
+func (s *Store) refusal(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest) (res idempotency.ClaimResult, found, refused bool, err error) {
+	var now int64
+	r, err := scanRow(s.queryRow(ctx, tx, s.q.getRow, req.Namespace, req.Key), &now)
+	if errors.Is(err, sql.ErrNoRows) {
+		return res, false, false, nil
+	}
+	if err != nil {
+		return res, false, false, fmt.Errorf("read: %w", err)
+	}
+	now += s.skew.Load()
+	cur, err := r.record(req.Namespace, req.Key, now)
+	if err != nil || cur == nil {
+		// Past its retention: the claim overwrites it, under the lock.
+		return res, true, false, err
+	}
+	req.Lease = record.RoundMs(req.Lease)
+	res, next := record.Claim(cur, req, "", fromMs(now), record.RoundMs(s.retention))
+	return res, true, next == nil, nil
 }
 
 // claim applies the state machine (record.Claim) to the record of req,
@@ -140,8 +177,9 @@ func (s *Store) claimFast(ctx context.Context, tx *sql.Tx, req idempotency.Claim
 }
 
 // claimCommitted claims req and commits the claim: one statement for a key
-// without a row, else a transaction of Store.claim. It returns the record
-// as written when Acquired.
+// without a row; else, after the read of Store.refusal, which answers a
+// claim that changes nothing, a transaction of Store.claim. It returns
+// the record as written when Acquired.
 func (s *Store) claimCommitted(ctx context.Context, req idempotency.ClaimRequest, prior int, async bool) (idempotency.ClaimResult, row, error) {
 	if async {
 		s.prepare(ctx, s.fq.claimNewAsync.sql)
@@ -153,16 +191,22 @@ func (s *Store) claimCommitted(ctx context.Context, req idempotency.ClaimRequest
 		if res, r, ok, err := s.claimFast(ctx, nil, req, prior, async); err != nil || ok {
 			return res, r, err
 		}
+		// The key has a row: a claim that changes nothing is answered
+		// from the committed row, without a lock or a transaction.
+		s.prepare(ctx, s.q.getRow)
+		res, found, refused, err := s.refusal(ctx, nil, req)
+		if err != nil || refused {
+			return res, row{}, err
+		}
+		if !found {
+			continue // a Purge deleted the row since the insert found it
+		}
 		s.prepare(ctx, s.claimTexts()...)
-		// The key has a row. SQLite: the insert goes again into the
-		// transaction, as its first statement, which takes the write lock
-		// (and claims the key if the row has gone meanwhile).
-		var (
-			res   idempotency.ClaimResult
-			r     row
-			found bool
-		)
-		err := s.inTx(ctx, func(tx *sql.Tx) error {
+		// The claim writes: under the row lock. SQLite: the insert goes
+		// again into the transaction, as its first statement, which takes
+		// the write lock (and claims the key if the row has gone meanwhile).
+		var r row
+		err = s.inTx(ctx, func(tx *sql.Tx) error {
 			if s.dialect == SQLite {
 				var err error
 				if res, r, found, err = s.claimFast(ctx, tx, req, prior, async); err != nil || found {
@@ -176,7 +220,7 @@ func (s *Store) claimCommitted(ctx context.Context, req idempotency.ClaimRequest
 		if err != nil || found {
 			return res, r, err
 		}
-		// The row vanished (a Purge) between the insert and the lock: again.
+		// The row vanished (a Purge) between the read and the lock: again.
 	}
 	return idempotency.ClaimResult{}, row{}, errors.New("the record's row vanished three times during the claim")
 }

@@ -60,9 +60,11 @@ type TxHandler func(ctx context.Context, tx *sql.Tx, msg *message.Message) ([]*m
 // unwinding to the dedup step, which records it); the dedup step then
 // releases the claim outside the transaction, as for any failed attempt.
 //
-// Concurrent deliveries of one key serialize on the row lock. Claim locks
-// the same row, so no claim can take the operation over while an owner's
-// inbox transaction holds it, even when the owner's lease expired meanwhile
+// Concurrent deliveries of one key serialize on the row lock. A claim's
+// INSERT waits for the row the transaction updated, and a claim that would
+// take the operation over locks the row, so no claim can take it over
+// while an owner's inbox transaction holds it, even when the owner's lease
+// expired meanwhile
 // (a long fn, an extension that could not get through): the claim waits
 // (within the dedup step's store timeout, see the package doc) and then
 // finds the record DONE (Completed) or, after a rollback, takes over a

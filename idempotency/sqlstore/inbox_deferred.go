@@ -38,7 +38,7 @@ func (s *Store) inboxDeferred(ctx context.Context, fn TxHandler, msg *message.Me
 		op.Acquired(res)
 		return s.inboxClaimed(ctx, fn, msg, op, r)
 	}
-	s.prepare(ctx, append(s.claimTexts(), s.fq.insertDone.sql, s.fq.complete.sql, s.fq.setOutcome.sql)...)
+	s.prepare(ctx, append(s.claimTexts(), s.q.getRow, s.fq.insertDone.sql, s.fq.complete.sql, s.fq.setOutcome.sql)...)
 	return s.inboxOneTx(ctx, fn, msg, op, dc)
 }
 
@@ -108,8 +108,10 @@ func (s *Store) inboxOneTx(ctx context.Context, fn TxHandler, msg *message.Messa
 }
 
 // claimInTx claims req in tx: for a key without a row, one INSERT of the
-// record already DONE (inserted is true), else the general claim. prior
-// is the broker's count of earlier deliveries (see claimFast).
+// record already DONE (inserted is true); else, after the read of
+// Store.refusal (not on SQLite), which answers a claim that changes
+// nothing, the general claim. prior is the broker's count of earlier
+// deliveries (see claimFast).
 func (s *Store) claimInTx(ctx context.Context, tx *sql.Tx, req idempotency.ClaimRequest, prior int) (res idempotency.ClaimResult, inserted bool, err error) {
 	token := newToken()
 	const attempt = 1 // a first delivery, with no record: see claimFast
@@ -131,8 +133,26 @@ func (s *Store) claimInTx(ctx context.Context, tx *sql.Tx, req idempotency.Claim
 			}
 			return res, true, nil
 		}
-		// A row exists: the general claim, in this transaction.
+		// A row exists. A claim that changes nothing is answered from the
+		// committed row (a READ COMMITTED read, which sees what committed
+		// while the INSERT waited): on PostgreSQL without locking it, on
+		// MySQL (whose INSERT locked it already) without a locking SELECT
+		// and a read of the clock. SQLite's general claim is that read
+		// already, under the write lock the INSERT took.
 		var found bool
+		if s.dialect != SQLite {
+			var refused bool
+			if res, found, refused, err = s.refusal(ctx, tx, req); err != nil {
+				return res, false, fmt.Errorf("claim: %w", err)
+			}
+			if refused {
+				return res, false, nil
+			}
+			if !found {
+				continue // a Purge deleted the row since the insert found it
+			}
+		}
+		// Else the general claim, in this transaction.
 		if res, _, found, err = s.claim(ctx, tx, req); err != nil {
 			return res, false, fmt.Errorf("claim: %w", err)
 		}

@@ -36,9 +36,11 @@ func countedDB(t *testing.T, b backend, c *sqlcount.Counter) *sql.DB {
 
 // The statements each operation sends, as the package doc lists them:
 // Complete, Release and Extend are one fenced statement each (Extend two
-// on MySQL, which has no RETURNING), a claim of a new key one INSERT,
-// and a claim of a key with a row a transaction that reads the clock in
-// its locking SELECT (separately on MySQL).
+// on MySQL, which has no RETURNING), a claim of a new key one INSERT, a
+// claim of a key with a row that changes nothing (a duplicate) the INSERT
+// and a read without a transaction, and one that takes the key over the
+// INSERT, the read and a transaction that reads the clock in its locking
+// SELECT (separately on MySQL).
 func TestStatementsPerOperation(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
 		var c sqlcount.Counter
@@ -62,6 +64,12 @@ func TestStatementsPerOperation(t *testing.T) {
 		require.EqualValues(t, map[sqlstore.Dialect]int64{sqlstore.Postgres: 1, sqlstore.MySQL: 1, sqlstore.SQLite: 1}[b.dialect],
 			got.Statements(), "claim of a new key: %+v", got)
 
+		// A duplicate while the lease is live: the INSERT that finds the
+		// row and one read of it, no transaction (no row lock).
+		got = count(func() { require.Equal(t, idempotency.InProgress, claim("k").Status) })
+		require.EqualValues(t, 2, got.Statements(), "claim of a key in progress: %+v", got)
+		require.Zero(t, got.Begins, "claim of a key in progress: %+v", got)
+
 		got = count(func() {
 			_, err := s.Extend(ctx, lease, time.Minute)
 			require.NoError(t, err)
@@ -75,15 +83,21 @@ func TestStatementsPerOperation(t *testing.T) {
 
 		got = count(func() { lease = claim("k").Lease })
 		require.Equal(t, 2, lease.Attempt)
-		// The INSERT that found the row, BEGIN, the locking SELECT, the
-		// UPDATE, COMMIT (MySQL: and a read of the clock; SQLite: and the
-		// INSERT again, first in the transaction, for the write lock).
-		require.EqualValues(t, map[sqlstore.Dialect]int64{sqlstore.Postgres: 5, sqlstore.MySQL: 6, sqlstore.SQLite: 6}[b.dialect],
+		// The INSERT that found the row, the read that finds the claim
+		// writes, BEGIN, the locking SELECT, the UPDATE, COMMIT (MySQL:
+		// and a read of the clock; SQLite: and the INSERT again, first in
+		// the transaction, for the write lock).
+		require.EqualValues(t, map[sqlstore.Dialect]int64{sqlstore.Postgres: 6, sqlstore.MySQL: 7, sqlstore.SQLite: 7}[b.dialect],
 			got.Statements(), "claim of a key with a row: %+v", got)
 
 		got = count(func() { require.NoError(t, s.Complete(ctx, lease, idempotency.Outcome{})) })
 		require.EqualValues(t, 1, got.Statements(), "complete: %+v", got)
 		require.Zero(t, got.Begins, "complete: %+v", got)
+
+		// A duplicate of a DONE record: the INSERT and the read.
+		got = count(func() { require.Equal(t, idempotency.Completed, claim("k").Status) })
+		require.EqualValues(t, 2, got.Statements(), "claim of a completed key: %+v", got)
+		require.Zero(t, got.Begins, "claim of a completed key: %+v", got)
 	})
 }
 

@@ -2,7 +2,9 @@ package sqlstore_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"testing"
 	"time"
 
@@ -18,7 +20,9 @@ import (
 // that another transaction holds would wait for as long as that one does
 // (MySQL: innodb_lock_wait_timeout, 50s; PostgreSQL: for ever). The dedup
 // step bounds it by default, so the delivery fails as a store outage
-// (nacked, redelivered) instead of holding the message.
+// (nacked, redelivered) instead of holding the message. The claim here
+// takes over an expired lease, so it needs the row lock (on PostgreSQL a
+// claim that changes nothing answers from the committed row without it).
 func TestDedupBoundsABlockedClaimByDefault(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
 		if b.dialect == sqlstore.SQLite {
@@ -30,8 +34,11 @@ func TestDedupBoundsABlockedClaimByDefault(t *testing.T) {
 		require.NoError(t, err)
 		const ns, key = "blocked", "op-1"
 		ctx := t.Context()
-		_, err = store.Claim(ctx, idempotency.ClaimRequest{Namespace: ns, Key: key, Fingerprint: "fp", Lease: time.Millisecond, MaxAttempts: 5})
+		payload := []byte("p")
+		fp := sha256.Sum256(payload) // the dedup step's fingerprint of the message
+		_, err = store.Claim(ctx, idempotency.ClaimRequest{Namespace: ns, Key: key, Fingerprint: hex.EncodeToString(fp[:]), Lease: time.Minute, MaxAttempts: 5})
 		require.NoError(t, err)
+		sqlstore.AdvanceClock(store, 2*time.Minute) // the lease has expired: the next claim takes it over
 
 		// Another transaction holds the record's row.
 		holder, err := db.BeginTx(ctx, nil)
@@ -52,7 +59,7 @@ func TestDedupBoundsABlockedClaimByDefault(t *testing.T) {
 		done := make(chan error, 1)
 		start := time.Now()
 		go func() {
-			msg := message.NewMessage("uuid-1", []byte("p"))
+			msg := message.NewMessage("uuid-1", payload)
 			msg.Metadata.Set(idempotency.DefaultMetadataKey, key)
 			_, err := h(msg)
 			done <- err
