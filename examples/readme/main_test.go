@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// marker is the line of the README right before the program's code block
-// (and, after the program, before its output's).
+// The lines of the README right before the program's code block and
+// before its output's.
 const (
 	programMarker = "<!-- examples/readme/main.go -->\n"
 	outputMarker  = "<!-- examples/readme output -->\n"
