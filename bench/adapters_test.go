@@ -23,6 +23,7 @@ import (
 	surelyredis "github.com/surely-dev/surely/adapters/redisstream"
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/idempotency/redisstore"
+	"github.com/surely-dev/surely/internal/testamqp"
 	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/internal/testenv"
 )
@@ -338,7 +339,7 @@ func openRedisStream(b *testing.B) func(b *testing.B) adapterRun {
 }
 
 func openAMQP(b *testing.B) func(b *testing.B) adapterRun {
-	url := testbroker.AMQP(b)
+	url := testamqp.URL(b)
 	admin, err := amqp.Dial(url)
 	if err != nil {
 		b.Fatal(err)

@@ -63,7 +63,7 @@ func browser(t *testing.T) context.Context {
 }
 
 // screenshot saves the page as dir/name.png: dir is
-// SURELY_CONSOLE_SCREENSHOTS (the README's are docs/console), or a
+// SURELY_CONSOLE_SCREENSHOTS (docs/CONSOLE.md's are docs/console), or a
 // temporary directory.
 func screenshot(t *testing.T, ctx context.Context, dir, name string) {
 	t.Helper()

@@ -16,20 +16,17 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelyamqp "github.com/surely-dev/surely/adapters/amqp"
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/internal/faults"
-	"github.com/surely-dev/surely/internal/testbroker"
+	"github.com/surely-dev/surely/internal/testamqp"
 	"github.com/surely-dev/surely/retry"
 )
 
 func TestMain(m *testing.M) {
-	// The conformance suite's crash test, over TestConformance's store.
-	adaptertest.RunChild(newChildSubscriber, adaptertest.WithSharedStore(redisSharedStore))
 	if os.Getenv(childEnv) == "1" {
 		// A consumer process of the crash test: no tests, no leak check
 		// (it is SIGKILLed).
@@ -66,7 +63,7 @@ func randomName(t testing.TB) string {
 // admin connection for the test's own checks.
 func setup(t *testing.T) *env {
 	t.Helper()
-	url := testbroker.AMQP(t)
+	url := testamqp.URL(t)
 	e := &env{
 		url:   url,
 		topic: "surely_test_" + randomName(t) + ".orders",

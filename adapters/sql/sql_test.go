@@ -5,22 +5,17 @@ import (
 	"crypto/rand"
 	stdsql "database/sql"
 	"encoding/hex"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelysql "github.com/surely-dev/surely/adapters/sql"
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/testsql"
 )
 
 func TestMain(m *testing.M) {
-	adaptertest.RunChild(newChildSubscriber) // the conformance suite's crash-test children
 	goleak.VerifyTestMain(m)
 }
 
@@ -35,16 +30,6 @@ const (
 // override them.
 func testOptions(more ...delivery.Option) []delivery.Option {
 	return append([]delivery.Option{delivery.WithAckWait(testAckWait), surelysql.WithPollInterval(testPollInterval)}, more...)
-}
-
-// newChildSubscriber builds a crash-test child's subscriber on
-// SURELY_POSTGRES_URL. The child is killed, never closed: so is its pool.
-func newChildSubscriber(group string) (message.Subscriber, error) {
-	db, err := testsql.OpenPostgres(os.Getenv("SURELY_POSTGRES_URL"))
-	if err != nil {
-		return nil, err
-	}
-	return surelysql.NewSubscriber(db, group, testOptions()...)
 }
 
 // randomTopic returns a short random topic: Watermill's universal tests

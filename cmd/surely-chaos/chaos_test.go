@@ -140,7 +140,7 @@ func TestLeaseRedis(t *testing.T) {
 	// take nothing before the work runs out (its outage breaker open after
 	// a Redis restart, or the others took the rest), and the pause is
 	// given up once every operation is settled. The 10,000-operation runs
-	// make their pauses (see the README).
+	// make their pauses (see docs/CHAOS.md).
 	if num(t, f, "pauses") == 0 {
 		t.Log("no pause happened in this run: no consumer reached its pause point in time")
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/sqsemu"
+	"github.com/surely-dev/surely/internal/testamqp"
 	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/internal/testenv"
 	"github.com/surely-dev/surely/internal/testsql"
@@ -167,7 +168,7 @@ func TestReplayToNATS(t *testing.T) {
 
 func TestReplayToRabbitMQ(t *testing.T) {
 	t.Parallel()
-	amqpURL := testbroker.AMQP(t)
+	amqpURL := testamqp.URL(t)
 	topic := randomTopic()
 	t.Cleanup(func() {
 		if conn, err := amqp091.Dial(amqpURL); err == nil {

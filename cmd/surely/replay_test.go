@@ -30,6 +30,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/envelope"
+	"github.com/surely-dev/surely/internal/testamqp"
 	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/internal/testenv"
 )
@@ -395,7 +396,7 @@ func TestReplayRedisStreams(t *testing.T) {
 // TestReplayAMQP republishes to a queue of its own on the shared RabbitMQ.
 func TestReplayAMQP(t *testing.T) {
 	t.Parallel()
-	url := testbroker.AMQP(t)
+	url := testamqp.URL(t)
 	queue := "surely-cli-test-" + uuid.NewString()[:8]
 	conn, err := amqp091.Dial(url)
 	require.NoError(t, err)

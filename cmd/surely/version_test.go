@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -49,14 +50,27 @@ func TestVersionFromBuildInfo(t *testing.T) {
 			want: "surely v0.1.1-0.20261201172000-c7c3e76b0e5c\nrevision c7c3e76b0e5c2d0e4a1b2c3d4e5f60718293a4b5\ngo1.26.8\n",
 		},
 		{
+			name: "go run of a checkout: no VCS stamp",
+			info: &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/surely-dev/surely", Version: "(devel)"},
+				Settings: []debug.BuildSetting{{Key: "-buildmode", Value: "exe"}, {Key: "-compiler", Value: "gc"}}},
+			ok:   true,
+			want: "surely (devel, no VCS stamp)\n" + noStampHint + "go1.26.8\n",
+		},
+		{
 			name: "no version recorded",
 			info: &debug.BuildInfo{GoVersion: "go1.26.8"},
 			ok:   true,
-			want: "surely (devel)\ngo1.26.8\n",
+			want: "surely (devel, no VCS stamp)\n" + noStampHint + "go1.26.8\n",
+		},
+		{
+			name: "go install of a commit (module zip: a pseudo-version, no VCS stamp)",
+			info: &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/surely-dev/surely", Version: "v0.0.0-20261201172000-c7c3e76b0e5c"}},
+			ok:   true,
+			want: "surely v0.0.0-20261201172000-c7c3e76b0e5c\ngo1.26.8\n",
 		},
 		{
 			name: "no build information",
-			want: "surely (unknown version: the binary has no build information)\n",
+			want: "surely (devel, no build information)\n" + runtime.Version() + "\n",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,6 +78,29 @@ func TestVersionFromBuildInfo(t *testing.T) {
 			require.Equal(t, tc.want, version(tc.info, tc.ok))
 		})
 	}
+}
+
+// noStampHint is the line a "(devel)" build without VCS stamp prints
+// after its first.
+const noStampHint = "built without the commit (go run, -buildvcs=false, a git worktree, or no .git): " +
+	"go build or go install in a git checkout records it\n"
+
+// TestVersionWithoutVCSStamp builds the command as "go run" does, without
+// VCS stamping, and runs "surely --version": it says it is a development
+// build without a stamp, and names the Go toolchain.
+func TestVersionWithoutVCSStamp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the command (-short)")
+	}
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "surely")
+	build := exec.CommandContext(t.Context(), "go", "build", "-buildvcs=false", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	out, err = exec.CommandContext(t.Context(), bin, "--version").Output()
+	require.NoError(t, err)
+	require.Equal(t, "surely (devel, no VCS stamp)\n"+noStampHint+runtime.Version()+"\n", string(out))
 }
 
 // TestVersionFlag: --version prints the running binary's build information

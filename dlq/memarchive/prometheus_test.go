@@ -17,7 +17,7 @@ import (
 	"github.com/surely-dev/surely/dlq/memarchive"
 )
 
-// The alert rule in archive.RegisterMetrics' doc and the README names
+// The alert rule in archive.RegisterMetrics' doc and docs/OPERATIONS.md name
 // the metrics as the OpenTelemetry Prometheus exporter writes them: this
 // scrapes them through that exporter. It is here rather than in dlq's own
 // tests so that a module importing dlq (every user of handler) does not get

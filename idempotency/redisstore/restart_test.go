@@ -8,7 +8,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 )
 
-// The README's durability table, row by row: a DONE record, then the Redis
+// The durability table of docs/OPERATIONS.md, row by row: a DONE record, then the Redis
 // server is killed (SIGKILL, no shutdown save) and restarted on the same
 // directory. A duplicate of the operation must then be recognised (the
 // record survived) or runs again (it was lost), as the row says.

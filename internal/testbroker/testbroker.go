@@ -1,5 +1,5 @@
 // Package testbroker finds the message brokers that integration tests run
-// against (SURELY_NATS_URL, SURELY_AMQP_URL) and runs an embedded NATS
+// against (SURELY_NATS_URL) and runs an embedded NATS
 // server with JetStream inside the test process.
 //
 // It is apart from testenv so that only the tests that need a broker link

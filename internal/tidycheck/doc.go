@@ -15,6 +15,17 @@
 // in handler/internal/chainprop and the Prometheus exporter test in
 // dlq/memarchive: no core package's test imports them.
 //
+// The same holds for each broker adapter: the conformance suite
+// (adapters/adaptertest links the SQLite driver) and the tests on an
+// embedded or emulated broker (nats-server, kfake, goaws) are in
+// adapters/<broker>/integration, a test-only package nothing imports, and
+// the RabbitMQ URL helper is internal/testamqp, apart from the embedded
+// NATS server. The test tidies a module that imports the core packages,
+// and one per adapter, and fails for every test-only module of surely
+// that reaches its go.sum through a test of surely (go mod why tells it
+// from a module the adapter builds with, or one a dependency's own test
+// brings, such as watermill-sql's MySQL driver).
+//
 // testify stays in the user's go.sum whatever surely does: Watermill's and
 // OpenTelemetry's own tests import it, and tidy loads them too.
 package tidycheck

@@ -1,7 +1,15 @@
-package amqp_test
+// Package integration_test runs the conformance suite (adapters/adaptertest)
+// on adapters/amqp. It lives apart from the adapter's own tests because the
+// suite links a SQLite driver for its default shared store: "go mod tidy" in
+// a module that imports adapters/amqp loads the adapter's tests and records
+// every module they import in that module's go.sum, but never loads this
+// package (nothing imports it). internal/tidycheck checks it.
+package integration_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
@@ -12,13 +20,14 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelyamqp "github.com/surely-dev/surely/adapters/amqp"
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
-	"github.com/surely-dev/surely/internal/testbroker"
+	"github.com/surely-dev/surely/internal/testamqp"
 	"github.com/surely-dev/surely/internal/testenv"
 )
 
@@ -31,6 +40,20 @@ const conformanceAckWait = 500 * time.Millisecond
 // conformanceCloseTimeout is the close timeout of the suite's subscribers
 // (Features.CloseTimeout).
 const conformanceCloseTimeout = 2 * time.Second
+
+func TestMain(m *testing.M) {
+	// The conformance suite's crash test, over TestConformance's store.
+	adaptertest.RunChild(newChildSubscriber, adaptertest.WithSharedStore(redisSharedStore))
+	goleak.VerifyTestMain(m)
+}
+
+func randomName(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 6)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return hex.EncodeToString(b)
+}
 
 func TestConformance(t *testing.T) {
 	adaptertest.Run(t, newConformanceAdapter, adaptertest.Features{
@@ -114,7 +137,7 @@ type conformanceAdapter struct {
 }
 
 func newConformanceAdapter(t *testing.T) adaptertest.Adapter {
-	url := testbroker.AMQP(t)
+	url := testamqp.URL(t)
 	admin, err := amqp.Dial(url)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = admin.Close() })

@@ -1,4 +1,11 @@
-package sqs_test
+// Package integration_test holds the tests of adapters/sqs that run on the
+// in-process SQS emulator (internal/sqsemu, over goaws), and the conformance
+// suite (adapters/adaptertest, which links a SQLite driver). They live apart
+// from the adapter because "go mod tidy" in a module that imports
+// adapters/sqs loads the adapter's own tests and records every module they
+// import in that module's go.sum; nothing imports this package, so tidy
+// never loads it. internal/tidycheck checks it.
+package integration_test
 
 import (
 	"context"

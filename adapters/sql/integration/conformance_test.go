@@ -1,4 +1,4 @@
-package sql_test
+package integration_test
 
 import (
 	"context"
@@ -108,7 +108,7 @@ func (a *conformanceAdapter) NewSubscriber(t *testing.T, group string) message.S
 // strings, which no Watermill message can hold.
 func (a *conformanceAdapter) PublishMalformed(t *testing.T, topic string) []byte {
 	raw := []byte("raw \x00 bytes")
-	_, err := a.db.ExecContext(t.Context(), `INSERT INTO `+surelysql.MessagesTable(topic)+
+	_, err := a.db.ExecContext(t.Context(), `INSERT INTO `+messagesTable(topic)+
 		` (uuid, payload, metadata, transaction_id) VALUES ($1, $2, $3, pg_current_xact_id())`,
 		"malformed-1", raw, `{"attempt": 1}`)
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package kafka_test
+package integration_test
 
 import (
 	"context"
@@ -129,8 +129,9 @@ func (s topicCreatingSubscriber) Subscribe(ctx context.Context, topic string) (<
 // PublishMalformed publishes a record with two values for one header, which
 // the default marshaler refuses to collapse.
 func (a *conformanceAdapter) PublishMalformed(t *testing.T, topic string) []byte {
-	cfg, err := surelykafka.PublisherSaramaConfig()
-	require.NoError(t, err)
+	cfg := sarama.NewConfig()
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Return.Successes = true
 	p, err := sarama.NewSyncProducer(a.brokers, cfg)
 	require.NoError(t, err)
 	defer func() { _ = p.Close() }()

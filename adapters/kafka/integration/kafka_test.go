@@ -1,4 +1,11 @@
-package kafka_test
+// Package integration_test holds the tests of adapters/kafka that run on an
+// in-process Kafka (franz-go's kfake), and the conformance suite
+// (adapters/adaptertest, which links a SQLite driver). They live apart from
+// the adapter because "go mod tidy" in a module that imports adapters/kafka
+// loads the adapter's own tests and records every module they import in that
+// module's go.sum; nothing imports this package, so tidy never loads it.
+// internal/tidycheck checks it.
+package integration_test
 
 import (
 	"crypto/rand"

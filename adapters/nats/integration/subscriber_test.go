@@ -1,4 +1,4 @@
-package nats_test
+package integration_test
 
 import (
 	"context"

@@ -1,4 +1,11 @@
-package nats_test
+// Package integration_test holds the tests of adapters/nats that need a
+// NATS server, embedded (nats-server, through internal/testbroker) or
+// external, and the conformance suite (adapters/adaptertest, which links a
+// SQLite driver). They live apart from the adapter because "go mod tidy" in
+// a module that imports adapters/nats loads the adapter's own tests and
+// records every module they import in that module's go.sum; nothing imports
+// this package, so tidy never loads it. internal/tidycheck checks it.
+package integration_test
 
 import (
 	"context"

@@ -1,11 +1,16 @@
-package gochannel_test
+// Package integration_test runs the conformance suite (adapters/adaptertest)
+// on adapters/gochannel. It lives apart from the adapter's own tests
+// because the suite links a SQLite driver for its default shared store: "go
+// mod tidy" in a module that imports adapters/gochannel loads the adapter's
+// tests and records every module they import in that module's go.sum, but
+// never loads this package (nothing imports it). internal/tidycheck checks
+// it.
+package integration_test
 
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
@@ -15,7 +20,6 @@ import (
 
 	"github.com/surely-dev/surely/adapters/adaptertest"
 	surelygochannel "github.com/surely-dev/surely/adapters/gochannel"
-	"github.com/surely-dev/surely/delivery"
 )
 
 func TestMain(m *testing.M) {
@@ -63,28 +67,4 @@ func TestConformance(t *testing.T) {
 			RequireSingleInstance: true,
 		},
 	})
-}
-
-func TestOptions(t *testing.T) {
-	t.Parallel()
-	_, err := surelygochannel.New(delivery.WithCloseTimeout(time.Second))
-	require.ErrorIs(t, err, delivery.ErrInvalidOption, "GoChannel's Close waits for nothing it could bound")
-	require.ErrorContains(t, err, "gochannel.New does not take option WithCloseTimeout")
-	_, err = surelygochannel.New(delivery.WithLogger(nil))
-	require.ErrorIs(t, err, delivery.ErrInvalidOption)
-
-	ps, err := surelygochannel.New(delivery.WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	defer func() { require.NoError(t, ps.Close()) }()
-	// Persistent: a message published before anything subscribed is kept.
-	require.NoError(t, ps.Publish("early", message.NewMessage("m-1", []byte("x"))))
-	ch, err := ps.Subscribe(t.Context(), "early")
-	require.NoError(t, err)
-	select {
-	case m := <-ch:
-		require.Equal(t, "m-1", m.UUID)
-		m.Ack()
-	case <-time.After(10 * time.Second):
-		t.Fatal("the message published before the subscription was dropped")
-	}
 }
