@@ -14,6 +14,20 @@
 // dlq.WithLogger and dlq.WithClock (dlq.Option); an option they do not
 // use is refused with dlq.ErrInvalidOption.
 //
+// # What a run replays
+//
+// A run replays the entries its filter selected when it started: Run
+// lists the selection once (without payloads) and saves its highest Seq
+// with the run (archive.ReplayRun.Until); every call of the run, Resume
+// included, stops there. An entry archived later, for instance the dead
+// letter of a message the run replayed that failed again, is left to
+// another run, and so is any entry whose metadata carries this run's
+// surely_replay_id: replayed by the same run, its next failure would be
+// dead-lettered under its own ID, a copy of itself, and the operation
+// would have no open entry left. So each operation that keeps failing
+// ends a run with one open entry, its latest dead letter. (A run saved
+// without a bound gets one when it is resumed.)
+//
 // # What is republished
 //
 // Each selected entry, in Seq order, is republished to its original topic

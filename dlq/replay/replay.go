@@ -111,8 +111,9 @@ type Summary struct {
 }
 
 // Run starts a new replay run: it republishes the archived entries that
-// filter selects (its NotReplayedBy is set to the run's ID), in Seq order,
-// to pub. It returns when every selected entry is handled (State "done"),
+// filter selects when it starts (its NotReplayedBy is set to the run's
+// ID; entries archived later, the run's own re-failures among them, are
+// left out: see the package doc), in Seq order, to pub. It returns when every selected entry is handled (State "done"),
 // when WithMax is reached, when ctx ends or a publish, mark or save fails
 // (State "interrupted", the error is returned), when the run aborts
 // itself (ErrAborted), or when an operator canceled it in the archive
@@ -162,8 +163,9 @@ func Run(ctx context.Context, ar archive.Archive, pub message.Publisher, filter 
 	return execute(ctx, ar, pub, run, o)
 }
 
-// Resume continues the run id saved in ar: after its cursor, skipping the
-// entries it already republished. The run's saved filter, target, new-key
+// Resume continues the run id saved in ar: after its cursor, up to the
+// bound saved when the run started, skipping the entries it already
+// republished. The run's saved filter, target, new-key
 // choice (with its metadata key) and force apply: Resume refuses WithID,
 // WithTarget, WithNewKey and WithForce. The other options (rate, concurrency, max, dry run, ...)
 // apply to this call.
@@ -270,6 +272,13 @@ func execute(ctx context.Context, ar archive.Archive, pub message.Publisher, run
 		r.log.WarnContext(ctx, "replay: minting a new operation key for every message (NewKey): the handlers see new operations, their dedup records are bypassed",
 			slog.String("key_metadata", o.KeyMetadata))
 	}
+	if r.run.Until == 0 {
+		until, err := highWater(ctx, ar, filter)
+		if err != nil {
+			return r.res, err
+		}
+		r.run.Until = until
+	}
 	stats, err := ar.Stats(ctx, filter)
 	if err != nil {
 		return r.res, fmt.Errorf("replay: stats: %w", err)
@@ -287,7 +296,7 @@ func execute(ctx context.Context, ar archive.Archive, pub message.Publisher, run
 			return r.res, err
 		}
 	}
-	r.log.InfoContext(ctx, "replay: starting", slog.Int("selected", stats.Total), slog.Int64("after", run.After),
+	r.log.InfoContext(ctx, "replay: starting", slog.Int("selected", stats.Total), slog.Int64("after", run.After), slog.Int64("until", r.run.Until),
 		slog.Bool("dry_run", o.DryRun), slog.Float64("rate", o.Rate), slog.Int("concurrency", o.Concurrency))
 
 	more, stopErr := r.loop(ctx, filter)
@@ -354,23 +363,56 @@ type dispatch struct {
 	dispatched int
 }
 
-// loop pages through the selected entries and dispatches them. It returns
-// why it stopped early (nil: every entry was handled) and whether entries
-// are left (Max reached).
+// highWaterPage is how many entries one List of highWater reads.
+const highWaterPage = 1000
+
+// highWater returns the highest Seq that filter selects now (0: none), the
+// bound of a run that starts now (archive.ReplayRun.Until). It lists the
+// selection without payloads.
+func highWater(ctx context.Context, ar archive.Archive, filter archive.Filter) (int64, error) {
+	var last int64
+	for {
+		page, err := ar.List(ctx, filter, archive.Page{After: last, Limit: highWaterPage, OmitPayload: true})
+		if err != nil {
+			return 0, fmt.Errorf("replay: list the selection's bound: %w", err)
+		}
+		if len(page) > 0 {
+			last = page[len(page)-1].Seq
+		}
+		if len(page) < highWaterPage {
+			return last, nil
+		}
+	}
+}
+
+// loop pages through the selected entries up to the run's bound (Until)
+// and dispatches them, skipping the dead letters of this run's own
+// re-failures. It returns why it stopped early (nil: every entry was
+// handled) and whether entries are left (Max reached).
 func (r *runner) loop(ctx context.Context, filter archive.Filter) (more bool, err error) {
+	if err := r.canceledErr(); err != nil {
+		return false, err
+	}
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	d := &dispatch{ctx: ctx, dctx: dctx, cancel: cancel,
 		sem: make(chan struct{}, r.o.Concurrency), lim: newLimiter(r.o.Clock, r.o.Rate)}
 	defer d.wg.Wait()
-	cursor := r.run.After
+	cursor, until := r.run.After, r.run.Until
 	for {
 		page, err := r.archive.List(ctx, filter, archive.Page{After: cursor, Limit: pageSize})
 		if err != nil {
 			return false, fmt.Errorf("replay: list: %w", err)
 		}
 		for _, e := range page {
+			if e.Seq > until {
+				// Archived after the run started: another run's business.
+				return false, nil
+			}
 			cursor = e.Seq
+			if r.ownRefailure(e) {
+				continue
+			}
 			if r.o.Max > 0 && d.dispatched >= r.o.Max {
 				return true, nil
 			}
@@ -382,6 +424,18 @@ func (r *runner) loop(ctx context.Context, filter archive.Filter) (more bool, er
 			return false, nil
 		}
 	}
+}
+
+// ownRefailure reports whether e is the dead letter of a message this run
+// replayed: replaying it in the same run would dead-letter it again under
+// its own ID (a copy of itself). Seq order keeps such entries past Until;
+// this also covers a run whose bound was set only when it was resumed.
+func (r *runner) ownRefailure(e archive.Entry) bool {
+	if e.Message == nil || e.Message.Metadata.Get(envelope.KeyReplayID) != r.run.ID {
+		return false
+	}
+	r.log.Debug("replay: skipped the dead letter of this run's own re-failure", slog.String("entry", e.ID))
+	return true
 }
 
 // handle decides one entry: a dry run reports it, a refused entry is
