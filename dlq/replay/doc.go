@@ -129,7 +129,8 @@
 // replayed. For each of the latest 4×max(AbortAfter, 10) replayed messages
 // still open:
 //
-//   - a success is a dedup record (only with WithStore) that is DONE;
+//   - a success is a dedup record (only with WithStore) that the replayed
+//     operation completed (DONE, see "What resolved means");
 //   - a re-failure is a dedup record that is EXHAUSTED and was reopened by
 //     this run, or the message's dead letter in the archive. A replayed
 //     message is dead-lettered under dlq's derived UUID: derived from its
@@ -150,14 +151,40 @@
 // # Lifecycle: resolved, failed again, canceled
 //
 // A replayed entry leaves the open state (archive.StateReplayed). With
-// WithStore, each check that finds a replayed message's dedup record DONE
-// marks its entry resolved (archive.StateResolved) and counts it in the
-// run's Resolved. A consumer usually processes the messages after the run
-// ended: Reconcile, called later with the store, resolves the entries
-// whose operation completed since, reading the records in one round trip
-// per namespace when the store is a RecordsReader. A replayed message
-// that fails again is dead-lettered under a new ID, an open entry; the
-// archive links the replayed entry to it (archive.Entry.FailedAgainAs).
+// WithStore, each check that finds that a replayed message's operation
+// completed marks its entry resolved (archive.StateResolved) and counts it
+// in the run's Resolved. A consumer usually processes the messages after
+// the run ended: Reconcile, called later with the store, resolves the
+// entries whose operation completed since, reading the records in one
+// round trip per namespace when the store is a RecordsReader. A replayed
+// message that fails again is dead-lettered under a new ID, an open entry;
+// the archive links the replayed entry to it (archive.Entry.FailedAgainAs).
+//
+// # What resolved means
+//
+// An entry is resolved when the replayed message ran and completed: its
+// dedup record is DONE, with the entry's payload fingerprint
+// (surely_fingerprint), and its completing attempt (the last of the
+// record's history) began after the replay published the message. Any
+// other DONE resolves nothing: for a conflict the record is the other
+// payload's, completed before the replay (the replayed message is
+// dead-lettered again as a conflict, without running), and a DONE begun
+// before the publish was not the replay's doing. An entry without a
+// fingerprint, or a record without history (a store that keeps none),
+// proves nothing either: the entry stays replayed. A batch read
+// (RecordsReader) that returns a DONE record without fingerprint or
+// history is followed by a Get of that record.
+//
+// The attempt's start is on the store's clock; the publish is dated by the
+// run's clock (dlq.WithClock), and, for Reconcile, by the archive's
+// clock when it marked the entry replayed, just after the publish. The
+// clocks of different machines differ, so the attempt counts as begun
+// after the publish when it began no earlier than one minute before it.
+// Within that minute a DONE of the same payload that was not the replay's
+// would resolve the entry; it completed the same operation with the same
+// payload, which is what resolved reports. A store clock more than a
+// minute behind leaves a completed replay unresolved (replayed, Pending
+// in Reconcile): keep the clocks synchronised.
 //
 // An operator cancels a run by saving it with State archive.RunCanceled
 // (surely dlq runs cancel, the console's cancel): every save of a running

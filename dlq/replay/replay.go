@@ -667,6 +667,7 @@ func newKeyFor(runID, entryID string) string {
 
 func (r *runner) publish(ctx context.Context, e archive.Entry, topic string, msg *message.Message) error {
 	span := r.startSpan(ctx, e, topic, msg)
+	sent := r.o.Clock.Now()
 	err := r.pub.Publish(topic, msg)
 	endSpan(span, err)
 	if err != nil {
@@ -676,7 +677,7 @@ func (r *runner) publish(ctx context.Context, e archive.Entry, topic string, msg
 	// The publish happened: record it even when ctx has ended.
 	ctx = context.WithoutCancel(ctx)
 	markErr := r.mark(ctx, e.ID)
-	r.watch.track(e, msg)
+	r.watch.track(e, msg, sent)
 	r.mu.Lock()
 	r.res.Replayed++
 	r.run.Replayed++
