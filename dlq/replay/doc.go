@@ -193,6 +193,16 @@
 // that is done is saved done) and returns an error wrapping
 // context.Canceled. Resume continues it.
 //
+// No save of a run overwrites what it did not read. A call's saves, the
+// first one of Resume included, compare the saved run with the run as the
+// call loaded or last wrote it: a cancel saved since (for Resume, while it
+// counted the selection and the earlier re-failures) stops the call before
+// any publish, and the entries Reconcile resolved since are added to the
+// call's count. Reconcile adds its count to the run as saved when it
+// saves, read again. The archive has no compare-and-swap, so what remains
+// is the gap between one save's read and its write: a cancel saved
+// exactly there is overwritten (cancel again).
+//
 // # Progress and result
 //
 // WithProgress's callback is called after every decision with the entry, the

@@ -144,11 +144,16 @@ func Reconcile(ctx context.Context, ar archive.Archive, store idempotency.Store,
 	if err != nil {
 		return sum, fmt.Errorf("replay: mark resolved: %w", err)
 	}
-	// A run in progress saves its own counters; a stopped one is updated
-	// here. (A call running it meanwhile may overwrite this count, never
-	// the entries' states.)
-	run.Resolved += n
-	if err := ar.SaveReplay(ctx, run); err != nil {
+	// The count is added to the run as saved now, read again: a cancel, or
+	// the progress of a call running it, saved since the load above stays.
+	// (A call running it reads the run before each of its saves and keeps
+	// this count.)
+	cur, err := ar.LoadReplay(ctx, id)
+	if err != nil {
+		return sum, fmt.Errorf("replay: save run: read it first: %w", err)
+	}
+	cur.Resolved += n
+	if err := ar.SaveReplay(ctx, cur); err != nil {
 		return sum, fmt.Errorf("replay: save run: %w", err)
 	}
 	return sum, nil

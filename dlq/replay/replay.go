@@ -160,7 +160,7 @@ func Run(ctx context.Context, ar archive.Archive, pub message.Publisher, filter 
 		run.KeyMetadata = o.KeyMetadata
 	}
 	run.Filter.NotReplayedBy = ""
-	return execute(ctx, ar, pub, run, o)
+	return execute(ctx, ar, pub, run, archive.ReplayRun{}, o)
 }
 
 // Resume continues the run id saved in ar: after its cursor, up to the
@@ -193,8 +193,9 @@ func Resume(ctx context.Context, ar archive.Archive, pub message.Publisher, id s
 	if run.KeyMetadata != "" {
 		o.KeyMetadata = run.KeyMetadata
 	}
+	loaded := run
 	run.State = archive.RunRunning
-	return execute(ctx, ar, pub, run, o)
+	return execute(ctx, ar, pub, run, loaded, o)
 }
 
 func (o config) withDefaults() (config, error) {
@@ -256,13 +257,17 @@ type runner struct {
 	total    int
 	decided  int
 	err      error // the first publish, mark or save error
-	saved    bool  // the run was saved once by this call
 	canceled bool  // an operator canceled the run (seen by save)
+	// base is the run as this call last read (Resume's load) or wrote it:
+	// a saved run that differs from it was saved by someone else.
+	base archive.ReplayRun
 }
 
-func execute(ctx context.Context, ar archive.Archive, pub message.Publisher, run archive.ReplayRun, o config) (Summary, error) {
+// execute runs run; base is the run as the caller loaded it (zero for a
+// new run).
+func execute(ctx context.Context, ar archive.Archive, pub message.Publisher, run, base archive.ReplayRun, o config) (Summary, error) {
 	r := &runner{
-		archive: ar, pub: pub, o: o, run: run, done: map[int64]bool{},
+		archive: ar, pub: pub, o: o, run: run, base: base, done: map[int64]bool{},
 		log: o.Logger.With(slog.String("replay_id", run.ID)),
 	}
 	r.res = Summary{RunID: run.ID, After: run.After}
@@ -764,28 +769,49 @@ func (r *runner) mark(ctx context.Context, id string) error {
 }
 
 // save stores the run's state; saves are serialized so a later cursor is
-// never overwritten by an earlier one. Each save after the first reads
-// the saved run first: an operator who canceled it (archive.RunCanceled)
-// stops it, and the run stays canceled, also when the call ends at the
-// same time for another reason (its context ended: the console cancels
-// both); only a run that is done is saved done.
+// never overwritten by an earlier one. Each save reads the saved run
+// first, the first one of a call included, and does not overwrite what it
+// did not read (see merge): an operator who canceled it
+// (archive.RunCanceled) since this call last read or wrote it stops it,
+// and the run stays canceled, also when the call ends at the same time
+// for another reason (its context ended: the console cancels both); only
+// a run that is done is saved done, without reading. A run that cannot be
+// read is not saved (the error is returned).
 func (r *runner) save(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.saved && !r.canceled && r.run.State != archive.RunDone {
-		if cur, err := r.archive.LoadReplay(ctx, r.run.ID); err == nil && cur.State == archive.RunCanceled {
-			r.canceled = true
+	if r.run.State != archive.RunDone {
+		cur, err := r.archive.LoadReplay(ctx, r.run.ID)
+		switch {
+		case err == nil:
+			r.merge(cur)
+		case !errors.Is(err, archive.ErrNotFound):
+			return fmt.Errorf("replay: save run: read it first: %w", err)
 		}
 	}
 	if r.canceled {
 		r.run.State = archive.RunCanceled
 	}
-	r.saved = true
 	r.run.Updated = r.o.Clock.Now()
 	if err := r.archive.SaveReplay(ctx, r.run); err != nil {
 		return fmt.Errorf("replay: save run: %w", err)
 	}
+	r.base = r.run
 	return nil
+}
+
+// merge takes in what others saved of the run since this call last read
+// or wrote it (r.base), as cur shows: a cancel (a canceled run that Resume
+// loaded canceled is not a new cancel), and the entries Reconcile resolved
+// meanwhile. r.mu is held.
+func (r *runner) merge(cur archive.ReplayRun) {
+	loadedCanceled := r.base.State == archive.RunCanceled && cur.Updated.Equal(r.base.Updated)
+	if cur.State == archive.RunCanceled && !loadedCanceled {
+		r.canceled = true
+	}
+	if cur.Resolved > r.base.Resolved {
+		r.run.Resolved += cur.Resolved - r.base.Resolved
+	}
 }
 
 // startSpan starts the span of one publish when a TracerProvider is set,
