@@ -169,11 +169,10 @@
 // other DONE resolves nothing: for a conflict the record is the other
 // payload's, completed before the replay (the replayed message is
 // dead-lettered again as a conflict, without running), and a DONE begun
-// before the publish was not the replay's doing. An entry without a
-// fingerprint, or a record without history (a store that keeps none),
-// proves nothing either: the entry stays replayed. A batch read
-// (RecordsReader) that returns a DONE record without fingerprint or
-// history is followed by a Get of that record.
+// before the publish was not the replay's doing. A record without
+// history (a store that keeps none) proves nothing either: the entry
+// stays replayed. A batch read (RecordsReader) that returns a DONE record
+// without fingerprint or history is followed by a Get of that record.
 //
 // The attempt's start is on the store's clock; the publish is dated by the
 // run's clock (dlq.WithClock), and, for Reconcile, by the archive's

@@ -26,10 +26,9 @@ const clockSkew = time.Minute
 // (the last of its history) began no earlier than clockSkew before p was
 // published. The DONE of a conflict's key is the other payload's, and a
 // DONE begun before the replay is not its doing: neither resolves the
-// entry. A record without history, or an entry without a fingerprint,
-// proves nothing.
+// entry. A record without history proves nothing.
 func replayedDone(rec idempotency.Record, p tracked) bool {
-	if rec.State != idempotency.StateDone || p.fingerprint == "" || rec.Fingerprint != p.fingerprint {
+	if rec.State != idempotency.StateDone || rec.Fingerprint != p.fingerprint {
 		return false
 	}
 	n := len(rec.History)
