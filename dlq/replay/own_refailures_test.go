@@ -97,3 +97,37 @@ func TestResumeKeepsTheRunsBound(t *testing.T) {
 	}
 	requireOneOpenPerOperation(t, a, n+len(later))
 }
+
+// A run saved without a bound (before ReplayRun.Until) gets one when it is
+// resumed, and its own re-failures archived by then are still not
+// replayed.
+func TestResumeOfARunSavedWithoutBound(t *testing.T) {
+	t.Parallel()
+	c := newFakeClock()
+	a := newArchive(t, c)
+	n := 10
+	ids := deadLetters(t, a, 0, n, entrySpec{retention: time.Hour})
+	pub := &recorder{clock: c}
+	pub.hook = refailing(t, a, func(published) bool { return true })
+	_, err := replay.Run(t.Context(), a, pub, archive.Filter{},
+		on(c, replay.WithID("old"), replay.WithAbortAfter(-1), replay.WithMax(4))...)
+	require.NoError(t, err)
+	run, err := a.LoadReplay(t.Context(), "old")
+	require.NoError(t, err)
+	require.Positive(t, run.Until)
+	run.Until = 0
+	require.NoError(t, a.SaveReplay(t.Context(), run))
+
+	res, err := replay.Resume(t.Context(), a, pub, "old", on(c, replay.WithAbortAfter(-1))...)
+	require.NoError(t, err)
+	require.Equal(t, n-4, res.Replayed, "the rest, not the 4 re-failures of the first call")
+	counts := pub.countByReplayOf()
+	require.Len(t, counts, n)
+	for _, id := range ids {
+		require.Equal(t, 1, counts[id], id)
+	}
+	run, err = a.LoadReplay(t.Context(), "old")
+	require.NoError(t, err)
+	require.Positive(t, run.Until, "the bound is saved")
+	requireOneOpenPerOperation(t, a, n)
+}

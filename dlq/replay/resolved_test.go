@@ -63,13 +63,16 @@ func TestDoneOfAnotherAttemptDoesNotResolve(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		reason   dlq.Reason
-		fp       string // of the DONE record written before the replay
+		fp       string        // of the DONE record written before the replay
+		age      time.Duration // how long before the replay it was completed
 		consumer bool
 		refailed int
 	}{
-		{name: "conflict", reason: dlq.ReasonConflict, fp: "other"},
-		{name: "conflict with a consumer", reason: dlq.ReasonConflict, fp: "other", consumer: true, refailed: 1},
-		{name: "done before the replay", reason: dlq.ReasonExhausted, fp: "fp"},
+		{name: "conflict", reason: dlq.ReasonConflict, fp: "other", age: time.Hour},
+		// Within the minute allowed for clock skew: the fingerprint tells.
+		{name: "conflict done just before", reason: dlq.ReasonConflict, fp: "other", age: time.Second},
+		{name: "conflict with a consumer", reason: dlq.ReasonConflict, fp: "other", age: time.Hour, consumer: true, refailed: 1},
+		{name: "done before the replay", reason: dlq.ReasonExhausted, fp: "fp", age: time.Hour},
 	} {
 		for _, during := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/store during the run=%v", tc.name, during), func(t *testing.T) {
@@ -79,7 +82,7 @@ func TestDoneOfAnotherAttemptDoesNotResolve(t *testing.T) {
 				st, err := memstore.New(idempotency.WithClock(c.Now))
 				require.NoError(t, err)
 				completeAs(t, st, "op-0", tc.fp)
-				c.Advance(time.Hour)
+				c.Advance(tc.age)
 				ids := deadLetters(t, a, 0, 1, entrySpec{reason: tc.reason, retention: 24 * time.Hour, at: c.Now().Add(-time.Minute)})
 				pub := &recorder{clock: c}
 				if tc.consumer {
@@ -186,4 +189,33 @@ func TestBatchReadDoneReadWhole(t *testing.T) {
 	require.Equal(t, 1, got.Resolved)
 	require.Equal(t, 2, got.Pending)
 	require.Equal(t, 1, ms.gets, "only the DONE record is read again")
+}
+
+// The store's clock may be up to a minute behind the run's: a completion
+// of the replayed message still resolves its entry. Further behind, it
+// looks older than the publish and resolves nothing (the package doc).
+func TestDoneWithTheStoreClockBehind(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		behind   time.Duration
+		resolved int
+	}{{30 * time.Second, 1}, {2 * time.Minute, 0}} {
+		t.Run(tc.behind.String(), func(t *testing.T) {
+			t.Parallel()
+			c := newFakeClock()
+			a := newArchive(t, c)
+			st, err := memstore.New(idempotency.WithClock(func() time.Time { return c.Now().Add(-tc.behind) }))
+			require.NoError(t, err)
+			failed(t, st, "op-0")
+			deadLetters(t, a, 0, 1, entrySpec{retention: time.Hour})
+			pub := &recorder{clock: c, hook: func(published) error { done(t, st, "op-0"); return nil }}
+			sum, err := replay.Run(t.Context(), a, pub, archive.Filter{}, on(c, replay.WithID("skew"), replay.WithStore(st))...)
+			require.NoError(t, err)
+			require.Equal(t, tc.resolved, sum.Resolved)
+			got, err := replay.Reconcile(t.Context(), a, st, "skew")
+			require.NoError(t, err)
+			require.Equal(t, 1-tc.resolved, got.Pending)
+			require.Zero(t, got.Resolved)
+		})
+	}
 }
