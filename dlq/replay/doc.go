@@ -152,13 +152,30 @@
 //
 // A replayed entry leaves the open state (archive.StateReplayed). With
 // WithStore, each check that finds that a replayed message's operation
-// completed marks its entry resolved (archive.StateResolved) and counts it
-// in the run's Resolved. A consumer usually processes the messages after
+// completed (see "What resolved means") marks its entry resolved
+// (archive.StateResolved) and counts it in the run's Resolved. A consumer usually processes the messages after
 // the run ended: Reconcile, called later with the store, resolves the
 // entries whose operation completed since, reading the records in one
 // round trip per namespace when the store is a RecordsReader. A replayed
 // message that fails again is dead-lettered under a new ID, an open entry;
 // the archive links the replayed entry to it (archive.Entry.FailedAgainAs).
+//
+// An operator cancels a run by saving it with State archive.RunCanceled
+// (surely dlq runs cancel, the console's cancel): every save of a running
+// call reads the run first, so the call stops before its next publish,
+// stays canceled (also when its context ends at the same time: only a run
+// that is done is saved done) and returns an error wrapping
+// context.Canceled. Resume continues it.
+//
+// No save of a run overwrites what it did not read. A call's saves, the
+// first one of Resume included, compare the saved run with the run as the
+// call loaded or last wrote it: a cancel saved since (for Resume, while it
+// counted the selection and the earlier re-failures) stops the call before
+// any publish, and the entries Reconcile resolved since are added to the
+// call's count. Reconcile adds its count to the run as saved when it
+// saves, read again. The archive has no compare-and-swap, so what remains
+// is the gap between one save's read and its write: a cancel saved
+// exactly there is overwritten (cancel again).
 //
 // # What resolved means
 //
@@ -179,28 +196,11 @@
 // clock when it marked the entry replayed, just after the publish. The
 // clocks of different machines differ, so the attempt counts as begun
 // after the publish when it began no earlier than one minute before it.
-// Within that minute a DONE of the same payload that was not the replay's
-// would resolve the entry; it completed the same operation with the same
-// payload, which is what resolved reports. A store clock more than a
-// minute behind leaves a completed replay unresolved (replayed, Pending
-// in Reconcile): keep the clocks synchronised.
-//
-// An operator cancels a run by saving it with State archive.RunCanceled
-// (surely dlq runs cancel, the console's cancel): every save of a running
-// call reads the run first, so the call stops before its next publish,
-// stays canceled (also when its context ends at the same time: only a run
-// that is done is saved done) and returns an error wrapping
-// context.Canceled. Resume continues it.
-//
-// No save of a run overwrites what it did not read. A call's saves, the
-// first one of Resume included, compare the saved run with the run as the
-// call loaded or last wrote it: a cancel saved since (for Resume, while it
-// counted the selection and the earlier re-failures) stops the call before
-// any publish, and the entries Reconcile resolved since are added to the
-// call's count. Reconcile adds its count to the run as saved when it
-// saves, read again. The archive has no compare-and-swap, so what remains
-// is the gap between one save's read and its write: a cancel saved
-// exactly there is overwritten (cancel again).
+// Within that minute, a DONE of the same payload begun just before the
+// publish (another delivery of the same operation) resolves the entry too:
+// the operation did complete, with this payload. A store clock more than a
+// minute behind leaves a completed replay unresolved (replayed, Pending in
+// Reconcile): keep the clocks synchronised.
 //
 // # Progress and result
 //
