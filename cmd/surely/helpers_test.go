@@ -87,6 +87,10 @@ type netError struct{ op string }
 
 func (e *netError) Error() string { return e.op + ": connection refused" }
 
+// fixtureFingerprint is the payload fingerprint of every fixture dead
+// letter.
+var fixtureFingerprint = "sha256:" + strings.Repeat("0f", 8)
+
 // fixtureFailures are four dead letters of two handlers, one with a
 // payload that is not UTF-8.
 func fixtureFailures() []failure {
@@ -139,7 +143,7 @@ func (f failure) envelope(now time.Time) *message.Message {
 	}
 	return dlq.Wrap(msg, dlq.Failure{
 		Reason: f.reason, Err: f.err, Attempts: f.attempts, History: hist,
-		OperationKey: f.key, Fingerprint: "sha256:" + strings.Repeat("0f", 8), Topic: f.topic, Handler: f.handler,
+		OperationKey: f.key, Fingerprint: fixtureFingerprint, Topic: f.topic, Handler: f.handler,
 		Namespace: f.handler, Retention: 24 * time.Hour,
 		TraceID: fmt.Sprintf("%s%02d", strings.Repeat("a", 30), f.attempts), SpanID: strings.Repeat("c", 16), At: at,
 	}, nil, "worker-1", "payments")

@@ -163,7 +163,7 @@ func TestEntryReferences(t *testing.T) {
 func completeRecord(t *testing.T, st idempotency.Store, ns, key string) {
 	t.Helper()
 	ctx := context.Background()
-	res, err := st.Claim(ctx, idempotency.ClaimRequest{Namespace: ns, Key: key, Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 5})
+	res, err := st.Claim(ctx, idempotency.ClaimRequest{Namespace: ns, Key: key, Fingerprint: fixtureFingerprint, Lease: time.Minute, MaxAttempts: 5})
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Acquired, res.Status)
 	require.NoError(t, st.Complete(ctx, res.Lease, idempotency.Outcome{}))
@@ -174,7 +174,9 @@ func completeRecord(t *testing.T, st idempotency.Store, ns, key string) {
 func TestRunsAndRunsShow(t *testing.T) {
 	t.Parallel()
 	a, ar, rec := lifecycleApp(t)
-	st, err := memstore.New()
+	// On the fixture's clock: the completing attempts begin after the
+	// replay marked the entries (fixedNow-1m on the archive's clock).
+	st, err := memstore.New(idempotency.WithClock(func() time.Time { return fixedNow }))
 	require.NoError(t, err)
 	a.memStores["st"] = st
 	// The consumer fails parcel-9 again; the others it processes later.

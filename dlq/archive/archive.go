@@ -194,6 +194,13 @@ type ReplayRun struct {
 	Force bool
 	// After is the cursor: the Seq of the last entry handled.
 	After int64
+	// Until bounds the run: it replays only entries with Seq <= Until,
+	// those its filter selected when it started (replay.Run sets it, and
+	// every call of the run keeps it), so the dead letters of its own
+	// re-failures and entries archived later are left to another run.
+	// 0: not set (a run saved before this field, or one whose filter
+	// selected nothing): the next call of the run sets it at its start.
+	Until int64
 	// Counters of the run so far: entries republished, refused (retention
 	// guard), failed again, and resolved (their operation completed).
 	Replayed, Refused, Refailed, Resolved int

@@ -704,7 +704,7 @@ func testReplayRuns(t *testing.T, e *env) {
 			ReplayID: "run-0", NotReplayedBy: "run-1", ReplayedBy: "run-00",
 			States: []archive.State{archive.StateOpen, archive.StateReplayed},
 		},
-		Target: "orders.retry", NewKey: true, KeyMetadata: "op", Force: true, After: 42,
+		Target: "orders.retry", NewKey: true, KeyMetadata: "op", Force: true, After: 42, Until: 77,
 		Replayed: 3, Refused: 2, Refailed: 1, Resolved: 1, State: archive.RunRunning,
 		Started: base, Updated: base.Add(time.Second),
 	}

@@ -14,6 +14,20 @@
 // dlq.WithLogger and dlq.WithClock (dlq.Option); an option they do not
 // use is refused with dlq.ErrInvalidOption.
 //
+// # What a run replays
+//
+// A run replays the entries its filter selected when it started: Run
+// lists the selection once (without payloads) and saves its highest Seq
+// with the run (archive.ReplayRun.Until); every call of the run, Resume
+// included, stops there. An entry archived later, for instance the dead
+// letter of a message the run replayed that failed again, is left to
+// another run, and so is any entry whose metadata carries this run's
+// surely_replay_id: replayed by the same run, its next failure would be
+// dead-lettered under its own ID, a copy of itself, and the operation
+// would have no open entry left. So each operation that keeps failing
+// ends a run with one open entry, its latest dead letter. (A run saved
+// without a bound gets one when it is resumed.)
+//
 // # What is republished
 //
 // Each selected entry, in Seq order, is republished to its original topic
@@ -115,7 +129,8 @@
 // replayed. For each of the latest 4×max(AbortAfter, 10) replayed messages
 // still open:
 //
-//   - a success is a dedup record (only with WithStore) that is DONE;
+//   - a success is a dedup record (only with WithStore) that the replayed
+//     operation completed (DONE, see "What resolved means");
 //   - a re-failure is a dedup record that is EXHAUSTED and was reopened by
 //     this run, or the message's dead letter in the archive. A replayed
 //     message is dead-lettered under dlq's derived UUID: derived from its
@@ -136,14 +151,14 @@
 // # Lifecycle: resolved, failed again, canceled
 //
 // A replayed entry leaves the open state (archive.StateReplayed). With
-// WithStore, each check that finds a replayed message's dedup record DONE
-// marks its entry resolved (archive.StateResolved) and counts it in the
-// run's Resolved. A consumer usually processes the messages after the run
-// ended: Reconcile, called later with the store, resolves the entries
-// whose operation completed since, reading the records in one round trip
-// per namespace when the store is a RecordsReader. A replayed message
-// that fails again is dead-lettered under a new ID, an open entry; the
-// archive links the replayed entry to it (archive.Entry.FailedAgainAs).
+// WithStore, each check that finds that a replayed message's operation
+// completed (see "What resolved means") marks its entry resolved
+// (archive.StateResolved) and counts it in the run's Resolved. A consumer usually processes the messages after
+// the run ended: Reconcile, called later with the store, resolves the
+// entries whose operation completed since, reading the records in one
+// round trip per namespace when the store is a RecordsReader. A replayed
+// message that fails again is dead-lettered under a new ID, an open entry;
+// the archive links the replayed entry to it (archive.Entry.FailedAgainAs).
 //
 // An operator cancels a run by saving it with State archive.RunCanceled
 // (surely dlq runs cancel, the console's cancel): every save of a running
@@ -151,6 +166,41 @@
 // stays canceled (also when its context ends at the same time: only a run
 // that is done is saved done) and returns an error wrapping
 // context.Canceled. Resume continues it.
+//
+// No save of a run overwrites what it did not read. A call's saves, the
+// first one of Resume included, compare the saved run with the run as the
+// call loaded or last wrote it: a cancel saved since (for Resume, while it
+// counted the selection and the earlier re-failures) stops the call before
+// any publish, and the entries Reconcile resolved since are added to the
+// call's count. Reconcile adds its count to the run as saved when it
+// saves, read again. The archive has no compare-and-swap, so what remains
+// is the gap between one save's read and its write: a cancel saved
+// exactly there is overwritten (cancel again).
+//
+// # What resolved means
+//
+// An entry is resolved when the replayed message ran and completed: its
+// dedup record is DONE, with the entry's payload fingerprint
+// (surely_fingerprint), and its completing attempt (the last of the
+// record's history) began after the replay published the message. Any
+// other DONE resolves nothing: for a conflict the record is the other
+// payload's, completed before the replay (the replayed message is
+// dead-lettered again as a conflict, without running), and a DONE begun
+// before the publish was not the replay's doing. A record without
+// history (a store that keeps none) proves nothing either: the entry
+// stays replayed. A batch read (RecordsReader) that returns a DONE record
+// without fingerprint or history is followed by a Get of that record.
+//
+// The attempt's start is on the store's clock; the publish is dated by the
+// run's clock (dlq.WithClock), and, for Reconcile, by the archive's
+// clock when it marked the entry replayed, just after the publish. The
+// clocks of different machines differ, so the attempt counts as begun
+// after the publish when it began no earlier than one minute before it.
+// Within that minute, a DONE of the same payload begun just before the
+// publish (another delivery of the same operation) resolves the entry too:
+// the operation did complete, with this payload. A store clock more than a
+// minute behind leaves a completed replay unresolved (replayed, Pending in
+// Reconcile): keep the clocks synchronised.
 //
 // # Progress and result
 //

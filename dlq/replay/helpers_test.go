@@ -122,6 +122,7 @@ type entrySpec struct {
 	topic     string
 	at        time.Time     // dead-lettered at
 	retention time.Duration // 0: no surely_dedup_retention in the envelope
+	reason    dlq.Reason    // "": dlq.ReasonExhausted
 }
 
 // deadLetters dead-letters n source messages (source(first) ...) into a and
@@ -134,11 +135,14 @@ func deadLetters(t *testing.T, a archive.Archive, first, n int, spec entrySpec) 
 	if spec.at.IsZero() {
 		spec.at = t0.Add(-time.Minute)
 	}
+	if spec.reason == "" {
+		spec.reason = dlq.ReasonExhausted
+	}
 	ids := make([]string, 0, n)
 	for i := first; i < first+n; i++ {
 		src := source(i)
 		env := dlq.Wrap(src, dlq.Failure{
-			Reason: dlq.ReasonExhausted, Err: errors.New("warehouse down"), Attempts: 5,
+			Reason: spec.reason, Err: errors.New("warehouse down"), Attempts: 5,
 			OperationKey: src.Metadata.Get(idempotency.DefaultMetadataKey), Fingerprint: "fp",
 			Topic: spec.topic, Handler: "reserve", Namespace: "reserve", Retention: spec.retention,
 			TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",

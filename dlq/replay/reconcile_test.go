@@ -68,7 +68,7 @@ func TestReconcile(t *testing.T) {
 	require.Equal(t, 3, sum.Replayed)
 	require.Zero(t, sum.Resolved, "no store: nothing confirmed")
 
-	st, err := memstore.New()
+	st, err := memstore.New(idempotency.WithClock(c.Now)) // the run's clock: one clock
 	require.NoError(t, err)
 	done(t, st, "op-0")
 	done(t, st, "op-2")
@@ -105,7 +105,7 @@ func TestRunMarksResolved(t *testing.T) {
 	c := newFakeClock()
 	a := newArchive(t, c)
 	ids := deadLetters(t, a, 0, 2, entrySpec{retention: time.Hour})
-	st, err := memstore.New()
+	st, err := memstore.New(idempotency.WithClock(c.Now)) // the run's clock: one clock
 	require.NoError(t, err)
 	failed(t, st, "op-0")
 	failed(t, st, "op-1")

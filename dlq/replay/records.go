@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
@@ -14,20 +15,53 @@ import (
 // dedup record is DONE.
 const noteDone = "the replayed operation completed (dedup record done)"
 
+// clockSkew is how far the store's clock may be behind the clock that
+// dated a replay (the run's, or the archive's for Reconcile) for the
+// completing attempt to count as begun after the replay (see
+// replayedDone and the package doc).
+const clockSkew = time.Minute
+
+// replayedDone reports whether rec is the DONE record of the operation p
+// replayed: its fingerprint is the entry's, and its completing attempt
+// (the last of its history) began no earlier than clockSkew before p was
+// published. The DONE of a conflict's key is the other payload's, and a
+// DONE begun before the replay is not its doing: neither resolves the
+// entry. A record without history proves nothing.
+func replayedDone(rec idempotency.Record, p tracked) bool {
+	if rec.State != idempotency.StateDone || rec.Fingerprint != p.fingerprint {
+		return false
+	}
+	n := len(rec.History)
+	return n > 0 && !rec.History[n-1].Started.Before(p.sent.Add(-clockSkew))
+}
+
+// fingerprintOf is the payload fingerprint in e's envelope ("" when not
+// known).
+func fingerprintOf(e archive.Entry) string {
+	if e.Message == nil {
+		return ""
+	}
+	return e.Message.Metadata.Get(envelope.KeyFingerprint)
+}
+
 // RecordsReader is an idempotency.Store that reads the records of many
 // operation keys of one namespace in one round trip: the keys without a
 // record (or whose record expired) are absent from the map, and each
 // record has at least its Namespace, Key, State, ReopenedBy and ExpiresAt.
 // A run's checks and Reconcile use it when the store has it (memstore,
 // sqlstore and redisstore do); with any other store they call Get once
-// per key.
+// per key. A DONE record returned without its Fingerprint or History is
+// read again with Get: resolving an entry needs both (see the package
+// doc).
 type RecordsReader interface {
 	GetRecords(ctx context.Context, namespace string, keys []string) (map[string]idempotency.Record, error)
 }
 
 // readRecords reads the dedup records of ps, by entry ID: one GetRecords
-// per namespace when store is a RecordsReader, else one Get per key.
-// Records that cannot be read (an error, no namespace or key) are absent.
+// per namespace when store is a RecordsReader, else one Get per key; a
+// DONE record the batch read returned without its fingerprint or history
+// is read whole with Get. Records that cannot be read (an error, no
+// namespace or key) are absent.
 func readRecords(ctx context.Context, store idempotency.Store, ps []tracked) map[string]idempotency.Record {
 	out := make(map[string]idempotency.Record, len(ps))
 	byNS := map[string][]tracked{}
@@ -48,7 +82,12 @@ func readRecords(ctx context.Context, store idempotency.Store, ps []tracked) map
 				continue
 			}
 			for _, p := range group {
-				if rec, ok := recs[p.key]; ok {
+				rec, ok := recs[p.key]
+				if ok && rec.State == idempotency.StateDone && (rec.Fingerprint == "" || len(rec.History) == 0) {
+					rec, err = store.Get(ctx, ns, p.key)
+					ok = err == nil
+				}
+				if ok {
 					out[p.entryID] = rec
 				}
 			}
@@ -65,7 +104,9 @@ func readRecords(ctx context.Context, store idempotency.Store, ps []tracked) map
 
 // Reconcile settles what run id replayed, after the fact: each of its
 // entries still replayed (by it, without a failed-again link) whose
-// operation's dedup record in store is DONE is marked resolved, and the
+// replayed operation completed (its dedup record in store is DONE with
+// the entry's fingerprint, by an attempt begun after the replay: see
+// "What resolved means" in the package doc) is marked resolved, and the
 // run's Resolved count saved. The Summary counts the entries resolved by
 // this call (Resolved), those that failed again (Refailed: a new dead
 // letter names them) and those whose outcome is still unknown (Pending).
@@ -89,7 +130,7 @@ func Reconcile(ctx context.Context, ar archive.Archive, store idempotency.Store,
 	recs := readRecords(ctx, store, ask)
 	var done []string
 	for _, p := range ask {
-		if rec, ok := recs[p.entryID]; ok && rec.State == idempotency.StateDone {
+		if rec, ok := recs[p.entryID]; ok && replayedDone(rec, p) {
 			done = append(done, p.entryID)
 		}
 	}
@@ -102,11 +143,16 @@ func Reconcile(ctx context.Context, ar archive.Archive, store idempotency.Store,
 	if err != nil {
 		return sum, fmt.Errorf("replay: mark resolved: %w", err)
 	}
-	// A run in progress saves its own counters; a stopped one is updated
-	// here. (A call running it meanwhile may overwrite this count, never
-	// the entries' states.)
-	run.Resolved += n
-	if err := ar.SaveReplay(ctx, run); err != nil {
+	// The count is added to the run as saved now, read again: a cancel, or
+	// the progress of a call running it, saved since the load above stays.
+	// (A call running it reads the run before each of its saves and keeps
+	// this count.)
+	cur, err := ar.LoadReplay(ctx, id)
+	if err != nil {
+		return sum, fmt.Errorf("replay: save run: read it first: %w", err)
+	}
+	cur.Resolved += n
+	if err := ar.SaveReplay(ctx, cur); err != nil {
 		return sum, fmt.Errorf("replay: save run: %w", err)
 	}
 	return sum, nil
@@ -135,7 +181,10 @@ func awaiting(ctx context.Context, ar archive.Archive, run archive.ReplayRun) (a
 				if run.NewKey {
 					key = newKeyFor(run.ID, e.ID)
 				}
-				ask = append(ask, tracked{entryID: e.ID, namespace: e.Namespace, key: key})
+				// Marked replayed by the archive's clock just after the
+				// publish: the reference of replayedDone.
+				ask = append(ask, tracked{entryID: e.ID, namespace: e.Namespace, key: key,
+					fingerprint: fingerprintOf(e), sent: e.StateAt})
 			}
 		}
 		if len(page) < pageSize {

@@ -111,8 +111,9 @@ type Summary struct {
 }
 
 // Run starts a new replay run: it republishes the archived entries that
-// filter selects (its NotReplayedBy is set to the run's ID), in Seq order,
-// to pub. It returns when every selected entry is handled (State "done"),
+// filter selects when it starts (its NotReplayedBy is set to the run's
+// ID; entries archived later, the run's own re-failures among them, are
+// left out: see the package doc), in Seq order, to pub. It returns when every selected entry is handled (State "done"),
 // when WithMax is reached, when ctx ends or a publish, mark or save fails
 // (State "interrupted", the error is returned), when the run aborts
 // itself (ErrAborted), or when an operator canceled it in the archive
@@ -159,11 +160,12 @@ func Run(ctx context.Context, ar archive.Archive, pub message.Publisher, filter 
 		run.KeyMetadata = o.KeyMetadata
 	}
 	run.Filter.NotReplayedBy = ""
-	return execute(ctx, ar, pub, run, o)
+	return execute(ctx, ar, pub, run, archive.ReplayRun{}, o)
 }
 
-// Resume continues the run id saved in ar: after its cursor, skipping the
-// entries it already republished. The run's saved filter, target, new-key
+// Resume continues the run id saved in ar: after its cursor, up to the
+// bound saved when the run started, skipping the entries it already
+// republished. The run's saved filter, target, new-key
 // choice (with its metadata key) and force apply: Resume refuses WithID,
 // WithTarget, WithNewKey and WithForce. The other options (rate, concurrency, max, dry run, ...)
 // apply to this call.
@@ -191,8 +193,9 @@ func Resume(ctx context.Context, ar archive.Archive, pub message.Publisher, id s
 	if run.KeyMetadata != "" {
 		o.KeyMetadata = run.KeyMetadata
 	}
+	loaded := run
 	run.State = archive.RunRunning
-	return execute(ctx, ar, pub, run, o)
+	return execute(ctx, ar, pub, run, loaded, o)
 }
 
 func (o config) withDefaults() (config, error) {
@@ -254,13 +257,17 @@ type runner struct {
 	total    int
 	decided  int
 	err      error // the first publish, mark or save error
-	saved    bool  // the run was saved once by this call
 	canceled bool  // an operator canceled the run (seen by save)
+	// base is the run as this call last read (Resume's load) or wrote it:
+	// a saved run that differs from it was saved by someone else.
+	base archive.ReplayRun
 }
 
-func execute(ctx context.Context, ar archive.Archive, pub message.Publisher, run archive.ReplayRun, o config) (Summary, error) {
+// execute runs run; base is the run as the caller loaded it (zero for a
+// new run).
+func execute(ctx context.Context, ar archive.Archive, pub message.Publisher, run, base archive.ReplayRun, o config) (Summary, error) {
 	r := &runner{
-		archive: ar, pub: pub, o: o, run: run, done: map[int64]bool{},
+		archive: ar, pub: pub, o: o, run: run, base: base, done: map[int64]bool{},
 		log: o.Logger.With(slog.String("replay_id", run.ID)),
 	}
 	r.res = Summary{RunID: run.ID, After: run.After}
@@ -269,6 +276,13 @@ func execute(ctx context.Context, ar archive.Archive, pub message.Publisher, run
 	if o.NewKey {
 		r.log.WarnContext(ctx, "replay: minting a new operation key for every message (NewKey): the handlers see new operations, their dedup records are bypassed",
 			slog.String("key_metadata", o.KeyMetadata))
+	}
+	if r.run.Until == 0 {
+		until, err := highWater(ctx, ar, filter)
+		if err != nil {
+			return r.res, err
+		}
+		r.run.Until = until
 	}
 	stats, err := ar.Stats(ctx, filter)
 	if err != nil {
@@ -287,7 +301,7 @@ func execute(ctx context.Context, ar archive.Archive, pub message.Publisher, run
 			return r.res, err
 		}
 	}
-	r.log.InfoContext(ctx, "replay: starting", slog.Int("selected", stats.Total), slog.Int64("after", run.After),
+	r.log.InfoContext(ctx, "replay: starting", slog.Int("selected", stats.Total), slog.Int64("after", run.After), slog.Int64("until", r.run.Until),
 		slog.Bool("dry_run", o.DryRun), slog.Float64("rate", o.Rate), slog.Int("concurrency", o.Concurrency))
 
 	more, stopErr := r.loop(ctx, filter)
@@ -354,23 +368,56 @@ type dispatch struct {
 	dispatched int
 }
 
-// loop pages through the selected entries and dispatches them. It returns
-// why it stopped early (nil: every entry was handled) and whether entries
-// are left (Max reached).
+// highWaterPage is how many entries one List of highWater reads.
+const highWaterPage = 1000
+
+// highWater returns the highest Seq that filter selects now (0: none), the
+// bound of a run that starts now (archive.ReplayRun.Until). It lists the
+// selection without payloads.
+func highWater(ctx context.Context, ar archive.Archive, filter archive.Filter) (int64, error) {
+	var last int64
+	for {
+		page, err := ar.List(ctx, filter, archive.Page{After: last, Limit: highWaterPage, OmitPayload: true})
+		if err != nil {
+			return 0, fmt.Errorf("replay: list the selection's bound: %w", err)
+		}
+		if len(page) > 0 {
+			last = page[len(page)-1].Seq
+		}
+		if len(page) < highWaterPage {
+			return last, nil
+		}
+	}
+}
+
+// loop pages through the selected entries up to the run's bound (Until)
+// and dispatches them, skipping the dead letters of this run's own
+// re-failures. It returns why it stopped early (nil: every entry was
+// handled) and whether entries are left (Max reached).
 func (r *runner) loop(ctx context.Context, filter archive.Filter) (more bool, err error) {
+	if err := r.canceledErr(); err != nil {
+		return false, err
+	}
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	d := &dispatch{ctx: ctx, dctx: dctx, cancel: cancel,
 		sem: make(chan struct{}, r.o.Concurrency), lim: newLimiter(r.o.Clock, r.o.Rate)}
 	defer d.wg.Wait()
-	cursor := r.run.After
+	cursor, until := r.run.After, r.run.Until
 	for {
 		page, err := r.archive.List(ctx, filter, archive.Page{After: cursor, Limit: pageSize})
 		if err != nil {
 			return false, fmt.Errorf("replay: list: %w", err)
 		}
 		for _, e := range page {
+			if e.Seq > until {
+				// Archived after the run started: another run's business.
+				return false, nil
+			}
 			cursor = e.Seq
+			if r.ownRefailure(e) {
+				continue
+			}
 			if r.o.Max > 0 && d.dispatched >= r.o.Max {
 				return true, nil
 			}
@@ -382,6 +429,18 @@ func (r *runner) loop(ctx context.Context, filter archive.Filter) (more bool, er
 			return false, nil
 		}
 	}
+}
+
+// ownRefailure reports whether e is the dead letter of a message this run
+// replayed: replaying it in the same run would dead-letter it again under
+// its own ID (a copy of itself). Seq order keeps such entries past Until;
+// this also covers a run whose bound was set only when it was resumed.
+func (r *runner) ownRefailure(e archive.Entry) bool {
+	if e.Message == nil || e.Message.Metadata.Get(envelope.KeyReplayID) != r.run.ID {
+		return false
+	}
+	r.log.Debug("replay: skipped the dead letter of this run's own re-failure", slog.String("entry", e.ID))
+	return true
 }
 
 // handle decides one entry: a dry run reports it, a refused entry is
@@ -613,6 +672,7 @@ func newKeyFor(runID, entryID string) string {
 
 func (r *runner) publish(ctx context.Context, e archive.Entry, topic string, msg *message.Message) error {
 	span := r.startSpan(ctx, e, topic, msg)
+	sent := r.o.Clock.Now()
 	err := r.pub.Publish(topic, msg)
 	endSpan(span, err)
 	if err != nil {
@@ -622,7 +682,7 @@ func (r *runner) publish(ctx context.Context, e archive.Entry, topic string, msg
 	// The publish happened: record it even when ctx has ended.
 	ctx = context.WithoutCancel(ctx)
 	markErr := r.mark(ctx, e.ID)
-	r.watch.track(e, msg)
+	r.watch.track(e, msg, sent)
 	r.mu.Lock()
 	r.res.Replayed++
 	r.run.Replayed++
@@ -709,28 +769,49 @@ func (r *runner) mark(ctx context.Context, id string) error {
 }
 
 // save stores the run's state; saves are serialized so a later cursor is
-// never overwritten by an earlier one. Each save after the first reads
-// the saved run first: an operator who canceled it (archive.RunCanceled)
-// stops it, and the run stays canceled, also when the call ends at the
-// same time for another reason (its context ended: the console cancels
-// both); only a run that is done is saved done.
+// never overwritten by an earlier one. Each save reads the saved run
+// first, the first one of a call included, and does not overwrite what it
+// did not read (see merge): an operator who canceled it
+// (archive.RunCanceled) since this call last read or wrote it stops it,
+// and the run stays canceled, also when the call ends at the same time
+// for another reason (its context ended: the console cancels both); only
+// a run that is done is saved done, without reading. A run that cannot be
+// read is not saved (the error is returned).
 func (r *runner) save(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.saved && !r.canceled && r.run.State != archive.RunDone {
-		if cur, err := r.archive.LoadReplay(ctx, r.run.ID); err == nil && cur.State == archive.RunCanceled {
-			r.canceled = true
+	if r.run.State != archive.RunDone {
+		cur, err := r.archive.LoadReplay(ctx, r.run.ID)
+		switch {
+		case err == nil:
+			r.merge(cur)
+		case !errors.Is(err, archive.ErrNotFound):
+			return fmt.Errorf("replay: save run: read it first: %w", err)
 		}
 	}
 	if r.canceled {
 		r.run.State = archive.RunCanceled
 	}
-	r.saved = true
 	r.run.Updated = r.o.Clock.Now()
 	if err := r.archive.SaveReplay(ctx, r.run); err != nil {
 		return fmt.Errorf("replay: save run: %w", err)
 	}
+	r.base = r.run
 	return nil
+}
+
+// merge takes in what others saved of the run since this call last read
+// or wrote it (r.base), as cur shows: a cancel (a canceled run that Resume
+// loaded canceled is not a new cancel), and the entries Reconcile resolved
+// meanwhile. r.mu is held.
+func (r *runner) merge(cur archive.ReplayRun) {
+	loadedCanceled := r.base.State == archive.RunCanceled && cur.Updated.Equal(r.base.Updated)
+	if cur.State == archive.RunCanceled && !loadedCanceled {
+		r.canceled = true
+	}
+	if cur.Resolved > r.base.Resolved {
+		r.run.Resolved += cur.Resolved - r.base.Resolved
+	}
 }
 
 // startSpan starts the span of one publish when a TracerProvider is set,

@@ -526,7 +526,7 @@ func TestRunSuccessResetsConsecutiveRefailures(t *testing.T) {
 	c := newFakeClock()
 	a := newArchive(t, c)
 	deadLetters(t, a, 0, 12, entrySpec{retention: time.Hour})
-	store, err := memstore.New()
+	store, err := memstore.New(idempotency.WithClock(c.Now)) // the run's clock: one clock
 	require.NoError(t, err)
 	// The dead-lettered operations' EXHAUSTED records: the retention guard
 	// reads them (a missing record is refused).
@@ -674,7 +674,7 @@ func TestReplayReopensExhaustedRecord(t *testing.T) {
 	t.Parallel()
 	c := newFakeClock()
 	a := newArchive(t, c)
-	store, err := memstore.New()
+	store, err := memstore.New(idempotency.WithClock(c.Now)) // the run's clock: one clock
 	require.NoError(t, err)
 	dedup, err := middleware.Dedup(store, "reserve", middleware.WithMaxAttempts(1))
 	require.NoError(t, err)

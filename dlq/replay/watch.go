@@ -41,8 +41,10 @@ type watcher struct {
 // tracked is one replayed message the watcher follows.
 type tracked struct {
 	entryID        string
-	namespace, key string // its dedup record
-	deadLetter     string // the UUID its dead letter would have
+	namespace, key string    // its dedup record
+	fingerprint    string    // the entry's payload fingerprint (surely_fingerprint)
+	sent           time.Time // when the replay published it (see replayedDone)
+	deadLetter     string    // the UUID its dead letter would have
 }
 
 func newWatcher(r *runner) *watcher {
@@ -67,8 +69,8 @@ func (w *watcher) start(ctx context.Context) error {
 	}
 }
 
-// track follows a message the run just published.
-func (w *watcher) track(e archive.Entry, msg *message.Message) {
+// track follows a message the run published at sent (its clock).
+func (w *watcher) track(e archive.Entry, msg *message.Message, sent time.Time) {
 	key := e.OperationKey
 	if w.r.o.NewKey {
 		key = msg.UUID
@@ -77,7 +79,7 @@ func (w *watcher) track(e archive.Entry, msg *message.Message) {
 	defer w.mu.Unlock()
 	w.sinceCheck++
 	w.pending = append(w.pending, tracked{entryID: e.ID, namespace: e.Namespace, key: key,
-		deadLetter: envelope.DeadLetterID(msg)})
+		fingerprint: fingerprintOf(e), sent: sent, deadLetter: envelope.DeadLetterID(msg)})
 	if limit := watchWindow * max(w.abortAfter, defaultAbortAfter); len(w.pending) > limit {
 		w.pending = append(w.pending[:0:0], w.pending[len(w.pending)-limit:]...)
 	}
@@ -108,8 +110,9 @@ func (w *watcher) consecutiveNow() int {
 
 // check looks for new re-failures and confirmed successes and reports
 // whether the run must abort. For each followed message:
-//   - its dedup record (WithStore) DONE is a success, EXHAUSTED and
-//     reopened by this run a re-failure;
+//   - its dedup record (WithStore) DONE by the replayed operation
+//     (replayedDone) is a success, EXHAUSTED and reopened by this run a
+//     re-failure;
 //   - else its dead letter in the archive is a re-failure: the dead letter
 //     of a replayed message has the UUID dlq's derived UUID(msg), derived
 //     from its UUID and this run's ID, so it is a new entry.
@@ -194,14 +197,16 @@ func (w *watcher) follow(ctx context.Context, pending []tracked, o *outcomes) {
 }
 
 // followRecord looks at p's dedup record (read by follow) and reports
-// whether it told p's outcome: DONE is a success, EXHAUSTED and reopened
-// by this run a re-failure.
+// whether it told p's outcome: DONE by the replayed operation is a
+// success, EXHAUSTED and reopened by this run a re-failure. Another DONE
+// (a conflict's key held by the other payload, a completion before the
+// replay) tells nothing: the dead letter may still come.
 func (w *watcher) followRecord(p tracked, recs map[string]idempotency.Record, o *outcomes) bool {
 	rec, ok := recs[p.entryID]
 	switch {
 	case !ok:
 		return false
-	case rec.State == idempotency.StateDone:
+	case replayedDone(rec, p):
 		o.successes++
 		o.done = append(o.done, p.entryID)
 	case rec.State == idempotency.StateExhausted && rec.ReopenedBy == w.r.run.ID:

@@ -74,7 +74,7 @@ func TestRunStoreOutcomesBetweenScans(t *testing.T) {
 	c := newFakeClock()
 	a := newArchive(t, c)
 	deadLetters(t, a, 0, 10, entrySpec{retention: time.Hour})
-	store, err := memstore.New()
+	store, err := memstore.New(idempotency.WithClock(c.Now)) // the run's clock: one clock
 	require.NoError(t, err)
 	seedExhausted(t, store, 0, 10)
 	pub := &recorder{clock: c, hook: storeConsumer(store, func(n int32) bool { return n == 1 })}
@@ -93,7 +93,7 @@ func TestRunStoreSuccessBreaksRefailures(t *testing.T) {
 	c := newFakeClock()
 	a := newArchive(t, c)
 	deadLetters(t, a, 0, 9, entrySpec{retention: time.Hour})
-	store, err := memstore.New()
+	store, err := memstore.New(idempotency.WithClock(c.Now)) // the run's clock: one clock
 	require.NoError(t, err)
 	seedExhausted(t, store, 0, 9)
 	pub := &recorder{clock: c, hook: storeConsumer(store, func(n int32) bool { return n == 4 || n == 5 })}

@@ -25,10 +25,14 @@ var ErrDone = errors.New("is done: nothing to cancel")
 // is done is refused with ErrDone; an unknown ID is an error wrapping
 // archive.ErrNotFound.
 //
-// The archive has no compare-and-swap: a call running the run that reads
-// it just before the cancel is saved, and saves just after, overwrites
-// the cancel. Its process's own stop (the console cancels its context)
-// does not depend on the archive.
+// Cancel saves the run it has just read, with the cancel, and nothing
+// else: a call running the run reads the run before each of its saves
+// (dlq/replay), keeps the cancel and writes its own cursor and counters
+// again. The archive has no compare-and-swap: a call running the run that
+// reads it just before the cancel is saved, and saves just after,
+// overwrites the cancel; and a save of that call between Cancel's read and
+// write is overwritten until its next save. Its process's own stop (the
+// console cancels its context) does not depend on the archive.
 func Cancel(ctx context.Context, ar archive.Archive, id string, now time.Time) (archive.ReplayRun, error) {
 	run, err := ar.LoadReplay(ctx, id)
 	if err != nil {
