@@ -141,7 +141,7 @@
 // run's Resolved. A consumer usually processes the messages after the run
 // ended: Reconcile, called later with the store, resolves the entries
 // whose operation completed since, reading the records in one round trip
-// per namespace when the store is a RecordsReader. A replayed message
+// per namespace when the store is an idempotency.RecordsReader. A replayed message
 // that fails again is dead-lettered under a new ID, an open entry; the
 // archive links the replayed entry to it (archive.Entry.FailedAgainAs).
 //
