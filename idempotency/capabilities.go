@@ -11,9 +11,17 @@ import (
 // Optional capabilities of a Store. A store that can do more than the
 // Store contract implements one of these interfaces, as a database/sql
 // driver implements driver.QueryerContext: the code that needs the
-// capability checks for it with a type assertion, and
-// idempotencytest.Run runs its tests when the store under test has it.
-// memstore, redisstore and sqlstore implement both.
+// capability checks for it with a type assertion, and idempotencytest.Run
+// runs the tests of Lister and RecordsReader when the store under test
+// has them. memstore, redisstore and sqlstore implement all three.
+
+// RetentionReporter is implemented by stores that can tell how long they
+// keep DONE, FAILED and EXHAUSTED records. The dead-letter step writes it
+// into the envelope so a replay can refuse a message whose record may be
+// gone.
+type RetentionReporter interface {
+	Retention() time.Duration
+}
 
 // Lister is a Store that lists its records, read only: what
 // "surely ops ls" shows, and how "surely inspect" finds the namespaces of
@@ -29,8 +37,8 @@ import (
 // record twice (Redis SCAN may). A page may hold fewer entries than
 // f.Limit with more to come, and a store whose walk cannot stop at an
 // exact count (Redis) a few more; the order of the records is the
-// store's. An invalid filter or cursor is an error wrapping
-// [ErrInvalidRequest]. A store value that cannot list in its
+// store's. An invalid filter, and a cursor the store cannot read, is an
+// error wrapping [ErrInvalidRequest]. A store value that cannot list in its
 // configuration (redisstore on a Redis Cluster) returns an error wrapping
 // errors.ErrUnsupported.
 type Lister interface {
