@@ -116,7 +116,7 @@ func TestOverviewCountsAndGroups(t *testing.T) {
 	}
 }
 
-// The chart over a SQL archive counts in one query (archivekit.Arrivals)
+// The chart over a SQL archive counts in one query (archive.ArrivalCounter)
 // what the memory archive's fallback counts by listing: the same image.
 func TestChartOverSQLCountsInTheArchive(t *testing.T) {
 	letters := []letter{

@@ -11,7 +11,6 @@ import (
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/archivekit"
 	"github.com/surely-dev/surely/internal/runcancel"
 )
 
@@ -22,7 +21,7 @@ type source interface {
 	list(ctx context.Context, f archive.Filter, p archive.Page) ([]archive.Entry, error)
 	stats(ctx context.Context, f archive.Filter) (archive.Stats, error)
 	// arrivals counts the entries dead-lettered per bucket in one query
-	// (archivekit.Arrivals); ok is false for an archive that has none.
+	// (archive.ArrivalCounter); ok is false for an archive that has none.
 	arrivals(ctx context.Context, from time.Time, width time.Duration, n int) (counts []int, ok bool, err error)
 	loadRun(ctx context.Context, id string) (archive.ReplayRun, error)
 	replay(ctx context.Context, pub message.Publisher, f archive.Filter, opts ...dlq.Option) (result, error)
@@ -72,11 +71,11 @@ func (s archiveSource) stats(ctx context.Context, f archive.Filter) (archive.Sta
 }
 
 func (s archiveSource) arrivals(ctx context.Context, from time.Time, width time.Duration, n int) ([]int, bool, error) {
-	count, ok := archivekit.ArrivalsOf(s.ar)
+	ac, ok := s.ar.(archive.ArrivalCounter)
 	if !ok {
 		return nil, false, nil
 	}
-	counts, err := count(ctx, from, width, n)
+	counts, err := ac.Arrivals(ctx, from, width, n)
 	return counts, true, err
 }
 

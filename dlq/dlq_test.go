@@ -155,7 +155,7 @@ func TestPublisherOptions(t *testing.T) {
 	pub := faults.NewPublisher(0)
 	p, err := dlq.NewPublisher(pub, "dead", dlq.WithConsumerGroup("g1"))
 	require.NoError(t, err)
-	require.Equal(t, "dead", envelope.PublisherTopic(p))
+	require.Equal(t, "dead", p.Topic())
 	require.NoError(t, p.Publish(context.Background(), message.NewMessage("u", nil), dlq.Failure{Reason: dlq.ReasonPermanent}))
 	out := pub.Published("dead")
 	require.Len(t, out, 1)

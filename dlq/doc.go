@@ -19,7 +19,9 @@
 //	surely_error             final error text, redacted, at most 2 KiB
 //	surely_error_types       Go types of the error's chain, outermost first, " > " between them
 //	surely_error_site        where the error arose, "function (file.go:line)", not redacted (when known:
-//	                         the panic's frame, or the top frame of the innermost error with a stack)
+//	                         the panic's frame, read from the first error of the chain with a
+//	                         PanicStack() string method, as *middleware.PanicError has; or the top
+//	                         frame of the innermost error with a stack)
 //	surely_attempts          durable attempt count, decimal (0: unknown)
 //	surely_first_failure_at  first failed attempt, RFC 3339 with nanoseconds
 //	surely_last_failure_at   last failed attempt, RFC 3339 with nanoseconds

@@ -290,9 +290,9 @@ func NewPublisher(pub message.Publisher, topic string, opts ...Option) (*Publish
 	}, nil
 }
 
-func init() {
-	envelope.PublisherTopic = func(p any) string { return p.(*Publisher).topic }
-}
+// Topic is the topic p publishes dead letters to: the dead-letter step
+// names its span after it (messaging.destination.name).
+func (p *Publisher) Topic() string { return p.topic }
 
 // contained wraps redact so that a panic in it yields
 // a placeholder ("[text withheld: the redactor panicked]").

@@ -109,6 +109,15 @@
 // inbox), idempotency/memstore (tests and examples only). Every store runs
 // the conformance suite in idempotency/idempotencytest.
 //
+// A store that can do more than [Store] says so by implementing an
+// optional interface declared here, as a database/sql driver implements
+// driver.QueryerContext: [Lister] (a read-only listing of the records,
+// for "surely ops ls"), [RecordsReader] (many records of a namespace in
+// one round trip, for replays) and [RetentionReporter]. Code that uses a
+// capability checks for it with a type assertion; nothing is registered.
+// The three stores implement all three, and a store written in another
+// module offers them the same way (examples/externalstore).
+//
 // # Configuration
 //
 // [NewExtractor] and the stores' constructors take one [Option] type. The

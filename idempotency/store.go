@@ -335,11 +335,3 @@ type Store interface {
 	// Get returns the record of an operation, or ErrNotFound.
 	Get(ctx context.Context, namespace, key string) (Record, error)
 }
-
-// RetentionReporter is implemented by stores that can tell how long they
-// keep DONE, FAILED and EXHAUSTED records. The dead-letter step writes it
-// into the envelope so a replay can refuse a message whose record may be
-// gone.
-type RetentionReporter interface {
-	Retention() time.Duration
-}

@@ -11,7 +11,6 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -66,7 +65,7 @@ func DeadLetter(pub *dlq.Publisher) (message.HandlerMiddleware, error) {
 			if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 				f.TraceID, f.SpanID = sc.TraceID().String(), sc.SpanID().String()
 			}
-			pctx, span := startDeadLetter(ctx, msg, &f, envelope.PublisherTopic(pub))
+			pctx, span := startDeadLetter(ctx, msg, &f, pub.Topic())
 			perr := pub.Publish(pctx, msg, f)
 			endDeadLetter(span, perr)
 			if perr != nil {

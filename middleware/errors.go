@@ -6,7 +6,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 )
 
@@ -105,16 +104,14 @@ func (e *PanicError) Unwrap() error {
 	return nil
 }
 
-// panicStack is the stack of the *PanicError in err's chain, or "": the
-// dead letter's call site (surely_error_site) is read from it.
-func panicStack(err error) string {
-	var pe *PanicError
-	if errors.As(err, &pe) && pe != nil {
-		return pe.Stack
+// PanicStack returns Stack, "" for a nil e. A dead letter's call site
+// (surely_error_site, dlq's package doc) is read from the stack of the
+// first error in its chain that has a PanicStack method, before any other
+// stack: package dlq finds a *PanicError by this method, without naming
+// the type.
+func (e *PanicError) PanicStack() string {
+	if e == nil {
+		return ""
 	}
-	return ""
-}
-
-func init() {
-	envelope.PanicStack = panicStack
+	return e.Stack
 }

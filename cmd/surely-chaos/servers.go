@@ -157,4 +157,9 @@ type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
+// It is set in init, not main, so that the test binary (which calls run,
+// never main) is as quiet: a program configuring a library it imports,
+// which only go-redis's global logger allows, not a registry between
+// surely's packages (those have no init: internal/apicount's
+// TestNoRegistriesInLibraryCode).
 func init() { redis.SetLogger(quietRedis{}) }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/idem"
-	"github.com/surely-dev/surely/internal/oplist"
 )
 
 // recordJSON is a store record in inspect --json.
@@ -142,13 +141,13 @@ func (a *app) inspectEveryNamespace(ctx context.Context, st idempotency.Store, k
 	if err := idem.ValidateKey(key); err != nil {
 		return usageErr("operation key: %w", err)
 	}
-	f := oplist.Filter{Key: key, Limit: oplist.MaxLimit}
+	f := idempotency.ListFilter{Key: key, Limit: idem.MaxListLimit}
 	page, err := listOps(ctx, st, f)
 	if err != nil {
 		return err
 	}
-	recs := make([]recordJSON, 0, len(page.Entries))
-	for _, e := range page.Entries {
+	recs := make([]recordJSON, 0, len(page.Records))
+	for _, e := range page.Records {
 		r, err := st.Get(ctx, e.Namespace, key)
 		if errors.Is(err, idempotency.ErrNotFound) {
 			continue // expired since it was listed

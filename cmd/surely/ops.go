@@ -83,7 +83,7 @@ func utcPtr(t time.Time) *time.Time {
 	return &u
 }
 
-func toOpJSON(e oplist.Entry, now time.Time) opJSON {
+func toOpJSON(e idempotency.ListedRecord, now time.Time) opJSON {
 	out := opJSON{
 		Namespace: e.Namespace, Key: e.Key, State: string(e.State), Attempts: e.Attempts, Canceled: e.Canceled,
 		Updated: utcPtr(e.Updated), LeaseUntil: utcPtr(e.LeaseUntil), NotBefore: utcPtr(e.NotBefore),
@@ -135,7 +135,7 @@ SCAN call ended, so it may hold a few more than --limit.
   surely ops ls --store postgres://app@db:5432/app --state failed --json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f := oplist.Filter{Namespace: namespace, Key: key, State: idempotency.State(state), After: after, Limit: limit}
+			f := idempotency.ListFilter{Namespace: namespace, Key: key, State: idempotency.State(state), After: after, Limit: limit}
 			if err := opsFilterCheck(&f, olderThan); err != nil {
 				return err
 			}
@@ -149,8 +149,8 @@ SCAN call ended, so it may hold a few more than --limit.
 				return err
 			}
 			if asJSON {
-				out := opsJSON{Operations: make([]opJSON, 0, len(page.Entries)), Next: page.Next}
-				for _, e := range page.Entries {
+				out := opsJSON{Operations: make([]opJSON, 0, len(page.Records)), Next: page.Next}
+				for _, e := range page.Records {
 					out.Operations = append(out.Operations, toOpJSON(e, page.Now))
 				}
 				return writeJSON(a.stdout, out)
@@ -164,7 +164,7 @@ SCAN call ended, so it may hold a few more than --limit.
 	fl.StringVar(&state, "state", "", "only records in this state: in_progress, failed, exhausted, done")
 	fl.StringVar(&olderThan, "older-than", "", "only records that last changed at least this long ago (90s, 10m, 2h, 7d)")
 	fl.StringVar(&key, "key", "", "only records of this operation key")
-	fl.IntVar(&limit, "limit", oplist.DefaultLimit, fmt.Sprintf("at most about this many records (1..%d)", oplist.MaxLimit))
+	fl.IntVar(&limit, "limit", idem.DefaultListLimit, fmt.Sprintf("at most about this many records (1..%d)", idem.MaxListLimit))
 	fl.StringVar(&after, "after", "", "cursor: go on after the previous page (printed by it)")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")
 	storeFlags(cmd)
@@ -172,9 +172,9 @@ SCAN call ended, so it may hold a few more than --limit.
 }
 
 // opsFilterCheck validates the flags of f, reading --older-than.
-func opsFilterCheck(f *oplist.Filter, olderThan string) error {
-	if f.Limit < 1 || f.Limit > oplist.MaxLimit {
-		return usageErr("--limit %d: want 1..%d", f.Limit, oplist.MaxLimit)
+func opsFilterCheck(f *idempotency.ListFilter, olderThan string) error {
+	if f.Limit < 1 || f.Limit > idem.MaxListLimit {
+		return usageErr("--limit %d: want 1..%d", f.Limit, idem.MaxListLimit)
 	}
 	if f.State != "" {
 		known := false
@@ -202,20 +202,20 @@ func opsFilterCheck(f *oplist.Filter, olderThan string) error {
 
 // listOps reads pages until it holds f.Limit records or the listing ends
 // (a Redis page may come back short after a bounded SCAN walk).
-func listOps(ctx context.Context, st idempotency.Store, f oplist.Filter) (oplist.Page, error) {
-	l, err := oplist.For(st)
-	if err != nil {
-		return oplist.Page{}, err
+func listOps(ctx context.Context, st idempotency.Store, f idempotency.ListFilter) (idempotency.ListPage, error) {
+	l, ok := st.(idempotency.Lister)
+	if !ok {
+		return idempotency.ListPage{}, fmt.Errorf("%w: the store (%T) cannot list its records: it is no idempotency.Lister", errors.ErrUnsupported, st)
 	}
-	var all oplist.Page
+	var all idempotency.ListPage
 	for {
 		page, err := l.List(ctx, f)
 		if err != nil {
-			return oplist.Page{}, withCode(filterCode(err), fmt.Errorf("list: %w", err))
+			return idempotency.ListPage{}, withCode(filterCode(err), fmt.Errorf("list: %w", err))
 		}
-		all.Entries = append(all.Entries, page.Entries...)
+		all.Records = append(all.Records, page.Records...)
 		all.Next, all.Now = page.Next, page.Now
-		if page.Next == "" || len(all.Entries) >= f.PageSize() {
+		if page.Next == "" || len(all.Records) >= oplist.PageSize(f) {
 			return all, nil
 		}
 		f.After = page.Next
@@ -225,20 +225,20 @@ func listOps(ctx context.Context, st idempotency.Store, f oplist.Filter) (oplist
 // filterCode is the exit status of a listing error: a bad cursor is a
 // usage error.
 func filterCode(err error) int {
-	if errors.Is(err, oplist.ErrInvalidFilter) {
+	if errors.Is(err, idempotency.ErrInvalidRequest) {
 		return exitUsage
 	}
 	return exitCode(err)
 }
 
-func printOps(w io.Writer, page oplist.Page) error {
-	if len(page.Entries) == 0 {
+func printOps(w io.Writer, page idempotency.ListPage) error {
+	if len(page.Records) == 0 {
 		fprintln(w, "no operation records")
 		return nil
 	}
 	tw := newTable(w)
 	fprintln(tw, "NAMESPACE\tKEY\tSTATE\tATTEMPTS\tAGE\tLEASE\tLAST ERROR")
-	for _, e := range page.Entries {
+	for _, e := range page.Records {
 		updated := "-"
 		if !e.Updated.IsZero() {
 			updated = age(page.Now.Sub(e.Updated))
@@ -256,7 +256,7 @@ func printOps(w io.Writer, page oplist.Page) error {
 }
 
 // leaseNote says where the lease of a record stands.
-func leaseNote(e oplist.Entry, now time.Time) string {
+func leaseNote(e idempotency.ListedRecord, now time.Time) string {
 	switch {
 	case e.State == idempotency.StateInProgress && e.LeaseUntil.After(now):
 		return "live, " + age(e.LeaseUntil.Sub(now)) + " left"

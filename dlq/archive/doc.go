@@ -17,6 +17,12 @@
 // An entry is a dead letter as package dlq wrote it: the archive reads the
 // envelope's surely_* keys into the Entry's fields.
 //
+// An archive that can do more than Archive says so by implementing an
+// optional interface declared here: ArrivalCounter (entries per
+// dead-lettering-time bucket in one query, for the console's chart;
+// dlq/sqlarchive implements it). Code that uses it checks with a type
+// assertion, and dlq/archivetest runs its test when the archive has it.
+//
 // # Lifecycle
 //
 // Every entry has a State (see its doc): open when it arrives, replayed

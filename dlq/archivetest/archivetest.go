@@ -18,11 +18,13 @@ import (
 )
 
 // Run runs every conformance test as a parallel subtest; newArchive is
-// called once per subtest and must return an empty archive.
+// called once per subtest and must return an empty archive. The tests of
+// an optional interface of package archive (archive.ArrivalCounter) run
+// when the archive implements it and are skipped otherwise.
 func Run(t *testing.T, newArchive func(t *testing.T) archive.Archive) {
 	t.Helper()
 	require.NotNil(t, newArchive, "newArchive")
-	for _, tc := range tests {
+	for _, tc := range slices.Concat(tests, capabilityTests) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			a := newArchive(t)

@@ -26,4 +26,10 @@
 // with its reason, reopened; Filter.States, Filter.ReplayedBy and
 // Stats.ByState; the failed-again link a re-failure's dead letter sets);
 // and Delete, SaveReplay, LoadReplay and ListReplays.
+//
+// The test of an optional interface of package archive runs when the
+// archive implements it and is skipped (saying why) when it does not:
+// archive.ArrivalCounter's counts per bucket, every state counted, each
+// bucket closed at its start and open at its end, are those of counting a
+// listing, and a bucket of no width or no bucket is refused.
 package archivetest

@@ -156,7 +156,8 @@
 // (archive.StateResolved) and counts it in the run's Resolved. A consumer usually processes the messages after
 // the run ended: Reconcile, called later with the store, resolves the
 // entries whose operation completed since, reading the records in one
-// round trip per namespace when the store is a RecordsReader. A replayed
+// round trip per namespace when the store is an
+// idempotency.RecordsReader. A replayed
 // message that fails again is dead-lettered under a new ID, an open entry;
 // the archive links the replayed entry to it (archive.Entry.FailedAgainAs).
 //
@@ -188,7 +189,7 @@
 // dead-lettered again as a conflict, without running), and a DONE begun
 // before the publish was not the replay's doing. A record without
 // history (a store that keeps none) proves nothing either: the entry
-// stays replayed. A batch read (RecordsReader) that returns a DONE record
+// stays replayed. A batch read (idempotency.RecordsReader) that returns a DONE record
 // without fingerprint or history is followed by a Get of that record.
 //
 // The attempt's start is on the store's clock; the publish is dated by the

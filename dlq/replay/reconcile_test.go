@@ -18,7 +18,7 @@ func TestMemstoreReadsManyRecords(t *testing.T) {
 	t.Parallel()
 	st, err := memstore.New()
 	require.NoError(t, err)
-	_, ok := st.(replay.RecordsReader)
+	_, ok := st.(idempotency.RecordsReader)
 	require.True(t, ok, "memstore offers the batch read replays settle their entries with")
 }
 

@@ -44,24 +44,12 @@ func fingerprintOf(e archive.Entry) string {
 	return e.Message.Metadata.Get(envelope.KeyFingerprint)
 }
 
-// RecordsReader is an idempotency.Store that reads the records of many
-// operation keys of one namespace in one round trip: the keys without a
-// record (or whose record expired) are absent from the map, and each
-// record has at least its Namespace, Key, State, ReopenedBy and ExpiresAt.
-// A run's checks and Reconcile use it when the store has it (memstore,
-// sqlstore and redisstore do); with any other store they call Get once
-// per key. A DONE record returned without its Fingerprint or History is
-// read again with Get: resolving an entry needs both (see the package
-// doc).
-type RecordsReader interface {
-	GetRecords(ctx context.Context, namespace string, keys []string) (map[string]idempotency.Record, error)
-}
-
 // readRecords reads the dedup records of ps, by entry ID: one GetRecords
-// per namespace when store is a RecordsReader, else one Get per key; a
-// DONE record the batch read returned without its fingerprint or history
-// is read whole with Get. Records that cannot be read (an error, no
-// namespace or key) are absent.
+// per namespace when store is an idempotency.RecordsReader, else one Get
+// per key; a DONE record the batch read returned without its fingerprint
+// or history is read whole with Get (resolving an entry needs both, see
+// the package doc). Records that cannot be read (an error, no namespace or
+// key) are absent.
 func readRecords(ctx context.Context, store idempotency.Store, ps []tracked) map[string]idempotency.Record {
 	out := make(map[string]idempotency.Record, len(ps))
 	byNS := map[string][]tracked{}
@@ -70,7 +58,7 @@ func readRecords(ctx context.Context, store idempotency.Store, ps []tracked) map
 			byNS[p.namespace] = append(byNS[p.namespace], p)
 		}
 	}
-	rr, batch := store.(RecordsReader)
+	rr, batch := store.(idempotency.RecordsReader)
 	for ns, group := range byNS {
 		if batch {
 			keys := make([]string, len(group))
@@ -110,9 +98,9 @@ func readRecords(ctx context.Context, store idempotency.Store, ps []tracked) map
 // run's Resolved count saved. The Summary counts the entries resolved by
 // this call (Resolved), those that failed again (Refailed: a new dead
 // letter names them) and those whose outcome is still unknown (Pending).
-// The records are read in one round trip per namespace when store is a
-// RecordsReader. It returns an error wrapping archive.ErrNotFound for an
-// unknown run.
+// The records are read in one round trip per namespace when store is an
+// idempotency.RecordsReader. It returns an error wrapping
+// archive.ErrNotFound for an unknown run.
 func Reconcile(ctx context.Context, ar archive.Archive, store idempotency.Store, id string) (Summary, error) {
 	if ar == nil || store == nil {
 		return Summary{}, fmt.Errorf("%w: reconcile needs an archive and a store", dlq.ErrInvalidOption)

@@ -158,7 +158,7 @@ type minimalBatch struct {
 }
 
 func (s *minimalBatch) GetRecords(ctx context.Context, ns string, keys []string) (map[string]idempotency.Record, error) {
-	recs, err := s.Store.(replay.RecordsReader).GetRecords(ctx, ns, keys)
+	recs, err := s.Store.(idempotency.RecordsReader).GetRecords(ctx, ns, keys)
 	for k, r := range recs {
 		recs[k] = idempotency.Record{Namespace: r.Namespace, Key: r.Key, State: r.State, ReopenedBy: r.ReopenedBy, ExpiresAt: r.ExpiresAt}
 	}

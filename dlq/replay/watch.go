@@ -176,7 +176,8 @@ func (w *watcher) begin(final bool) (pending []tracked, cursor int64, scan bool)
 }
 
 // follow looks up the outcome of each followed message: its dedup record
-// (with a Store; in one read per namespace when it is a RecordsReader),
+// (with a Store; in one read per namespace when it is an
+// idempotency.RecordsReader),
 // else its dead letter in the archive.
 func (w *watcher) follow(ctx context.Context, pending []tracked, o *outcomes) {
 	var recs map[string]idempotency.Record

@@ -5,26 +5,18 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
-	"github.com/surely-dev/surely/internal/archivekit"
 )
 
-func init() {
-	archivekit.RegisterArrivals(func(ar archive.Archive) (archivekit.Arrivals, bool) {
-		a, ok := ar.(*Archive)
-		if !ok {
-			return nil, false
-		}
-		return a.arrivals, true
-	})
-}
+var _ archive.ArrivalCounter = (*Archive)(nil)
 
-// arrivals counts the entries dead-lettered per bucket (see
-// archivekit.Arrivals): one GROUP BY over the dead_lettered_at index's
-// range of the window, which reads the index only.
-func (a *Archive) arrivals(ctx context.Context, from time.Time, width time.Duration, n int) ([]int, error) {
+// Arrivals counts the entries dead-lettered per bucket
+// (archive.ArrivalCounter): one GROUP BY over the dead_lettered_at
+// index's range of the window, which reads the index only.
+func (a *Archive) Arrivals(ctx context.Context, from time.Time, width time.Duration, n int) ([]int, error) {
 	if width <= 0 || n <= 0 {
-		return nil, fmt.Errorf("sqlarchive: arrivals: %d buckets of %v", n, width)
+		return nil, fmt.Errorf("%w: sqlarchive: arrivals: %d buckets of %v", dlq.ErrInvalidOption, n, width)
 	}
 	div := "/"
 	if a.dialect == dMySQL {

@@ -65,6 +65,20 @@
 // requires the same answer to every call and the same record after it
 // (times only where they are set: the store's clock is not the model's).
 //
+// The tests of an optional interface run when the store implements it,
+// and are skipped (saying why) when it does not: for
+// [idempotency.Lister], every filter alone and together (a key across
+// namespaces included), paging with a cursor, age by the store's clock,
+// records past their retention left out, a listed record's fields (no
+// outcome), and invalid filters wrapping ErrInvalidRequest; a store value
+// that cannot list in its configuration (an error wrapping
+// errors.ErrUnsupported: redisstore on a Cluster) skips them. For
+// [idempotency.RecordsReader], the records of many keys as Get gives
+// them, keys without a record, of another or an invalid namespace, or
+// past their retention absent. The listing tests share the store with
+// the other subtests, so they select their own namespaces and keys; a
+// zero filter is required to list at least their records.
+//
 // Where the contract is silent the suite decides, and says so here:
 //
 //   - A lease ends with Complete or Release: Complete, Release or Extend with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"testing"
 	"time"
 
@@ -29,11 +30,13 @@ type Harness struct {
 }
 
 // Run runs every conformance test as a parallel subtest; newHarness is
-// called once per subtest.
+// called once per subtest. The tests of an optional interface of package
+// idempotency (idempotency.Lister, idempotency.RecordsReader) run when
+// the store implements it and are skipped otherwise.
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Helper()
 	require.NotNil(t, newHarness, "newHarness")
-	for _, tc := range tests {
+	for _, tc := range slices.Concat(tests, capabilityTests) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(t, setup(t, newHarness))

@@ -7,8 +7,8 @@ import (
 )
 
 // GetRecords returns the records of keys in namespace, by key, read under
-// one lock; a key without a live record is absent. It is the batch read
-// of replay.RecordsReader (a replay confirms many operations done at
+// one lock; a key without a live record is absent
+// (idempotency.RecordsReader: a replay confirms many operations done at
 // once).
 func (s *store) GetRecords(ctx context.Context, namespace string, keys []string) (map[string]idempotency.Record, error) {
 	if err := ctx.Err(); err != nil {

@@ -10,17 +10,15 @@ import (
 	"github.com/surely-dev/surely/internal/oplist"
 )
 
-// The store's read-only listing for the surely command (internal/oplist).
-func init() { oplist.Register((*store).listRecords) }
-
-// listRecords returns the live records f selects, in (namespace, key) order,
-// without their outcome. The cursor is the last entry's namespace and key.
-func (s *store) listRecords(ctx context.Context, f oplist.Filter) (oplist.Page, error) {
+// List returns the live records f selects (idempotency.Lister), in
+// (namespace, key) order, without their outcome, under one lock. The
+// cursor is the last entry's namespace and key.
+func (s *store) List(ctx context.Context, f idempotency.ListFilter) (idempotency.ListPage, error) {
 	if err := ctx.Err(); err != nil {
-		return oplist.Page{}, err
+		return idempotency.ListPage{}, err
 	}
 	if err := f.Validate(); err != nil {
-		return oplist.Page{}, err
+		return idempotency.ListPage{}, err
 	}
 	afterNS, afterKey, _ := strings.Cut(f.After, "/")
 	s.mu.Lock()
@@ -34,21 +32,21 @@ func (s *store) listRecords(ctx context.Context, f oplist.Filter) (oplist.Page, 
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b recordKey) int { return cmp.Or(cmp.Compare(a.ns, b.ns), cmp.Compare(a.key, b.key)) })
-	page := oplist.Page{Now: now}
+	page := idempotency.ListPage{Now: now}
 	for _, k := range keys {
 		r := s.get(k, now)
 		if r == nil {
 			continue
 		}
 		updated := oplist.LastChange(r.History)
-		if !f.Match(*r, updated, now) {
+		if !oplist.Match(f, *r, updated, now) {
 			continue
 		}
-		e := oplist.Entry{Record: *r, Updated: updated}
+		e := idempotency.ListedRecord{Record: *r, Updated: updated}
 		e.Outcome = nil
 		e.History = append([]idempotency.AttemptRecord(nil), r.History...)
-		page.Entries = append(page.Entries, e)
-		if len(page.Entries) == f.PageSize() {
+		page.Records = append(page.Records, e)
+		if len(page.Records) == oplist.PageSize(f) {
 			page.Next = k.ns + "/" + k.key
 			break
 		}

@@ -30,7 +30,8 @@ type store struct {
 type recordKey struct{ ns, key string }
 
 // New returns an empty in-memory store. It also reports its retention
-// (idempotency.RetentionReporter). It takes idempotency.WithRetention (default
+// (idempotency.RetentionReporter), lists its records
+// (idempotency.Lister) and reads many at once (idempotency.RecordsReader). It takes idempotency.WithRetention (default
 // 24h) and idempotency.WithClock (default time.Now); any other
 // option is an error wrapping idempotency.ErrInvalidOption.
 func New(opts ...idempotency.Option) (idempotency.Store, error) {
@@ -48,7 +49,11 @@ func New(opts ...idempotency.Option) (idempotency.Store, error) {
 	}, nil
 }
 
-var _ idempotency.RetentionReporter = (*store)(nil)
+var (
+	_ idempotency.RetentionReporter = (*store)(nil)
+	_ idempotency.Lister            = (*store)(nil)
+	_ idempotency.RecordsReader     = (*store)(nil)
+)
 
 // get returns the live record, forgetting it when its retention has passed.
 func (s *store) get(k recordKey, now time.Time) *idempotency.Record {

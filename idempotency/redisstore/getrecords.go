@@ -11,11 +11,13 @@ import (
 	"github.com/surely-dev/surely/internal/idem"
 )
 
+var _ idempotency.RecordsReader = (*Store)(nil)
+
 // GetRecords reads the records of keys in namespace in one round trip (a
 // pipeline of the Get script; one per shard on a cluster): a key without
 // a live record is absent. Each record has its Namespace, Key, State,
 // ReopenedBy and ExpiresAt, what a replay needs to settle its entries
-// (replay.RecordsReader); use Get for a whole record. When the pipeline
+// (idempotency.RecordsReader); use Get for a whole record. When the pipeline
 // fails as a whole (the script cache was flushed), it reads key by key.
 func (s *Store) GetRecords(ctx context.Context, namespace string, keys []string) (map[string]idempotency.Record, error) {
 	out := make(map[string]idempotency.Record, len(keys))

@@ -14,8 +14,7 @@ import (
 	"github.com/surely-dev/surely/internal/oplist"
 )
 
-// The store's read-only listing for the surely command (internal/oplist).
-func init() { oplist.Register((*Store).listRecords) }
+var _ idempotency.Lister = (*Store)(nil)
 
 // Bounds of one List call: each SCAN call asks for listScanCount keys (a
 // hint Redis keeps to within a small factor), and a call makes at most
@@ -25,7 +24,7 @@ const (
 	listScanRounds = 50
 )
 
-// listRecords walks the store's keys with SCAN (MATCH on the prefix, the
+// List lists the store's records (idempotency.Lister): it walks the keys with SCAN (MATCH on the prefix, the
 // namespace or the key, COUNT listScanCount; never KEYS, which blocks the
 // server) and reads the records with the Get script, a read-only script of
 // one key, the keys of one SCAN call in one pipeline. A page ends where a
@@ -35,19 +34,21 @@ const (
 // be missed. Records are in key-hash order, not sorted, and come without
 // their outcome. The state, age and key filters are applied to each
 // record read. A namespace and a key together read that one record.
-// Listing a Redis Cluster is not supported (SCAN walks one node).
-func (s *Store) listRecords(ctx context.Context, f oplist.Filter) (oplist.Page, error) {
+// On a Redis Cluster it returns an error wrapping errors.ErrUnsupported
+// (SCAN walks one node): list each primary through a store on its own
+// address.
+func (s *Store) List(ctx context.Context, f idempotency.ListFilter) (idempotency.ListPage, error) {
 	if err := f.Validate(); err != nil {
-		return oplist.Page{}, err
+		return idempotency.ListPage{}, err
 	}
 	if _, ok := s.client.(*redis.ClusterClient); ok {
-		return oplist.Page{}, errors.New("redisstore: list: not supported on Redis Cluster (SCAN walks one node); list each primary through its own address")
+		return idempotency.ListPage{}, fmt.Errorf("redisstore: list: %w on Redis Cluster (SCAN walks one node); list each primary through its own address", errors.ErrUnsupported)
 	}
 	now, err := s.client.Time(ctx).Result()
 	if err != nil {
-		return oplist.Page{}, fmt.Errorf("redisstore: list: %w", err)
+		return idempotency.ListPage{}, fmt.Errorf("redisstore: list: %w", err)
 	}
-	page := oplist.Page{Now: now}
+	page := idempotency.ListPage{Now: now}
 	if f.Namespace != "" && f.Key != "" {
 		err := s.listAdd(ctx, &page, f, f.Namespace, f.Key)
 		return page, err
@@ -55,11 +56,11 @@ func (s *Store) listRecords(ctx context.Context, f oplist.Filter) (oplist.Page, 
 	var cursor uint64
 	if f.After != "" {
 		if cursor, err = strconv.ParseUint(f.After, 10, 64); err != nil {
-			return oplist.Page{}, fmt.Errorf("%w: cursor %q is not a SCAN cursor", oplist.ErrInvalidFilter, f.After)
+			return idempotency.ListPage{}, fmt.Errorf("%w: cursor %q is not a SCAN cursor", idempotency.ErrInvalidRequest, f.After)
 		}
 	}
 	if cursor, err = s.listScan(ctx, &page, f, cursor); err != nil {
-		return oplist.Page{}, err
+		return idempotency.ListPage{}, err
 	}
 	if cursor != 0 {
 		page.Next = strconv.FormatUint(cursor, 10)
@@ -70,7 +71,7 @@ func (s *Store) listRecords(ctx context.Context, f oplist.Filter) (oplist.Page, 
 // listScan walks the keyspace from cursor, adding the records f selects to
 // page, until the walk ends, the page is full or listScanRounds SCAN calls
 // were made. It returns the cursor to go on from (0: the walk is over).
-func (s *Store) listScan(ctx context.Context, page *oplist.Page, f oplist.Filter, cursor uint64) (uint64, error) {
+func (s *Store) listScan(ctx context.Context, page *idempotency.ListPage, f idempotency.ListFilter, cursor uint64) (uint64, error) {
 	match := globEscape(s.prefix) + "*"
 	switch {
 	case f.Namespace != "":
@@ -97,7 +98,7 @@ func (s *Store) listScan(ctx context.Context, page *oplist.Page, f oplist.Filter
 			return 0, err
 		}
 		cursor = next
-		if cursor == 0 || len(page.Entries) >= f.PageSize() {
+		if cursor == 0 || len(page.Records) >= oplist.PageSize(f) {
 			break
 		}
 	}
@@ -109,7 +110,7 @@ func (s *Store) listScan(ctx context.Context, page *oplist.Page, f oplist.Filter
 // selects to page. A key whose script call the server refused (NOSCRIPT
 // after a script cache flush) is read again with Get, which reloads the
 // scripts; a key that holds no record is skipped.
-func (s *Store) listAddBatch(ctx context.Context, page *oplist.Page, f oplist.Filter, batch [][2]string) error {
+func (s *Store) listAddBatch(ctx context.Context, page *idempotency.ListPage, f idempotency.ListFilter, batch [][2]string) error {
 	if len(batch) == 0 {
 		return nil
 	}
@@ -150,7 +151,7 @@ func (s *Store) listAddBatch(ctx context.Context, page *oplist.Page, f oplist.Fi
 // listAdd reads the record of (ns, key) and adds it to page when f selects
 // it. A key that holds no record (gone meanwhile, or a key of something
 // else under the prefix) is skipped.
-func (s *Store) listAdd(ctx context.Context, page *oplist.Page, f oplist.Filter, ns, key string) error {
+func (s *Store) listAdd(ctx context.Context, page *idempotency.ListPage, f idempotency.ListFilter, ns, key string) error {
 	r, err := s.Get(ctx, ns, key)
 	var rerr redis.Error
 	switch {
@@ -164,11 +165,11 @@ func (s *Store) listAdd(ctx context.Context, page *oplist.Page, f oplist.Filter,
 }
 
 // listKeep adds r to page, without its outcome, when f selects it.
-func listKeep(page *oplist.Page, f oplist.Filter, r idempotency.Record) {
+func listKeep(page *idempotency.ListPage, f idempotency.ListFilter, r idempotency.Record) {
 	updated := oplist.LastChange(r.History)
-	if f.Match(r, updated, page.Now) {
+	if oplist.Match(f, r, updated, page.Now) {
 		r.Outcome = nil
-		page.Entries = append(page.Entries, oplist.Entry{Record: r, Updated: updated})
+		page.Records = append(page.Records, idempotency.ListedRecord{Record: r, Updated: updated})
 	}
 }
 

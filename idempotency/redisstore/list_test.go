@@ -12,17 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
-	"github.com/surely-dev/surely/internal/oplist"
-	"github.com/surely-dev/surely/internal/oplist/oplisttest"
 )
-
-// The listing of surely ops ls: SCAN under the test's own prefix.
-func TestList(t *testing.T) {
-	t.Parallel()
-	client, prefix := setup(t)
-	oplisttest.Run(t, newStore(t, client, redisstore.WithPrefix(prefix)), false)
-}
 
 // commandLog records the commands a client sends, with their arguments.
 type commandLog struct {
@@ -70,12 +62,10 @@ func TestListScansWithBoundedCount(t *testing.T) {
 	log.cmds = nil // what New sent
 	log.mu.Unlock()
 
-	l, err := oplist.For(ls)
-	require.NoError(t, err)
-	for _, f := range []oplist.Filter{{}, {Namespace: "ns"}, {Key: "k7"}, {Limit: 1}} {
-		page, err := l.List(t.Context(), f)
+	for _, f := range []idempotency.ListFilter{{}, {Namespace: "ns"}, {Key: "k7"}, {Limit: 1}} {
+		page, err := ls.List(t.Context(), f)
 		require.NoError(t, err)
-		require.NotEmpty(t, page.Entries, "%+v", f)
+		require.NotEmpty(t, page.Records, "%+v", f)
 	}
 	log.mu.Lock()
 	defer log.mu.Unlock()
@@ -109,10 +99,8 @@ func TestListAfterScriptFlush(t *testing.T) {
 		acquire(t, s, claimReq(fmt.Sprintf("k%d", i)))
 	}
 	require.NoError(t, client.ScriptFlush(t.Context()).Err())
-	l, err := oplist.For(s)
+	page, err := s.List(t.Context(), idempotency.ListFilter{})
 	require.NoError(t, err)
-	page, err := l.List(t.Context(), oplist.Filter{})
-	require.NoError(t, err)
-	assert.Len(t, page.Entries, 3)
+	assert.Len(t, page.Records, 3)
 	assert.Empty(t, page.Next)
 }

@@ -14,10 +14,12 @@ import (
 // getRecordsBatch bounds the keys of one GetRecords statement.
 const getRecordsBatch = 500
 
+var _ idempotency.RecordsReader = (*Store)(nil)
+
 // GetRecords reads the records of keys in namespace in one statement per
 // 500 keys, without a transaction: a key without a live record is absent.
 // Each record has its Namespace, Key, State, ReopenedBy and ExpiresAt, what
-// a replay needs to settle its entries (replay.RecordsReader); use Get for
+// a replay needs to settle its entries (idempotency.RecordsReader); use Get for
 // a whole record.
 func (s *Store) GetRecords(ctx context.Context, namespace string, keys []string) (map[string]idempotency.Record, error) {
 	out := make(map[string]idempotency.Record, len(keys))

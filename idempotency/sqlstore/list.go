@@ -14,14 +14,13 @@ import (
 	"github.com/surely-dev/surely/internal/sqldialect"
 )
 
-// The store's read-only listing for the surely command (internal/oplist).
-func init() { oplist.Register((*Store).listRecords) }
+var _ idempotency.Lister = (*Store)(nil)
 
 // listColumns are the columns a listing reads: a record without its
 // outcome.
 const listColumns = "namespace, op_key, state, fingerprint, token, attempts, canceled, lease_until_ms, expires_at_ms, updated_at_ms, history, reopened_by, budget_base, not_before_ms"
 
-// listRecords returns the live records f selects, in primary-key order (namespace,
+// List returns the live records f selects (idempotency.Lister), in primary-key order (namespace,
 // op_key), without their outcome. It runs plain SELECTs outside any
 // transaction, without FOR UPDATE, each reading at most f's page size of
 // rows, so it takes no lock a claim would wait for (on SQLite in
@@ -30,37 +29,37 @@ const listColumns = "namespace, op_key, state, fingerprint, token, attempts, can
 // pagination). A Key without a Namespace finds the table's namespaces
 // first, one index lookup each (SELECT MIN(namespace) ... WHERE namespace >
 // ?), then reads the key's row in each.
-func (s *Store) listRecords(ctx context.Context, f oplist.Filter) (oplist.Page, error) {
+func (s *Store) List(ctx context.Context, f idempotency.ListFilter) (idempotency.ListPage, error) {
 	if err := f.Validate(); err != nil {
-		return oplist.Page{}, err
+		return idempotency.ListPage{}, err
 	}
 	now, err := s.now(ctx, nil)
 	if err != nil {
-		return oplist.Page{}, fmt.Errorf("sqlstore: list %s: %w", s.table, err)
+		return idempotency.ListPage{}, fmt.Errorf("sqlstore: list %s: %w", s.table, err)
 	}
-	page := oplist.Page{Now: fromMs(now)}
+	page := idempotency.ListPage{Now: fromMs(now)}
 	if f.Key != "" && f.Namespace == "" {
 		return s.listKeyInEveryNamespace(ctx, f, now, page)
 	}
-	page.Entries, err = s.listQuery(ctx, f, now, f.PageSize())
+	page.Records, err = s.listQuery(ctx, f, now, oplist.PageSize(f))
 	if err != nil {
-		return oplist.Page{}, fmt.Errorf("sqlstore: list %s: %w", s.table, err)
+		return idempotency.ListPage{}, fmt.Errorf("sqlstore: list %s: %w", s.table, err)
 	}
-	if n := len(page.Entries); n == f.PageSize() {
-		page.Next = page.Entries[n-1].Namespace + "/" + page.Entries[n-1].Key
+	if n := len(page.Records); n == oplist.PageSize(f) {
+		page.Next = page.Records[n-1].Namespace + "/" + page.Records[n-1].Key
 	}
 	return page, nil
 }
 
 // listKeyInEveryNamespace lists the rows of f.Key, one namespace at a time.
-func (s *Store) listKeyInEveryNamespace(ctx context.Context, f oplist.Filter, now int64, page oplist.Page) (oplist.Page, error) {
+func (s *Store) listKeyInEveryNamespace(ctx context.Context, f idempotency.ListFilter, now int64, page idempotency.ListPage) (idempotency.ListPage, error) {
 	t := quoteTable(s.dialect, s.table)
 	next := s.listRebind("SELECT MIN(namespace) FROM " + t + " WHERE namespace > ?")
 	ns, _, _ := strings.Cut(f.After, "/")
 	for {
 		var found sql.NullString
 		if err := s.db.QueryRowContext(ctx, next, ns).Scan(&found); err != nil {
-			return oplist.Page{}, fmt.Errorf("sqlstore: list %s: %w", s.table, err)
+			return idempotency.ListPage{}, fmt.Errorf("sqlstore: list %s: %w", s.table, err)
 		}
 		if !found.Valid {
 			return page, nil
@@ -70,10 +69,10 @@ func (s *Store) listKeyInEveryNamespace(ctx context.Context, f oplist.Filter, no
 		one.Namespace, one.After = ns, ""
 		es, err := s.listQuery(ctx, one, now, 1)
 		if err != nil {
-			return oplist.Page{}, fmt.Errorf("sqlstore: list %s: %w", s.table, err)
+			return idempotency.ListPage{}, fmt.Errorf("sqlstore: list %s: %w", s.table, err)
 		}
-		page.Entries = append(page.Entries, es...)
-		if len(page.Entries) == f.PageSize() {
+		page.Records = append(page.Records, es...)
+		if len(page.Records) == oplist.PageSize(f) {
 			page.Next = ns + "/" + f.Key
 			return page, nil
 		}
@@ -81,7 +80,7 @@ func (s *Store) listKeyInEveryNamespace(ctx context.Context, f oplist.Filter, no
 }
 
 // listQuery reads up to limit rows f selects.
-func (s *Store) listQuery(ctx context.Context, f oplist.Filter, now int64, limit int) ([]oplist.Entry, error) {
+func (s *Store) listQuery(ctx context.Context, f idempotency.ListFilter, now int64, limit int) ([]idempotency.ListedRecord, error) {
 	where := []string{"expires_at_ms > ?"}
 	args := []any{now}
 	if f.Namespace != "" {
@@ -108,7 +107,7 @@ func (s *Store) listQuery(ctx context.Context, f oplist.Filter, now int64, limit
 		return nil, err
 	}
 	defer func() { _ = rows.Close() }()
-	var out []oplist.Entry
+	var out []idempotency.ListedRecord
 	for rows.Next() {
 		e, err := scanListed(rows)
 		if err != nil {
@@ -120,9 +119,9 @@ func (s *Store) listQuery(ctx context.Context, f oplist.Filter, now int64, limit
 }
 
 // scanListed reads one row of listColumns.
-func scanListed(rows *sql.Rows) (oplist.Entry, error) {
+func scanListed(rows *sql.Rows) (idempotency.ListedRecord, error) {
 	var (
-		e                                              oplist.Entry
+		e                                              idempotency.ListedRecord
 		state, history                                 []byte
 		leaseUntil, expiresAt, updatedAt, notBefore    int64
 		namespace, key, fingerprint, token, reopenedBy []byte

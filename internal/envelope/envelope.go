@@ -171,10 +171,3 @@ func RootErrorType(types string) string {
 	}
 	return strings.TrimSpace(types[last:])
 }
-
-// PublisherTopic returns the dead-letter topic of a *dlq.Publisher, for
-// the dead-letter step's span (messaging.destination.name). Package dlq
-// sets it when it is initialised: the topic is not part of dlq's API, and
-// dlq imports this package, so the accessor cannot live in either
-// package's exported surface.
-var PublisherTopic func(publisher any) string

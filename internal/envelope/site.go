@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"cmp"
+	"errors"
 	"reflect"
 	"runtime"
 	"slices"
@@ -34,11 +35,20 @@ const (
 	watermillPath = "github.com/ThreeDotsLabs/watermill"
 )
 
-// PanicStack returns the stack of the *middleware.PanicError in err's
-// chain, "" when there is none. Package middleware sets it when it is
-// initialised: it imports this package, so ErrorSite cannot name its
-// type, and a PanicError exists only in a program that imports it.
-var PanicStack func(err error) string
+// panicStacker is an error that carries the stack of a recovered panic,
+// as runtime/debug.Stack prints it: *middleware.PanicError (which imports
+// this package, so ErrorSite cannot name its type).
+type panicStacker interface{ PanicStack() string }
+
+// panicStack is the stack of the first panicStacker in err's chain, ""
+// when there is none.
+func panicStack(err error) string {
+	var ps panicStacker
+	if errors.As(err, &ps) {
+		return ps.PanicStack()
+	}
+	return ""
+}
 
 // ErrorSite is the call site of a final failure, written to KeyErrorSite:
 // "function (file.go:line)", the function qualified by the last element
@@ -48,8 +58,9 @@ var PanicStack func(err error) string
 // its _test.go files, so that its tests can see their own frames), taken
 // from, in this order:
 //
-//  1. the stack of the panic in err's chain (a *middleware.PanicError):
-//     panics always have one;
+//  1. the stack of the panic in err's chain (the first error with a
+//     PanicStack() string method, a *middleware.PanicError): panics
+//     always have one;
 //  2. the innermost error of err's chain that carries a stack: one with a
 //     StackTrace method returning a slice of uintptr-kinded program
 //     counters (github.com/pkg/errors and its kin), or a
@@ -62,8 +73,8 @@ var PanicStack func(err error) string
 // one, so the site of a plain error is not known. An error whose methods
 // panic is contained: it gives no site.
 func ErrorSite(err error, history []idempotency.AttemptRecord) string {
-	if err != nil && PanicStack != nil {
-		if s := contain(func() string { return stackSite(PanicStack(err)) }); s != "" {
+	if err != nil {
+		if s := contain(func() string { return stackSite(panicStack(err)) }); s != "" {
 			return s
 		}
 	}

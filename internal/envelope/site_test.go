@@ -12,7 +12,7 @@ import (
 
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/envelope"
-	"github.com/surely-dev/surely/middleware" // sets envelope.PanicStack
+	"github.com/surely-dev/surely/middleware"
 )
 
 // Frame and StackTrace have the shape of github.com/pkg/errors' types:

@@ -36,6 +36,10 @@ const (
 	// MaxOwnerLen bounds a claim's owner (the process that made it), in
 	// bytes.
 	MaxOwnerLen = 255
+	// DefaultListLimit and MaxListLimit bound a page of a listing
+	// (idempotency.ListFilter.Limit).
+	DefaultListLimit = 50
+	MaxListLimit     = 10000
 )
 
 // The errors of package idempotency that the checks here return.
