@@ -144,3 +144,20 @@ func TestRoundMs(t *testing.T) {
 		require.Equal(t, want, record.RoundMs(d), "RoundMs(%v)", d)
 	}
 }
+
+// A store may hold an in-progress record without a history (sqlstore reads
+// an empty history column as none): a claim after its lease expired takes
+// it over like any other, with an unknown previous attempt.
+func TestClaimTakesOverInProgressWithoutHistory(t *testing.T) {
+	t.Parallel()
+	cur := &idempotency.Record{
+		Namespace: "ns", Key: "k", Fingerprint: "fp", State: idempotency.StateInProgress,
+		Token: "t1", Attempts: 1, LeaseUntil: t0, ExpiresAt: t0.Add(time.Hour),
+	}
+	res, next := record.Claim(cur, req(3), "t2", t0.Add(time.Second), time.Hour)
+	require.Equal(t, idempotency.Acquired, res.Status)
+	require.Equal(t, 2, res.Lease.Attempt)
+	require.Equal(t, idempotency.ResultUnknown, res.Previous)
+	require.Len(t, next.History, 1, "the new attempt only")
+	require.Equal(t, 2, next.History[0].Attempt)
+}
