@@ -50,7 +50,8 @@
 // Completed with the stored outcome byte for byte; Release and the
 // ResultFailed/ResultCanceled hand-over; Conflict in every state; the
 // durable budget (releases, final releases and crash loops all end
-// Exhausted, canceled releases are refunded); retention; namespaces and
+// Exhausted, canceled releases are refunded, also in the fresh budget of a
+// replay that reopens the record); retention; namespaces and
 // opaque keys (separators, glob and hash-tag characters, Unicode); request
 // validation (ErrInvalidRequest, nothing stored); the owner of each attempt
 // kept in the history, across a takeover; the history bound and text

@@ -51,6 +51,7 @@ var tests = []struct {
 	{"ReopenNotLiveLease", testReopenNotLiveLease},
 	{"ReopenCreatesRecord", testReopenCreatesRecord},
 	{"ReopenInvalidID", testReopenInvalidID},
+	{"ReopenBudgetDiscountsCanceledAttempts", testReopenBudgetDiscountsCanceledAttempts},
 	{"InProgressWaitIsStoreMeasured", testInProgressWaitIsStoreMeasured},
 	{"RetryAfterDelaysClaim", testRetryAfterDelaysClaim},
 	{"RetryAfterBeforeBudget", testRetryAfterBeforeBudget},
@@ -991,6 +992,45 @@ func testReopenCreatesRecord(t *testing.T, e *env) {
 	require.Zero(t, rec.BudgetBase)
 	require.Equal(t, idempotency.Exhausted, e.claim(reopen(req, "r1")).Status)
 	e.acquire(reopen(req, "r2"), 2)
+}
+
+// A reopened record's fresh budget counts charged attempts only: the
+// canceled attempts before the reopen neither shrink nor grow it (the base
+// is Attempts - Canceled at the reopen), and one canceled after it is free
+// as well.
+func testReopenBudgetDiscountsCanceledAttempts(t *testing.T, e *env) {
+	req := e.req("k")
+	req.MaxAttempts = 2
+	canceled := idempotency.Failure{Error: "context canceled", Canceled: true}
+	attempt := 0
+	next := func(req idempotency.ClaimRequest) idempotency.Lease {
+		t.Helper()
+		attempt++
+		return e.acquire(req, attempt).Lease
+	}
+	// Two canceled attempts (free), then two failed ones spend the budget.
+	e.release(next(req), canceled)
+	e.release(next(req), canceled)
+	e.release(next(req), testFailure)
+	e.release(next(req), testFailure)
+	ex := e.claim(req)
+	require.Equal(t, idempotency.Exhausted, ex.Status)
+	require.Equal(t, 4, ex.Attempts)
+
+	// The replay run gets exactly MaxAttempts charged attempts again.
+	run := reopen(req, "r1")
+	e.release(next(run), testFailure)
+	rec := e.get("k")
+	require.Equal(t, 2, rec.BudgetBase, "four attempts, two of them canceled")
+	require.Equal(t, 2, rec.Canceled)
+	e.release(next(run), canceled)
+	e.release(next(run), testFailure)
+	ex = e.claim(run)
+	require.Equal(t, idempotency.Exhausted, ex.Status, "the reopened budget of 2 is spent")
+	require.Equal(t, 7, ex.Attempts)
+	rec = e.get("k")
+	require.Equal(t, 2, rec.BudgetBase, "the same run does not reopen twice")
+	require.Equal(t, 3, rec.Canceled)
 }
 
 // A malformed replay ID is an invalid request and stores nothing.

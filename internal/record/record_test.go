@@ -85,3 +85,79 @@ func TestFencing(t *testing.T) {
 	require.ErrorIs(t, err, idempotency.ErrLeaseLost)
 	require.ErrorIs(t, record.CheckExtension(0), idempotency.ErrInvalidRequest)
 }
+
+// The stored form of a history keeps every field of every attempt, its
+// times in milliseconds (an open attempt's end stays unset), and an empty
+// history is stored and read back as none.
+func TestHistoryForms(t *testing.T) {
+	t.Parallel()
+	h := []idempotency.AttemptRecord{
+		{
+			Attempt: 1, Started: t0, Ended: t0.Add(1500 * time.Millisecond), Result: idempotency.ResultFailed,
+			Error: "gateway timeout", Type: "*net.OpError", Reason: "error", Stack: "main.pay()",
+			TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7", Owner: "host-1/42",
+		},
+		{Attempt: 2, Started: t0.Add(2 * time.Second), Result: idempotency.ResultInProgress, Owner: "host-2/7"},
+	}
+	stored := record.Entries(h)
+	require.Len(t, stored, 2)
+	require.Equal(t, t0.UnixMilli(), stored[0].Started)
+	require.Equal(t, t0.UnixMilli()+1500, stored[0].Ended)
+	require.Zero(t, stored[1].Ended, "an open attempt has no end")
+	require.Equal(t, h, record.Attempts(stored))
+
+	// redisstore reads its numbers as float64.
+	floats := []record.Entry[float64]{{Attempt: 3, Started: float64(t0.UnixMilli()), Result: idempotency.ResultUnknown}}
+	require.Equal(t, []idempotency.AttemptRecord{{Attempt: 3, Started: t0, Result: idempotency.ResultUnknown}}, record.Attempts(floats))
+
+	require.Nil(t, record.Entries(nil))
+	require.Nil(t, record.Entries([]idempotency.AttemptRecord{}))
+	require.Nil(t, record.Attempts[int64](nil))
+	require.Nil(t, record.Attempts([]record.Entry[int64]{}))
+}
+
+// Milliseconds since 1970 and back: 0 (and less) is the zero time, the
+// first millisecond is a time.
+func TestMilliseconds(t *testing.T) {
+	t.Parallel()
+	require.True(t, record.FromMs(0).IsZero())
+	require.True(t, record.FromMs(-1).IsZero())
+	require.Equal(t, time.UnixMilli(1), record.FromMs(1))
+	require.Equal(t, t0, record.FromMs(t0.UnixMilli()))
+	require.Zero(t, record.Ms(time.Time{}))
+	require.Equal(t, t0.UnixMilli(), record.Ms(t0))
+	require.Equal(t, int64(1), record.Ms(time.UnixMilli(1)))
+}
+
+// Durations round up to whole milliseconds, a whole one stays as it is.
+func TestRoundMs(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]time.Duration{
+		0:                                  0,
+		time.Nanosecond:                    time.Millisecond,
+		time.Millisecond - time.Nanosecond: time.Millisecond,
+		time.Millisecond:                   time.Millisecond,
+		time.Millisecond + time.Nanosecond: 2 * time.Millisecond,
+		1500 * time.Microsecond:            2 * time.Millisecond,
+		time.Minute:                        time.Minute,
+	} {
+		require.Equal(t, want, record.RoundMs(d), "RoundMs(%v)", d)
+	}
+}
+
+// A store may hold an in-progress record without a history (sqlstore reads
+// an empty history column as none): a claim after its lease expired takes
+// it over like any other, with an unknown previous attempt.
+func TestClaimTakesOverInProgressWithoutHistory(t *testing.T) {
+	t.Parallel()
+	cur := &idempotency.Record{
+		Namespace: "ns", Key: "k", Fingerprint: "fp", State: idempotency.StateInProgress,
+		Token: "t1", Attempts: 1, LeaseUntil: t0, ExpiresAt: t0.Add(time.Hour),
+	}
+	res, next := record.Claim(cur, req(3), "t2", t0.Add(time.Second), time.Hour)
+	require.Equal(t, idempotency.Acquired, res.Status)
+	require.Equal(t, 2, res.Lease.Attempt)
+	require.Equal(t, idempotency.ResultUnknown, res.Previous)
+	require.Len(t, next.History, 1, "the new attempt only")
+	require.Equal(t, 2, next.History[0].Attempt)
+}
