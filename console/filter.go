@@ -12,6 +12,7 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/when"
 )
 
 // query is a list or replay selection as the page's form gives it.
@@ -20,7 +21,7 @@ type query struct {
 	Site                                       string // the call site
 	Replay                                     string // the re-failures of this replay run
 	State                                      string // a lifecycle state, or "all"; default open
-	From, To                                   string // "2006-01-02T15:04" (UTC) or RFC 3339
+	From, To                                   string // a time as when.Parse reads it: "2026-12-01T15:04" (UTC), "1h" (ago), "yesterday"
 	IDs                                        []string
 	After                                      int64
 
@@ -33,9 +34,10 @@ const (
 	maxIDs   = 1000
 )
 
-// parseQuery reads and checks a selection. An invalid value is an error
-// naming it.
-func parseQuery(v url.Values) (query, error) {
+// parseQuery reads and checks a selection; from and to's relative times
+// count back from now (the console's clock). An invalid value is an
+// error naming it.
+func parseQuery(v url.Values, now time.Time) (query, error) {
 	q := query{
 		Reason: v.Get("reason"), Topic: v.Get("topic"), Handler: v.Get("handler"),
 		ErrType: v.Get("errtype"), Site: v.Get("site"), Key: v.Get("key"), Text: v.Get("q"),
@@ -72,10 +74,10 @@ func parseQuery(v url.Values) (query, error) {
 		IDs: q.IDs, Reason: dlq.Reason(q.Reason), Topic: q.Topic, Handler: q.Handler,
 		ErrorType: q.ErrType, ErrorSite: q.Site, Key: q.Key, Search: q.Text, ReplayID: q.Replay, States: states,
 	}
-	if q.filter.DeadLetteredAfter, err = parseTime("from", q.From); err != nil {
+	if q.filter.DeadLetteredAfter, err = parseTime("from", q.From, now); err != nil {
 		return q, err
 	}
-	if q.filter.DeadLetteredBefore, err = parseTime("to", q.To); err != nil {
+	if q.filter.DeadLetteredBefore, err = parseTime("to", q.To, now); err != nil {
 		return q, err
 	}
 	return q, nil
@@ -109,16 +111,16 @@ func knownReason(r string) bool {
 	return false
 }
 
-func parseTime(name, s string) (time.Time, error) {
+// parseTime reads a from or to field (when.Parse); empty is no bound.
+func parseTime(name, s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
-		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
-			return t, nil
-		}
+	t, err := when.Parse(s, now)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: %w", name, err)
 	}
-	return time.Time{}, fmt.Errorf("%s: %q is not a time (2006-01-02T15:04, UTC, or RFC 3339)", name, s)
+	return t, nil
 }
 
 // values is the selection as URL values, without the cursor.

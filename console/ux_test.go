@@ -2,8 +2,10 @@ package console_test
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/surely-dev/surely/console"
 )
@@ -18,6 +20,7 @@ func TestListShowsTheErrorsRootCause(t *testing.T) {
 		t.Errorf("the list's error column cuts off the root cause:\n%s", page[strings.Index(page, `class="err"`):])
 	}
 }
+
 // A page past the end says there is nothing on it, how many match, and
 // links to the first page; it offers no bulk action.
 func TestListPagePastTheEnd(t *testing.T) {
@@ -57,5 +60,30 @@ func TestListHidesActionsOnEmptyResults(t *testing.T) {
 	}
 	if _, page := get(t, srv, "/list?topic=orders"); !strings.Contains(page, `id="replay-all"`) || !strings.Contains(page, `id="replay-selected"`) {
 		t.Error("a selection with entries offers no replay or discard")
+	}
+}
+
+// The from and to fields read relative times on the console's clock (t0)
+// and say by their placeholders that they take examples, not values.
+func TestListFromReadsRelativeTimes(t *testing.T) {
+	srv := serve(t, newArchive(t,
+		letter{uuid: "old", topic: "orders", at: t0.Add(-26 * time.Hour)},
+		letter{uuid: "day", topic: "orders", at: t0.Add(-3 * time.Hour)},
+		letter{uuid: "new", topic: "orders", at: t0.Add(-20 * time.Minute)},
+	), console.WithoutAuth())
+	// t0 is 12:00 UTC: today starts 12h back, yesterday 36h back.
+	for q, want := range map[string]int{"from=30m": 1, "from=1h": 1, "from=4h": 2, "from=2d": 3, "from=today": 2, "from=yesterday": 3, "to=1h": 2, "from=2d&to=today": 1} {
+		code, page := get(t, srv, "/list?"+q+"&count=1")
+		if code != http.StatusOK {
+			t.Errorf("list?%s: status %d", q, code)
+			continue
+		}
+		if got := strings.Count(page, `class="entry"`); got != want {
+			t.Errorf("list?%s lists %d entries, want %d", q, got, want)
+		}
+	}
+	_, page := get(t, srv, "/list")
+	if !strings.Contains(page, `name="from" value="" placeholder="e.g. 2026-12-01 or 1h"`) {
+		t.Error("the from field's placeholder does not read as an example")
 	}
 }
