@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/surely-dev/surely/console"
+	"github.com/surely-dev/surely/dlq"
+	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/dlq/replay"
 )
 
 // The list's error column shows the root cause of a long wrapped error
@@ -85,5 +88,30 @@ func TestListFromReadsRelativeTimes(t *testing.T) {
 	_, page := get(t, srv, "/list")
 	if !strings.Contains(page, `name="from" value="" placeholder="e.g. 2026-12-01 or 1h"`) {
 		t.Error("the from field's placeholder does not read as an example")
+	}
+}
+
+// A done run's page links to the entries it replayed whose outcome is
+// still pending (state replayed), and the link lists them.
+func TestRunPageLinksThePendingEntries(t *testing.T) {
+	ar := newArchive(t, letter{uuid: "o1", topic: "orders", retention: 72 * time.Hour},
+		letter{uuid: "o2", topic: "orders", retention: 72 * time.Hour},
+		letter{uuid: "i1", topic: "invoices", retention: 72 * time.Hour})
+	if _, err := replay.Run(t.Context(), ar, &recorder{}, archive.Filter{Topic: "orders", States: []archive.State{archive.StateOpen}},
+		replay.WithID("r1"), dlq.WithClock(func() time.Time { return t0 })); err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, ar, console.WithoutAuth())
+	_, page := get(t, srv, "/run?id=r1")
+	const link = `<a id="pending-link" href="list?replayedby=r1&amp;state=replayed">`
+	if !strings.Contains(page, `id="state">done<`) || !strings.Contains(page, link) {
+		t.Fatalf("a done run's page does not link its pending entries:\n%s", page)
+	}
+	_, page = get(t, srv, "/list?replayedby=r1&state=replayed&count=1")
+	if strings.Count(page, `class="entry"`) != 2 || strings.Contains(page, ">invoices<") || !strings.Contains(page, `id="matching"><b>2</b>`) {
+		t.Errorf("the pending entries' list does not list the run's 2 replayed entries:\n%s", page)
+	}
+	if !strings.Contains(page, `name="replayedby" value="r1"`) {
+		t.Error("the list's filter form drops the run")
 	}
 }
