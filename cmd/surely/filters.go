@@ -49,6 +49,23 @@ func (f *filterFlags) any() bool {
 		f.olderThan != "" || f.newerThan != "" || f.replayID != "" || f.stateSet()
 }
 
+// narrows reports whether a selection flag selects less than every
+// entry of a state: any but --state, or --state naming a state other than
+// open (the default).
+func (f *filterFlags) narrows() bool {
+	return f.reason != "" || f.topic != "" || f.handler != "" || f.errText != "" || f.search != "" || f.errType != "" || f.key != "" ||
+		f.olderThan != "" || f.newerThan != "" || f.replayID != "" || (f.state != "all" && f.state != string(archive.StateOpen))
+}
+
+// stateWord names the state --state selects, for messages: "open", or
+// "archived" for all.
+func (f *filterFlags) stateWord() string {
+	if f.state == "all" {
+		return "archived"
+	}
+	return f.state
+}
+
 // entryStates are the values of --state but "all".
 var entryStates = []archive.State{archive.StateOpen, archive.StateReplayed, archive.StateResolved, archive.StateDiscarded}
 

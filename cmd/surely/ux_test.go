@@ -38,3 +38,31 @@ func TestAgeFlagsReadDaysAndDates(t *testing.T) {
 	assert.Equal(t, exitUsage, code)
 	assert.True(t, strings.Contains(stderr, `--older-than: "someday" is not a time: want an age back from now (30m, 1h, 2d, 1d12h), today, yesterday`), stderr)
 }
+
+// A replay of every open dead letter asks for --yes, as purge does; a
+// filter, IDs, --dry-run or --resume need none.
+func TestReplayOfEverythingNeedsYes(t *testing.T) {
+	a, _, _ := testApp(t)
+	memFixture(t, a)
+	rec := &recorder{}
+	a.memBrokers["mem://rec"] = rec
+	for _, args := range [][]string{{}, {"--state", "open"}, {"--state", "all"}, {"--max", "1"}} {
+		out, stderr, code := run(t, a, append([]string{"dlq", "replay", "--archive", "mem:fixture", "--to", "mem://rec", "--rate", "0"}, args...)...)
+		assert.Equal(t, exitUsage, code, "%v: %s%s", args, out, stderr)
+		assert.Contains(t, stderr, "replay of every", args)
+		assert.Contains(t, stderr, "--yes", args)
+		assert.Contains(t, stderr, "--dry-run", args)
+		assert.Empty(t, out, args)
+	}
+	assert.Empty(t, rec.uuids(), "a refused replay published")
+
+	out, stderr, code := run(t, a, "dlq", "replay", "--archive", "mem:fixture", "--to", "mem://rec", "--rate", "0", "--dry-run")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "would replay 4")
+	out, stderr, code = run(t, a, "dlq", "replay", "--archive", "mem:fixture", "--to", "mem://rec", "--rate", "0", "--topic", "shipments")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "replayed 1,")
+	out, stderr, code = run(t, a, "dlq", "replay", "--archive", "mem:fixture", "--to", "mem://rec", "--rate", "0", "--yes")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "replayed 3,")
+}
