@@ -376,9 +376,8 @@ func (a *app) printReplaySummary(out replayJSON, rf *replayFlags) {
 		fprintf(w, ", %.1f msg/s", out.Rate)
 	}
 	fprintln(w)
-	if out.Error != "" {
-		fprintf(w, "stopped: %s\n", out.Error)
-	}
+	// A stop's error is not repeated here: the command returns it, and
+	// execute prints it on stderr.
 	if out.State == string(archive.RunPaused) && out.Error == "" {
 		fprintf(w, "paused after --max %d with entries left\n", rf.max)
 	}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -65,4 +67,24 @@ func TestReplayOfEverythingNeedsYes(t *testing.T) {
 	out, stderr, code = run(t, a, "dlq", "replay", "--archive", "mem:fixture", "--to", "mem://rec", "--rate", "0", "--yes")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "replayed 3,")
+}
+
+// failingBroker refuses every publish.
+type failingBroker struct{}
+
+func (failingBroker) Publish(string, ...*message.Message) error {
+	return errors.New("broker says no (publish 42)")
+}
+func (failingBroker) Close() error { return nil }
+
+// A replay's error is printed once (on stderr), not also in the summary.
+func TestReplayErrorPrintedOnce(t *testing.T) {
+	a, _, _ := testApp(t)
+	memFixture(t, a)
+	a.memBrokers["mem://down"] = failingBroker{}
+	out, stderr, code := run(t, a, "dlq", "replay", "--archive", "mem:fixture", "--to", "mem://down", "--rate", "0", "--topic", "orders")
+	assert.NotEqual(t, 0, code)
+	assert.Equal(t, 1, strings.Count(out+stderr, "broker says no (publish 42)"), "stdout:\n%s\nstderr:\n%s", out, stderr)
+	assert.Contains(t, stderr, "broker says no (publish 42)")
+	assert.Contains(t, out, "resume with: surely dlq replay --resume run-0001")
 }
