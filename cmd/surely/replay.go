@@ -215,7 +215,7 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags, args []string) erro
 	case code == exitOK:
 		return nil
 	case err != nil:
-		return withCode(code, err)
+		return withCode(code, withStreamHint(err))
 	case rf.dryRun:
 		return withCode(code, fmt.Errorf("%s would be refused (retention guard): %s", plurals(res.Refused, "entry", "entries"), guardAdvice))
 	default:

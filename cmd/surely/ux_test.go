@@ -9,6 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/surely-dev/surely/internal/testbroker"
 )
 
 // --older-than and --newer-than read the console's words too: today,
@@ -86,5 +88,21 @@ func TestReplayErrorPrintedOnce(t *testing.T) {
 	assert.NotEqual(t, 0, code)
 	assert.Equal(t, 1, strings.Count(out+stderr, "broker says no (publish 42)"), "stdout:\n%s\nstderr:\n%s", out, stderr)
 	assert.Contains(t, stderr, "broker says no (publish 42)")
+	assert.Contains(t, out, "resume with: surely dlq replay --resume run-0001")
+}
+
+// A publish to a NATS subject no JetStream stream takes fails with "no
+// response from stream": the error stays, and a hint says the stream is
+// probably missing and how to create it.
+func TestReplayToNATSWithoutStreamHints(t *testing.T) {
+	url := testbroker.EmbeddedNATS(t)
+	ar, aurl := sqliteArchive(t)
+	fill(t, ar)
+	a := replayApp(t)
+	out, stderr, code := run(t, a, "dlq", "replay", "--archive", aurl, "--to", url, "--rate", "0", "--topic", "orders", "--default-retention", "8760h")
+	assert.Equal(t, exitError, code, "%s%s", out, stderr)
+	assert.Contains(t, stderr, "no response from stream", "the error stays")
+	assert.Contains(t, stderr, `no JetStream stream seems to take subject "orders"`)
+	assert.Contains(t, stderr, "nats stream add ORDERS --subjects orders")
 	assert.Contains(t, out, "resume with: surely dlq replay --resume run-0001")
 }
