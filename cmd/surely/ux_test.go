@@ -3,14 +3,18 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/internal/testbroker"
+	"github.com/surely-dev/surely/internal/testenv"
+	"github.com/surely-dev/surely/internal/testsql"
 )
 
 // --older-than and --newer-than read the console's words too: today,
@@ -105,4 +109,35 @@ func TestReplayToNATSWithoutStreamHints(t *testing.T) {
 	assert.Contains(t, stderr, `no JetStream stream seems to take subject "orders"`)
 	assert.Contains(t, stderr, "nats stream add ORDERS --subjects orders")
 	assert.Contains(t, out, "resume with: surely dlq replay --resume run-0001")
+}
+
+// A mysql:// or mariadb:// URL in the URL form (user:pass@host:port/db)
+// reaches the database: the CLI converts it to the driver's DSN.
+func TestMySQLURLFormReachesTheDatabase(t *testing.T) {
+	t.Parallel()
+	_ = testsql.MySQL(t) // skips (or fails under SURELY_REQUIRE_SERVICES) without a server
+	dsn := testenv.URL(t, "SURELY_MYSQL_URL")
+	cfg, err := mysql.ParseDSN(dsn)
+	require.NoError(t, err)
+	prefix := "ux_" + randomName()
+	t.Cleanup(func() { dropTables("mysql", dsn, prefix) })
+	user := url.User(cfg.User)
+	if cfg.Passwd != "" {
+		user = url.UserPassword(cfg.User, cfg.Passwd)
+	}
+	u := (&url.URL{Scheme: "mariadb", User: user, Host: cfg.Addr, Path: "/" + cfg.DBName, RawQuery: "prefix=" + prefix}).String()
+	a, _, _ := testApp(t)
+	_, stderr, code := run(t, a, "migrate", "up", "--archive", u)
+	require.Equal(t, 0, code, stderr)
+	out, stderr, code := run(t, a, "dlq", "ls", "--archive", u)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "no dead letter")
+}
+
+// A MySQL URL neither form reads is a usage error showing the forms.
+func TestMySQLURLMalformedShowsTheForms(t *testing.T) {
+	a, _, _ := testApp(t)
+	_, stderr, code := run(t, a, "dlq", "ls", "--archive", "mysql://root@tcp(127.0.0.1:3306/test")
+	assert.Equal(t, exitUsage, code, stderr)
+	assert.Contains(t, stderr, "want mysql://user:pass@host:3306/db or mysql://user:pass@tcp(host:3306)/db")
 }
