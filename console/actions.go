@@ -39,7 +39,7 @@ type dryRunData struct {
 
 // selection reads the POSTed selection.
 func (s *server) selection(r *http.Request) (query, error) {
-	q, err := parseQuery(r.PostForm)
+	q, err := parseQuery(r.PostForm, s.c.now())
 	if err == nil && r.PostForm.Get("scope") == "selected" && len(q.IDs) == 0 {
 		err = fmt.Errorf("no entry selected: tick entries, or replay all matching the filter")
 	}

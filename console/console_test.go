@@ -284,7 +284,7 @@ func TestListFiltersAndPagesStably(t *testing.T) {
 
 func TestInvalidFiltersAreRefused(t *testing.T) {
 	srv := serve(t, newArchive(t), console.WithoutAuth())
-	for _, q := range []string{"reason=bogus", "from=yesterday", "after=-1", "after=x", "topic=" + url.QueryEscape("a\x00b"), "key=" + strings.Repeat("k", 600)} {
+	for _, q := range []string{"reason=bogus", "from=someday", "after=-1", "after=x", "topic=" + url.QueryEscape("a\x00b"), "key=" + strings.Repeat("k", 600)} {
 		code, page := get(t, srv, "/list?"+q)
 		if code != http.StatusBadRequest || !strings.Contains(page, `id="error"`) {
 			t.Errorf("list?%s: status %d, want 400 with the error shown", q, code)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/when"
 )
 
 // query is a list or replay selection as the page's form gives it.
@@ -19,8 +20,9 @@ type query struct {
 	Reason, Topic, Handler, ErrType, Key, Text string
 	Site                                       string // the call site
 	Replay                                     string // the re-failures of this replay run
+	ReplayedBy                                 string // the entries this replay run republished
 	State                                      string // a lifecycle state, or "all"; default open
-	From, To                                   string // "2006-01-02T15:04" (UTC) or RFC 3339
+	From, To                                   string // a time as when.Parse reads it: "2026-12-01T15:04" (UTC), "1h" (ago), "yesterday"
 	IDs                                        []string
 	After                                      int64
 
@@ -33,16 +35,17 @@ const (
 	maxIDs   = 1000
 )
 
-// parseQuery reads and checks a selection. An invalid value is an error
-// naming it.
-func parseQuery(v url.Values) (query, error) {
+// parseQuery reads and checks a selection; from and to's relative times
+// count back from now (the console's clock). An invalid value is an
+// error naming it.
+func parseQuery(v url.Values, now time.Time) (query, error) {
 	q := query{
 		Reason: v.Get("reason"), Topic: v.Get("topic"), Handler: v.Get("handler"),
 		ErrType: v.Get("errtype"), Site: v.Get("site"), Key: v.Get("key"), Text: v.Get("q"),
-		From: v.Get("from"), To: v.Get("to"), IDs: v["id"], Replay: v.Get("replay"),
+		From: v.Get("from"), To: v.Get("to"), IDs: v["id"], Replay: v.Get("replay"), ReplayedBy: v.Get("replayedby"),
 		State: cmp.Or(v.Get("state"), string(archive.StateOpen)),
 	}
-	for name, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "site": q.Site, "key": q.Key, "q": q.Text, "replay": q.Replay} {
+	for name, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "site": q.Site, "key": q.Key, "q": q.Text, "replay": q.Replay, "replayedby": q.ReplayedBy} {
 		if err := checkField(s); err != nil {
 			return q, fmt.Errorf("filter %s: %w", name, err)
 		}
@@ -70,12 +73,12 @@ func parseQuery(v url.Values) (query, error) {
 	}
 	q.filter = archive.Filter{
 		IDs: q.IDs, Reason: dlq.Reason(q.Reason), Topic: q.Topic, Handler: q.Handler,
-		ErrorType: q.ErrType, ErrorSite: q.Site, Key: q.Key, Search: q.Text, ReplayID: q.Replay, States: states,
+		ErrorType: q.ErrType, ErrorSite: q.Site, Key: q.Key, Search: q.Text, ReplayID: q.Replay, ReplayedBy: q.ReplayedBy, States: states,
 	}
-	if q.filter.DeadLetteredAfter, err = parseTime("from", q.From); err != nil {
+	if q.filter.DeadLetteredAfter, err = parseTime("from", q.From, now); err != nil {
 		return q, err
 	}
-	if q.filter.DeadLetteredBefore, err = parseTime("to", q.To); err != nil {
+	if q.filter.DeadLetteredBefore, err = parseTime("to", q.To, now); err != nil {
 		return q, err
 	}
 	return q, nil
@@ -109,16 +112,16 @@ func knownReason(r string) bool {
 	return false
 }
 
-func parseTime(name, s string) (time.Time, error) {
+// parseTime reads a from or to field (when.Parse); empty is no bound.
+func parseTime(name, s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
-		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
-			return t, nil
-		}
+	t, err := when.Parse(s, now)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: %w", name, err)
 	}
-	return time.Time{}, fmt.Errorf("%s: %q is not a time (2006-01-02T15:04, UTC, or RFC 3339)", name, s)
+	return t, nil
 }
 
 // values is the selection as URL values, without the cursor.
@@ -128,7 +131,7 @@ func (q query) values() url.Values {
 	if state == string(archive.StateOpen) {
 		state = "" // the default
 	}
-	for k, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "site": q.Site, "key": q.Key, "q": q.Text, "from": q.From, "to": q.To, "replay": q.Replay, "state": state} {
+	for k, s := range map[string]string{"reason": q.Reason, "topic": q.Topic, "handler": q.Handler, "errtype": q.ErrType, "site": q.Site, "key": q.Key, "q": q.Text, "from": q.From, "to": q.To, "replay": q.Replay, "replayedby": q.ReplayedBy, "state": state} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -146,7 +149,7 @@ func (q query) Encode() template.URL { return template.URL(q.values().Encode()) 
 // Fields lists the selection as name/value pairs (for hidden form fields).
 func (q query) Fields() [][2]string {
 	var out [][2]string
-	for _, k := range []string{"state", "reason", "topic", "handler", "errtype", "site", "key", "q", "from", "to", "replay"} {
+	for _, k := range []string{"state", "reason", "topic", "handler", "errtype", "site", "key", "q", "from", "to", "replay", "replayedby"} {
 		if s := q.values().Get(k); s != "" {
 			out = append(out, [2]string{k, s})
 		}
@@ -163,9 +166,10 @@ func (q query) Empty() bool { return len(q.values()) == 0 }
 // counted reports whether the list page counts the entries the selection
 // matches as it shows them: the selection is by the columns every
 // archive counts without reading the entries (state, reason, topic,
-// handler, error type). A count by key, text, time or replay run reads
+// handler, error type). A count by key, text, time or replay run (its
+// re-failures or the entries it republished) reads
 // every entry the filter selects, so the page counts those on request
 // (count=1); a replay's dry run always counts.
 func (q query) counted() bool {
-	return q.Key == "" && q.Text == "" && q.From == "" && q.To == "" && q.Replay == "" && len(q.IDs) == 0
+	return q.Key == "" && q.Text == "" && q.From == "" && q.To == "" && q.Replay == "" && q.ReplayedBy == "" && len(q.IDs) == 0
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/envelope"
+	"github.com/surely-dev/surely/internal/errtext"
 )
 
 // maxPayloadShown bounds the payload bytes an entry page shows.
@@ -30,6 +31,7 @@ func funcs(c config) template.FuncMap {
 			return t.UTC().Format("2006-01-02 15:04:05.000Z")
 		},
 		"rootType": envelope.RootErrorType,
+		"cause":    errtext.Clip,
 		"redact":   func(s string) string { return applyRedactor(c.redact, s) },
 		"short": func(s string, n int) string {
 			if utf8.RuneCountInString(s) <= n {

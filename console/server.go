@@ -282,7 +282,7 @@ type listData struct {
 }
 
 func (s *server) list(w http.ResponseWriter, r *http.Request) {
-	q, err := parseQuery(r.URL.Query())
+	q, err := parseQuery(r.URL.Query(), s.c.now())
 	if err != nil {
 		s.render(w, r, http.StatusBadRequest, "list", "Dead letters", listData{Query: q, Err: err.Error()})
 		return

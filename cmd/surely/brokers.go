@@ -111,7 +111,11 @@ func openNATS(raw string) (message.Publisher, error) {
 	if _, err := parseBrokerURL(raw); err != nil {
 		return nil, err
 	}
-	return nats.NewPublisher(raw)
+	pub, err := nats.NewPublisher(raw)
+	if err != nil {
+		return nil, err
+	}
+	return natsHintPublisher{pub}, nil
 }
 
 func openAMQP(raw string) (message.Publisher, error) {

@@ -40,7 +40,7 @@ func replayTo(t *testing.T, brokerURL, topic string, filter ...string) []failure
 	ar, aurl := sqliteArchive(t)
 	fs := fill(t, ar)
 	a := replayApp(t)
-	args := append([]string{"dlq", "replay", "--archive", aurl, "--to", brokerURL, "--target", topic, "--rate", "0"}, filter...)
+	args := append([]string{"dlq", "replay", "--archive", aurl, "--to", brokerURL, "--target", topic, "--rate", "0", "--yes"}, filter...)
 	out, stderr, code := run(t, a, args...)
 	require.Equal(t, 0, code, "%s\n%s", out, stderr)
 	if len(filter) == 0 {

@@ -1,10 +1,6 @@
 package main
 
 import (
-	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,6 +8,7 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
+	"github.com/surely-dev/surely/internal/when"
 )
 
 // filterFlags are the selection flags shared by ls, stats, replay and purge.
@@ -34,8 +31,8 @@ func (f *filterFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.search, "search", "", "only dead letters whose operation key or error text contains this substring")
 	fl.StringVar(&f.errType, "error-type", "", "only dead letters whose root cause has this type (the ERROR TYPE of stats, e.g. *net.OpError)")
 	fl.StringVar(&f.key, "key", "", "only dead letters of this operation key")
-	fl.StringVar(&f.olderThan, "older-than", "", "only dead letters older than this age (90m, 2h, 7d) or time (RFC 3339)")
-	fl.StringVar(&f.newerThan, "newer-than", "", "only dead letters newer than this age (90m, 2h, 7d) or time (RFC 3339)")
+	fl.StringVar(&f.olderThan, "older-than", "", "only dead letters older than this: an age (90m, 7d), today, yesterday, a UTC date or time (2026-12-01[T15:04]), RFC 3339")
+	fl.StringVar(&f.newerThan, "newer-than", "", "only dead letters newer than this: an age (90m, 7d), today, yesterday, a UTC date or time (2026-12-01[T15:04]), RFC 3339")
 	fl.StringVar(&f.replayID, "replay-id", "", "only dead letters of messages this replay run republished that failed again")
 	fl.StringVar(&f.state, "state", "open", "only dead letters in this state: open, replayed, resolved, discarded, all")
 	f.flags = fl
@@ -50,6 +47,23 @@ func (f *filterFlags) stateSet() bool {
 func (f *filterFlags) any() bool {
 	return f.reason != "" || f.topic != "" || f.handler != "" || f.errText != "" || f.search != "" || f.errType != "" || f.key != "" ||
 		f.olderThan != "" || f.newerThan != "" || f.replayID != "" || f.stateSet()
+}
+
+// narrows reports whether a selection flag selects less than every
+// entry of a state: any but --state, or --state naming a state other than
+// open (the default).
+func (f *filterFlags) narrows() bool {
+	return f.reason != "" || f.topic != "" || f.handler != "" || f.errText != "" || f.search != "" || f.errType != "" || f.key != "" ||
+		f.olderThan != "" || f.newerThan != "" || f.replayID != "" || (f.state != "all" && f.state != string(archive.StateOpen))
+}
+
+// stateWord names the state --state selects, for messages: "open", or
+// "archived" for all.
+func (f *filterFlags) stateWord() string {
+	if f.state == "all" {
+		return "archived"
+	}
+	return f.state
 }
 
 // entryStates are the values of --state but "all".
@@ -109,40 +123,11 @@ func (f *filterFlags) filter(now time.Time) (archive.Filter, error) {
 	return out, nil
 }
 
-// pointInTime reads an age ("90m", "2h30m", "7d", "1d12h") as now minus
-// that age, or an RFC 3339 time.
-func pointInTime(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	d, err := parseAge(s)
-	if err != nil {
-		return time.Time{}, err
-	}
-	return now.Add(-d), nil
-}
+// pointInTime reads an age back from now ("90m", "7d"), today,
+// yesterday, a UTC date or time, or an RFC 3339 time (when.Parse: the
+// console's from and to read the same).
+func pointInTime(s string, now time.Time) (time.Time, error) { return when.Parse(s, now) }
 
-// parseAge is time.ParseDuration with a leading whole number of days ("7d",
-// "1d12h") allowed. Negative ages are refused.
-func parseAge(s string) (time.Duration, error) {
-	if s == "" {
-		return 0, errors.New("empty age")
-	}
-	var days time.Duration
-	rest := s
-	if i := strings.IndexByte(s, 'd'); i > 0 {
-		n, err := strconv.Atoi(s[:i])
-		if err != nil || n < 0 {
-			return 0, fmt.Errorf("%q is not an age (90m, 2h, 7d) or an RFC 3339 time", s)
-		}
-		days, rest = time.Duration(n)*24*time.Hour, s[i+1:]
-	}
-	var d time.Duration
-	if rest != "" {
-		var err error
-		if d, err = time.ParseDuration(rest); err != nil || d < 0 {
-			return 0, fmt.Errorf("%q is not an age (90m, 2h, 7d) or an RFC 3339 time", s)
-		}
-	}
-	return days + d, nil
-}
+// parseAge is when.Age: time.ParseDuration with a leading whole number of
+// days ("7d", "1d12h") allowed; negative ages refused.
+func parseAge(s string) (time.Duration, error) { return when.Age(s) }

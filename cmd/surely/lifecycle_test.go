@@ -188,7 +188,7 @@ func TestRunsAndRunsShow(t *testing.T) {
 			OperationKey: "parcel-9", Topic: topic, Handler: "book-courier", Retention: 24 * time.Hour, At: fixedNow}, nil, "worker-1", "payments")
 		require.NoError(t, ar.Publish("dead", env))
 	}
-	out, stderr, code := run(t, a, "dlq", "replay", "--archive", "mem:fixture", "--broker", "mem://rec", "--rate", "0")
+	out, stderr, code := run(t, a, "dlq", "replay", "--yes", "--archive", "mem:fixture", "--broker", "mem://rec", "--rate", "0")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "replayed 4")
 	open := lsOf(t, a)
@@ -258,7 +258,7 @@ func TestRunsCancelAndResume(t *testing.T) {
 		assert.Equal(t, 0, code, stderr)
 		assert.Contains(t, out, "canceled (was running)")
 	}
-	out, stderr, code := run(t, a, "dlq", "replay", "--archive", "mem:fixture", "--broker", "mem://rec", "--rate", "0")
+	out, stderr, code := run(t, a, "dlq", "replay", "--yes", "--archive", "mem:fixture", "--broker", "mem://rec", "--rate", "0")
 	assert.Equal(t, exitInterrupted, code, "%s\n%s", out, stderr)
 	assert.Contains(t, out, "state canceled")
 	assert.Contains(t, out, "resume with: surely dlq replay --resume run-0001")

@@ -66,7 +66,7 @@ func TestReplaySIGINT(t *testing.T) {
 
 	// 1 message per second: the first goes at once, the interrupt comes
 	// right after it, long before the second.
-	args, _ := json.Marshal([]string{"dlq", "replay", "--rate", "1/s", "--default-retention", "8760h", "--force"})
+	args, _ := json.Marshal([]string{"dlq", "replay", "--yes", "--rate", "1/s", "--default-retention", "8760h", "--force"})
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childArgs+"="+string(args), "SURELY_ARCHIVE_URL="+aurl, "SURELY_BROKER_URL="+url)
 	stdout, err := cmd.StdoutPipe()

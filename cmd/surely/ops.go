@@ -30,7 +30,8 @@ const storeURLHelp = `The store is chosen by --store or SURELY_STORE_URL:
 
   redis://[user:pass@]host:6379/0     Redis (key prefix: --store-prefix)
   postgres://user@host:5432/db        PostgreSQL (table: --store-table)
-  mysql://user:pass@tcp(host:3306)/db MySQL or MariaDB
+  mysql://user:pass@host:3306/db      MySQL or MariaDB (mariadb:// too; or the driver's
+                                      DSN: mysql://user:pass@tcp(host:3306)/db)
   sqlite:/path/to/app.db              SQLite (also a bare file path)`
 
 func (a *app) opsCmd() *cobra.Command {

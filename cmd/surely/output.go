@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/term"
+
+	"github.com/surely-dev/surely/internal/errtext"
 )
 
 func isTerminal(w io.Writer) bool {
@@ -81,27 +83,9 @@ func clip(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-// errorCause is the part of a dead letter's error that names its cause:
-// after an exhausted budget's "...; last attempt failed: ", the last
-// attempt's error (the reason column already says "exhausted").
-func errorCause(s string) string {
-	const last = "; last attempt failed: "
-	if i := strings.LastIndex(s, last); i >= 0 {
-		return s[i+len(last):]
-	}
-	return s
-}
-
-// clipCause is clip for a wrapped error: it keeps the end, where the root
-// cause is ("charge order-1: dial tcp ...: connection refused").
-func clipCause(s string, n int) string {
-	s = strings.Join(strings.Fields(errorCause(s)), " ")
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return "…" + string(r[len(r)-n+1:])
-}
+// clipCause is errtext.Clip: the end of a wrapped error, where the root
+// cause is.
+func clipCause(s string, n int) string { return errtext.Clip(s, n) }
 
 func orDash(s string) string {
 	if s == "" {

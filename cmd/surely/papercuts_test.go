@@ -102,7 +102,7 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 		{[]string{"ops", "ls", "--store", "ftp://host/x"}, exitUsage, "the store URL is one of redis://"},
 		{[]string{"dlq", "stats", "--archive", "redis://127.0.0.1:1/0"}, exitError, "connection refused (is the server running, and are the URL's host and port right?)"},
 		{[]string{"dlq", "stats", "--archive", "sqlite:" + missing}, exitError, "(check the path; surely migrate up creates a new database)"},
-		{[]string{"dlq", "replay", "--archive", "mem:fixture"}, exitUsage, "no broker to replay to: pass --to URL (or set SURELY_BROKER_URL), one of nats://"},
+		{[]string{"dlq", "replay", "--archive", "mem:fixture", "--yes"}, exitUsage, "no broker to replay to: pass --to URL (or set SURELY_BROKER_URL), one of nats://"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()

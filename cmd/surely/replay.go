@@ -59,7 +59,7 @@ func (noBroker) Close() error { return nil }
 
 type replayFlags struct {
 	ff                 filterFlags
-	dryRun, force      bool
+	dryRun, force, yes bool
 	newKey, asJSON     bool
 	rate, resume       string
 	target, broker     string
@@ -82,6 +82,9 @@ state), oldest first, to their original topics (or --target) through the
 broker of --to: the original payload, UUID and metadata, so the handler finds
 its dedup record again (an operation that completed meanwhile is acked as
 a duplicate). It gives an exhausted record a fresh attempt budget once.
+
+A replay of every open dead letter (no filter, no IDs) needs --yes, as a
+purge does; see first what it would do with --dry-run.
 
 Rails:
   --dry-run      decide every entry and print it; publish, mark and save nothing
@@ -124,6 +127,7 @@ which resets the count of consecutive re-failures.`,
 	rf.ff.register(cmd)
 	fl := cmd.Flags()
 	fl.BoolVar(&rf.dryRun, "dry-run", false, "decide and print every entry; publish, mark and save nothing")
+	fl.BoolVar(&rf.yes, "yes", false, "replay every open dead letter: needed without a filter, IDs or --dry-run")
 	fl.StringVar(&rf.rate, "rate", "50/s", `messages per second: "500/s", "500", "30/m"; "0" for no limit`)
 	fl.IntVar(&rf.max, "max", 0, "publish at most this many messages in this call (0: no limit)")
 	fl.IntVar(&rf.concurrency, "concurrency", 1, "publishes in flight")
@@ -211,7 +215,7 @@ func (a *app) runReplay(cmd *cobra.Command, rf *replayFlags, args []string) erro
 	case code == exitOK:
 		return nil
 	case err != nil:
-		return withCode(code, err)
+		return withCode(code, withStreamHint(err))
 	case rf.dryRun:
 		return withCode(code, fmt.Errorf("%s would be refused (retention guard): %s", plurals(res.Refused, "entry", "entries"), guardAdvice))
 	default:
@@ -237,10 +241,14 @@ func (rf *replayFlags) check(nargs int) (float64, error) {
 		return 0, usageErr("--default-retention %v: must not be negative", rf.defaultRetention)
 	}
 	if rf.resume == "" {
+		if !rf.yes && !rf.dryRun && nargs == 0 && !rf.ff.narrows() {
+			return 0, usageErr("a replay of every %s dead letter needs --yes: pass a filter (--topic, --reason, --key, ...) or IDs to replay some, "+
+				"--dry-run to see what it would do, or --yes to republish them all", rf.ff.stateWord())
+		}
 		return rate, nil
 	}
-	if rf.ff.any() || rf.target != "" || rf.newKey || rf.force || nargs > 0 {
-		return 0, usageErr("--resume continues the saved run with its own filter or IDs, --target, --new-key and --force: do not pass them")
+	if rf.ff.any() || rf.target != "" || rf.newKey || rf.force || rf.yes || nargs > 0 {
+		return 0, usageErr("--resume continues the saved run with its own filter or IDs, --target, --new-key and --force: do not pass them (nor --yes)")
 	}
 	if err := idem.ValidateKey(rf.resume); err != nil {
 		return 0, usageErr("--resume %q: %w", rf.resume, err)
@@ -368,9 +376,8 @@ func (a *app) printReplaySummary(out replayJSON, rf *replayFlags) {
 		fprintf(w, ", %.1f msg/s", out.Rate)
 	}
 	fprintln(w)
-	if out.Error != "" {
-		fprintf(w, "stopped: %s\n", out.Error)
-	}
+	// A stop's error is not repeated here: the command returns it, and
+	// execute prints it on stderr.
 	if out.State == string(archive.RunPaused) && out.Error == "" {
 		fprintf(w, "paused after --max %d with entries left\n", rf.max)
 	}

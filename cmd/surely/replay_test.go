@@ -162,7 +162,7 @@ func TestReplayRetentionGuard(t *testing.T) {
 	assert.Contains(t, out, "would refuse")
 	assert.Contains(t, out, "longer than the dedup retention 24h0m0s")
 
-	out, stderr, code = run(t, a, "dlq", "replay", "--archive", url, "--broker", "mem://rec", "--rate", "0")
+	out, stderr, code = run(t, a, "dlq", "replay", "--yes", "--archive", url, "--broker", "mem://rec", "--rate", "0")
 	assert.Equal(t, exitRefused, code, stderr)
 	assert.Contains(t, out, "replayed 4, refused 1")
 	assert.Contains(t, stderr, "1 entry refused (retention guard)")
@@ -189,7 +189,7 @@ func TestReplayInterruptAndResume(t *testing.T) {
 	a.memBrokers["mem://rec"] = rec
 	stdout, stderr := buffer(a.stdout), buffer(a.stderr)
 	a.started = false
-	code := execute(ctx, a, []string{"dlq", "replay", "--archive", url, "--broker", "mem://rec", "--rate", "0"})
+	code := execute(ctx, a, []string{"dlq", "replay", "--yes", "--archive", url, "--broker", "mem://rec", "--rate", "0"})
 	assert.Equal(t, exitInterrupted, code, stderr.String())
 	assert.Contains(t, stdout.String(), "replay run run-0001\n")
 	assert.Contains(t, stdout.String(), "resume with: surely dlq replay --resume run-0001")
@@ -224,7 +224,7 @@ func TestReplayMaxThenResume(t *testing.T) {
 	a := replayApp(t)
 	rec := &recorder{}
 	a.memBrokers["mem://rec"] = rec
-	out, stderr, code := run(t, a, "dlq", "replay", "--archive", url, "--broker", "mem://rec", "--max", "3", "--rate", "1000/s", "--concurrency", "2")
+	out, stderr, code := run(t, a, "dlq", "replay", "--yes", "--archive", url, "--broker", "mem://rec", "--max", "3", "--rate", "1000/s", "--concurrency", "2")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "replayed 3")
 	// A --max stop is a normal end: state paused, exit status 0.
@@ -264,7 +264,7 @@ func TestReplayAbortsOnRefailures(t *testing.T) {
 		_ = ar.Publish("dead", env)
 	}
 	a.memBrokers["mem://rec"] = rec
-	out, stderr, code := run(t, a, "dlq", "replay", "--archive", url, "--broker", "mem://rec", "--abort-after", "3", "--rate", "0")
+	out, stderr, code := run(t, a, "dlq", "replay", "--yes", "--archive", url, "--broker", "mem://rec", "--abort-after", "3", "--rate", "0")
 	assert.Equal(t, exitRefused, code, stderr)
 	assert.Contains(t, stderr, "aborted")
 	assert.Contains(t, out, "resume with: surely dlq replay --resume run-0001")
@@ -327,7 +327,7 @@ func TestReplayNATS(t *testing.T) {
 
 	env := map[string]string{"SURELY_BROKER_URL": url, "SURELY_ARCHIVE_URL": aurl}
 	a.env = func(k string) string { return env[k] }
-	out, stderr, code := run(t, a, "dlq", "replay", "--rate", "100/s")
+	out, stderr, code := run(t, a, "dlq", "replay", "--yes", "--rate", "100/s")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "replayed 4, refused 0")
 	info, err = st.Info(ctx)
@@ -374,7 +374,7 @@ func TestReplayRedisStreams(t *testing.T) {
 	ar, aurl := sqliteArchive(t)
 	fs := fill(t, ar)
 	a := replayApp(t)
-	out, stderr, code := run(t, a, "dlq", "replay", "--archive", aurl, "--broker", url, "--target", stream, "--rate", "0")
+	out, stderr, code := run(t, a, "dlq", "replay", "--yes", "--archive", aurl, "--broker", url, "--target", stream, "--rate", "0")
 	require.Equal(t, 0, code, "%s\n%s", out, stderr)
 	assert.Contains(t, out, "replayed 4, refused 0")
 	entries, err := client.XRange(ctx, stream, "-", "+").Result()
@@ -407,7 +407,7 @@ func TestReplayAMQP(t *testing.T) {
 	ar, aurl := sqliteArchive(t)
 	fs := fill(t, ar)
 	a := replayApp(t)
-	out, stderr, code := run(t, a, "dlq", "replay", "--archive", aurl, "--broker", url, "--target", queue, "--rate", "0")
+	out, stderr, code := run(t, a, "dlq", "replay", "--yes", "--archive", aurl, "--broker", url, "--target", queue, "--rate", "0")
 	require.Equal(t, 0, code, "%s\n%s", out, stderr)
 	assert.Contains(t, out, "replayed 4, refused 0")
 	var got []string
@@ -433,7 +433,7 @@ func TestReplayProgressBarOnTerminal(t *testing.T) {
 	a := replayApp(t)
 	a.isTerminal = func() bool { return true }
 	a.memBrokers["mem://rec"] = &recorder{}
-	out, stderr, code := run(t, a, "dlq", "replay", "--archive", url, "--broker", "mem://rec", "--rate", "0")
+	out, stderr, code := run(t, a, "dlq", "replay", "--yes", "--archive", url, "--broker", "mem://rec", "--rate", "0")
 	require.Equal(t, 0, code, stderr)
 	assert.NotContains(t, out, " -> ", "no per-entry lines")
 	assert.Contains(t, out, "replayed 4, refused 0")

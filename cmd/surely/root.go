@@ -251,7 +251,8 @@ func (a *app) dlqCmd() *cobra.Command {
 
   redis://[user:pass@]host:6379/0?prefix=surely:dlq   Redis (prefix: the archive's key prefix)
   postgres://user@host:5432/db?prefix=surely_dlq      PostgreSQL (prefix: of the table names)
-  mysql://user:pass@tcp(host:3306)/db?prefix=...      MySQL or MariaDB
+  mysql://user:pass@host:3306/db?prefix=...          MySQL or MariaDB (mariadb:// too; or the
+                                                      driver's DSN: user:pass@tcp(host:3306)/db)
   sqlite:/path/to/dlq.db?prefix=surely_dlq            SQLite (also a bare file path)
 
 The prefix parameter is needed only when the application set one.

@@ -6,7 +6,9 @@
 //
 //	archive  redis://[user:pass@]host:port[/db][?prefix=P]
 //	         postgres://user@host:port/db[?prefix=P&...]   (also postgresql://)
-//	         mysql://user:pass@tcp(host:port)/db[?prefix=P]
+//	         mysql://user:pass@tcp(host:port)/db[?prefix=P]  (the driver's DSN form)
+//	         mysql://user:pass@host[:port]/db[?prefix=P]     (a URL: converted to the DSN)
+//	         (mariadb:// for either)
 //	         sqlite:PATH[?prefix=P] (also sqlite://PATH, file:PATH, or a bare path)
 //	         mem:NAME               (an in-memory archive a test registered)
 //	store    redis://...[?prefix=P], postgres://...[?table=T], sqlite:PATH[?table=T],
@@ -23,8 +25,11 @@ package endpoint
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // ErrInvalid wraps every parse error.
@@ -124,24 +129,8 @@ func parse(raw string) (Endpoint, error) {
 		return sqlite(raw, strings.TrimPrefix(rest, "//"))
 	case "mem", "memory":
 		return Endpoint{Kind: Memory, Path: strings.TrimPrefix(rest, "//")}, nil
-	case "mysql":
-		dsn := strings.TrimPrefix(rest, "//")
-		if dsn == "" {
-			return Endpoint{}, fmt.Errorf("%w: %q: empty MySQL DSN", ErrInvalid, Redact(raw))
-		}
-		base, query, _ := strings.Cut(dsn, "?")
-		e := Endpoint{Kind: MySQL}
-		q, err := url.ParseQuery(query)
-		if err != nil {
-			return e, fmt.Errorf("%w: %q: %w", ErrInvalid, Redact(raw), err)
-		}
-		e.Prefix = take(q, "prefix")
-		e.Table = take(q, "table")
-		e.DSN = base
-		if len(q) > 0 {
-			e.DSN += "?" + q.Encode()
-		}
-		return e, nil
+	case "mysql", "mariadb":
+		return mysqlEndpoint(raw, strings.TrimPrefix(rest, "//"))
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -174,6 +163,73 @@ func parse(raw string) (Endpoint, error) {
 	u.RawQuery = q.Encode()
 	e.DSN = u.String()
 	return e, nil
+}
+
+// mysqlForms are the forms of a MySQL or MariaDB URL, for errors.
+const mysqlForms = "want mysql://user:pass@host:3306/db or mysql://user:pass@tcp(host:3306)/db (the driver's DSN; mariadb:// too)"
+
+// mysqlEndpoint reads what follows mysql:// or mariadb://: the driver's
+// DSN (user:pass@tcp(host:port)/db, its address in parentheses), or a
+// URL's user:pass@host:port/db, which it converts to the DSN (port 3306
+// by default). The result is checked as the driver will read it.
+func mysqlEndpoint(raw, dsn string) (Endpoint, error) {
+	if dsn == "" {
+		return Endpoint{}, fmt.Errorf("%w: %q: empty MySQL DSN; %s", ErrInvalid, Redact(raw), mysqlForms)
+	}
+	base, query, _ := strings.Cut(dsn, "?")
+	e := Endpoint{Kind: MySQL}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return e, fmt.Errorf("%w: %q: %w; %s", ErrInvalid, Redact(raw), err, mysqlForms)
+	}
+	e.Prefix = take(q, "prefix")
+	e.Table = take(q, "table")
+	if base, err = mysqlDSN(base); err != nil {
+		return e, fmt.Errorf("%w: %q: %w; %s", ErrInvalid, Redact(raw), err, mysqlForms)
+	}
+	e.DSN = base
+	if len(q) > 0 {
+		e.DSN += "?" + q.Encode()
+	}
+	if _, err := mysql.ParseDSN(e.DSN); err != nil {
+		return e, fmt.Errorf("%w: %q: %w; %s", ErrInvalid, Redact(raw), err, mysqlForms)
+	}
+	return e, nil
+}
+
+// mysqlDSN returns base (a DSN without its parameters) in the driver's
+// form: as it is when it is one already (its address is empty or in
+// parentheses: "/db", "user@tcp(h:3306)/db", "user@unix(/sock)/db"),
+// else read as a URL's user:pass@host[:port]/db.
+func mysqlDSN(base string) (string, error) {
+	addr := base
+	if at := strings.LastIndex(addr, "@"); at >= 0 {
+		addr = addr[at+1:]
+	}
+	addr, _, _ = strings.Cut(addr, "/")
+	if addr == "" || strings.Contains(addr, "(") {
+		return base, nil
+	}
+	u, err := url.Parse("mysql://" + base)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return "", err
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if db == "" || strings.Contains(db, "/") {
+		return "", errors.New("no database name after the host")
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "3306")
+	}
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Net, cfg.Addr, cfg.DBName = u.User.Username(), "tcp", host, db
+	cfg.Passwd, _ = u.User.Password()
+	return cfg.FormatDSN(), nil
 }
 
 func sqlite(raw, rest string) (Endpoint, error) {

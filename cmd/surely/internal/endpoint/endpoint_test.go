@@ -49,3 +49,27 @@ func TestStore(t *testing.T) {
 	_, err = Store("amqp://h")
 	require.ErrorIs(t, err, ErrInvalid)
 }
+
+// A mysql:// or mariadb:// URL in the usual URL form (user:pass@host:port/db)
+// is converted to the driver's DSN form; one neither form reads is refused
+// with both forms shown.
+func TestMySQLURLForms(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]Endpoint{
+		"mysql://root:s%40cret@127.0.0.1:3306/test?table=inbox&parseTime=true": {Kind: MySQL, DSN: "root:s@cret@tcp(127.0.0.1:3306)/test?parseTime=true", Table: "inbox"},
+		"mariadb://root@db.example/test?prefix=app_":                           {Kind: MySQL, DSN: "root@tcp(db.example:3306)/test", Prefix: "app_"},
+		"mysql://[::1]:3307/test":                                              {Kind: MySQL, DSN: "tcp([::1]:3307)/test"},
+		"mariadb://root:pw@tcp(127.0.0.1:3306)/test":                           {Kind: MySQL, DSN: "root:pw@tcp(127.0.0.1:3306)/test"},
+		"mysql://root@unix(/run/mysqld/mysqld.sock)/test":                      {Kind: MySQL, DSN: "root@unix(/run/mysqld/mysqld.sock)/test"},
+		"mysql:///test": {Kind: MySQL, DSN: "/test"},
+	} {
+		got, err := Store(raw)
+		require.NoError(t, err, raw)
+		assert.Equal(t, want, got, raw)
+	}
+	for _, raw := range []string{"mysql://root@tcp(127.0.0.1:3306/test", "mariadb://root@127.0.0.1:3306", "mysql://root@127.0.0.1:x/test"} {
+		_, err := Archive(raw)
+		require.ErrorIs(t, err, ErrInvalid, raw)
+		assert.Contains(t, err.Error(), "want mysql://user:pass@host:3306/db or mysql://user:pass@tcp(host:3306)/db", raw)
+	}
+}
