@@ -249,19 +249,19 @@ type Publisher struct {
 // text it was given is replaced by "[text withheld: the redactor
 // panicked]", never written unredacted.
 func WithRedactor(r func(text string) string) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		if r == nil {
 			return fmt.Errorf("%w: nil redactor", ErrInvalidOption)
 		}
 		s.Put(nameRedactor, r)
 		return nil
-	}
+	})
 }
 
 // WithConsumerGroup names the consumer group NewPublisher's publisher
 // writes into the envelope (default: empty).
 func WithConsumerGroup(group string) Option {
-	return func(s *options.Set) error { s.Put(nameConsumerGroup, group); return nil }
+	return options.Func[options.DLQ](func(s *options.Set) error { s.Put(nameConsumerGroup, group); return nil })
 }
 
 // NewPublisher returns a dead-letter publisher to topic. It takes

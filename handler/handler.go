@@ -98,7 +98,7 @@ func validate(fn message.HandlerFunc, opts []Option) (config, error) {
 		if o == nil {
 			return c, invalid("option %d is nil", i)
 		}
-		if err := o(&c); err != nil {
+		if err := o.apply(&c); err != nil {
 			return c, err
 		}
 	}

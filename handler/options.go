@@ -110,8 +110,13 @@ func Permanent(err error) error { return retry.Permanent(err) }
 // After asks for a retry no sooner than d from now. It is retry.After.
 func After(d time.Duration, err error) error { return retry.After(d, err) }
 
-// Option configures New.
-type Option func(*config) error
+// Option configures New. Only the With functions of this package make one.
+type Option interface{ apply(*config) error }
+
+// optionFunc is an Option made of a function.
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
 	store      idempotency.Store
@@ -144,13 +149,13 @@ func invalid(format string, args ...any) error {
 // required is the option that sets a value (set) unless it is nil (isNil),
 // which is an error naming what.
 func required(isNil bool, what string, set func(*config)) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if isNil {
 			return invalid("nil %s", what)
 		}
 		set(c)
 		return nil
-	}
+	})
 }
 
 // WithStore sets the dedup store and the namespace of this handler's records
@@ -159,7 +164,7 @@ func required(isNil bool, what string, set func(*config)) Option {
 // attempt records of messages without a key). surely never closes the
 // store's client.
 func WithStore(store idempotency.Store, namespace string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if store == nil {
 			return invalid("nil store")
 		}
@@ -171,19 +176,19 @@ func WithStore(store idempotency.Store, namespace string) Option {
 		}
 		c.store, c.namespace = store, namespace
 		return nil
-	}
+	})
 }
 
 // WithDeadLetter publishes final failures to topic through pub (required).
 // surely never closes pub.
 func WithDeadLetter(pub message.Publisher, topic string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if pub == nil || topic == "" {
 			return invalid("dead letter needs a publisher and a topic")
 		}
 		c.dlqPub, c.dlqTopic = pub, topic
 		return nil
-	}
+	})
 }
 
 // WithPolicy sets the retry policy (default: one built from WithMaxAttempts,
@@ -198,13 +203,13 @@ func WithPolicy(p *retry.Policy) Option {
 // retryOption records a retry option for the policy New builds, checking
 // its value now so that the error names the handler option.
 func retryOption(name string, o retry.Option) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if _, err := retry.NewPolicy(o); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrInvalidOption, name, err)
 		}
 		c.retryOpts = append(c.retryOpts, o)
 		return nil
-	}
+	})
 }
 
 // WithMaxAttempts sets the durable attempt budget of one message (default
@@ -231,22 +236,22 @@ func WithBackoff(initial, maxDelay time.Duration) Option {
 // the default 30s lease. Without WithLease, the lease is derived from it
 // (see WithLease). With both, d must be shorter than the lease.
 func WithMaxInProcessTime(d time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if d <= 0 {
 			return invalid("WithMaxInProcessTime(%v): must be > 0", d)
 		}
 		c.inProcess = d
 		return nil
-	}
+	})
 }
 
 // WithBreaker sets the outage breaker (default retry.NewBreaker()); nil
 // turns it off.
 func WithBreaker(b *retry.Breaker) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		c.breaker, c.noBreaker = b, b == nil
 		return nil
-	}
+	})
 }
 
 // WithLease sets the dedup lease (at least 10ms). The lease is extended
@@ -261,13 +266,13 @@ func WithBreaker(b *retry.Breaker) Option {
 // (see WithMaxInProcessTime); with both set, the in-process time must be
 // shorter than the lease.
 func WithLease(d time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if d < defaults.MinLease {
 			return invalid("lease must be at least %v, got %v", defaults.MinLease, d)
 		}
 		c.lease = d
 		return nil
-	}
+	})
 }
 
 // WithIdentity sets the key extractor and the missing-key policy (default:
@@ -275,7 +280,7 @@ func WithLease(d time.Duration) Option {
 // dead-letters the message (reason panic); a message without a key under
 // ProcessWithoutDedup still has a bounded number of attempts.
 func WithIdentity(ex *idempotency.Extractor, missing MissingKeyPolicy) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if ex == nil {
 			return invalid("nil extractor")
 		}
@@ -284,7 +289,7 @@ func WithIdentity(ex *idempotency.Extractor, missing MissingKeyPolicy) Option {
 		}
 		c.extractor, c.missingKey = ex, missing
 		return nil
-	}
+	})
 }
 
 // WithLogger sets the structured logger. Without it, warnings that a
@@ -319,19 +324,19 @@ func WithRedactor(r func(text string) string) Option {
 // WithStoreTimeout bounds every store call (default: 5s, or a third of the
 // lease when that is shorter). It must be shorter than the lease.
 func WithStoreTimeout(d time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if d <= 0 {
 			return invalid("store timeout must be positive")
 		}
 		c.storeTO = d
 		return nil
-	}
+	})
 }
 
 // WithConsumerGroup names the consumer group in dead letters and spans
 // (messaging.consumer.group.name).
 func WithConsumerGroup(group string) Option {
-	return func(c *config) error { c.group = group; return nil }
+	return optionFunc(func(c *config) error { c.group = group; return nil })
 }
 
 // WithTracerProvider traces every attempt through tp (see middleware.Trace):
@@ -359,11 +364,11 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 // WithMessagingSystem sets messaging.system on spans ("nats", "rabbitmq",
 // "kafka", ...; default "watermill"). It needs WithTracerProvider.
 func WithMessagingSystem(name string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if name == "" {
 			return invalid("empty messaging system")
 		}
 		c.system = name
 		return nil
-	}
+	})
 }

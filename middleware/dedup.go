@@ -49,22 +49,22 @@ type extension struct{ every, maxHeld time.Duration }
 // dead-lettered). The lease bounds how long a crashed owner blocks the
 // operation. Taken by Dedup.
 func WithLease(d time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		return s.PutAtLeast(ErrInvalidOption, optLease, "lease", d, defaults.MinLease)
-	}
+	})
 }
 
 // WithMaxAttempts sets the durable attempt budget (default 5, as
 // retry.WithMaxAttempts), counted by the store across deliveries and
 // process crashes. Taken by Dedup.
 func WithMaxAttempts(n int) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		if n < 1 {
 			return fmt.Errorf("%w: max attempts must be at least 1, got %d", ErrInvalidOption, n)
 		}
 		s.Put(optMaxAttempts, n)
 		return nil
-	}
+	})
 }
 
 // withExtension sets how often the lease is extended while the handler
@@ -72,13 +72,13 @@ func WithMaxAttempts(n int) Option {
 // it (default 10×lease; see WithLease). The tests shorten them; no user
 // needs to.
 func withExtension(every, maxHeld time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		if every <= 0 || maxHeld <= 0 {
 			return fmt.Errorf("%w: extension interval and max held time must be positive", ErrInvalidOption)
 		}
 		s.Put(optExtension, extension{every, maxHeld})
 		return nil
-	}
+	})
 }
 
 // WithStoreTimeout bounds each store call: Claim, Complete (each of its
@@ -89,22 +89,22 @@ func withExtension(every, maxHeld time.Duration) Option {
 // runs out. d must be positive and shorter than the lease
 // (checked by Dedup). Taken by Dedup.
 func WithStoreTimeout(d time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		return s.PutPositive(ErrInvalidOption, optStoreTimeout, "store timeout", d)
-	}
+	})
 }
 
 // WithHistoryRedactor passes every error text through r before it is stored
 // in the attempt history. A text on which r panics is stored as
 // a placeholder ("[text withheld: the redactor panicked]"), never unredacted. Taken by Dedup.
 func WithHistoryRedactor(r func(text string) string) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		if r == nil {
 			return fmt.Errorf("%w: nil redactor", ErrInvalidOption)
 		}
 		s.Put(optRedactor, r)
 		return nil
-	}
+	})
 }
 
 // Dedup claims the operation in store before the handler runs and completes

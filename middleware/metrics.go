@@ -64,13 +64,13 @@ func (m *metrics) attrs(topic, handler string, o chain.Outcome) metric.Measureme
 // attribute ever holds a key, a UUID or another value of unbounded
 // cardinality.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		if mp == nil {
 			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
 		}
 		s.Put(options.MeterProvider, mp)
 		return nil
-	}
+	})
 }
 
 func newMetrics(m metric.Meter) (*metrics, error) {

@@ -29,13 +29,13 @@ type observeConfig struct {
 // delivery, which is acked or nacked as the chain decided. Taken by
 // Observe.
 func WithOnOutcome(fn func(context.Context, chain.OutcomeParams) chain.OutcomeResult) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		if fn == nil {
 			return fmt.Errorf("%w: nil outcome callback", ErrInvalidOption)
 		}
 		s.Put(optOnOutcome, fn)
 		return nil
-	}
+	})
 }
 
 // Observe gives the inner steps a place to report how the delivery ended

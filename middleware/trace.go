@@ -32,31 +32,31 @@ type tracing struct {
 // (default propagation.TraceContext{}, W3C traceparent and tracestate). It
 // must match the producer's (see package propagate). Taken by Trace.
 func WithPropagator(p propagation.TextMapPropagator) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		if p == nil {
 			return fmt.Errorf("%w: nil propagator", ErrInvalidOption)
 		}
 		s.Put(optPropagator, p)
 		return nil
-	}
+	})
 }
 
 // WithMessagingSystem sets messaging.system ("nats", "rabbitmq", "kafka",
 // "aws_sqs", ...; default "watermill"). Taken by Trace.
 func WithMessagingSystem(name string) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		if name == "" {
 			return fmt.Errorf("%w: empty messaging system", ErrInvalidOption)
 		}
 		s.Put(optSystem, name)
 		return nil
-	}
+	})
 }
 
 // WithConsumerGroup sets messaging.consumer.group.name (default: none).
 // Taken by Trace.
 func WithConsumerGroup(group string) Option {
-	return func(s *options.Set) error { s.Put(optConsumerGroup, group); return nil }
+	return options.Func[options.Middleware](func(s *options.Set) error { s.Put(optConsumerGroup, group); return nil })
 }
 
 // Trace is the outermost surely step: one "process <topic>" span of kind

@@ -145,6 +145,7 @@ func TestOptionsAreValidated(t *testing.T) {
 	require.ErrorIs(t, err, propagate.ErrInvalidOption)
 	for _, o := range []propagate.Option{
 		propagate.WithKeyMetadata(""), propagate.WithKey(nil), propagate.WithPropagator(nil), propagate.WithClock(nil),
+		nil, // a nil option is refused, as in every other family
 	} {
 		_, err := propagate.NewPublisher(faults.NewPublisher(0), o)
 		require.ErrorIs(t, err, propagate.ErrInvalidOption)

@@ -22,13 +22,13 @@ const namePrefix = "archive.WithPrefix"
 // [a-z_][a-z0-9_]{0,39}). Each archive's New checks the prefix against its
 // rule.
 func WithPrefix(prefix string) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		if prefix == "" {
 			return fmt.Errorf("%w: archive: empty prefix", dlq.ErrInvalidOption)
 		}
 		s.Put(namePrefix, prefix)
 		return nil
-	}
+	})
 }
 
 // copyMessage returns a copy of msg that shares no memory with it.

@@ -53,22 +53,22 @@ const (
 // RegisterMetrics (default 30s): collections within it
 // report the cached values, so frequent scrapes do not load the archive.
 func WithMetricsInterval(d time.Duration) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		return s.PutPositive(dlq.ErrInvalidOption, nameMetricsInterval, "metrics interval", d)
-	}
+	})
 }
 
 // WithMetricsMaxSeries bounds the (topic, reason) pairs RegisterMetrics
 // reports (default 500); the pairs with the most dead
 // letters are kept and a warning is logged.
 func WithMetricsMaxSeries(n int) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		if n <= 0 {
 			return fmt.Errorf("%w: metrics max series must be positive, got %d", dlq.ErrInvalidOption, n)
 		}
 		s.Put(nameMetricsMaxSeries, n)
 		return nil
-	}
+	})
 }
 
 type archiveGauges struct {

@@ -66,14 +66,14 @@ const nameWaitReplicas = "redisarchive.WithWaitReplicas"
 // requires; this needs a *redis.Client (single node, Sentinel) or a
 // *redis.ClusterClient.
 func WithWaitReplicas(n int, timeout time.Duration) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		w, err := rediswait.New(n, timeout)
 		if err != nil {
 			return fmt.Errorf("%w: redisarchive: %w", dlq.ErrInvalidOption, err)
 		}
 		s.Put(nameWaitReplicas, w)
 		return nil
-	}
+	})
 }
 
 // New returns an archive on rdb. It never closes rdb. It takes

@@ -69,13 +69,13 @@ const (
 // Do not put a hash tag ({...}) in the prefix on Redis Cluster: it would put
 // every record in one slot.
 func WithPrefix(prefix string) idempotency.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Idempotency](func(s *options.Set) error {
 		if prefix == "" {
 			return fmt.Errorf("%w: redisstore: empty key prefix", idempotency.ErrInvalidOption)
 		}
 		s.Put(optPrefix, prefix)
 		return nil
-	}
+	})
 }
 
 // waitReplicas is the value of WithWaitReplicas.
@@ -95,7 +95,7 @@ type waitReplicas struct {
 // *redis.Client (single node, Sentinel) or a *redis.ClusterClient. Claims
 // and Completes under this option are never batched.
 func WithWaitReplicas(n int, timeout time.Duration) idempotency.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Idempotency](func(s *options.Set) error {
 		if n < 1 {
 			return fmt.Errorf("%w: redisstore: WAIT needs at least 1 replica, got %d", idempotency.ErrInvalidOption, n)
 		}
@@ -105,7 +105,7 @@ func WithWaitReplicas(n int, timeout time.Duration) idempotency.Option {
 		}
 		s.Put(optWaitReplicas, waitReplicas{n, timeout})
 		return nil
-	}
+	})
 }
 
 // WithHashRecords makes the store write every record as a hash, the only
@@ -115,10 +115,10 @@ func WithWaitReplicas(n int, timeout time.Duration) idempotency.Option {
 // drop it once none of them runs. The store reads and completes records of
 // both forms either way.
 func WithHashRecords() idempotency.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Idempotency](func(s *options.Set) error {
 		s.Put(optHashRecords, true)
 		return nil
-	}
+	})
 }
 
 // New returns a store on client. It loads the store's Lua scripts (SCRIPT
