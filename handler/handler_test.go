@@ -349,7 +349,7 @@ func TestMissingAndInvalidKeys(t *testing.T) {
 				dead := e.dead.Published(deadTopic)
 				if tc.reason == "" {
 					require.Empty(t, dead)
-					require.EqualValues(t, 1, e.count(handler.OutcomeUnprocessed))
+					require.EqualValues(t, 1, e.count(handler.OutcomeProcessedWithoutDedup))
 					return
 				}
 				require.Len(t, dead, 1)

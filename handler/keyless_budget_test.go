@@ -100,7 +100,7 @@ func TestKeylessFirstSuccessCostsNoStoreCall(t *testing.T) {
 		_, err := h(brokerCounted(delivery("", "pay 10"), &count)())
 		require.NoError(t, err)
 		require.Zero(t, e.store.Calls("Claim")+e.store.Calls("Release")+e.store.Calls("Complete"))
-		require.EqualValues(t, 1, e.count(handler.OutcomeUnprocessed))
+		require.EqualValues(t, 1, e.count(handler.OutcomeProcessedWithoutDedup))
 	})
 }
 

@@ -145,7 +145,7 @@ func TestKeylessMessageProcessed(t *testing.T) {
 		src := delivery("", "pay 10")
 		_, err := h(src.Copy())
 		require.NoError(t, err)
-		require.EqualValues(t, 1, e.count(handler.OutcomeUnprocessed))
+		require.EqualValues(t, 1, e.count(handler.OutcomeProcessedWithoutDedup))
 		_, err = h(src.Copy())
 		require.NoError(t, err)
 		require.EqualValues(t, 2, calls.Load())

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
@@ -18,88 +19,43 @@ import (
 	"github.com/surely-dev/surely/retry"
 )
 
-// MissingKeyPolicy says what happens to a message without an operation key
-// (see WithIdentity). middleware.Identity takes it too.
-type MissingKeyPolicy = chain.MissingKeyPolicy
-
-// The missing-key policies.
-const (
-	// RejectMissingKey dead-letters a message without a key (reason
-	// no_key). It is the default: a message that cannot be deduplicated is
-	// not processed silently.
-	RejectMissingKey = chain.RejectMissingKey
-	// ProcessWithoutDedup runs the handler without a dedup record when the
-	// key is missing: nothing is ever skipped as a duplicate, so another
-	// message with the same payload, or the same UUID, or a redelivery of
-	// one that succeeded (its ack was lost), runs the effect again. Invalid
-	// keys (too long, control characters) are still rejected. The attempts
-	// stay bounded (see middleware.Dedup): only attempts that ran the
-	// handler are charged, to an attempt record under the message UUID in
-	// the reserved namespace "surely.keyless"; a delivery the broker
-	// numbers as the first (a delivery count of 1) runs without a store
-	// call, so a message that succeeds at once costs nothing durable
-	// there. A message that keeps failing is dead-lettered (reason
-	// exhausted, or panic) after the budget. A success closes the record
-	// uncharged, never as done.
-	ProcessWithoutDedup = chain.ProcessWithoutDedup
+// The types and values a user of New names for WithIdentity and
+// WithOnOutcome. They are package delivery's (where middleware's Identity
+// and WithOnOutcome take them too), named here as well so that wiring a
+// handler takes no other import; delivery documents each.
+type (
+	// MissingKeyPolicy is delivery.MissingKeyPolicy: what happens to a
+	// message without an operation key (see WithIdentity).
+	MissingKeyPolicy = delivery.MissingKeyPolicy
+	// OutcomeParams is delivery.OutcomeParams: one delivery's end, for a
+	// WithOnOutcome callback.
+	OutcomeParams = delivery.OutcomeParams
+	// OutcomeResult is delivery.OutcomeResult: what a WithOnOutcome
+	// callback returns.
+	OutcomeResult = delivery.OutcomeResult
+	// Outcome is delivery.Outcome: how one delivery ended in the chain.
+	Outcome = delivery.Outcome
 )
 
-// OutcomeParams describes one delivery's end, for a WithOnOutcome callback
-// (and middleware.WithOnOutcome). Its fields:
-//
-//   - Msg: the message.
-//   - Outcome: how the delivery ended.
-//   - Attempts: how many attempts ran in this delivery (0 for a paused one).
-//   - Attempt: the durable attempt number of the last attempt (0 if no
-//     claim).
-//   - Key, Namespace: the operation, as the identity step extracted it
-//     (empty when the message had none, or could not be decoded): the
-//     same key the handler got from idempotency.KeyFrom.
-//   - Previous: how the attempt before the last one ended, as its claim
-//     reported ("" when no claim was acquired).
-//   - Reason: the dead-letter reason, for OutcomeDeadLettered.
-//   - Cause: the failure that was dead-lettered, as the dead letter's
-//     error (dlq.KeyError) records it before redaction, for
-//     OutcomeDeadLettered (Err is nil then: the message was acked).
-//   - Err: what the chain returned (nil when it acked).
-//   - Duration: the time the delivery spent in the chain.
-type OutcomeParams = chain.OutcomeParams
-
-// OutcomeResult is what a WithOnOutcome callback returns; empty for now,
-// it leaves room to grow.
-type OutcomeResult = chain.OutcomeResult
-
-// Outcome is how one delivery of a message ended in the chain
-// (OutcomeParams.Outcome): the metric label, the log line, the span's
-// surely.outcome.
-type Outcome = chain.Outcome
-
-// The outcomes of a delivery.
+// The missing-key policies (delivery.RejectMissingKey, the default, and
+// delivery.ProcessWithoutDedup).
 const (
-	// OutcomeProcessed: the handler ran and its effect is committed; ack.
-	OutcomeProcessed = chain.OutcomeProcessed
-	// OutcomeDuplicate: the operation was already done; its produced
-	// messages were re-emitted and the message acked without running.
-	OutcomeDuplicate = chain.OutcomeDuplicate
-	// OutcomeInProgress: another owner holds a live lease; nacked with a delay.
-	OutcomeInProgress = chain.OutcomeInProgress
-	// OutcomeRetry: the delivery failed transiently; nacked for a later attempt.
-	OutcomeRetry = chain.OutcomeRetry
-	// OutcomeDeadLettered: published to the dead letter, then acked.
-	OutcomeDeadLettered = chain.OutcomeDeadLettered
-	// OutcomeDeadLetterFailed: the dead-letter publish failed; nacked.
-	OutcomeDeadLetterFailed = chain.OutcomeDeadLetterFailed
-	// OutcomePaused: the outage breaker is open; nacked with a delay, no
-	// attempt spent.
-	OutcomePaused = chain.OutcomePaused
-	// OutcomeLeaseLost: the attempt's lease was taken over before Complete
-	// (Complete, Release or an extension was refused by fencing); nacked.
-	OutcomeLeaseLost = chain.OutcomeLeaseLost
-	// OutcomeCanceled: the message context was canceled (shutdown); nacked.
-	OutcomeCanceled = chain.OutcomeCanceled
-	// OutcomeUnprocessed: processed without dedup (no key, under
-	// ProcessWithoutDedup); acked.
-	OutcomeUnprocessed = chain.OutcomeUnprocessed
+	RejectMissingKey    = delivery.RejectMissingKey
+	ProcessWithoutDedup = delivery.ProcessWithoutDedup
+)
+
+// The outcomes of a delivery (delivery.OutcomeProcessed, ...).
+const (
+	OutcomeProcessed             = delivery.OutcomeProcessed
+	OutcomeDuplicate             = delivery.OutcomeDuplicate
+	OutcomeInProgress            = delivery.OutcomeInProgress
+	OutcomeRetry                 = delivery.OutcomeRetry
+	OutcomeDeadLettered          = delivery.OutcomeDeadLettered
+	OutcomeDeadLetterFailed      = delivery.OutcomeDeadLetterFailed
+	OutcomePaused                = delivery.OutcomePaused
+	OutcomeLeaseLost             = delivery.OutcomeLeaseLost
+	OutcomeCanceled              = delivery.OutcomeCanceled
+	OutcomeProcessedWithoutDedup = delivery.OutcomeProcessedWithoutDedup
 )
 
 // Permanent marks err as not worth retrying: the message goes to the dead

@@ -57,16 +57,14 @@
 // (idempotency.ClaimResult.Wait), never an expiry read against this
 // process's clock.
 //
-// # Types named in package handler
+// # Types named in package delivery
 //
-// The outcome of a delivery and the missing-key policies are defined once,
-// and exported by package handler only, the package a user of the chain
-// starts from: Observe's WithOnOutcome takes a
-// func(context.Context, handler.OutcomeParams) handler.OutcomeResult, and
-// Identity a handler.MissingKeyPolicy (handler.RejectMissingKey or
-// handler.ProcessWithoutDedup). A user assembling the steps here names
-// them as handler.X; handler's docs describe them. (They live in an
-// internal package that both use, since handler imports middleware.)
+// The outcome of a delivery and the missing-key policies are package
+// delivery's: Observe's WithOnOutcome takes a
+// func(context.Context, delivery.OutcomeParams) delivery.OutcomeResult, and
+// Identity a delivery.MissingKeyPolicy (delivery.RejectMissingKey or
+// delivery.ProcessWithoutDedup). Package handler names the same types and
+// values (handler.Outcome is delivery.Outcome), for its users.
 //
 // The names of the metrics (surely.messages.processed, ...) are listed at
 // WithMeterProvider, the span attributes and links at Trace.

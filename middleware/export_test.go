@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
 )
@@ -11,18 +12,18 @@ import (
 // shortens the lease extension, and the traceparent formatter.
 
 type (
-	Outcome          = chain.Outcome
-	OutcomeParams    = chain.OutcomeParams
-	OutcomeResult    = chain.OutcomeResult
-	MissingKeyPolicy = chain.MissingKeyPolicy
+	Outcome          = delivery.Outcome
+	OutcomeParams    = delivery.OutcomeParams
+	OutcomeResult    = delivery.OutcomeResult
+	MissingKeyPolicy = delivery.MissingKeyPolicy
 )
 
 const (
-	OutcomeProcessed    = chain.OutcomeProcessed
-	OutcomeDuplicate    = chain.OutcomeDuplicate
-	OutcomeLeaseLost    = chain.OutcomeLeaseLost
-	RejectMissingKey    = chain.RejectMissingKey
-	ProcessWithoutDedup = chain.ProcessWithoutDedup
+	OutcomeProcessed    = delivery.OutcomeProcessed
+	OutcomeDuplicate    = delivery.OutcomeDuplicate
+	OutcomeLeaseLost    = delivery.OutcomeLeaseLost
+	RejectMissingKey    = delivery.RejectMissingKey
+	ProcessWithoutDedup = delivery.ProcessWithoutDedup
 	KeylessNamespace    = chain.KeylessNamespace
 
 	MetricProcessed          = chain.MetricProcessed

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/options"
@@ -29,12 +30,12 @@ type metrics struct {
 
 type attrKey struct {
 	topic, handler string
-	outcome        chain.Outcome
+	outcome        delivery.Outcome
 }
 
 // attrs returns the measurement option of the attributes topic, handler
 // and outcome.
-func (m *metrics) attrs(topic, handler string, o chain.Outcome) metric.MeasurementOption {
+func (m *metrics) attrs(topic, handler string, o delivery.Outcome) metric.MeasurementOption {
 	k := attrKey{topic, handler, o}
 	if v, ok := m.opts.Load(k); ok {
 		return v.(metric.MeasurementOption)
@@ -60,7 +61,7 @@ func (m *metrics) attrs(topic, handler string, o chain.Outcome) metric.Measureme
 // surely.dead_letters and surely.dead_letter.publish_failures, and the
 // histograms surely.handler.duration and surely.end_to_end.latency (in
 // seconds). Each carries the attributes topic, handler and outcome (a
-// handler.Outcome); surely.dead_letters also reason (a dlq.Reason). No
+// delivery.Outcome); surely.dead_letters also reason (a dlq.Reason). No
 // attribute ever holds a key, a UUID or another value of unbounded
 // cardinality.
 func WithMeterProvider(mp metric.MeterProvider) Option {
@@ -110,26 +111,26 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 func (m *metrics) record(ctx context.Context, msg *message.Message, rep *report, d time.Duration) {
 	opt := m.attrs(message.SubscribeTopicFromCtx(ctx), message.HandlerNameFromCtx(ctx), rep.outcome)
 	switch rep.outcome {
-	case chain.OutcomeProcessed, chain.OutcomeUnprocessed:
+	case delivery.OutcomeProcessed, delivery.OutcomeProcessedWithoutDedup:
 		m.processed.Add(ctx, 1, opt)
-	case chain.OutcomeDuplicate:
+	case delivery.OutcomeDuplicate:
 		m.duplicates.Add(ctx, 1, opt)
-	case chain.OutcomeInProgress:
+	case delivery.OutcomeInProgress:
 		m.inProgress.Add(ctx, 1, opt)
-	case chain.OutcomeLeaseLost:
+	case delivery.OutcomeLeaseLost:
 		m.leaseLost.Add(ctx, 1, opt)
-	case chain.OutcomeDeadLettered:
+	case delivery.OutcomeDeadLettered:
 		m.deadLetters.Add(ctx, 1, opt, metric.WithAttributes(chain.AttrReason.String(rep.reason)))
 		if rep.reason == string(dlq.ReasonConflict) {
 			m.conflicts.Add(ctx, 1, opt)
 		}
-	case chain.OutcomeDeadLetterFailed:
+	case delivery.OutcomeDeadLetterFailed:
 		m.deadLetterFailures.Add(ctx, 1, opt)
 	}
 	// Every in-process attempt but the last was a transient failure that
 	// Retry retried; the last one too when the delivery ends in retry.
 	retried := max(rep.attempts, 1) - 1
-	if rep.outcome == chain.OutcomeRetry {
+	if rep.outcome == delivery.OutcomeRetry {
 		retried++
 	}
 	if retried > 0 {

@@ -148,7 +148,7 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 			if !returned { // a panic passes through (the router recovers it and nacks)
 				msg.SetContext(ctx)
 				ts.span.SetStatus(codes.Error, "panic")
-				ts.end(chain.OutcomeRetry, "")
+				ts.end(delivery.OutcomeRetry, "")
 				rep.trace = nil
 			}
 		}()
@@ -160,8 +160,8 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 			ts.recordError(err)
 		}
 		outcome := rep.outcome
-		if outcome == chain.OutcomePaused && ts.ran {
-			outcome = chain.OutcomeRetry // the paused wait came after a failed attempt
+		if outcome == delivery.OutcomePaused && ts.ran {
+			outcome = delivery.OutcomeRetry // the paused wait came after a failed attempt
 		}
 		ts.end(outcome, rep.reason)
 		rep.trace = nil
@@ -172,7 +172,7 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 // settle gives the report its final outcome when no step set one, or when
 // the chain failed after a step reported success.
 func settle(ctx context.Context, rep *report, err error) {
-	if rep.outcome == "" || (err != nil && (rep.outcome == chain.OutcomeProcessed || rep.outcome == chain.OutcomeDuplicate)) {
+	if rep.outcome == "" || (err != nil && (rep.outcome == delivery.OutcomeProcessed || rep.outcome == delivery.OutcomeDuplicate)) {
 		rep.outcome = fallbackOutcome(ctx, err)
 	}
 }
@@ -239,9 +239,9 @@ func (ts *traceState) start(ctx context.Context) {
 	ts.errRecorded, ts.attempt = false, 0
 }
 
-func (ts *traceState) end(o chain.Outcome, reason string) {
+func (ts *traceState) end(o delivery.Outcome, reason string) {
 	ts.span.SetAttributes(chain.AttrOutcome.String(spanOutcome(o, reason)))
-	if o == chain.OutcomeDeadLettered && reason != "" {
+	if o == delivery.OutcomeDeadLettered && reason != "" {
 		ts.span.SetAttributes(chain.AttrDeadLetterReason.String(reason))
 	}
 	ts.span.End()
@@ -253,7 +253,7 @@ func (ts *traceState) end(o chain.Outcome, reason string) {
 // span (outcome retry) and starts a new one linked to it.
 func (ts *traceState) runAttempt(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
 	if ts.ran {
-		ts.end(chain.OutcomeRetry, "") // Retry goes on only after a transient failure
+		ts.end(delivery.OutcomeRetry, "") // Retry goes on only after a transient failure
 		ts.start(msg.Context())
 		msg.SetContext(ts.ctx) // Retry restores its own context after the attempt
 	}
@@ -343,14 +343,14 @@ func spanError(err error) bool {
 }
 
 // spanOutcome maps a delivery outcome to surely.outcome.
-func spanOutcome(o chain.Outcome, reason string) string {
+func spanOutcome(o delivery.Outcome, reason string) string {
 	switch {
-	case o == chain.OutcomeDeadLettered && reason == string(dlq.ReasonConflict):
+	case o == delivery.OutcomeDeadLettered && reason == string(dlq.ReasonConflict):
 		return "conflict"
-	case o == chain.OutcomeUnprocessed:
-		return string(chain.OutcomeProcessed)
+	case o == delivery.OutcomeProcessedWithoutDedup:
+		return string(delivery.OutcomeProcessed)
 	case o == "":
-		return string(chain.OutcomeRetry)
+		return string(delivery.OutcomeRetry)
 	}
 	return string(o)
 }

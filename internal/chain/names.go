@@ -1,3 +1,7 @@
+// Package chain holds what the steps of surely's chain (package
+// middleware) share with package handler, which assembles them: the
+// reserved keyless namespace and the names of the metrics, span
+// attributes and links.
 package chain
 
 import "go.opentelemetry.io/otel/attribute"
