@@ -17,7 +17,6 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/chain"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/middleware"
 )
 
@@ -55,7 +54,7 @@ func TestKeylessMessagesAreBounded(t *testing.T) {
 			require.Len(t, dead, 1)
 			md := dead[0].Metadata
 			require.Equal(t, string(dlq.ReasonExhausted), md.Get(dlq.KeyReason))
-			require.Equal(t, "3", md.Get(envelope.KeyAttempts))
+			require.Equal(t, "3", md.Get(dlq.KeyAttempts))
 			require.Contains(t, md.Get(dlq.KeyError), "inventory 503")
 			require.Empty(t, md.Get(dlq.KeyOperationKey), "the message has no operation key")
 
@@ -88,7 +87,7 @@ func TestKeylessMessagesAreBounded(t *testing.T) {
 			dead := e.dead.Published(deadTopic)
 			require.Len(t, dead, 1)
 			require.Equal(t, string(dlq.ReasonExhausted), dead[0].Metadata.Get(dlq.KeyReason))
-			require.Equal(t, "3", dead[0].Metadata.Get(envelope.KeyAttempts))
+			require.Equal(t, "3", dead[0].Metadata.Get(dlq.KeyAttempts))
 			require.Contains(t, dead[0].Metadata.Get(dlq.KeyError), "inventory 503")
 			// The first delivery ran without a store call; its failure and
 			// the later attempts are charged to the record.
@@ -187,7 +186,7 @@ func TestKeylessMessageWithoutUUIDHasOneAttempt(t *testing.T) {
 		dead := e.dead.Published(deadTopic)
 		require.Len(t, dead, 1)
 		require.Equal(t, string(dlq.ReasonExhausted), dead[0].Metadata.Get(dlq.KeyReason))
-		require.Equal(t, "1", dead[0].Metadata.Get(envelope.KeyAttempts))
+		require.Equal(t, "1", dead[0].Metadata.Get(dlq.KeyAttempts))
 	})
 }
 

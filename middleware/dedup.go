@@ -338,7 +338,7 @@ func (d *dedup) request(ctx context.Context, msg *message.Message, op *opctx.Op,
 	}
 	// A replayed message reopens an EXHAUSTED record once per replay run.
 	// A malformed run ID is ignored (no reopen), never stored.
-	if id := msg.Metadata.Get(envelope.KeyReplayID); id != "" && reopen == "" {
+	if id := msg.Metadata.Get(dlq.KeyReplayID); id != "" && reopen == "" {
 		if err := idem.ValidateKey(id); err != nil {
 			d.cfg.log().WarnContext(ctx, "surely: ignoring an invalid replay ID; the record is not reopened",
 				"key", op.Key, "error", err)

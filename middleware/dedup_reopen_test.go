@@ -13,7 +13,6 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 )
@@ -38,7 +37,7 @@ func TestDedupReopensOncePerReplayRun(t *testing.T) {
 		msg := message.NewMessage("uuid-1", []byte(`{"n":1}`))
 		msg.Metadata.Set(idempotency.DefaultMetadataKey, "op-1")
 		if replayID != "" {
-			msg.Metadata.Set(envelope.KeyReplayID, replayID)
+			msg.Metadata.Set(dlq.KeyReplayID, replayID)
 		}
 		_, err := h(msg)
 		return err

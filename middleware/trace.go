@@ -137,7 +137,7 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 		base, rep := withReport(ctx)
 		ts := &traceState{t: t, msg: msg, parent: trace.SpanFromContext(ctx), topic: message.SubscribeTopicFromCtx(ctx)}
 		ts.creation = t.creation(msg)
-		if v := msg.Metadata.Get(envelope.KeyReplayLink); v != "" {
+		if v := msg.Metadata.Get(dlq.KeyReplayLink); v != "" {
 			ts.replay = parseTraceparent(v)
 		}
 		rep.trace = ts

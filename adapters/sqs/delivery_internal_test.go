@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/options"
 )
 
@@ -179,10 +178,10 @@ func TestUnmarshalerMarksUndecodableMessages(t *testing.T) {
 			require.True(t, ok)
 			require.Contains(t, e, tc.errHas)
 			for k := range msg.Metadata {
-				require.Contains(t, []string{delivery.KeyDecodeError, envelope.KeyDecodeHeaders}, k)
+				require.Contains(t, []string{delivery.KeyDecodeError, delivery.KeyDecodeHeaders}, k)
 			}
 			if len(tc.attrs) > 0 {
-				require.NotEmpty(t, msg.Metadata[envelope.KeyDecodeHeaders])
+				require.NotEmpty(t, msg.Metadata[delivery.KeyDecodeHeaders])
 			}
 			r := tc.u.pending.take(msg)
 			require.NotNil(t, r, "the delivery facts are recorded for undecodable messages too")

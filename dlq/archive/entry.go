@@ -62,7 +62,7 @@ func (f Filter) Match(e Entry) bool {
 		len(f.States) > 0 && !slices.Contains(f.States, stateOf(e)):
 		return false
 	case f.ReplayID != "":
-		return e.Message != nil && e.Message.Metadata.Get(envelope.KeyReplayID) == f.ReplayID
+		return e.Message != nil && e.Message.Metadata.Get(dlq.KeyReplayID) == f.ReplayID
 	}
 	return true
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 )
 
@@ -495,8 +494,8 @@ func (r *runner) decide(ctx context.Context, e archive.Entry) (topic, reason str
 	if topic == "" {
 		return topic, "no original topic in the envelope and no Target"
 	}
-	if !r.o.NewKey && e.Message.Metadata.Get(envelope.KeyOriginalUUID) == "" {
-		return topic, "no original UUID in the envelope (" + envelope.KeyOriginalUUID + "): the operation key cannot be kept"
+	if !r.o.NewKey && e.Message.Metadata.Get(dlq.KeyOriginalUUID) == "" {
+		return topic, "no original UUID in the envelope (" + dlq.KeyOriginalUUID + "): the operation key cannot be kept"
 	}
 	reason = r.retentionGuard(ctx, e)
 	if reason == "" {
@@ -518,7 +517,7 @@ func (r *runner) decide(ctx context.Context, e archive.Entry) (topic, reason str
 // the package doc).
 func (r *runner) retentionGuard(ctx context.Context, e archive.Entry) string {
 	now := r.o.Clock.Now()
-	ns, key := e.Message.Metadata.Get(envelope.KeyNamespace), e.OperationKey
+	ns, key := e.Message.Metadata.Get(dlq.KeyNamespace), e.OperationKey
 	if r.o.Store != nil && ns != "" && key != "" {
 		rec, err := r.o.Store.Get(ctx, ns, key)
 		switch {
@@ -534,7 +533,7 @@ func (r *runner) retentionGuard(ctx context.Context, e archive.Entry) string {
 	retention, known := retentionOf(e, r.o.DefaultRetention)
 	switch {
 	case !known:
-		return "the dedup retention is unknown (no " + envelope.KeyRetention + " in the envelope, no WithDefaultRetention): the record may be gone"
+		return "the dedup retention is unknown (no " + dlq.KeyRetention + " in the envelope, no WithDefaultRetention): the record may be gone"
 	case e.Reason == dlq.ReasonConflict:
 		// The record is the other payload's: its last write came before
 		// this message's first attempt, up to a whole retention earlier,
@@ -557,7 +556,7 @@ func (r *runner) retentionGuard(ctx context.Context, e archive.Entry) string {
 // than the dead letter, else the dead letter.
 func earliestWrite(e archive.Entry) time.Time {
 	t := e.DeadLetteredAt
-	if s := e.Message.Metadata.Get(envelope.KeyLastFailureAt); s != "" {
+	if s := e.Message.Metadata.Get(dlq.KeyLastFailureAt); s != "" {
 		if lf, err := time.Parse(time.RFC3339Nano, s); err == nil && !lf.IsZero() && lf.Before(t) {
 			t = lf
 		}
@@ -568,7 +567,7 @@ func earliestWrite(e archive.Entry) time.Time {
 // retentionOf returns the dedup retention of e: its envelope's, else def
 // (known when positive).
 func retentionOf(e archive.Entry, def time.Duration) (time.Duration, bool) {
-	if s := e.Message.Metadata.Get(envelope.KeyRetention); s != "" {
+	if s := e.Message.Metadata.Get(dlq.KeyRetention); s != "" {
 		if d, err := time.ParseDuration(s); err == nil && d > 0 {
 			return d, true
 		}
@@ -586,12 +585,12 @@ func (r *runner) build(e archive.Entry) *message.Message {
 			md[k] = v
 		}
 	}
-	md[envelope.KeyReplayOf] = e.ID
-	md[envelope.KeyReplayID] = r.run.ID
-	if tp := src.Metadata.Get(envelope.KeyDeadLetterTraceparent); tp != "" {
-		md[envelope.KeyReplayLink] = tp
+	md[dlq.KeyReplayOf] = e.ID
+	md[dlq.KeyReplayID] = r.run.ID
+	if tp := src.Metadata.Get(dlq.KeyDeadLetterTraceparent); tp != "" {
+		md[dlq.KeyReplayLink] = tp
 	}
-	id := src.Metadata.Get(envelope.KeyOriginalUUID)
+	id := src.Metadata.Get(dlq.KeyOriginalUUID)
 	if r.o.NewKey {
 		id = newKeyFor(r.run.ID, e.ID)
 		md[r.o.KeyMetadata] = id
@@ -749,7 +748,7 @@ func (r *runner) startSpan(ctx context.Context, e archive.Entry, topic string, m
 			attribute.String("surely.replay_of", e.ID),
 		),
 	}
-	if tp := e.Message.Metadata.Get(envelope.KeyDeadLetterTraceparent); tp != "" {
+	if tp := e.Message.Metadata.Get(dlq.KeyDeadLetterTraceparent); tp != "" {
 		carrier := propagation.MapCarrier{"traceparent": tp}
 		if sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier)); sc.IsValid() {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc,

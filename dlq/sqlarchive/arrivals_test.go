@@ -10,7 +10,6 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/internal/archivekit"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // The console's arrivals chart counts per bucket in one query; the counts
@@ -36,7 +35,7 @@ func TestArrivals(t *testing.T) {
 			for i, t0 := range at {
 				m := message.NewMessage(fmt.Sprintf("arrival-%d", i), nil)
 				m.Metadata.Set(dlq.KeyReason, string(dlq.ReasonExhausted))
-				m.Metadata.Set(envelope.KeyDeadLetteredAt, t0.Format(time.RFC3339Nano))
+				m.Metadata.Set(dlq.KeyDeadLetteredAt, t0.Format(time.RFC3339Nano))
 				require.NoError(t, a.Publish("dead", m))
 			}
 			count, ok := archivekit.ArrivalsOf(a)

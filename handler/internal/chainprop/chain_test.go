@@ -24,7 +24,6 @@ import (
 	"github.com/surely-dev/surely/idempotency/redisstore"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/defaults"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/testenv"
 	"github.com/surely-dev/surely/middleware"
@@ -199,7 +198,7 @@ func (m *propMsg) message() *message.Message {
 		msg.Metadata.Set(idempotency.DefaultMetadataKey, m.key)
 	}
 	if m.replay != "" {
-		msg.Metadata.Set(envelope.KeyReplayID, m.replay)
+		msg.Metadata.Set(dlq.KeyReplayID, m.replay)
 	}
 	return msg
 }
