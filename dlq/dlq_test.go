@@ -15,9 +15,9 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/faults"
-	"github.com/surely-dev/surely/internal/idem"
 )
 
 func TestEnvelopeKeepsOriginalBytesAndAddsContext(t *testing.T) {
@@ -90,16 +90,16 @@ func TestEnvelopeWritesOptionalKeysOnlyWhenSet(t *testing.T) {
 func TestHistoryIsBounded(t *testing.T) {
 	t.Parallel()
 	var hist []idempotency.AttemptRecord
-	for i := range idem.MaxHistory {
+	for i := range defaults.MaxHistory {
 		hist = append(hist, idempotency.AttemptRecord{Attempt: i + 1, Result: idempotency.ResultFailed,
-			Error: strings.Repeat("e", idem.MaxErrorLen), Stack: strings.Repeat("s", idem.MaxStackLen)})
+			Error: strings.Repeat("e", defaults.MaxErrorLen), Stack: strings.Repeat("s", defaults.MaxStackLen)})
 	}
 	env := dlq.Wrap(message.NewMessage("u", nil), dlq.Failure{Reason: dlq.ReasonPanic, Err: errors.New("boom"), History: hist}, nil, "", "")
 	require.LessOrEqual(t, len(env.Metadata.Get(dlq.KeyHistory)), envelope.MaxHistoryBytes)
 	got, err := envelope.ParseHistory(env.Metadata.Get(dlq.KeyHistory))
 	require.NoError(t, err)
 	require.NotEmpty(t, got)
-	require.Equal(t, idem.MaxHistory, got[len(got)-1].Attempt, "the newest attempt is kept")
+	require.Equal(t, defaults.MaxHistory, got[len(got)-1].Attempt, "the newest attempt is kept")
 	require.NotEmpty(t, got[len(got)-1].Stack, "the newest stack is kept")
 }
 

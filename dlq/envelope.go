@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/options"
@@ -80,7 +81,7 @@ func Wrap(msg *message.Message, f Failure, redact func(text string) string, host
 	md[KeyVersion] = envelope.Version
 	md[KeyOriginalUUID] = msg.UUID
 	md[KeyReason] = string(f.Reason)
-	md[KeyError] = idem.Truncate(errText, idem.MaxErrorLen)
+	md[KeyError] = idem.Truncate(errText, defaults.MaxErrorLen)
 	md[KeyErrorTypes] = f.ErrorTypes
 	if f.ErrorTypes == "" {
 		md[KeyErrorTypes] = envelope.ErrorTypes(f.Err)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/envelope"
-	"github.com/surely-dev/surely/internal/idem"
 )
 
 // FuzzEnvelope builds the dead letter of an arbitrary message and failure,
@@ -38,7 +38,7 @@ func FuzzEnvelope(f *testing.F) {
 		msg.Metadata.Set(mdKey, mdValue)
 		msg.Metadata.Set("fixed", "kept")
 		start := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
-		hist := make([]idempotency.AttemptRecord, int(n)%(idem.MaxHistory+5))
+		hist := make([]idempotency.AttemptRecord, int(n)%(defaults.MaxHistory+5))
 		for i := range hist {
 			hist[i] = idempotency.AttemptRecord{
 				Attempt: i + 1, Started: start.Add(time.Duration(i) * time.Second),
@@ -64,7 +64,7 @@ func FuzzEnvelope(f *testing.F) {
 		if env.Metadata.Get(dlq.KeyReason) != string(dlq.ReasonExhausted) || env.Metadata.Get(dlq.KeyOriginalUUID) != "uuid-1" {
 			t.Fatal("surely_ keys missing")
 		}
-		if len(env.Metadata.Get(dlq.KeyError)) > idem.MaxErrorLen {
+		if len(env.Metadata.Get(dlq.KeyError)) > defaults.MaxErrorLen {
 			t.Fatalf("error text of %d bytes", len(env.Metadata.Get(dlq.KeyError)))
 		}
 		raw := env.Metadata.Get(dlq.KeyHistory)

@@ -25,7 +25,6 @@ import (
 	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/faults"
-	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -294,7 +293,7 @@ func TestPermanentErrorIsDeadLetteredOnce(t *testing.T) {
 		require.NotEmpty(t, md.Get(dlq.KeyFingerprint))
 		for _, d := range dead {
 			require.Equal(t, "orders", d.Metadata.Get(dlq.KeyNamespace), "inspect and replay find the record by it")
-			require.Equal(t, idem.DefaultRetention.String(), d.Metadata.Get(dlq.KeyRetention))
+			require.Equal(t, defaults.Retention.String(), d.Metadata.Get(dlq.KeyRetention))
 		}
 		require.EqualValues(t, 2, e.count(handler.OutcomeDeadLettered))
 		require.EqualValues(t, 0, e.count(handler.OutcomeProcessed), "a dead letter is not reported as processed")
@@ -332,7 +331,7 @@ func TestMissingAndInvalidKeys(t *testing.T) {
 	}{
 		{"missing key rejected by default", "", handler.RejectMissingKey, false, dlq.ReasonNoKey},
 		{"missing key processed on opt-in", "", handler.ProcessWithoutDedup, true, ""},
-		{"oversized key", strings.Repeat("k", idem.MaxKeyLen+1), handler.ProcessWithoutDedup, false, dlq.ReasonNoKey},
+		{"oversized key", strings.Repeat("k", defaults.MaxKeyLen+1), handler.ProcessWithoutDedup, false, dlq.ReasonNoKey},
 		{"control bytes", "order\x00-1", handler.ProcessWithoutDedup, false, dlq.ReasonNoKey},
 	}
 	for _, tc := range cases {

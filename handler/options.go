@@ -13,7 +13,6 @@ import (
 
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/retry"
@@ -127,7 +126,7 @@ func WithStore(store idempotency.Store, namespace string) Option {
 		if err := idem.ValidateNamespace(namespace); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
-		if namespace == chain.KeylessNamespace {
+		if namespace == idem.KeylessNamespace {
 			return invalid("namespace %q is reserved", namespace)
 		}
 		c.store, c.namespace = store, namespace

@@ -23,7 +23,6 @@ import (
 	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/faults"
-	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -162,7 +161,7 @@ func poisonCases(t *testing.T) []poisonCase {
 			reason: dlq.ReasonNoKey, runs: 0, attempts: "0", errContains: "no operation key",
 		},
 		{
-			name: "oversized key", msg: keyed(strings.Repeat("k", idem.MaxKeyLen+1), "pay 10"),
+			name: "oversized key", msg: keyed(strings.Repeat("k", defaults.MaxKeyLen+1), "pay 10"),
 			reason: dlq.ReasonNoKey, runs: 0, attempts: "0", errContains: "the limit is 512",
 		},
 		{

@@ -18,7 +18,6 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
@@ -155,7 +154,7 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 	if err := idem.ValidateNamespace(namespace); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	if namespace == chain.KeylessNamespace {
+	if namespace == idem.KeylessNamespace {
 		return nil, fmt.Errorf("%w: namespace %q is reserved for the attempt records of keyless messages", ErrInvalidOption, namespace)
 	}
 	set, err := options.Apply(ErrInvalidOption, opts)
@@ -196,14 +195,14 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 	if rr, ok := store.(idempotency.RetentionReporter); ok {
 		d.retention = rr.Retention()
 	}
-	d.kl = &dedup{store: store, ns: chain.KeylessNamespace, cfg: c, ex: ex, retention: d.retention}
+	d.kl = &dedup{store: store, ns: idem.KeylessNamespace, cfg: c, ex: ex, retention: d.retention}
 	return d.middleware, nil
 }
 
 type dedup struct {
 	store     idempotency.Store
 	ns        string
-	kl        *dedup // keeps the attempt records of keyless messages, in chain.KeylessNamespace
+	kl        *dedup // keeps the attempt records of keyless messages, in idem.KeylessNamespace
 	cfg       dedupConfig
 	ex        *idempotency.Extractor
 	extenders sync.Pool

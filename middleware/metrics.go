@@ -12,7 +12,6 @@ import (
 
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
-	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/propagate"
 )
@@ -41,7 +40,7 @@ func (m *metrics) attrs(topic, handler string, o delivery.Outcome) metric.Measur
 		return v.(metric.MeasurementOption)
 	}
 	v, _ := m.opts.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(
-		chain.AttrTopic.String(topic), chain.AttrHandler.String(handler), chain.AttrMetricOutcome.String(string(o)))))
+		AttrTopic.String(topic), AttrHandler.String(handler), AttrMetricOutcome.String(string(o)))))
 	return v.(metric.MeasurementOption)
 }
 
@@ -84,23 +83,23 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 			*dst, err = m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
 		}
 	}
-	counter(&ms.processed, chain.MetricProcessed, "Messages whose effect committed, then acked.", "{message}")
-	counter(&ms.duplicates, chain.MetricDuplicates, "Deliveries of an operation already done: acked without running the handler.", "{message}")
-	counter(&ms.inProgress, chain.MetricInProgress, "Deliveries that found the operation leased by another live owner: nacked with a delay.", "{message}")
-	counter(&ms.conflicts, chain.MetricConflicts, "Messages whose key was first seen with another payload: dead-lettered.", "{message}")
-	counter(&ms.takeovers, chain.MetricLeaseTakeovers, "Claims that took over an expired lease: the previous owner died or hung (previous attempt unknown).", "{claim}")
-	counter(&ms.leaseLost, chain.MetricLeaseLost, "Attempts whose Complete was refused by fencing: their lease had been taken over.", "{attempt}")
-	counter(&ms.retries, chain.MetricRetries, "Attempts that failed transiently and were retried, in process or by redelivery.", "{attempt}")
-	counter(&ms.deadLetters, chain.MetricDeadLetters, "Messages published to the dead letter, then acked.", "{message}")
-	counter(&ms.deadLetterFailures, chain.MetricDeadLetterFailures, "Dead-letter publishes that failed: the source was nacked.", "{message}")
+	counter(&ms.processed, MetricProcessed, "Messages whose effect committed, then acked.", "{message}")
+	counter(&ms.duplicates, MetricDuplicates, "Deliveries of an operation already done: acked without running the handler.", "{message}")
+	counter(&ms.inProgress, MetricInProgress, "Deliveries that found the operation leased by another live owner: nacked with a delay.", "{message}")
+	counter(&ms.conflicts, MetricConflicts, "Messages whose key was first seen with another payload: dead-lettered.", "{message}")
+	counter(&ms.takeovers, MetricLeaseTakeovers, "Claims that took over an expired lease: the previous owner died or hung (previous attempt unknown).", "{claim}")
+	counter(&ms.leaseLost, MetricLeaseLost, "Attempts whose Complete was refused by fencing: their lease had been taken over.", "{attempt}")
+	counter(&ms.retries, MetricRetries, "Attempts that failed transiently and were retried, in process or by redelivery.", "{attempt}")
+	counter(&ms.deadLetters, MetricDeadLetters, "Messages published to the dead letter, then acked.", "{message}")
+	counter(&ms.deadLetterFailures, MetricDeadLetterFailures, "Dead-letter publishes that failed: the source was nacked.", "{message}")
 	if err != nil {
 		return nil, err
 	}
-	if ms.duration, err = m.Float64Histogram(chain.MetricHandlerDuration, metric.WithUnit("s"),
+	if ms.duration, err = m.Float64Histogram(MetricHandlerDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time one delivery spent in the chain, all its in-process attempts included.")); err != nil {
 		return nil, err
 	}
-	if ms.latency, err = m.Float64Histogram(chain.MetricEndToEndLatency, metric.WithUnit("s"),
+	if ms.latency, err = m.Float64Histogram(MetricEndToEndLatency, metric.WithUnit("s"),
 		metric.WithDescription("Time from the message's first publish (propagate.KeyPublishedAt) to the end of this delivery.")); err != nil {
 		return nil, err
 	}
@@ -120,7 +119,7 @@ func (m *metrics) record(ctx context.Context, msg *message.Message, rep *report,
 	case delivery.OutcomeLeaseLost:
 		m.leaseLost.Add(ctx, 1, opt)
 	case delivery.OutcomeDeadLettered:
-		m.deadLetters.Add(ctx, 1, opt, metric.WithAttributes(chain.AttrReason.String(rep.reason)))
+		m.deadLetters.Add(ctx, 1, opt, metric.WithAttributes(AttrReason.String(rep.reason)))
 		if rep.reason == string(dlq.ReasonConflict) {
 			m.conflicts.Add(ctx, 1, opt)
 		}

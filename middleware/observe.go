@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/options"
 )
 
@@ -61,7 +60,7 @@ func Observe(opts ...Option) (message.HandlerMiddleware, error) {
 		onOutcome: options.Get[func(context.Context, delivery.OutcomeParams) delivery.OutcomeResult](set, optOnOutcome, nil),
 	}
 	if mp := options.Get[metric.MeterProvider](set, options.MeterProvider, nil); mp != nil {
-		if c.metrics, err = newMetrics(mp.Meter(chain.ScopeName)); err != nil {
+		if c.metrics, err = newMetrics(mp.Meter(ScopeName)); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 	}

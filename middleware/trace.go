@@ -15,7 +15,6 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/internal/options"
@@ -111,7 +110,7 @@ func Trace(tp trace.TracerProvider, opts ...Option) (message.HandlerMiddleware, 
 		return nil, err
 	}
 	t := &tracing{
-		tracer: tp.Tracer(chain.ScopeName),
+		tracer: tp.Tracer(ScopeName),
 		prop:   options.Get[propagation.TextMapPropagator](set, optPropagator, propagation.TraceContext{}),
 		system: options.Get(set, optSystem, "watermill"),
 		group:  options.Get(set, optConsumerGroup, ""),
@@ -202,15 +201,15 @@ func (ts *traceState) start(ctx context.Context) {
 	t := ts.t
 	links := make([]trace.Link, 0, 3)
 	if ts.creation.IsValid() {
-		links = append(links, trace.Link{SpanContext: ts.creation, Attributes: []attribute.KeyValue{chain.AttrLink.String(chain.LinkCreation)}})
+		links = append(links, trace.Link{SpanContext: ts.creation, Attributes: []attribute.KeyValue{AttrLink.String(LinkCreation)}})
 	}
 	if ts.n == 0 && ts.replay.IsValid() {
-		links = append(links, trace.Link{SpanContext: ts.replay, Attributes: []attribute.KeyValue{chain.AttrLink.String(chain.LinkDeadLetter)}})
+		links = append(links, trace.Link{SpanContext: ts.replay, Attributes: []attribute.KeyValue{AttrLink.String(LinkDeadLetter)}})
 	}
 	if ts.prev.IsValid() {
-		la := []attribute.KeyValue{chain.AttrLink.String(chain.LinkPreviousAttempt)}
+		la := []attribute.KeyValue{AttrLink.String(LinkPreviousAttempt)}
 		if ts.prevAttempt > 0 {
-			la = append(la, chain.AttrAttempt.Int(ts.prevAttempt))
+			la = append(la, AttrAttempt.Int(ts.prevAttempt))
 		}
 		links = append(links, trace.Link{SpanContext: ts.prev, Attributes: la})
 	}
@@ -226,7 +225,7 @@ func (ts *traceState) start(ctx context.Context) {
 		attrs = append(attrs, semconv.MessagingConsumerGroupName(t.group))
 	}
 	if info, ok := delivery.InfoFrom(ctx); ok && info.Count > 0 {
-		attrs = append(attrs, chain.AttrDeliveryCount.Int(info.Count))
+		attrs = append(attrs, AttrDeliveryCount.Int(info.Count))
 	}
 	ctx = trace.ContextWithSpan(ctx, ts.parent)
 	name := "process"
@@ -240,9 +239,9 @@ func (ts *traceState) start(ctx context.Context) {
 }
 
 func (ts *traceState) end(o delivery.Outcome, reason string) {
-	ts.span.SetAttributes(chain.AttrOutcome.String(spanOutcome(o, reason)))
+	ts.span.SetAttributes(AttrOutcome.String(spanOutcome(o, reason)))
 	if o == delivery.OutcomeDeadLettered && reason != "" {
-		ts.span.SetAttributes(chain.AttrDeadLetterReason.String(reason))
+		ts.span.SetAttributes(AttrDeadLetterReason.String(reason))
 	}
 	ts.span.End()
 	ts.prev, ts.prevAttempt = ts.span.SpanContext(), ts.attempt
@@ -267,9 +266,9 @@ func (ts *traceState) runAttempt(h message.HandlerFunc, msg *message.Message) ([
 // on a redelivery, links it to the previous attempt's span from the ledger.
 func (ts *traceState) claimed(ctx context.Context, store idempotency.Store, op *opctx.Op) {
 	ts.attempt = op.Attempt
-	ts.span.SetAttributes(chain.AttrOperationKey.String(op.Key), chain.AttrAttempt.Int(op.Attempt))
+	ts.span.SetAttributes(AttrOperationKey.String(op.Key), AttrAttempt.Int(op.Attempt))
 	if op.Previous != "" {
-		ts.span.SetAttributes(chain.AttrPrevious.String(string(op.Previous)))
+		ts.span.SetAttributes(AttrPrevious.String(string(op.Previous)))
 	}
 	if op.Attempt <= 1 || (ts.prev.IsValid() && ts.prevAttempt == op.Attempt-1) {
 		return // first attempt, or the previous one ran in this delivery (linked at start)
@@ -290,9 +289,9 @@ func (ts *traceState) claimed(ctx context.Context, store idempotency.Store, op *
 		if !sc.IsValid() {
 			return
 		}
-		la := []attribute.KeyValue{chain.AttrLink.String(chain.LinkPreviousAttempt), chain.AttrAttempt.Int(a.Attempt)}
+		la := []attribute.KeyValue{AttrLink.String(LinkPreviousAttempt), AttrAttempt.Int(a.Attempt)}
 		if a.Result != "" {
-			la = append(la, chain.AttrPrevious.String(string(a.Result)))
+			la = append(la, AttrPrevious.String(string(a.Result)))
 		}
 		ts.span.AddLink(trace.Link{SpanContext: sc, Attributes: la})
 		return
@@ -382,7 +381,7 @@ func startDeadLetter(ctx context.Context, msg *message.Message, f *dlq.Failure, 
 			semconv.MessagingOperationTypeSend,
 			semconv.MessagingOperationName("dead_letter"),
 			semconv.MessagingMessageID(envelope.DeadLetterUUID(msg.UUID)),
-			chain.AttrDeadLetterReason.String(string(f.Reason)),
+			AttrDeadLetterReason.String(string(f.Reason)),
 		))
 	f.Traceparent = traceparent(span.SpanContext())
 	return ctx, span //nolint:spancheck // the caller ends it with endDeadLetter

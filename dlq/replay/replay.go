@@ -22,6 +22,7 @@ import (
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/middleware"
 )
 
 // ErrAborted is returned when the run stopped itself after AbortAfter consecutive
@@ -744,15 +745,15 @@ func (r *runner) startSpan(ctx context.Context, e archive.Entry, topic string, m
 			attribute.String("messaging.operation.type", "send"),
 			attribute.String("messaging.destination.name", topic),
 			attribute.String("messaging.message.id", msg.UUID),
-			attribute.String("surely.replay_id", r.run.ID),
-			attribute.String("surely.replay_of", e.ID),
+			middleware.AttrReplayID.String(r.run.ID),
+			middleware.AttrReplayOf.String(e.ID),
 		),
 	}
 	if tp := e.Message.Metadata.Get(dlq.KeyDeadLetterTraceparent); tp != "" {
 		carrier := propagation.MapCarrier{"traceparent": tp}
 		if sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier)); sc.IsValid() {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc,
-				Attributes: []attribute.KeyValue{attribute.String("surely.link", "dead_letter")}}))
+				Attributes: []attribute.KeyValue{middleware.AttrLink.String(middleware.LinkDeadLetter)}}))
 		}
 	}
 	ctx, span := r.o.TracerProvider.Tracer(tracerName).Start(ctx, "replay "+topic, opts...) //nolint:spancheck // the caller ends it with endSpan

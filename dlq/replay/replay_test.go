@@ -21,7 +21,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/internal/archivekit"
-	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/middleware"
 )
 
@@ -595,7 +595,7 @@ func TestRunInvalidOptions(t *testing.T) {
 		"negative max":         {replay.WithMax(-1)},
 		"negative retention":   {replay.WithDefaultRetention(-time.Second)},
 		"control byte in ID":   {replay.WithID("run\n1")},
-		"ID too long":          {replay.WithID(strings.Repeat("r", idem.MaxKeyLen+1))},
+		"ID too long":          {replay.WithID(strings.Repeat("r", defaults.MaxKeyLen+1))},
 		"envelope key":         {replay.WithNewKey(dlq.KeyReplayID)},
 		"empty target":         {replay.WithTarget("")},
 		"nil store":            {replay.WithStore(nil)},
@@ -697,7 +697,7 @@ func TestReplayReopensExhaustedRecord(t *testing.T) {
 	require.True(t, final)
 	require.Equal(t, dlq.ReasonExhausted, fe.Reason)
 	require.NoError(t, a.Publish("dead-letters", dlq.Wrap(src, dlq.Failure{Reason: dlq.ReasonExhausted, Err: fe.Err,
-		Topic: "orders", Namespace: "reserve", OperationKey: "op-7", Retention: idem.DefaultRetention, At: t0}, nil, "", "")))
+		Topic: "orders", Namespace: "reserve", OperationKey: "op-7", Retention: defaults.Retention, At: t0}, nil, "", "")))
 	require.Equal(t, 1, runs)
 
 	// The downstream is back. The replayed message runs again, once.

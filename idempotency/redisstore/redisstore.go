@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/internal/record"
@@ -160,7 +161,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...idempotency.
 	s := &Store{
 		client:      client,
 		prefix:      options.Get(set, optPrefix, defaultPrefix),
-		retention:   options.Get(set, options.Retention, idem.DefaultRetention),
+		retention:   options.Get(set, options.Retention, defaults.Retention),
 		logger:      options.Get(set, options.Logger, slog.Default()),
 		waitN:       wait.n,
 		waitTimeout: wait.timeout,
@@ -286,7 +287,7 @@ func (s *Store) claimArgs(req idempotency.ClaimRequest, token string) []any {
 		fast = fastRecord(req, token, lease, retention, ids)
 	}
 	return []any{req.Fingerprint, lease, req.MaxAttempts, token, retention, lease + retention,
-		idem.MaxHistory, ids, req.Reopen, fast}
+		defaults.MaxHistory, ids, req.Reopen, fast}
 }
 
 // Argument positions in claimArgs.
@@ -648,8 +649,8 @@ func (s *Store) Release(ctx context.Context, lease idempotency.Lease, f idempote
 	}
 	v, err := s.evalSha(ctx, s.client, scriptRelease, s.redisKey(lease.Namespace, lease.Key),
 		lease.Token, newID(), ms(s.retention), flag(f.Canceled), flag(f.Final),
-		idem.Truncate(f.Error, idem.MaxErrorLen), f.ErrorType, f.Reason,
-		idem.Truncate(f.Stack, idem.MaxStackLen), ms(max(f.RetryAfter, 0)))
+		idem.Truncate(f.Error, defaults.MaxErrorLen), f.ErrorType, f.Reason,
+		idem.Truncate(f.Stack, defaults.MaxStackLen), ms(max(f.RetryAfter, 0)))
 	if err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/options"
 )
 
@@ -128,7 +128,7 @@ func New(db *sql.DB, dialect Dialect, opts ...idempotency.Option) (*Store, error
 		db:         db,
 		dialect:    dialect,
 		table:      options.Get(set, optTable, defaultTable),
-		retention:  options.Get(set, options.Retention, idem.DefaultRetention),
+		retention:  options.Get(set, options.Retention, defaults.Retention),
 		logger:     options.Get(set, options.Logger, slog.New(slog.DiscardHandler)),
 		inTxClaims: options.Get(set, optInTxClaims, false),
 	}
