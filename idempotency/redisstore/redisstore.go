@@ -19,6 +19,7 @@ import (
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/internal/record"
+	"github.com/surely-dev/surely/internal/rediswait"
 )
 
 // defaultPrefix is the prefix of the store's keys unless WithPrefix
@@ -79,12 +80,6 @@ func WithPrefix(prefix string) idempotency.Option {
 	})
 }
 
-// waitReplicas is the value of WithWaitReplicas.
-type waitReplicas struct {
-	n       int
-	timeout time.Duration
-}
-
 // WithWaitReplicas makes Claim and Complete wait until n replicas
 // acknowledged the record (Redis WAIT n timeout), and return an error
 // wrapping ErrNotReplicated when fewer did within timeout: an acquired
@@ -97,14 +92,11 @@ type waitReplicas struct {
 // and Completes under this option are never batched.
 func WithWaitReplicas(n int, timeout time.Duration) idempotency.Option {
 	return options.Func[options.Idempotency](func(s *options.Set) error {
-		if n < 1 {
-			return fmt.Errorf("%w: redisstore: WAIT needs at least 1 replica, got %d", idempotency.ErrInvalidOption, n)
+		w, err := rediswait.New(n, timeout)
+		if err != nil {
+			return fmt.Errorf("%w: redisstore: %w", idempotency.ErrInvalidOption, err)
 		}
-		if timeout < time.Millisecond {
-			// WAIT 0 blocks forever: never let a Complete hang.
-			return fmt.Errorf("%w: redisstore: WAIT timeout must be at least 1ms, got %v", idempotency.ErrInvalidOption, timeout)
-		}
-		s.Put(optWaitReplicas, waitReplicas{n, timeout})
+		s.Put(optWaitReplicas, w)
 		return nil
 	})
 }
@@ -157,14 +149,14 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...idempotency.
 		optPrefix, options.Retention, options.Logger, optWaitReplicas, optHashRecords, optBatching); err != nil {
 		return nil, err
 	}
-	wait := options.Get(set, optWaitReplicas, waitReplicas{})
+	wait := options.Get(set, optWaitReplicas, rediswait.Replicas{})
 	s := &Store{
 		client:      client,
 		prefix:      options.Get(set, optPrefix, defaultPrefix),
 		retention:   options.Get(set, options.Retention, defaults.Retention),
 		logger:      options.Get(set, options.Logger, slog.Default()),
-		waitN:       wait.n,
-		waitTimeout: wait.timeout,
+		waitN:       wait.N,
+		waitTimeout: wait.Timeout,
 		hashRecords: options.Get(set, optHashRecords, false),
 	}
 	if s.retention < time.Millisecond {
@@ -174,11 +166,8 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...idempotency.
 		s.batch = &batcher{s: s, max: n}
 	}
 	if s.waitN > 0 {
-		switch client.(type) {
-		case *redis.Client, *redis.ClusterClient:
-		default:
-			return nil, fmt.Errorf("%w: redisstore: WithWaitReplicas needs a *redis.Client or *redis.ClusterClient, got %T",
-				idempotency.ErrInvalidOption, client)
+		if err := rediswait.Supported(client); err != nil {
+			return nil, fmt.Errorf("%w: redisstore: WithWaitReplicas: %w", idempotency.ErrInvalidOption, err)
 		}
 	}
 	if err := loadScripts(ctx, client); err != nil {
@@ -504,20 +493,10 @@ func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome i
 
 // primaryConn returns a connection to the primary that holds key. WAIT
 // counts the replicas that acknowledged the writes of its own connection,
-// so a write and its WAIT must share one.
+// so a write and its WAIT must share one. New refuses WithWaitReplicas on
+// a client that cannot give one.
 func (s *Store) primaryConn(ctx context.Context, key string) (*redis.Conn, error) {
-	switch c := s.client.(type) {
-	case *redis.Client:
-		return c.Conn(), nil
-	case *redis.ClusterClient:
-		n, err := c.MasterForKey(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		return n.Conn(), nil
-	}
-	// New refuses WithWaitReplicas on any other client.
-	return nil, fmt.Errorf("WAIT needs a *redis.Client or *redis.ClusterClient, got %T", s.client)
+	return rediswait.PrimaryConn(ctx, s.client, key)
 }
 
 // completeAndWait runs the Complete script and then WAIT on one connection.
