@@ -73,7 +73,7 @@ type config struct {
 }
 
 func put(name string, v any) dlq.Option {
-	return func(s *options.Set) error { s.Put(name, v); return nil }
+	return options.Func[options.DLQ](func(s *options.Set) error { s.Put(name, v); return nil })
 }
 
 // WithAuthorize sets the function that authorizes every request of the
@@ -81,13 +81,13 @@ func put(name string, v any) dlq.Option {
 // every action) and whether the request may proceed; a refused request
 // gets 401. New requires WithAuthorize or WithoutAuth.
 func WithAuthorize(authorize func(r *http.Request) (who string, ok bool)) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		if authorize == nil {
 			return fmt.Errorf("%w: console.WithAuthorize: nil function", dlq.ErrInvalidOption)
 		}
 		s.Put(nameAuthorize, authorize)
 		return nil
-	}
+	})
 }
 
 // WithoutAuth says that the console does no authorization of its own
@@ -104,13 +104,13 @@ func WithReadOnly() dlq.Option { return put(nameReadOnly, true) }
 // its original topic). Without it the console offers no replay, as with
 // WithReadOnly.
 func WithPublisher(pub message.Publisher) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		if pub == nil {
 			return fmt.Errorf("%w: console.WithPublisher: nil publisher", dlq.ErrInvalidOption)
 		}
 		s.Put(namePublisher, pub)
 		return nil
-	}
+	})
 }
 
 // WithHiddenPayloads keeps payloads off the entry page until the operator
@@ -123,14 +123,14 @@ func WithHiddenPayloads() dlq.Option { return put(nameHiddenPayloads, true) }
 // "http://jaeger:16686/trace/{trace_id}?uiFind={span_id}". Default: IDs
 // are shown without links.
 func WithTraceURL(tmpl string) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		u, err := url.Parse(strings.NewReplacer("{trace_id}", "t", "{span_id}", "s").Replace(tmpl))
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.Contains(tmpl, "{trace_id}") {
 			return fmt.Errorf("%w: console.WithTraceURL: %q is not an http(s) URL with {trace_id}", dlq.ErrInvalidOption, tmpl)
 		}
 		s.Put(nameTraceURL, tmpl)
 		return nil
-	}
+	})
 }
 
 // Console is the operator console over an archive: an http.Handler to

@@ -47,7 +47,7 @@ import (
 // dlq.ErrInvalidOption for a host that is not a name or an address with an
 // optional port (a URL, a path, a wildcard, a port out of range).
 func WithAllowedHosts(hosts ...string) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		allowed := make(hostCheck, 0, len(hosts))
 		for _, h := range hosts {
 			a, err := parseAllowedHost(h)
@@ -58,7 +58,7 @@ func WithAllowedHosts(hosts ...string) dlq.Option {
 		}
 		s.Put(nameAllowedHosts, allowed)
 		return nil
-	}
+	})
 }
 
 // allowedHost is one host of WithAllowedHosts: a name (lower case, no

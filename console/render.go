@@ -114,7 +114,7 @@ func (s *server) entryView(e archive.Entry, show bool) entryData {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if k == envelope.KeyHistory {
+		if k == dlq.KeyHistory {
 			continue
 		}
 		f := field{k, s.redact(md[k])}

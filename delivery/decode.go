@@ -9,10 +9,13 @@ const (
 	// KeyDecodeError holds the decoding error's text. Its presence marks
 	// the message undecodable: its payload is the raw body the broker
 	// delivered, and its metadata holds only this key and, where the
-	// broker has headers and there were any, "surely_decode_headers":
-	// the broker's raw headers as JSON (and keys of the adapter's own,
-	// prefixed "surely_decode_", that its doc lists).
+	// broker has headers and there were any, KeyDecodeHeaders (and keys of
+	// the adapter's own, prefixed "surely_decode_", that its doc lists).
 	KeyDecodeError = "surely_decode_error"
+	// KeyDecodeHeaders holds the broker's raw headers of a message an
+	// adapter could not decode, as JSON (where the broker has headers and
+	// there were any); the dead letter keeps it.
+	KeyDecodeHeaders = "surely_decode_headers"
 )
 
 // DecodeError reports whether an adapter marked msg undecodable, and the

@@ -20,6 +20,23 @@
 // Each adapter checks them against its own bounds, and refuses, naming
 // it, an option it does not take (another adapter's WithMarshaler, a
 // Subscriber option given to a Publisher).
+//
+// # Metadata keys
+//
+// An adapter marks a message it could not decode with these keys, which
+// its dead letter keeps:
+//
+//	surely_decode_error    KeyDecodeError: the decoding error's text
+//	surely_decode_headers  KeyDecodeHeaders: the broker's raw headers, JSON
+//
+// # Outcomes
+//
+// Outcome is how one delivery ended in surely's chain, which handler.New
+// and the middleware steps report to an outcome callback (OutcomeParams),
+// and MissingKeyPolicy what the chain does with a message without an
+// operation key. They are here, in the package of one delivery, so that a
+// user of handler and a user of middleware name the same types; package
+// handler names them too (handler.Outcome is Outcome).
 package delivery
 
 import (

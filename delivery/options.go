@@ -22,14 +22,19 @@ var ErrClosed = errors.New("delivery: closed")
 // in its package. A constructor given an option it does not use (a
 // Subscriber option given to a Publisher, another adapter's WithMarshaler)
 // returns an error wrapping ErrInvalidOption that names the option, as it
-// does for a value outside the bounds its adapter accepts.
-type Option func(*options.Set) error
+// does for a value outside the bounds its adapter accepts. Only the With
+// functions of this package and of the adapters make one.
+type Option interface{ option }
+
+// option hides an Option's methods: only the With functions of surely's
+// packages make one.
+type option = options.Option[options.Delivery]
 
 // WithLogger sets the adapter's logger. By default an adapter logs its
 // warnings (messages still in flight at close, a guarantee weaker than
 // configured) and errors to slog.Default(), and nothing else.
 func WithLogger(l *slog.Logger) Option {
-	return func(s *options.Set) error { return s.PutLogger(ErrInvalidOption, l) }
+	return options.Func[options.Delivery](func(s *options.Set) error { return s.PutLogger(ErrInvalidOption, l) })
 }
 
 // WithCloseTimeout sets how long a Subscriber's Close waits for the
@@ -37,9 +42,9 @@ func WithLogger(l *slog.Logger) Option {
 // (their contexts are cancelled, the broker redelivers what was not
 // acked): positive, default 30s. Subscriber only; GoChannel has none.
 func WithCloseTimeout(d time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Delivery](func(s *options.Set) error {
 		return s.PutPositive(ErrInvalidOption, options.CloseTimeout, "close timeout", d)
-	}
+	})
 }
 
 // WithConcurrency sets how many messages of one topic a Subscriber has in
@@ -48,13 +53,13 @@ func WithCloseTimeout(d time.Duration) Option {
 // consumer's MaxAckPending and the most one pull fetches) and sqs (the
 // receiving workers, each one message at a time).
 func WithConcurrency(n int) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Delivery](func(s *options.Set) error {
 		if n < 1 {
 			return fmt.Errorf("%w: WithConcurrency(%d): not positive", ErrInvalidOption, n)
 		}
 		s.Put(options.Concurrency, n)
 		return nil
-	}
+	})
 }
 
 // WithAckWait sets how long the broker leaves a delivered message without
@@ -68,9 +73,9 @@ func WithConcurrency(n int) Option {
 // 100ms on nats, redisstream and sql, whole seconds from 1s to 12h on sqs.
 // Subscriber only.
 func WithAckWait(d time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Delivery](func(s *options.Set) error {
 		return s.PutPositive(ErrInvalidOption, options.AckWait, "WithAckWait", d)
-	}
+	})
 }
 
 // WithResendInterval sets the pause before a nacked message is handed out
@@ -80,7 +85,7 @@ func WithAckWait(d time.Duration) Option {
 // already waited (its backoff) before it nacks; this keeps a bare handler
 // from spinning. Positive. Subscriber only, taken by redisstream and sql.
 func WithResendInterval(d time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Delivery](func(s *options.Set) error {
 		return s.PutPositive(ErrInvalidOption, options.ResendInterval, "WithResendInterval", d)
-	}
+	})
 }

@@ -15,9 +15,9 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/faults"
-	"github.com/surely-dev/surely/internal/idem"
 )
 
 func TestEnvelopeKeepsOriginalBytesAndAddsContext(t *testing.T) {
@@ -45,12 +45,12 @@ func TestEnvelopeKeepsOriginalBytesAndAddsContext(t *testing.T) {
 	require.Equal(t, "acme", env.Metadata.Get("tenant"))
 	require.Equal(t, "évènement\t1", env.Metadata.Get("ce_id"))
 	want := map[string]string{
-		envelope.KeyVersion: "1", envelope.KeyOriginalUUID: "uuid-1", dlq.KeyReason: "exhausted", dlq.KeyError: "charge: timeout",
-		envelope.KeyAttempts: "2", envelope.KeyOriginalTopic: "payments", envelope.KeyHandler: "charge",
-		envelope.KeyConsumerGroup: "billing", dlq.KeyOperationKey: "pay-1", envelope.KeyFingerprint: "abc",
-		envelope.KeyTraceID: "0af7651916cd43dd8448eb211c80319c", envelope.KeyHost: "host-1",
-		envelope.KeyFirstFailureAt: "2026-11-30T06:58:00Z", envelope.KeyLastFailureAt: "2026-11-30T06:59:00Z",
-		envelope.KeyDeadLetteredAt: "2026-11-30T07:00:00Z",
+		dlq.KeyVersion: "1", dlq.KeyOriginalUUID: "uuid-1", dlq.KeyReason: "exhausted", dlq.KeyError: "charge: timeout",
+		dlq.KeyAttempts: "2", dlq.KeyOriginalTopic: "payments", dlq.KeyHandler: "charge",
+		dlq.KeyConsumerGroup: "billing", dlq.KeyOperationKey: "pay-1", dlq.KeyFingerprint: "abc",
+		dlq.KeyTraceID: "0af7651916cd43dd8448eb211c80319c", dlq.KeyHost: "host-1",
+		dlq.KeyFirstFailureAt: "2026-11-30T06:58:00Z", dlq.KeyLastFailureAt: "2026-11-30T06:59:00Z",
+		dlq.KeyDeadLetteredAt: "2026-11-30T07:00:00Z",
 	}
 	for k, v := range want {
 		require.Equal(t, v, env.Metadata.Get(k), k)
@@ -60,7 +60,7 @@ func TestEnvelopeKeepsOriginalBytesAndAddsContext(t *testing.T) {
 			require.True(t, strings.HasPrefix(k, "surely_"), "added key %q is not prefixed", k)
 		}
 	}
-	got, err := envelope.ParseHistory(env.Metadata)
+	got, err := envelope.ParseHistory(env.Metadata.Get(dlq.KeyHistory))
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	require.Equal(t, "timeout", got[0].Error)
@@ -74,7 +74,7 @@ func TestEnvelopeWritesOptionalKeysOnlyWhenSet(t *testing.T) {
 	f := dlq.Failure{Reason: dlq.ReasonPermanent, Err: errors.New("boom")}
 
 	bare := dlq.Wrap(msg, f, nil, "", "")
-	for _, k := range []string{envelope.KeyNamespace, envelope.KeyRetention, envelope.KeyDeadLetterTraceparent, envelope.KeyErrorSite} {
+	for _, k := range []string{dlq.KeyNamespace, dlq.KeyRetention, dlq.KeyDeadLetterTraceparent, dlq.KeyErrorSite} {
 		_, ok := bare.Metadata[k]
 		require.False(t, ok, "%s is absent when the failure has no value for it", k)
 	}
@@ -82,24 +82,24 @@ func TestEnvelopeWritesOptionalKeysOnlyWhenSet(t *testing.T) {
 	f.Namespace, f.Retention = "orders", 90*time.Minute
 	f.Traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	env := dlq.Wrap(msg, f, nil, "", "")
-	require.Equal(t, "orders", env.Metadata.Get(envelope.KeyNamespace))
-	require.Equal(t, "1h30m0s", env.Metadata.Get(envelope.KeyRetention))
-	require.Equal(t, f.Traceparent, env.Metadata.Get(envelope.KeyDeadLetterTraceparent))
+	require.Equal(t, "orders", env.Metadata.Get(dlq.KeyNamespace))
+	require.Equal(t, "1h30m0s", env.Metadata.Get(dlq.KeyRetention))
+	require.Equal(t, f.Traceparent, env.Metadata.Get(dlq.KeyDeadLetterTraceparent))
 }
 
 func TestHistoryIsBounded(t *testing.T) {
 	t.Parallel()
 	var hist []idempotency.AttemptRecord
-	for i := range idem.MaxHistory {
+	for i := range defaults.MaxHistory {
 		hist = append(hist, idempotency.AttemptRecord{Attempt: i + 1, Result: idempotency.ResultFailed,
-			Error: strings.Repeat("e", idem.MaxErrorLen), Stack: strings.Repeat("s", idem.MaxStackLen)})
+			Error: strings.Repeat("e", defaults.MaxErrorLen), Stack: strings.Repeat("s", defaults.MaxStackLen)})
 	}
 	env := dlq.Wrap(message.NewMessage("u", nil), dlq.Failure{Reason: dlq.ReasonPanic, Err: errors.New("boom"), History: hist}, nil, "", "")
-	require.LessOrEqual(t, len(env.Metadata.Get(envelope.KeyHistory)), envelope.MaxHistoryBytes)
-	got, err := envelope.ParseHistory(env.Metadata)
+	require.LessOrEqual(t, len(env.Metadata.Get(dlq.KeyHistory)), envelope.MaxHistoryBytes)
+	got, err := envelope.ParseHistory(env.Metadata.Get(dlq.KeyHistory))
 	require.NoError(t, err)
 	require.NotEmpty(t, got)
-	require.Equal(t, idem.MaxHistory, got[len(got)-1].Attempt, "the newest attempt is kept")
+	require.Equal(t, defaults.MaxHistory, got[len(got)-1].Attempt, "the newest attempt is kept")
 	require.NotEmpty(t, got[len(got)-1].Stack, "the newest stack is kept")
 }
 
@@ -159,9 +159,9 @@ func TestPublisherOptions(t *testing.T) {
 	require.NoError(t, p.Publish(context.Background(), message.NewMessage("u", nil), dlq.Failure{Reason: dlq.ReasonPermanent}))
 	out := pub.Published("dead")
 	require.Len(t, out, 1)
-	require.Equal(t, "g1", out[0].Metadata.Get(envelope.KeyConsumerGroup))
+	require.Equal(t, "g1", out[0].Metadata.Get(dlq.KeyConsumerGroup))
 	host, _ := os.Hostname()
-	require.Equal(t, host, out[0].Metadata.Get(envelope.KeyHost))
+	require.Equal(t, host, out[0].Metadata.Get(dlq.KeyHost))
 
 	for name, o := range map[string]dlq.Option{
 		"nil option":     nil,

@@ -11,22 +11,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/options"
-)
-
-// Metadata keys of the envelope that a consumer of dead letters reads
-// most, for a Watermill handler that looks at a dead letter's metadata
-// directly. ParseEnvelope reads every key of the envelope (the package
-// doc lists them).
-const (
-	// KeyReason holds the Reason.
-	KeyReason = envelope.KeyReason
-	// KeyError holds the final error's text, redacted and bounded.
-	KeyError = envelope.KeyError
-	// KeyOperationKey holds the operation key (empty for no_key).
-	KeyOperationKey = envelope.KeyOperationKey
 )
 
 // Failure is the context of a final failure, written into the envelope.
@@ -80,7 +68,7 @@ type redactor = func(text string) string
 // group may be empty.
 func Wrap(msg *message.Message, f Failure, redact func(text string) string, host, group string) *message.Message {
 	redact = safeRedactor(redact)
-	out := message.NewMessage(envelope.DeadLetterID(msg), msg.Payload)
+	out := message.NewMessage(envelope.DeadLetterID(msg.UUID, msg.Metadata.Get(KeyReplayID)), msg.Payload)
 	for k, v := range msg.Metadata {
 		out.Metadata[k] = v
 	}
@@ -90,32 +78,32 @@ func Wrap(msg *message.Message, f Failure, redact func(text string) string, host
 		errText = redact(f.Err.Error())
 	}
 	md := out.Metadata
-	md[envelope.KeyVersion] = envelope.Version
-	md[envelope.KeyOriginalUUID] = msg.UUID
-	md[envelope.KeyReason] = string(f.Reason)
-	md[envelope.KeyError] = idem.Truncate(errText, idem.MaxErrorLen)
-	md[envelope.KeyErrorTypes] = f.ErrorTypes
+	md[KeyVersion] = envelope.Version
+	md[KeyOriginalUUID] = msg.UUID
+	md[KeyReason] = string(f.Reason)
+	md[KeyError] = idem.Truncate(errText, defaults.MaxErrorLen)
+	md[KeyErrorTypes] = f.ErrorTypes
 	if f.ErrorTypes == "" {
-		md[envelope.KeyErrorTypes] = envelope.ErrorTypes(f.Err)
+		md[KeyErrorTypes] = envelope.ErrorTypes(f.Err)
 	}
 	if site := envelope.ErrorSite(f.Err, f.History); site != "" {
 		// A code location, not data: the redactor does not see it.
-		md[envelope.KeyErrorSite] = site
+		md[KeyErrorSite] = site
 	}
-	md[envelope.KeyAttempts] = strconv.Itoa(f.Attempts)
-	md[envelope.KeyDeadLetteredAt] = f.At.UTC().Format(time.RFC3339Nano)
+	md[KeyAttempts] = strconv.Itoa(f.Attempts)
+	md[KeyDeadLetteredAt] = f.At.UTC().Format(time.RFC3339Nano)
 	first, last := failureWindow(f.History, f.At)
-	md[envelope.KeyFirstFailureAt] = first.UTC().Format(time.RFC3339Nano)
-	md[envelope.KeyLastFailureAt] = last.UTC().Format(time.RFC3339Nano)
-	md[envelope.KeyHistory] = historyJSON(f.History, redact)
-	md[envelope.KeyOriginalTopic] = f.Topic
-	md[envelope.KeyHandler] = f.Handler
-	md[envelope.KeyConsumerGroup] = group
-	md[envelope.KeyOperationKey] = f.OperationKey
-	md[envelope.KeyFingerprint] = f.Fingerprint
-	md[envelope.KeyTraceID] = f.TraceID
-	md[envelope.KeySpanID] = f.SpanID
-	md[envelope.KeyHost] = host
+	md[KeyFirstFailureAt] = first.UTC().Format(time.RFC3339Nano)
+	md[KeyLastFailureAt] = last.UTC().Format(time.RFC3339Nano)
+	md[KeyHistory] = historyJSON(f.History, redact)
+	md[KeyOriginalTopic] = f.Topic
+	md[KeyHandler] = f.Handler
+	md[KeyConsumerGroup] = group
+	md[KeyOperationKey] = f.OperationKey
+	md[KeyFingerprint] = f.Fingerprint
+	md[KeyTraceID] = f.TraceID
+	md[KeySpanID] = f.SpanID
+	md[KeyHost] = host
 	f.setOptionalKeys(md)
 	return out
 }
@@ -148,13 +136,13 @@ func (f Failure) withDefaults(ctx context.Context) Failure {
 // value for them.
 func (f Failure) setOptionalKeys(md message.Metadata) {
 	if f.Namespace != "" {
-		md[envelope.KeyNamespace] = f.Namespace
+		md[KeyNamespace] = f.Namespace
 	}
 	if f.Retention > 0 {
-		md[envelope.KeyRetention] = f.Retention.String()
+		md[KeyRetention] = f.Retention.String()
 	}
 	if f.Traceparent != "" {
-		md[envelope.KeyDeadLetterTraceparent] = f.Traceparent
+		md[KeyDeadLetterTraceparent] = f.Traceparent
 	}
 }
 
@@ -249,19 +237,19 @@ type Publisher struct {
 // text it was given is replaced by "[text withheld: the redactor
 // panicked]", never written unredacted.
 func WithRedactor(r func(text string) string) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		if r == nil {
 			return fmt.Errorf("%w: nil redactor", ErrInvalidOption)
 		}
 		s.Put(nameRedactor, r)
 		return nil
-	}
+	})
 }
 
 // WithConsumerGroup names the consumer group NewPublisher's publisher
 // writes into the envelope (default: empty).
 func WithConsumerGroup(group string) Option {
-	return func(s *options.Set) error { s.Put(nameConsumerGroup, group); return nil }
+	return options.Func[options.DLQ](func(s *options.Set) error { s.Put(nameConsumerGroup, group); return nil })
 }
 
 // NewPublisher returns a dead-letter publisher to topic. It takes

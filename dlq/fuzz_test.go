@@ -12,8 +12,8 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/envelope"
-	"github.com/surely-dev/surely/internal/idem"
 )
 
 // FuzzEnvelope builds the dead letter of an arbitrary message and failure,
@@ -38,7 +38,7 @@ func FuzzEnvelope(f *testing.F) {
 		msg.Metadata.Set(mdKey, mdValue)
 		msg.Metadata.Set("fixed", "kept")
 		start := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
-		hist := make([]idempotency.AttemptRecord, int(n)%(idem.MaxHistory+5))
+		hist := make([]idempotency.AttemptRecord, int(n)%(defaults.MaxHistory+5))
 		for i := range hist {
 			hist[i] = idempotency.AttemptRecord{
 				Attempt: i + 1, Started: start.Add(time.Duration(i) * time.Second),
@@ -61,20 +61,20 @@ func FuzzEnvelope(f *testing.F) {
 				t.Fatalf("metadata %q: %q became %q", k, v, env.Metadata[k])
 			}
 		}
-		if env.Metadata.Get(dlq.KeyReason) != string(dlq.ReasonExhausted) || env.Metadata.Get(envelope.KeyOriginalUUID) != "uuid-1" {
+		if env.Metadata.Get(dlq.KeyReason) != string(dlq.ReasonExhausted) || env.Metadata.Get(dlq.KeyOriginalUUID) != "uuid-1" {
 			t.Fatal("surely_ keys missing")
 		}
-		if len(env.Metadata.Get(dlq.KeyError)) > idem.MaxErrorLen {
+		if len(env.Metadata.Get(dlq.KeyError)) > defaults.MaxErrorLen {
 			t.Fatalf("error text of %d bytes", len(env.Metadata.Get(dlq.KeyError)))
 		}
-		raw := env.Metadata.Get(envelope.KeyHistory)
+		raw := env.Metadata.Get(dlq.KeyHistory)
 		if len(raw) > envelope.MaxHistoryBytes {
 			t.Fatalf("history of %d bytes, the bound is %d", len(raw), envelope.MaxHistoryBytes)
 		}
 		if !json.Valid([]byte(raw)) {
 			t.Fatalf("history is not JSON: %q", raw)
 		}
-		got, perr := envelope.ParseHistory(env.Metadata)
+		got, perr := envelope.ParseHistory(env.Metadata.Get(dlq.KeyHistory))
 		if perr != nil {
 			t.Fatal(perr)
 		}
@@ -107,7 +107,7 @@ func FuzzParseHistory(f *testing.F) {
 	f.Add(`[{"started":"not a time"}]`)
 	f.Add("\xff")
 	f.Fuzz(func(t *testing.T, s string) {
-		h, err := envelope.ParseHistory(message.Metadata{envelope.KeyHistory: s})
+		h, err := envelope.ParseHistory(s)
 		if err != nil && h != nil {
 			t.Fatal("entries with an error")
 		}
@@ -134,11 +134,11 @@ func TestEnvelopeBoundsOneHugeEntry(t *testing.T) {
 	} {
 		e.Attempt = 7
 		env := dlq.Wrap(message.NewMessage("u", []byte("p")), dlq.Failure{Reason: dlq.ReasonExhausted, History: []idempotency.AttemptRecord{e}}, nil, "", "")
-		raw := env.Metadata.Get(envelope.KeyHistory)
+		raw := env.Metadata.Get(dlq.KeyHistory)
 		if len(raw) > envelope.MaxHistoryBytes {
 			t.Fatalf("%s: history of %d bytes", name, len(raw))
 		}
-		got, err := envelope.ParseHistory(env.Metadata)
+		got, err := envelope.ParseHistory(env.Metadata.Get(dlq.KeyHistory))
 		if err != nil || len(got) != 1 || got[0].Attempt != 7 {
 			t.Fatalf("%s: got %+v, %v", name, got, err)
 		}

@@ -20,8 +20,13 @@ var ErrInvalidOption = errors.New("dlq: invalid option")
 // package (archive.WithPrefix, replay.WithRate, ...) in that
 // package. A constructor given an option it does not use returns an error
 // wrapping ErrInvalidOption: an option that does not apply is never
-// silently ignored.
-type Option func(*options.Set) error
+// silently ignored. Only the With functions of the dead-letter packages
+// (and console) make one.
+type Option interface{ option }
+
+// option hides an Option's methods: only the With functions of surely's
+// packages make one.
+type option = options.Option[options.DLQ]
 
 // Names of the publisher's options, as the Set records them. The options
 // of one package record a name prefixed with the package
@@ -35,7 +40,7 @@ const (
 // and the default when the option is not given, is in each constructor's
 // doc.
 func WithLogger(l *slog.Logger) Option {
-	return func(s *options.Set) error { return s.PutLogger(ErrInvalidOption, l) }
+	return options.Func[options.DLQ](func(s *options.Set) error { return s.PutLogger(ErrInvalidOption, l) })
 }
 
 // WithClock replaces the time source (default time.Now), for
@@ -44,14 +49,14 @@ func WithLogger(l *slog.Logger) Option {
 // replay run its retention guard, its rate limiter's schedule and its
 // saved times.
 func WithClock(now func() time.Time) Option {
-	return func(s *options.Set) error { return s.PutClock(ErrInvalidOption, now) }
+	return options.Func[options.DLQ](func(s *options.Set) error { return s.PutClock(ErrInvalidOption, now) })
 }
 
 // WithRetention makes an archive's Prune (memarchive, redisarchive,
 // sqlarchive) delete the entries dead-lettered more than d ago. Without
 // it the archive keeps everything and Prune deletes nothing.
 func WithRetention(d time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		return s.PutPositive(ErrInvalidOption, options.Retention, "retention", d)
-	}
+	})
 }

@@ -61,7 +61,7 @@ type Envelope struct {
 
 // errNotEnvelope is returned by ParseEnvelope for a message without an
 // envelope version.
-var errNotEnvelope = errors.New("dlq: not a dead letter: no " + envelope.KeyVersion)
+var errNotEnvelope = errors.New("dlq: not a dead letter: no " + KeyVersion)
 
 // ParseEnvelope reads the envelope of a dead-lettered message. A message
 // that is not one (no envelope version) is an error. A field whose value
@@ -71,35 +71,38 @@ var errNotEnvelope = errors.New("dlq: not a dead letter: no " + envelope.KeyVers
 func ParseEnvelope(msg *message.Message) (Envelope, error) {
 	md := msg.Metadata
 	e := Envelope{
-		Version:       md.Get(envelope.KeyVersion),
-		Reason:        Reason(md.Get(envelope.KeyReason)),
-		Error:         md.Get(envelope.KeyError),
-		ErrorTypes:    md.Get(envelope.KeyErrorTypes),
-		ErrorSite:     md.Get(envelope.KeyErrorSite),
-		OriginalTopic: md.Get(envelope.KeyOriginalTopic),
-		Handler:       md.Get(envelope.KeyHandler),
-		ConsumerGroup: md.Get(envelope.KeyConsumerGroup),
-		OriginalUUID:  md.Get(envelope.KeyOriginalUUID),
-		OperationKey:  md.Get(envelope.KeyOperationKey),
-		Fingerprint:   md.Get(envelope.KeyFingerprint),
-		Namespace:     md.Get(envelope.KeyNamespace),
-		TraceID:       md.Get(envelope.KeyTraceID),
-		SpanID:        md.Get(envelope.KeySpanID),
-		Traceparent:   md.Get(envelope.KeyDeadLetterTraceparent),
-		Host:          md.Get(envelope.KeyHost),
-		ReplayOf:      md.Get(envelope.KeyReplayOf),
-		ReplayID:      md.Get(envelope.KeyReplayID),
+		Version:       md.Get(KeyVersion),
+		Reason:        Reason(md.Get(KeyReason)),
+		Error:         md.Get(KeyError),
+		ErrorTypes:    md.Get(KeyErrorTypes),
+		ErrorSite:     md.Get(KeyErrorSite),
+		OriginalTopic: md.Get(KeyOriginalTopic),
+		Handler:       md.Get(KeyHandler),
+		ConsumerGroup: md.Get(KeyConsumerGroup),
+		OriginalUUID:  md.Get(KeyOriginalUUID),
+		OperationKey:  md.Get(KeyOperationKey),
+		Fingerprint:   md.Get(KeyFingerprint),
+		Namespace:     md.Get(KeyNamespace),
+		TraceID:       md.Get(KeyTraceID),
+		SpanID:        md.Get(KeySpanID),
+		Traceparent:   md.Get(KeyDeadLetterTraceparent),
+		Host:          md.Get(KeyHost),
+		ReplayOf:      md.Get(KeyReplayOf),
+		ReplayID:      md.Get(KeyReplayID),
 	}
 	if e.Version == "" {
 		return e, errNotEnvelope
 	}
 	p := parser{md: md}
-	e.Attempts = p.int(envelope.KeyAttempts)
-	e.FirstFailureAt = p.time(envelope.KeyFirstFailureAt)
-	e.LastFailureAt = p.time(envelope.KeyLastFailureAt)
-	e.DeadLetteredAt = p.time(envelope.KeyDeadLetteredAt)
-	e.Retention = p.duration(envelope.KeyRetention)
-	h, err := envelope.ParseHistory(md)
+	e.Attempts = p.int(KeyAttempts)
+	e.FirstFailureAt = p.time(KeyFirstFailureAt)
+	e.LastFailureAt = p.time(KeyLastFailureAt)
+	e.DeadLetteredAt = p.time(KeyDeadLetteredAt)
+	e.Retention = p.duration(KeyRetention)
+	h, err := envelope.ParseHistory(md.Get(KeyHistory))
+	if err != nil {
+		err = fmt.Errorf("dlq: %s: %w", KeyHistory, err)
+	}
 	e.History = h
 	p.errs = append(p.errs, err)
 	return e, errors.Join(p.errs...)

@@ -22,8 +22,8 @@ func TestParseEnvelopeReadsWhatWrapWrote(t *testing.T) {
 		{Attempt: 2, Started: at.Add(-time.Minute), Ended: at.Add(-time.Second), Result: idempotency.ResultFailed, Error: "refused"},
 	}
 	src := message.NewMessage("uuid-1", []byte("pay"))
-	src.Metadata.Set(envelope.KeyReplayOf, "entry-7")
-	src.Metadata.Set(envelope.KeyReplayID, "run-3")
+	src.Metadata.Set(dlq.KeyReplayOf, "entry-7")
+	src.Metadata.Set(dlq.KeyReplayID, "run-3")
 	f := dlq.Failure{
 		Reason: dlq.ReasonExhausted, Err: errors.New("refused"), Attempts: 2, History: hist,
 		OperationKey: "pay-1", Fingerprint: "abc", Topic: "payments", Handler: "charge",
@@ -57,17 +57,17 @@ func TestParseEnvelopeReportsWhatItCannotRead(t *testing.T) {
 	require.ErrorContains(t, err, "not a dead letter")
 
 	msg := message.NewMessage("m", nil)
-	msg.Metadata.Set(envelope.KeyVersion, "1")
+	msg.Metadata.Set(dlq.KeyVersion, "1")
 	msg.Metadata.Set(dlq.KeyReason, "permanent")
-	msg.Metadata.Set(envelope.KeyAttempts, "three")
-	msg.Metadata.Set(envelope.KeyDeadLetteredAt, "yesterday")
-	msg.Metadata.Set(envelope.KeyRetention, "72h")
-	msg.Metadata.Set(envelope.KeyHistory, "[{")
+	msg.Metadata.Set(dlq.KeyAttempts, "three")
+	msg.Metadata.Set(dlq.KeyDeadLetteredAt, "yesterday")
+	msg.Metadata.Set(dlq.KeyRetention, "72h")
+	msg.Metadata.Set(dlq.KeyHistory, "[{")
 	got, err := dlq.ParseEnvelope(msg)
-	require.ErrorContains(t, err, envelope.KeyAttempts)
-	require.ErrorContains(t, err, envelope.KeyDeadLetteredAt)
-	require.ErrorContains(t, err, envelope.KeyHistory)
-	require.NotContains(t, err.Error(), envelope.KeyRetention)
+	require.ErrorContains(t, err, dlq.KeyAttempts)
+	require.ErrorContains(t, err, dlq.KeyDeadLetteredAt)
+	require.ErrorContains(t, err, dlq.KeyHistory)
+	require.NotContains(t, err.Error(), dlq.KeyRetention)
 	require.Equal(t, dlq.ReasonPermanent, got.Reason)
 	require.Zero(t, got.Attempts)
 	require.True(t, got.DeadLetteredAt.IsZero())
@@ -94,11 +94,11 @@ func TestEnvelopeHistoryKeepsOwners(t *testing.T) {
 		owners[i] = h.Owner
 	}
 	require.Equal(t, []string{"worker-1/4242", "worker-2/17", ""}, owners)
-	require.Contains(t, env.Metadata.Get(envelope.KeyHistory), `"owner":"worker-2/17"`)
-	require.NotContains(t, env.Metadata.Get(envelope.KeyHistory), `"owner":""`, "no owner, no member")
+	require.Contains(t, env.Metadata.Get(dlq.KeyHistory), `"owner":"worker-2/17"`)
+	require.NotContains(t, env.Metadata.Get(dlq.KeyHistory), `"owner":""`, "no owner, no member")
 
-	old := message.Metadata{envelope.KeyHistory: `[{"attempt":1,"started":"2026-11-30T06:57:00Z","result":"failed","error":"x","trace_id":"0af7651916cd43dd8448eb211c80319c"}]`}
-	h, err := envelope.ParseHistory(old)
+	old := message.Metadata{dlq.KeyHistory: `[{"attempt":1,"started":"2026-11-30T06:57:00Z","result":"failed","error":"x","trace_id":"0af7651916cd43dd8448eb211c80319c"}]`}
+	h, err := envelope.ParseHistory(old.Get(dlq.KeyHistory))
 	require.NoError(t, err)
 	require.Len(t, h, 1)
 	require.Empty(t, h[0].Owner)

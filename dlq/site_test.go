@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/dlq"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // stackError carries the stack it was created on, as
@@ -36,7 +35,7 @@ func TestEnvelopeErrorSite(t *testing.T) {
 	redactAll := func(string) string { return "[redacted]" }
 	f := dlq.Failure{Reason: dlq.ReasonPermanent, Err: fmt.Errorf("charge: %w", err)}
 	env := dlq.Wrap(message.NewMessage("u-1", nil), f, redactAll, "", "")
-	require.Equal(t, want, env.Metadata.Get(envelope.KeyErrorSite))
+	require.Equal(t, want, env.Metadata.Get(dlq.KeyErrorSite))
 	require.Equal(t, "[redacted]", env.Metadata.Get(dlq.KeyError))
 
 	got, perr := dlq.ParseEnvelope(env)

@@ -15,7 +15,6 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -90,7 +89,7 @@ func TestHandlerFinalErrorLeavesTheRecordFinal(t *testing.T) {
 		require.Len(t, dead, 2)
 		for _, d := range dead {
 			require.Equal(t, string(dlq.ReasonDecode), d.Metadata.Get(dlq.KeyReason), "the handler's reason is kept")
-			require.Equal(t, "1", d.Metadata.Get(envelope.KeyAttempts))
+			require.Equal(t, "1", d.Metadata.Get(dlq.KeyAttempts))
 			require.Equal(t, "order-1", d.Metadata.Get(dlq.KeyOperationKey))
 		}
 	})

@@ -51,10 +51,9 @@
 //
 // What a user of New needs is named here, so that wiring a handler takes
 // no import of middleware: MissingKeyPolicy, OutcomeParams, OutcomeResult,
-// Outcome and their values are defined here (as aliases of a type internal
-// to surely, which middleware's WithOnOutcome and Identity take as well:
-// a user of middleware names them as handler.X too); Permanent and After
-// call retry's.
+// Outcome and their values (aliases of package delivery's, which
+// middleware's WithOnOutcome and Identity take as well); Permanent and
+// After call retry's.
 package handler
 
 import (
@@ -98,7 +97,7 @@ func validate(fn message.HandlerFunc, opts []Option) (config, error) {
 		if o == nil {
 			return c, invalid("option %d is nil", i)
 		}
-		if err := o(&c); err != nil {
+		if err := o.apply(&c); err != nil {
 			return c, err
 		}
 	}

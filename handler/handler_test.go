@@ -25,7 +25,6 @@ import (
 	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/faults"
-	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -253,8 +252,8 @@ func TestPanicIsRecordedThenDeadLettered(t *testing.T) {
 		require.Len(t, dead, 1)
 		md := dead[0].Metadata
 		require.Equal(t, string(dlq.ReasonPanic), md.Get(dlq.KeyReason))
-		require.Equal(t, "3", md.Get(envelope.KeyAttempts))
-		hist, err := envelope.ParseHistory(md)
+		require.Equal(t, "3", md.Get(dlq.KeyAttempts))
+		hist, err := envelope.ParseHistory(md.Get(dlq.KeyHistory))
 		require.NoError(t, err)
 		require.Len(t, hist, 3)
 		require.Contains(t, hist[2].Error, "nil map write")
@@ -284,17 +283,17 @@ func TestPermanentErrorIsDeadLetteredOnce(t *testing.T) {
 		require.Len(t, dead, 2)
 		md := dead[0].Metadata
 		require.Equal(t, envelope.DeadLetterUUID(src.UUID), dead[0].UUID)
-		require.Equal(t, src.UUID, md.Get(envelope.KeyOriginalUUID))
+		require.Equal(t, src.UUID, md.Get(dlq.KeyOriginalUUID))
 		require.Equal(t, "acme", md.Get("tenant"), "original metadata travels")
 		require.Equal(t, "order-1", md.Get(dlq.KeyOperationKey))
 		require.Equal(t, string(dlq.ReasonPermanent), md.Get(dlq.KeyReason))
 		require.Equal(t, "card declined", md.Get(dlq.KeyError))
-		require.Contains(t, md.Get(envelope.KeyErrorTypes), "*retry.permanentError")
-		require.Equal(t, envelope.Version, md.Get(envelope.KeyVersion))
-		require.NotEmpty(t, md.Get(envelope.KeyFingerprint))
+		require.Contains(t, md.Get(dlq.KeyErrorTypes), "*retry.permanentError")
+		require.Equal(t, envelope.Version, md.Get(dlq.KeyVersion))
+		require.NotEmpty(t, md.Get(dlq.KeyFingerprint))
 		for _, d := range dead {
-			require.Equal(t, "orders", d.Metadata.Get(envelope.KeyNamespace), "inspect and replay find the record by it")
-			require.Equal(t, idem.DefaultRetention.String(), d.Metadata.Get(envelope.KeyRetention))
+			require.Equal(t, "orders", d.Metadata.Get(dlq.KeyNamespace), "inspect and replay find the record by it")
+			require.Equal(t, defaults.Retention.String(), d.Metadata.Get(dlq.KeyRetention))
 		}
 		require.EqualValues(t, 2, e.count(handler.OutcomeDeadLettered))
 		require.EqualValues(t, 0, e.count(handler.OutcomeProcessed), "a dead letter is not reported as processed")
@@ -332,7 +331,7 @@ func TestMissingAndInvalidKeys(t *testing.T) {
 	}{
 		{"missing key rejected by default", "", handler.RejectMissingKey, false, dlq.ReasonNoKey},
 		{"missing key processed on opt-in", "", handler.ProcessWithoutDedup, true, ""},
-		{"oversized key", strings.Repeat("k", idem.MaxKeyLen+1), handler.ProcessWithoutDedup, false, dlq.ReasonNoKey},
+		{"oversized key", strings.Repeat("k", defaults.MaxKeyLen+1), handler.ProcessWithoutDedup, false, dlq.ReasonNoKey},
 		{"control bytes", "order\x00-1", handler.ProcessWithoutDedup, false, dlq.ReasonNoKey},
 	}
 	for _, tc := range cases {
@@ -349,7 +348,7 @@ func TestMissingAndInvalidKeys(t *testing.T) {
 				dead := e.dead.Published(deadTopic)
 				if tc.reason == "" {
 					require.Empty(t, dead)
-					require.EqualValues(t, 1, e.count(handler.OutcomeUnprocessed))
+					require.EqualValues(t, 1, e.count(handler.OutcomeProcessedWithoutDedup))
 					return
 				}
 				require.Len(t, dead, 1)
@@ -399,7 +398,7 @@ func TestRedactorSeesEveryErrorText(t *testing.T) {
 		for _, a := range rec.History {
 			require.NotContains(t, a.Error, "hunter2")
 		}
-		require.Contains(t, dead[0].Metadata.Get(envelope.KeyHistory), "***")
+		require.Contains(t, dead[0].Metadata.Get(dlq.KeyHistory), "***")
 	})
 }
 
@@ -647,6 +646,6 @@ func TestExhaustedRedeliveryKeepsTheCausesErrorTypes(t *testing.T) {
 		require.Len(t, dead, 1)
 		md := dead[0].Metadata
 		require.Equal(t, string(dlq.ReasonExhausted), md.Get(dlq.KeyReason))
-		require.Contains(t, md.Get(envelope.KeyErrorTypes), "*handler_test.declinedError")
+		require.Contains(t, md.Get(dlq.KeyErrorTypes), "*handler_test.declinedError")
 	})
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -100,7 +99,7 @@ func TestKeylessFirstSuccessCostsNoStoreCall(t *testing.T) {
 		_, err := h(brokerCounted(delivery("", "pay 10"), &count)())
 		require.NoError(t, err)
 		require.Zero(t, e.store.Calls("Claim")+e.store.Calls("Release")+e.store.Calls("Complete"))
-		require.EqualValues(t, 1, e.count(handler.OutcomeUnprocessed))
+		require.EqualValues(t, 1, e.count(handler.OutcomeProcessedWithoutDedup))
 	})
 }
 
@@ -206,7 +205,7 @@ func TestKeylessInProcessAttemptsCountAgainstTheBudget(t *testing.T) {
 		require.EqualValues(t, 3, runs.Load())
 		dead := e.dead.Published(deadTopic)
 		require.Len(t, dead, 1)
-		require.Equal(t, "3", dead[0].Metadata.Get(envelope.KeyAttempts))
+		require.Equal(t, "3", dead[0].Metadata.Get(dlq.KeyAttempts))
 		require.Equal(t, string(dlq.ReasonExhausted), dead[0].Metadata.Get(dlq.KeyReason))
 	})
 }

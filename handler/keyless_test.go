@@ -16,8 +16,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/chain"
-	"github.com/surely-dev/surely/internal/envelope"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 )
 
@@ -55,11 +54,11 @@ func TestKeylessMessagesAreBounded(t *testing.T) {
 			require.Len(t, dead, 1)
 			md := dead[0].Metadata
 			require.Equal(t, string(dlq.ReasonExhausted), md.Get(dlq.KeyReason))
-			require.Equal(t, "3", md.Get(envelope.KeyAttempts))
+			require.Equal(t, "3", md.Get(dlq.KeyAttempts))
 			require.Contains(t, md.Get(dlq.KeyError), "inventory 503")
 			require.Empty(t, md.Get(dlq.KeyOperationKey), "the message has no operation key")
 
-			rec, err := e.mem.Get(t.Context(), chain.KeylessNamespace, "orders/"+src.UUID)
+			rec, err := e.mem.Get(t.Context(), idem.KeylessNamespace, "orders/"+src.UUID)
 			require.NoError(t, err, "the attempts are counted under the message UUID")
 			require.Equal(t, idempotency.StateExhausted, rec.State)
 			_, err = e.mem.Get(t.Context(), "orders", src.UUID)
@@ -88,11 +87,11 @@ func TestKeylessMessagesAreBounded(t *testing.T) {
 			dead := e.dead.Published(deadTopic)
 			require.Len(t, dead, 1)
 			require.Equal(t, string(dlq.ReasonExhausted), dead[0].Metadata.Get(dlq.KeyReason))
-			require.Equal(t, "3", dead[0].Metadata.Get(envelope.KeyAttempts))
+			require.Equal(t, "3", dead[0].Metadata.Get(dlq.KeyAttempts))
 			require.Contains(t, dead[0].Metadata.Get(dlq.KeyError), "inventory 503")
 			// The first delivery ran without a store call; its failure and
 			// the later attempts are charged to the record.
-			rec, err := e.mem.Get(t.Context(), chain.KeylessNamespace, "orders/"+src.UUID)
+			rec, err := e.mem.Get(t.Context(), idem.KeylessNamespace, "orders/"+src.UUID)
 			require.NoError(t, err)
 			require.Equal(t, idempotency.StateExhausted, rec.State)
 
@@ -145,12 +144,12 @@ func TestKeylessMessageProcessed(t *testing.T) {
 		src := delivery("", "pay 10")
 		_, err := h(src.Copy())
 		require.NoError(t, err)
-		require.EqualValues(t, 1, e.count(handler.OutcomeUnprocessed))
+		require.EqualValues(t, 1, e.count(handler.OutcomeProcessedWithoutDedup))
 		_, err = h(src.Copy())
 		require.NoError(t, err)
 		require.EqualValues(t, 2, calls.Load())
 		require.Zero(t, e.count(handler.OutcomeDuplicate))
-		rec, err := e.mem.Get(t.Context(), chain.KeylessNamespace, "orders/"+src.UUID)
+		rec, err := e.mem.Get(t.Context(), idem.KeylessNamespace, "orders/"+src.UUID)
 		require.NoError(t, err)
 		require.Equal(t, idempotency.StateFailed, rec.State, "claimable, not done")
 		require.Equal(t, rec.Attempts, rec.Canceled, "nothing charged")
@@ -164,9 +163,9 @@ func TestKeylessNamespaceIsReserved(t *testing.T) {
 	t.Parallel()
 	e := setup(t, 0)
 	_, err := handler.New(func(*message.Message) ([]*message.Message, error) { return nil, nil },
-		handler.WithStore(e.store, chain.KeylessNamespace), handler.WithDeadLetter(e.dead, deadTopic))
+		handler.WithStore(e.store, idem.KeylessNamespace), handler.WithDeadLetter(e.dead, deadTopic))
 	require.ErrorIs(t, err, handler.ErrInvalidOption)
-	_, err = middleware.Dedup(e.store, chain.KeylessNamespace)
+	_, err = middleware.Dedup(e.store, idem.KeylessNamespace)
 	require.ErrorIs(t, err, middleware.ErrInvalidOption)
 }
 
@@ -187,7 +186,7 @@ func TestKeylessMessageWithoutUUIDHasOneAttempt(t *testing.T) {
 		dead := e.dead.Published(deadTopic)
 		require.Len(t, dead, 1)
 		require.Equal(t, string(dlq.ReasonExhausted), dead[0].Metadata.Get(dlq.KeyReason))
-		require.Equal(t, "1", dead[0].Metadata.Get(envelope.KeyAttempts))
+		require.Equal(t, "1", dead[0].Metadata.Get(dlq.KeyAttempts))
 	})
 }
 
@@ -202,7 +201,7 @@ func TestKeylessRecordOfAnUnusableUUID(t *testing.T) {
 		n := deliverContained(t, h, func() *message.Message { return message.NewMessage(uuid, []byte("pay 10")) }, 100)
 		require.Equal(t, 4, n)
 		sum := sha256.Sum256([]byte(uuid))
-		rec, err := e.mem.Get(t.Context(), chain.KeylessNamespace, "orders/sha256:"+hex.EncodeToString(sum[:]))
+		rec, err := e.mem.Get(t.Context(), idem.KeylessNamespace, "orders/sha256:"+hex.EncodeToString(sum[:]))
 		require.NoError(t, err)
 		require.Equal(t, idempotency.StateExhausted, rec.State)
 	})

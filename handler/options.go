@@ -11,95 +11,50 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/retry"
 )
 
-// MissingKeyPolicy says what happens to a message without an operation key
-// (see WithIdentity). middleware.Identity takes it too.
-type MissingKeyPolicy = chain.MissingKeyPolicy
-
-// The missing-key policies.
-const (
-	// RejectMissingKey dead-letters a message without a key (reason
-	// no_key). It is the default: a message that cannot be deduplicated is
-	// not processed silently.
-	RejectMissingKey = chain.RejectMissingKey
-	// ProcessWithoutDedup runs the handler without a dedup record when the
-	// key is missing: nothing is ever skipped as a duplicate, so another
-	// message with the same payload, or the same UUID, or a redelivery of
-	// one that succeeded (its ack was lost), runs the effect again. Invalid
-	// keys (too long, control characters) are still rejected. The attempts
-	// stay bounded (see middleware.Dedup): only attempts that ran the
-	// handler are charged, to an attempt record under the message UUID in
-	// the reserved namespace "surely.keyless"; a delivery the broker
-	// numbers as the first (a delivery count of 1) runs without a store
-	// call, so a message that succeeds at once costs nothing durable
-	// there. A message that keeps failing is dead-lettered (reason
-	// exhausted, or panic) after the budget. A success closes the record
-	// uncharged, never as done.
-	ProcessWithoutDedup = chain.ProcessWithoutDedup
+// The types and values a user of New names for WithIdentity and
+// WithOnOutcome. They are package delivery's (where middleware's Identity
+// and WithOnOutcome take them too), named here as well so that wiring a
+// handler takes no other import; delivery documents each.
+type (
+	// MissingKeyPolicy is delivery.MissingKeyPolicy: what happens to a
+	// message without an operation key (see WithIdentity).
+	MissingKeyPolicy = delivery.MissingKeyPolicy
+	// OutcomeParams is delivery.OutcomeParams: one delivery's end, for a
+	// WithOnOutcome callback.
+	OutcomeParams = delivery.OutcomeParams
+	// OutcomeResult is delivery.OutcomeResult: what a WithOnOutcome
+	// callback returns.
+	OutcomeResult = delivery.OutcomeResult
+	// Outcome is delivery.Outcome: how one delivery ended in the chain.
+	Outcome = delivery.Outcome
 )
 
-// OutcomeParams describes one delivery's end, for a WithOnOutcome callback
-// (and middleware.WithOnOutcome). Its fields:
-//
-//   - Msg: the message.
-//   - Outcome: how the delivery ended.
-//   - Attempts: how many attempts ran in this delivery (0 for a paused one).
-//   - Attempt: the durable attempt number of the last attempt (0 if no
-//     claim).
-//   - Key, Namespace: the operation, as the identity step extracted it
-//     (empty when the message had none, or could not be decoded): the
-//     same key the handler got from idempotency.KeyFrom.
-//   - Previous: how the attempt before the last one ended, as its claim
-//     reported ("" when no claim was acquired).
-//   - Reason: the dead-letter reason, for OutcomeDeadLettered.
-//   - Cause: the failure that was dead-lettered, as the dead letter's
-//     error (dlq.KeyError) records it before redaction, for
-//     OutcomeDeadLettered (Err is nil then: the message was acked).
-//   - Err: what the chain returned (nil when it acked).
-//   - Duration: the time the delivery spent in the chain.
-type OutcomeParams = chain.OutcomeParams
-
-// OutcomeResult is what a WithOnOutcome callback returns; empty for now,
-// it leaves room to grow.
-type OutcomeResult = chain.OutcomeResult
-
-// Outcome is how one delivery of a message ended in the chain
-// (OutcomeParams.Outcome): the metric label, the log line, the span's
-// surely.outcome.
-type Outcome = chain.Outcome
-
-// The outcomes of a delivery.
+// The missing-key policies (delivery.RejectMissingKey, the default, and
+// delivery.ProcessWithoutDedup).
 const (
-	// OutcomeProcessed: the handler ran and its effect is committed; ack.
-	OutcomeProcessed = chain.OutcomeProcessed
-	// OutcomeDuplicate: the operation was already done; its produced
-	// messages were re-emitted and the message acked without running.
-	OutcomeDuplicate = chain.OutcomeDuplicate
-	// OutcomeInProgress: another owner holds a live lease; nacked with a delay.
-	OutcomeInProgress = chain.OutcomeInProgress
-	// OutcomeRetry: the delivery failed transiently; nacked for a later attempt.
-	OutcomeRetry = chain.OutcomeRetry
-	// OutcomeDeadLettered: published to the dead letter, then acked.
-	OutcomeDeadLettered = chain.OutcomeDeadLettered
-	// OutcomeDeadLetterFailed: the dead-letter publish failed; nacked.
-	OutcomeDeadLetterFailed = chain.OutcomeDeadLetterFailed
-	// OutcomePaused: the outage breaker is open; nacked with a delay, no
-	// attempt spent.
-	OutcomePaused = chain.OutcomePaused
-	// OutcomeLeaseLost: the attempt's lease was taken over before Complete
-	// (Complete, Release or an extension was refused by fencing); nacked.
-	OutcomeLeaseLost = chain.OutcomeLeaseLost
-	// OutcomeCanceled: the message context was canceled (shutdown); nacked.
-	OutcomeCanceled = chain.OutcomeCanceled
-	// OutcomeUnprocessed: processed without dedup (no key, under
-	// ProcessWithoutDedup); acked.
-	OutcomeUnprocessed = chain.OutcomeUnprocessed
+	RejectMissingKey    = delivery.RejectMissingKey
+	ProcessWithoutDedup = delivery.ProcessWithoutDedup
+)
+
+// The outcomes of a delivery (delivery.OutcomeProcessed, ...).
+const (
+	OutcomeProcessed             = delivery.OutcomeProcessed
+	OutcomeDuplicate             = delivery.OutcomeDuplicate
+	OutcomeInProgress            = delivery.OutcomeInProgress
+	OutcomeRetry                 = delivery.OutcomeRetry
+	OutcomeDeadLettered          = delivery.OutcomeDeadLettered
+	OutcomeDeadLetterFailed      = delivery.OutcomeDeadLetterFailed
+	OutcomePaused                = delivery.OutcomePaused
+	OutcomeLeaseLost             = delivery.OutcomeLeaseLost
+	OutcomeCanceled              = delivery.OutcomeCanceled
+	OutcomeProcessedWithoutDedup = delivery.OutcomeProcessedWithoutDedup
 )
 
 // Permanent marks err as not worth retrying: the message goes to the dead
@@ -110,8 +65,13 @@ func Permanent(err error) error { return retry.Permanent(err) }
 // After asks for a retry no sooner than d from now. It is retry.After.
 func After(d time.Duration, err error) error { return retry.After(d, err) }
 
-// Option configures New.
-type Option func(*config) error
+// Option configures New. Only the With functions of this package make one.
+type Option interface{ apply(*config) error }
+
+// optionFunc is an Option made of a function.
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
 	store      idempotency.Store
@@ -144,13 +104,13 @@ func invalid(format string, args ...any) error {
 // required is the option that sets a value (set) unless it is nil (isNil),
 // which is an error naming what.
 func required(isNil bool, what string, set func(*config)) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if isNil {
 			return invalid("nil %s", what)
 		}
 		set(c)
 		return nil
-	}
+	})
 }
 
 // WithStore sets the dedup store and the namespace of this handler's records
@@ -159,31 +119,31 @@ func required(isNil bool, what string, set func(*config)) Option {
 // attempt records of messages without a key). surely never closes the
 // store's client.
 func WithStore(store idempotency.Store, namespace string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if store == nil {
 			return invalid("nil store")
 		}
 		if err := idem.ValidateNamespace(namespace); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
-		if namespace == chain.KeylessNamespace {
+		if namespace == idem.KeylessNamespace {
 			return invalid("namespace %q is reserved", namespace)
 		}
 		c.store, c.namespace = store, namespace
 		return nil
-	}
+	})
 }
 
 // WithDeadLetter publishes final failures to topic through pub (required).
 // surely never closes pub.
 func WithDeadLetter(pub message.Publisher, topic string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if pub == nil || topic == "" {
 			return invalid("dead letter needs a publisher and a topic")
 		}
 		c.dlqPub, c.dlqTopic = pub, topic
 		return nil
-	}
+	})
 }
 
 // WithPolicy sets the retry policy (default: one built from WithMaxAttempts,
@@ -198,13 +158,13 @@ func WithPolicy(p *retry.Policy) Option {
 // retryOption records a retry option for the policy New builds, checking
 // its value now so that the error names the handler option.
 func retryOption(name string, o retry.Option) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if _, err := retry.NewPolicy(o); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrInvalidOption, name, err)
 		}
 		c.retryOpts = append(c.retryOpts, o)
 		return nil
-	}
+	})
 }
 
 // WithMaxAttempts sets the durable attempt budget of one message (default
@@ -231,22 +191,22 @@ func WithBackoff(initial, maxDelay time.Duration) Option {
 // the default 30s lease. Without WithLease, the lease is derived from it
 // (see WithLease). With both, d must be shorter than the lease.
 func WithMaxInProcessTime(d time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if d <= 0 {
 			return invalid("WithMaxInProcessTime(%v): must be > 0", d)
 		}
 		c.inProcess = d
 		return nil
-	}
+	})
 }
 
 // WithBreaker sets the outage breaker (default retry.NewBreaker()); nil
 // turns it off.
 func WithBreaker(b *retry.Breaker) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		c.breaker, c.noBreaker = b, b == nil
 		return nil
-	}
+	})
 }
 
 // WithLease sets the dedup lease (at least 10ms). The lease is extended
@@ -261,13 +221,13 @@ func WithBreaker(b *retry.Breaker) Option {
 // (see WithMaxInProcessTime); with both set, the in-process time must be
 // shorter than the lease.
 func WithLease(d time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if d < defaults.MinLease {
 			return invalid("lease must be at least %v, got %v", defaults.MinLease, d)
 		}
 		c.lease = d
 		return nil
-	}
+	})
 }
 
 // WithIdentity sets the key extractor and the missing-key policy (default:
@@ -275,7 +235,7 @@ func WithLease(d time.Duration) Option {
 // dead-letters the message (reason panic); a message without a key under
 // ProcessWithoutDedup still has a bounded number of attempts.
 func WithIdentity(ex *idempotency.Extractor, missing MissingKeyPolicy) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if ex == nil {
 			return invalid("nil extractor")
 		}
@@ -284,7 +244,7 @@ func WithIdentity(ex *idempotency.Extractor, missing MissingKeyPolicy) Option {
 		}
 		c.extractor, c.missingKey = ex, missing
 		return nil
-	}
+	})
 }
 
 // WithLogger sets the structured logger. Without it, warnings that a
@@ -319,19 +279,19 @@ func WithRedactor(r func(text string) string) Option {
 // WithStoreTimeout bounds every store call (default: 5s, or a third of the
 // lease when that is shorter). It must be shorter than the lease.
 func WithStoreTimeout(d time.Duration) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if d <= 0 {
 			return invalid("store timeout must be positive")
 		}
 		c.storeTO = d
 		return nil
-	}
+	})
 }
 
 // WithConsumerGroup names the consumer group in dead letters and spans
 // (messaging.consumer.group.name).
 func WithConsumerGroup(group string) Option {
-	return func(c *config) error { c.group = group; return nil }
+	return optionFunc(func(c *config) error { c.group = group; return nil })
 }
 
 // WithTracerProvider traces every attempt through tp (see middleware.Trace):
@@ -359,11 +319,11 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 // WithMessagingSystem sets messaging.system on spans ("nats", "rabbitmq",
 // "kafka", ...; default "watermill"). It needs WithTracerProvider.
 func WithMessagingSystem(name string) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if name == "" {
 			return invalid("empty messaging system")
 		}
 		c.system = name
 		return nil
-	}
+	})
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
-	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/faults"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/retry"
 )
 
@@ -63,7 +63,7 @@ func TestEveryConfigurationErrorWrapsErrInvalidOption(t *testing.T) {
 		{"WithStore nil store", noop, []handler.Option{handler.WithStore(nil, "orders"), handler.WithDeadLetter(pub, "dead")}},
 		{"WithStore empty namespace", noop, []handler.Option{handler.WithStore(mem, ""), handler.WithDeadLetter(pub, "dead")}},
 		{"WithStore bad namespace", noop, []handler.Option{handler.WithStore(mem, "orders:v1"), handler.WithDeadLetter(pub, "dead")}},
-		{"WithStore reserved namespace", noop, []handler.Option{handler.WithStore(mem, chain.KeylessNamespace), handler.WithDeadLetter(pub, "dead")}},
+		{"WithStore reserved namespace", noop, []handler.Option{handler.WithStore(mem, idem.KeylessNamespace), handler.WithDeadLetter(pub, "dead")}},
 		{"WithDeadLetter nil publisher", noop, []handler.Option{handler.WithStore(mem, "orders"), handler.WithDeadLetter(nil, "dead")}},
 		{"WithDeadLetter empty topic", noop, []handler.Option{handler.WithStore(mem, "orders"), handler.WithDeadLetter(pub, "")}},
 		{"WithPolicy nil", noop, with(handler.WithPolicy(nil))},

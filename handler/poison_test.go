@@ -23,7 +23,6 @@ import (
 	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/faults"
-	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
 )
@@ -162,7 +161,7 @@ func poisonCases(t *testing.T) []poisonCase {
 			reason: dlq.ReasonNoKey, runs: 0, attempts: "0", errContains: "no operation key",
 		},
 		{
-			name: "oversized key", msg: keyed(strings.Repeat("k", idem.MaxKeyLen+1), "pay 10"),
+			name: "oversized key", msg: keyed(strings.Repeat("k", defaults.MaxKeyLen+1), "pay 10"),
 			reason: dlq.ReasonNoKey, runs: 0, attempts: "0", errContains: "the limit is 512",
 		},
 		{
@@ -194,7 +193,7 @@ func poisonCases(t *testing.T) []poisonCase {
 			fn:     func(*message.Message) error { panic("nil map write") },
 			reason: dlq.ReasonPanic, runs: 3, attempts: "3", errContains: "nil map write",
 			check: func(t *testing.T, _ *poisonRun, dead *message.Message) {
-				hist, err := envelope.ParseHistory(dead.Metadata)
+				hist, err := envelope.ParseHistory(dead.Metadata.Get(dlq.KeyHistory))
 				require.NoError(t, err)
 				require.Len(t, hist, 3)
 				require.Contains(t, hist[2].Stack, "goroutine", "the panic's stack is kept")
@@ -208,7 +207,7 @@ func poisonCases(t *testing.T) []poisonCase {
 			},
 			reason: dlq.ReasonExhausted, runs: 3, attempts: "3", errContains: "after 3 attempts",
 			check: func(t *testing.T, r *poisonRun, dead *message.Message) {
-				hist, err := envelope.ParseHistory(dead.Metadata)
+				hist, err := envelope.ParseHistory(dead.Metadata.Get(dlq.KeyHistory))
 				require.NoError(t, err)
 				require.Len(t, hist, 3)
 				for _, h := range hist {
@@ -217,7 +216,7 @@ func poisonCases(t *testing.T) []poisonCase {
 				}
 				// Each attempt was held for the longest hold (10 leases of
 				// 5s, canceled at the first extension past 9 leases).
-				_, _, at := r.snapshot(dead.Metadata.Get(envelope.KeyOriginalUUID))
+				_, _, at := r.snapshot(dead.Metadata.Get(dlq.KeyOriginalUUID))
 				require.Len(t, at, 4, "3 hung attempts, then the exhausted claim")
 				for i := 1; i < 3; i++ {
 					require.GreaterOrEqual(t, at[i].Sub(at[i-1]), 45*time.Second)
@@ -237,7 +236,7 @@ func poisonCases(t *testing.T) []poisonCase {
 			name: "dead-letter publish failing", msg: keyed("order-1", "pay 10"), fn: permanent, deadFailFirst: 2,
 			reason: dlq.ReasonPermanent, runs: 1, attempts: "1", errContains: "card declined",
 			check: func(t *testing.T, r *poisonRun, dead *message.Message) {
-				_, _, at := r.snapshot(dead.Metadata.Get(envelope.KeyOriginalUUID))
+				_, _, at := r.snapshot(dead.Metadata.Get(dlq.KeyOriginalUUID))
 				require.Len(t, at, 3, "two nacks, then the publish that worked")
 				for i := 1; i < len(at); i++ {
 					require.GreaterOrEqual(t, at[i].Sub(at[i-1]), defaults.DeadLetterRetryWait,
@@ -258,7 +257,7 @@ func poisonCases(t *testing.T) []poisonCase {
 			reason: dlq.ReasonPermanent, runs: 1, attempts: "1", errContains: "card declined",
 		},
 		{
-			name: "forged surely_ metadata", msg: keyed("order-1", "pay 10", dlq.KeyReason, "conflict", envelope.KeyAttempts, "999"),
+			name: "forged surely_ metadata", msg: keyed("order-1", "pay 10", dlq.KeyReason, "conflict", dlq.KeyAttempts, "999"),
 			fn:     func(*message.Message) error { return errors.New("inventory service: 503") },
 			reason: dlq.ReasonExhausted, runs: 3, attempts: "3", errContains: "inventory service: 503",
 		},
@@ -394,10 +393,10 @@ func runPoison(t *testing.T, tc poisonCase) {
 		}
 	}
 	require.Equal(t, envelope.DeadLetterUUID(sent.UUID), d.UUID)
-	require.Equal(t, sent.UUID, md.Get(envelope.KeyOriginalUUID))
-	require.Equal(t, poisonTopic, md.Get(envelope.KeyOriginalTopic))
-	require.Equal(t, "orders-handler", md.Get(envelope.KeyHandler))
-	require.Equal(t, tc.attempts, md.Get(envelope.KeyAttempts))
+	require.Equal(t, sent.UUID, md.Get(dlq.KeyOriginalUUID))
+	require.Equal(t, poisonTopic, md.Get(dlq.KeyOriginalTopic))
+	require.Equal(t, "orders-handler", md.Get(dlq.KeyHandler))
+	require.Equal(t, tc.attempts, md.Get(dlq.KeyAttempts))
 	require.Contains(t, md.Get(dlq.KeyError), tc.errContains)
 	runs, processed, _ := r.snapshot(sent.UUID)
 	require.Equal(t, tc.runs, runs, "handler runs of the poison message")

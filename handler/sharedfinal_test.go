@@ -44,10 +44,10 @@ func TestSharedFinalErrorIsNotMutated(t *testing.T) {
 		dead := e.dead.Published(deadTopic)
 		require.Len(t, dead, 2)
 		require.Equal(t, "order-1", dead[0].Metadata.Get(dlq.KeyOperationKey))
-		require.Equal(t, "2", dead[0].Metadata.Get(envelope.KeyAttempts))
+		require.Equal(t, "2", dead[0].Metadata.Get(dlq.KeyAttempts))
 		require.Equal(t, "order-2", dead[1].Metadata.Get(dlq.KeyOperationKey))
-		require.Equal(t, "1", dead[1].Metadata.Get(envelope.KeyAttempts))
-		h1, err := envelope.ParseHistory(dead[1].Metadata)
+		require.Equal(t, "1", dead[1].Metadata.Get(dlq.KeyAttempts))
+		h1, err := envelope.ParseHistory(dead[1].Metadata.Get(dlq.KeyHistory))
 		require.NoError(t, err)
 		require.Len(t, h1, 1, "order-2's own history")
 		require.Zero(t, errInvalidOrder.Attempts)
@@ -78,7 +78,7 @@ func TestSharedFinalErrorConcurrentUse(t *testing.T) {
 	keys := map[string]bool{}
 	for _, d := range dead {
 		keys[d.Metadata.Get(dlq.KeyOperationKey)] = true
-		require.Equal(t, "1", d.Metadata.Get(envelope.KeyAttempts))
+		require.Equal(t, "1", d.Metadata.Get(dlq.KeyAttempts))
 	}
 	require.Len(t, keys, 100, "every dead letter names its own operation")
 	require.Empty(t, errInvalidOrder.OperationKey)

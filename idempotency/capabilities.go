@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"fmt"
+	"github.com/surely-dev/surely/internal/defaults"
 	"time"
 
 	"github.com/surely-dev/surely/internal/idem"
@@ -81,8 +82,8 @@ func (f ListFilter) Validate() error {
 	if f.OlderThan < 0 {
 		return fmt.Errorf("%w: list filter: negative age %v", ErrInvalidRequest, f.OlderThan)
 	}
-	if f.Limit < 0 || f.Limit > idem.MaxListLimit {
-		return fmt.Errorf("%w: list filter: limit %d: want 1..%d", ErrInvalidRequest, f.Limit, idem.MaxListLimit)
+	if f.Limit < 0 || f.Limit > defaults.MaxListLimit {
+		return fmt.Errorf("%w: list filter: limit %d: want 1..%d", ErrInvalidRequest, f.Limit, defaults.MaxListLimit)
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/defaults"
 )
 
 func msg(payload string, md ...string) *message.Message {
@@ -40,10 +40,10 @@ func TestExtractorSources(t *testing.T) {
 		{"json missing field", ce, msg(`{"other":1}`), "", idempotency.ErrNoKey},
 		{"json not an object", ce, msg(`[1,2]`), "", idempotency.ErrInvalidKey},
 		{"json field of wrong type", ce, msg(`{"order_id":{"a":1}}`), "", idempotency.ErrInvalidKey},
-		{"too long", def, msg("x", idempotency.DefaultMetadataKey, strings.Repeat("k", idem.MaxKeyLen+1)), "", idempotency.ErrInvalidKey},
+		{"too long", def, msg("x", idempotency.DefaultMetadataKey, strings.Repeat("k", defaults.MaxKeyLen+1)), "", idempotency.ErrInvalidKey},
 		{"control character", def, msg("x", idempotency.DefaultMetadataKey, "a\nb"), "", idempotency.ErrInvalidKey},
 		{"invalid utf-8", def, msg("x", idempotency.DefaultMetadataKey, "a\xffb"), "", idempotency.ErrInvalidKey},
-		{"max length is fine", def, msg("x", idempotency.DefaultMetadataKey, strings.Repeat("k", idem.MaxKeyLen)), strings.Repeat("k", idem.MaxKeyLen), nil},
+		{"max length is fine", def, msg("x", idempotency.DefaultMetadataKey, strings.Repeat("k", defaults.MaxKeyLen)), strings.Repeat("k", defaults.MaxKeyLen), nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

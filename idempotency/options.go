@@ -20,8 +20,13 @@ var ErrInvalidOption = errors.New("idempotency: invalid option")
 // each store's own in its package (redisstore.WithPrefix,
 // sqlstore.WithTable, ...). Every option validates its argument; an invalid
 // one, a nil one, or one the constructor does not use makes it fail with an
-// error wrapping ErrInvalidOption.
-type Option func(*options.Set) error
+// error wrapping ErrInvalidOption. Only the With functions of this package
+// and of the stores make one.
+type Option interface{ option }
+
+// option hides an Option's methods: only the With functions of surely's
+// packages make one.
+type option = options.Option[options.Idempotency]
 
 // Names of the Extractor's options.
 const (
@@ -37,9 +42,9 @@ const (
 // which count in milliseconds, refuse less than 1ms. A store option (not
 // NewExtractor's).
 func WithRetention(d time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Idempotency](func(s *options.Set) error {
 		return s.PutPositive(ErrInvalidOption, options.Retention, "retention", d)
-	}
+	})
 }
 
 // WithLogger sets the logger of a store that logs: redisstore (default
@@ -47,21 +52,21 @@ func WithRetention(d time.Duration) Option {
 // store's New says what it logs. memstore, which logs nothing, and
 // NewExtractor refuse it.
 func WithLogger(l *slog.Logger) Option {
-	return func(s *options.Set) error { return s.PutLogger(ErrInvalidOption, l) }
+	return options.Func[options.Idempotency](func(s *options.Set) error { return s.PutLogger(ErrInvalidOption, l) })
 }
 
 // WithClock replaces the clock of memstore (for deterministic tests). The
 // stores whose times come from their server's clock (redisstore,
 // sqlstore) refuse it, as does NewExtractor.
 func WithClock(now func() time.Time) Option {
-	return func(s *options.Set) error { return s.PutClock(ErrInvalidOption, now) }
+	return options.Func[options.Idempotency](func(s *options.Set) error { return s.PutClock(ErrInvalidOption, now) })
 }
 
 // WithSources sets the Extractor's key sources, tried in order. The default
 // is FromMetadata(DefaultMetadataKey), then FromUUID(). An Extractor
 // option.
 func WithSources(sources ...KeySource) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Idempotency](func(s *options.Set) error {
 		if len(sources) == 0 {
 			return fmt.Errorf("%w: WithSources needs at least one source", ErrInvalidOption)
 		}
@@ -72,15 +77,15 @@ func WithSources(sources ...KeySource) Option {
 		}
 		s.Put(optSources, sources)
 		return nil
-	}
+	})
 }
 
 // WithFingerprintMetadata adds metadata entries to the fingerprint, so that
 // the same key arriving with, say, another "amount" header is a conflict.
 // An Extractor option.
 func WithFingerprintMetadata(keys ...string) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Idempotency](func(s *options.Set) error {
 		s.Put(optFingerprint, slices.Compact(slices.Sorted(slices.Values(keys))))
 		return nil
-	}
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/idem"
 )
 
@@ -41,7 +42,7 @@ func TestClaimRequestValidateBoundaries(t *testing.T) {
 		"zero attempts":       func(r *idempotency.ClaimRequest) { r.MaxAttempts = 0 },
 		"negative attempts":   func(r *idempotency.ClaimRequest) { r.MaxAttempts = -1 },
 		"control in reopen":   func(r *idempotency.ClaimRequest) { r.Reopen = "a\x00b" },
-		"oversized reopen ID": func(r *idempotency.ClaimRequest) { r.Reopen = strings.Repeat("r", idem.MaxKeyLen+1) },
+		"oversized reopen ID": func(r *idempotency.ClaimRequest) { r.Reopen = strings.Repeat("r", defaults.MaxKeyLen+1) },
 	}
 	for name, change := range cases {
 		r := validRequest()

@@ -220,8 +220,8 @@ func TestPoisonCrashLoopOnSQLite(t *testing.T) {
 			require.Equal(t, v, d.Metadata.Get(k), "metadata %q", k)
 		}
 		require.Equal(t, string(dlq.ReasonExhausted), d.Metadata.Get(dlq.KeyReason))
-		require.Equal(t, "3", d.Metadata.Get(envelope.KeyAttempts), "counted across process deaths")
-		hist, err := envelope.ParseHistory(d.Metadata)
+		require.Equal(t, "3", d.Metadata.Get(dlq.KeyAttempts), "counted across process deaths")
+		hist, err := envelope.ParseHistory(d.Metadata.Get(dlq.KeyHistory))
 		require.NoError(t, err)
 		require.Len(t, hist, 3)
 		for i, h := range hist {

@@ -11,11 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/idempotency/redisstore"
 	"github.com/surely-dev/surely/internal/testenv"
-	"github.com/surely-dev/surely/middleware"
 )
 
 // A Complete that the store applied but whose reply was lost is retried;
@@ -31,7 +31,7 @@ func TestDedupCompleteReplyLostIsProcessed(t *testing.T) {
 
 	msgs, err := c.deliver("op-1")
 	require.NoError(t, err)
-	require.Equal(t, middleware.OutcomeProcessed, c.lastOutcome())
+	require.Equal(t, delivery.OutcomeProcessed, c.lastOutcome())
 	require.Len(t, msgs, 1)
 	require.Equal(t, "produced-1", msgs[0].UUID)
 	require.Equal(t, int32(2), store.completes.Load(), "the lost reply was retried once")
@@ -88,7 +88,7 @@ func TestDedupCompleteReplyLostRedis(t *testing.T) {
 
 	msgs, err := c.deliver("op-1")
 	require.NoError(t, err)
-	require.Equal(t, middleware.OutcomeProcessed, c.lastOutcome())
+	require.Equal(t, delivery.OutcomeProcessed, c.lastOutcome())
 	require.Len(t, msgs, 1)
 	require.Equal(t, "produced-1", msgs[0].UUID)
 	require.Equal(t, int32(2), hook.dropped.Load(), "one lost reply, one retry")
@@ -101,6 +101,6 @@ func TestDedupCompleteReplyLostRedis(t *testing.T) {
 	// A redelivery is a duplicate with the same produced message.
 	msgs, err = c.deliver("op-1")
 	require.NoError(t, err)
-	require.Equal(t, middleware.OutcomeDuplicate, c.lastOutcome())
+	require.Equal(t, delivery.OutcomeDuplicate, c.lastOutcome())
 	require.Equal(t, "produced-1", msgs[0].UUID)
 }

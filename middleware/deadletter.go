@@ -7,9 +7,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/retry"
 )
@@ -44,7 +44,7 @@ func DeadLetter(pub *dlq.Publisher) (message.HandlerMiddleware, error) {
 			if retry.Classify(ctx, err) == retry.ClassCanceled {
 				// A shutdown beats a final verdict (as in retry.Classify
 				// and the dedup step's release): nack, no dead letter.
-				setOutcome(ctx, chain.OutcomeCanceled)
+				setOutcome(ctx, delivery.OutcomeCanceled)
 				return msgs, err
 			}
 			_, final := dlq.AsFinal(err)
@@ -69,11 +69,11 @@ func DeadLetter(pub *dlq.Publisher) (message.HandlerMiddleware, error) {
 			perr := pub.Publish(pctx, msg, f)
 			endDeadLetter(span, perr)
 			if perr != nil {
-				setOutcome(ctx, chain.OutcomeDeadLetterFailed)
+				setOutcome(ctx, delivery.OutcomeDeadLetterFailed)
 				nackAfter(ctx, defaults.DeadLetterRetryWait)
 				return nil, errors.Join(perr, err)
 			}
-			setOutcome(ctx, chain.OutcomeDeadLettered)
+			setOutcome(ctx, delivery.OutcomeDeadLettered)
 			if r := reportFrom(ctx); r != nil {
 				r.reason, r.cause = string(f.Reason), f.Err
 			}

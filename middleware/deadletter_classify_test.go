@@ -13,7 +13,6 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/faults"
 	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/middleware"
@@ -137,15 +136,15 @@ func TestDeadLetterOperationFields(t *testing.T) {
 
 	md := run(retry.Permanent(errors.New("bad")))
 	assert.Equal(t, "op-key", md.Get(dlq.KeyOperationKey))
-	assert.Equal(t, "op-fp", md.Get(envelope.KeyFingerprint))
-	assert.Equal(t, "orders", md.Get(envelope.KeyNamespace))
-	assert.Equal(t, time.Hour.String(), md.Get(envelope.KeyRetention))
+	assert.Equal(t, "op-fp", md.Get(dlq.KeyFingerprint))
+	assert.Equal(t, "orders", md.Get(dlq.KeyNamespace))
+	assert.Equal(t, time.Hour.String(), md.Get(dlq.KeyRetention))
 
 	fe := dlq.Final(dlq.ReasonExhausted, errors.New("spent"))
 	fe.OperationKey, fe.Fingerprint, fe.Namespace, fe.Retention = "own-key", "own-fp", "own-ns", time.Minute
 	md = run(fe)
 	assert.Equal(t, "own-key", md.Get(dlq.KeyOperationKey))
-	assert.Equal(t, "own-fp", md.Get(envelope.KeyFingerprint))
-	assert.Equal(t, "own-ns", md.Get(envelope.KeyNamespace))
-	assert.Equal(t, time.Minute.String(), md.Get(envelope.KeyRetention))
+	assert.Equal(t, "own-fp", md.Get(dlq.KeyFingerprint))
+	assert.Equal(t, "own-ns", md.Get(dlq.KeyNamespace))
+	assert.Equal(t, time.Minute.String(), md.Get(dlq.KeyRetention))
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
@@ -49,22 +48,22 @@ type extension struct{ every, maxHeld time.Duration }
 // dead-lettered). The lease bounds how long a crashed owner blocks the
 // operation. Taken by Dedup.
 func WithLease(d time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		return s.PutAtLeast(ErrInvalidOption, optLease, "lease", d, defaults.MinLease)
-	}
+	})
 }
 
 // WithMaxAttempts sets the durable attempt budget (default 5, as
 // retry.WithMaxAttempts), counted by the store across deliveries and
 // process crashes. Taken by Dedup.
 func WithMaxAttempts(n int) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		if n < 1 {
 			return fmt.Errorf("%w: max attempts must be at least 1, got %d", ErrInvalidOption, n)
 		}
 		s.Put(optMaxAttempts, n)
 		return nil
-	}
+	})
 }
 
 // withExtension sets how often the lease is extended while the handler
@@ -72,13 +71,13 @@ func WithMaxAttempts(n int) Option {
 // it (default 10×lease; see WithLease). The tests shorten them; no user
 // needs to.
 func withExtension(every, maxHeld time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		if every <= 0 || maxHeld <= 0 {
 			return fmt.Errorf("%w: extension interval and max held time must be positive", ErrInvalidOption)
 		}
 		s.Put(optExtension, extension{every, maxHeld})
 		return nil
-	}
+	})
 }
 
 // WithStoreTimeout bounds each store call: Claim, Complete (each of its
@@ -89,22 +88,22 @@ func withExtension(every, maxHeld time.Duration) Option {
 // runs out. d must be positive and shorter than the lease
 // (checked by Dedup). Taken by Dedup.
 func WithStoreTimeout(d time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		return s.PutPositive(ErrInvalidOption, optStoreTimeout, "store timeout", d)
-	}
+	})
 }
 
 // WithHistoryRedactor passes every error text through r before it is stored
 // in the attempt history. A text on which r panics is stored as
 // a placeholder ("[text withheld: the redactor panicked]"), never unredacted. Taken by Dedup.
 func WithHistoryRedactor(r func(text string) string) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		if r == nil {
 			return fmt.Errorf("%w: nil redactor", ErrInvalidOption)
 		}
 		s.Put(optRedactor, r)
 		return nil
-	}
+	})
 }
 
 // Dedup claims the operation in store before the handler runs and completes
@@ -133,12 +132,12 @@ func WithHistoryRedactor(r func(text string) string) Option {
 // idempotency.ErrLeaseLost and returns a *LeaseLostError, as a Complete
 // refused by fencing does.
 //
-// A message without a key (handler.ProcessWithoutDedup) has no dedup record and
+// A message without a key (delivery.ProcessWithoutDedup) has no dedup record and
 // is never skipped as a duplicate, but it has a bounded number of
 // attempts: those that ran the handler are charged to an attempt record
 // under its UUID in the reserved namespace "surely.keyless", except the first attempt of a
 // delivery the broker numbers as the first (delivery.Info.Count 1), which
-// costs no store call unless it fails (see handler.ProcessWithoutDedup). A message
+// costs no store call unless it fails (see delivery.ProcessWithoutDedup). A message
 // without a UUID is bounded by the broker's count, else gets one attempt.
 //
 // A *dlq.FinalError the handler returns is never written: the attempts,
@@ -155,7 +154,7 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 	if err := idem.ValidateNamespace(namespace); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	if namespace == chain.KeylessNamespace {
+	if namespace == idem.KeylessNamespace {
 		return nil, fmt.Errorf("%w: namespace %q is reserved for the attempt records of keyless messages", ErrInvalidOption, namespace)
 	}
 	set, err := options.Apply(ErrInvalidOption, opts)
@@ -196,14 +195,14 @@ func Dedup(store idempotency.Store, namespace string, opts ...Option) (message.H
 	if rr, ok := store.(idempotency.RetentionReporter); ok {
 		d.retention = rr.Retention()
 	}
-	d.kl = &dedup{store: store, ns: chain.KeylessNamespace, cfg: c, ex: ex, retention: d.retention}
+	d.kl = &dedup{store: store, ns: idem.KeylessNamespace, cfg: c, ex: ex, retention: d.retention}
 	return d.middleware, nil
 }
 
 type dedup struct {
 	store     idempotency.Store
 	ns        string
-	kl        *dedup // keeps the attempt records of keyless messages, in chain.KeylessNamespace
+	kl        *dedup // keeps the attempt records of keyless messages, in idem.KeylessNamespace
 	cfg       dedupConfig
 	ex        *idempotency.Extractor
 	extenders sync.Pool
@@ -254,7 +253,7 @@ func (d *dedup) middleware(h message.HandlerFunc) message.HandlerFunc {
 			defer msg.SetContext(orig)
 			defer func() { err = annotate(err, op) }()
 		}
-		if op.Key == "" { // handler.ProcessWithoutDedup
+		if op.Key == "" { // delivery.ProcessWithoutDedup
 			return d.keyless(ctx, h, msg, op)
 		}
 		op.InTx, op.Deferred = inTx, nil
@@ -293,10 +292,10 @@ func (d *dedup) claimed(ctx context.Context, h message.HandlerFunc, msg *message
 	case idempotency.Acquired:
 		return d.run(ctx, h, msg, op, res)
 	case idempotency.Completed:
-		setOutcome(ctx, chain.OutcomeDuplicate)
+		setOutcome(ctx, delivery.OutcomeDuplicate)
 		return replay(res.Outcome), nil
 	case idempotency.InProgress:
-		setOutcome(ctx, chain.OutcomeInProgress)
+		setOutcome(ctx, delivery.OutcomeInProgress)
 		return nil, &InProgressError{Key: op.Key, Until: res.Until, Wait: res.Wait}
 	case idempotency.Conflict:
 		return nil, dlq.Final(dlq.ReasonConflict, fmt.Errorf("%w: key %q, stored fingerprint %s, message fingerprint %s",
@@ -338,7 +337,7 @@ func (d *dedup) request(ctx context.Context, msg *message.Message, op *opctx.Op,
 	}
 	// A replayed message reopens an EXHAUSTED record once per replay run.
 	// A malformed run ID is ignored (no reopen), never stored.
-	if id := msg.Metadata.Get(envelope.KeyReplayID); id != "" && reopen == "" {
+	if id := msg.Metadata.Get(dlq.KeyReplayID); id != "" && reopen == "" {
 		if err := idem.ValidateKey(id); err != nil {
 			d.cfg.log().WarnContext(ctx, "surely: ignoring an invalid replay ID; the record is not reopened",
 				"key", op.Key, "error", err)
@@ -378,7 +377,7 @@ func exhaustedError(key string, res idempotency.ClaimResult) *dlq.FinalError {
 	return fe
 }
 
-// keyless runs a message without an operation key (handler.ProcessWithoutDedup)
+// keyless runs a message without an operation key (delivery.ProcessWithoutDedup)
 // within the attempt budget. It has no dedup record: nothing is ever
 // skipped as a duplicate. Only attempts that ran the handler are charged,
 // to an attempt record under the message UUID, in the store, in the
@@ -424,7 +423,7 @@ func (d *dedup) keyless(ctx context.Context, h message.HandlerFunc, msg *message
 	r.attempt = 1
 	msgs, err := runHandler(h, msg)
 	if err == nil {
-		setOutcome(ctx, chain.OutcomeUnprocessed)
+		setOutcome(ctx, delivery.OutcomeProcessedWithoutDedup)
 		return msgs, nil
 	}
 	if retry.Classify(ctx, err) == retry.ClassCanceled {
@@ -459,7 +458,7 @@ func (d *dedup) keylessRecord(ctx context.Context, h message.HandlerFunc, msg *m
 	}
 	switch res.Status {
 	case idempotency.InProgress:
-		setOutcome(ctx, chain.OutcomeInProgress)
+		setOutcome(ctx, delivery.OutcomeInProgress)
 		return nil, &InProgressError{Key: rec.Key, Until: res.Until, Wait: res.Wait}
 	case idempotency.Exhausted:
 		return nil, exhaustedError(rec.Key, res)
@@ -488,7 +487,7 @@ func (d *dedup) keylessCounted(ctx context.Context, h message.HandlerFunc, msg *
 	}
 	msgs, err := runHandler(h, msg)
 	if err == nil {
-		setOutcome(ctx, chain.OutcomeUnprocessed)
+		setOutcome(ctx, delivery.OutcomeProcessedWithoutDedup)
 		return msgs, nil
 	}
 	if _, final := dlq.AsFinal(err); final || count < budget ||
@@ -602,10 +601,10 @@ func (d *dedup) finish(ctx context.Context, op *opctx.Op, r ran) ([]*message.Mes
 	switch {
 	case r.err == nil && d.kl == nil: // d keeps keyless attempt records: a success closes one uncharged
 		d.closeKeyless(ctx, r.lease)
-		setOutcome(ctx, chain.OutcomeUnprocessed)
+		setOutcome(ctx, delivery.OutcomeProcessedWithoutDedup)
 		return r.msgs, nil
 	case r.err == nil && op.Committed:
-		setOutcome(ctx, chain.OutcomeProcessed)
+		setOutcome(ctx, delivery.OutcomeProcessed)
 		return r.msgs, nil
 	case errors.Is(r.cause, idempotency.ErrLeaseLost):
 		return nil, lostWhileRunning(ctx, op, r.err)
@@ -622,7 +621,7 @@ func (d *dedup) finish(ctx context.Context, op *opctx.Op, r ran) ([]*message.Mes
 // dead letter, whatever the handler returned: nack. Its error is kept as
 // text so that no classification of it (permanent, canceled) applies.
 func lostWhileRunning(ctx context.Context, op *opctx.Op, herr error) error {
-	setOutcome(ctx, chain.OutcomeLeaseLost)
+	setOutcome(ctx, delivery.OutcomeLeaseLost)
 	lost := fmt.Errorf("extend: %w", idempotency.ErrLeaseLost)
 	if herr != nil {
 		lost = fmt.Errorf("%w; the canceled handler returned %q", lost, herr.Error())
@@ -635,12 +634,12 @@ func (d *dedup) succeeded(ctx context.Context, op *opctx.Op, lease idempotency.L
 	outcome := idempotency.Outcome{Messages: store(msgs)}
 	if err := d.complete(ctx, lease, outcome); err != nil {
 		if errors.Is(err, idempotency.ErrLeaseLost) {
-			setOutcome(ctx, chain.OutcomeLeaseLost)
+			setOutcome(ctx, delivery.OutcomeLeaseLost)
 			return nil, &LeaseLostError{Key: op.Key, Err: err}
 		}
 		return nil, fmt.Errorf("%w: complete %q: %w", ErrStoreUnavailable, op.Key, err)
 	}
-	setOutcome(ctx, chain.OutcomeProcessed)
+	setOutcome(ctx, delivery.OutcomeProcessed)
 	return msgs, nil
 }
 
@@ -656,14 +655,14 @@ func (d *dedup) failed(ctx context.Context, op *opctx.Op, lease idempotency.Leas
 	}
 	switch {
 	case f.Canceled:
-		setOutcome(ctx, chain.OutcomeCanceled)
+		setOutcome(ctx, delivery.OutcomeCanceled)
 		return errors.Join(herr, rerr)
 	case errors.Is(rerr, idempotency.ErrLeaseLost):
 		// Another owner took the operation over and decides its record:
 		// this stale attempt's verdict, even a permanent error, neither
 		// dead-letters nor acks the message. Nack; the redelivery's claim
 		// finds the new owner's state (in progress, done or exhausted).
-		setOutcome(ctx, chain.OutcomeLeaseLost)
+		setOutcome(ctx, delivery.OutcomeLeaseLost)
 		return &LeaseLostError{Key: op.Key, Err: fmt.Errorf("release after %q: %w", herr.Error(), rerr)}
 	case f.Final && rerr == nil:
 		return d.final(ctx, op, lease, herr)
@@ -756,7 +755,7 @@ func (d *dedup) settle(ctx context.Context, h message.HandlerFunc, msg *message.
 		if herr != nil && !late {
 			// The attempt failed and rolled its claim back; meanwhile the
 			// record became another owner's (or done): it decides.
-			setOutcome(ctx, chain.OutcomeLeaseLost)
+			setOutcome(ctx, delivery.OutcomeLeaseLost)
 			return lease, nil, true, &LeaseLostError{Key: op.Key, Err: fmt.Errorf("attempt failed (%s); the record is no longer claimable (status %v): %w",
 				herr.Error(), res.Status, idempotency.ErrLeaseLost)}
 		}

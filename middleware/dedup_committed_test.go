@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/middleware"
@@ -33,7 +34,7 @@ func TestDedupCommittedSkipsComplete(t *testing.T) {
 	out := message.NewMessage("out-1", []byte(`{}`))
 	ex, err := idempotency.NewExtractor()
 	require.NoError(t, err)
-	id, err := middleware.Identity(ex, middleware.RejectMissingKey)
+	id, err := middleware.Identity(ex, delivery.RejectMissingKey)
 	require.NoError(t, err)
 	h := id(leaseDedup(t, store, func(m *message.Message) ([]*message.Message, error) {
 		op, ok := opctx.From(m.Context())

@@ -16,7 +16,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
-	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
@@ -70,7 +70,7 @@ func TestDedupKeylessFirstCountedDeliveryCostsNoClaim(t *testing.T) {
 	_, err = h(counted(message.NewMessage("u-first", []byte(`{}`)), 1))
 	require.NoError(t, err)
 	require.Equal(t, int32(0), store.claims.Load(), "a first delivery from a counting broker claims nothing")
-	_, err = store.Get(t.Context(), chain.KeylessNamespace, "kl/u-first")
+	_, err = store.Get(t.Context(), idem.KeylessNamespace, "kl/u-first")
 	require.ErrorIs(t, err, idempotency.ErrNotFound, "its success leaves no record")
 
 	_, err = h(counted(message.NewMessage("u-again", []byte(`{}`)), 2))
@@ -166,7 +166,7 @@ func TestDedupKeylessCloseWarnsOnlyOnFailure(t *testing.T) {
 		var logs bytes.Buffer
 		ex, err := idempotency.NewExtractor(idempotency.WithSources(idempotency.FromMetadata(idempotency.DefaultMetadataKey)))
 		require.NoError(t, err)
-		id, err := middleware.Identity(ex, middleware.ProcessWithoutDedup)
+		id, err := middleware.Identity(ex, delivery.ProcessWithoutDedup)
 		require.NoError(t, err)
 		dd, err := middleware.Dedup(store, "kl", middleware.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 		require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/middleware"
 )
@@ -17,7 +18,7 @@ func keylessChain(t *testing.T, store idempotency.Store, fn message.HandlerFunc)
 	t.Helper()
 	ex, err := idempotency.NewExtractor(idempotency.WithSources(idempotency.FromMetadata(idempotency.DefaultMetadataKey)))
 	require.NoError(t, err)
-	id, err := middleware.Identity(ex, middleware.ProcessWithoutDedup)
+	id, err := middleware.Identity(ex, delivery.ProcessWithoutDedup)
 	require.NoError(t, err)
 	dd, err := middleware.Dedup(store, "kl")
 	require.NoError(t, err)

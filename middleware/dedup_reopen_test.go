@@ -13,8 +13,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
-	"github.com/surely-dev/surely/internal/envelope"
-	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/middleware"
 )
 
@@ -38,7 +37,7 @@ func TestDedupReopensOncePerReplayRun(t *testing.T) {
 		msg := message.NewMessage("uuid-1", []byte(`{"n":1}`))
 		msg.Metadata.Set(idempotency.DefaultMetadataKey, "op-1")
 		if replayID != "" {
-			msg.Metadata.Set(envelope.KeyReplayID, replayID)
+			msg.Metadata.Set(dlq.KeyReplayID, replayID)
 		}
 		_, err := h(msg)
 		return err
@@ -60,7 +59,7 @@ func TestDedupReopensOncePerReplayRun(t *testing.T) {
 	require.True(t, final, "an invalid run ID is ignored")
 	require.Equal(t, 2, runs)
 	require.Contains(t, logs.String(), "invalid replay ID")
-	_, final = dlq.AsFinal(deliver(strings.Repeat("r", idem.MaxKeyLen+1)))
+	_, final = dlq.AsFinal(deliver(strings.Repeat("r", defaults.MaxKeyLen+1)))
 	require.True(t, final, "an overlong run ID is ignored")
 
 	rec, err := store.Get(t.Context(), "reopen", "op-1")

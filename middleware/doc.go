@@ -57,19 +57,51 @@
 // (idempotency.ClaimResult.Wait), never an expiry read against this
 // process's clock.
 //
-// # Types named in package handler
+// # Types named in package delivery
 //
-// The outcome of a delivery and the missing-key policies are defined once,
-// and exported by package handler only, the package a user of the chain
-// starts from: Observe's WithOnOutcome takes a
-// func(context.Context, handler.OutcomeParams) handler.OutcomeResult, and
-// Identity a handler.MissingKeyPolicy (handler.RejectMissingKey or
-// handler.ProcessWithoutDedup). A user assembling the steps here names
-// them as handler.X; handler's docs describe them. (They live in an
-// internal package that both use, since handler imports middleware.)
+// The outcome of a delivery and the missing-key policies are package
+// delivery's: Observe's WithOnOutcome takes a
+// func(context.Context, delivery.OutcomeParams) delivery.OutcomeResult, and
+// Identity a delivery.MissingKeyPolicy (delivery.RejectMissingKey or
+// delivery.ProcessWithoutDedup). Package handler names the same types and
+// values (handler.Outcome is delivery.Outcome), for its users.
 //
-// The names of the metrics (surely.messages.processed, ...) are listed at
-// WithMeterProvider, the span attributes and links at Trace.
+// # Telemetry names
+//
+// Every name surely's chain gives its telemetry, a constant each: the
+// instrumentation scope, the metrics (WithMeterProvider) and their
+// attributes, the span attributes (Trace; the last two on a replay's
+// publish span, dlq/replay) and the values of AttrLink. The archive's
+// gauges are in dlq/archive.
+//
+//	github.com/surely-dev/surely        ScopeName: the tracer's and the meter's scope
+//	surely.messages.processed           MetricProcessed: counter, handler ran and committed
+//	surely.messages.duplicates          MetricDuplicates: counter, operation already done
+//	surely.messages.in_progress         MetricInProgress: counter, leased by another owner
+//	surely.messages.conflicts           MetricConflicts: counter, key seen with another payload
+//	surely.lease.takeovers              MetricLeaseTakeovers: counter, claims that took over an expired lease
+//	surely.lease.lost                   MetricLeaseLost: counter, attempts refused by fencing
+//	surely.retries                      MetricRetries: counter, transient failures retried
+//	surely.dead_letters                 MetricDeadLetters: counter, dead letters published
+//	surely.dead_letter.publish_failures MetricDeadLetterFailures: counter, dead-letter publishes that failed
+//	surely.handler.duration             MetricHandlerDuration: histogram, seconds in the chain
+//	surely.end_to_end.latency           MetricEndToEndLatency: histogram, seconds since the first publish
+//	topic                               AttrTopic: metric attribute, the topic consumed
+//	handler                             AttrHandler: metric attribute, the Watermill handler
+//	outcome                             AttrMetricOutcome: metric attribute, the delivery.Outcome
+//	reason                              AttrReason: metric attribute, the dlq.Reason of a dead letter
+//	surely.operation_key                AttrOperationKey: span attribute, the operation key
+//	surely.attempt                      AttrAttempt: span attribute, the durable attempt number
+//	surely.delivery_count               AttrDeliveryCount: span attribute, the broker's delivery count
+//	surely.outcome                      AttrOutcome: span attribute, the delivery.Outcome
+//	surely.previous                     AttrPrevious: span and link attribute, how the previous attempt ended
+//	surely.dead_letter.reason           AttrDeadLetterReason: span attribute, the dlq.Reason
+//	surely.link                         AttrLink: link attribute, what the link points to
+//	surely.replay_id                    AttrReplayID: replay span attribute, the run
+//	surely.replay_of                    AttrReplayOf: replay span attribute, the archived entry
+//	creation                            LinkCreation: AttrLink value, the producer's span
+//	previous_attempt                    LinkPreviousAttempt: AttrLink value, the previous attempt's span
+//	dead_letter                         LinkDeadLetter: AttrLink value, the dead-letter span a replay links to
 //
 // # Context
 //

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/idem"
 )
 
@@ -93,7 +94,7 @@ func recovered(v any, where string) *PanicError {
 	if v == nil {
 		return nil
 	}
-	return &PanicError{Value: v, Stack: idem.Truncate(string(debug.Stack()), idem.MaxStackLen), Where: where}
+	return &PanicError{Value: v, Stack: idem.Truncate(string(debug.Stack()), defaults.MaxStackLen), Where: where}
 }
 
 // Unwrap returns the panic value when it is an error.

@@ -1,54 +1,17 @@
 package middleware
 
 import (
-	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
+	"github.com/surely-dev/surely/internal/idem"
 )
 
 // Names the tests of package middleware_test use for what package
-// middleware does not export: the types handler exports (defined in
-// internal/chain), the telemetry names, two defaults, the option that
-// shortens the lease extension, and the traceparent formatter.
-
-type (
-	Outcome          = chain.Outcome
-	OutcomeParams    = chain.OutcomeParams
-	OutcomeResult    = chain.OutcomeResult
-	MissingKeyPolicy = chain.MissingKeyPolicy
-)
+// middleware does not export: the reserved keyless namespace, two
+// defaults, the option that shortens the lease extension, and the
+// traceparent formatter.
 
 const (
-	OutcomeProcessed    = chain.OutcomeProcessed
-	OutcomeDuplicate    = chain.OutcomeDuplicate
-	OutcomeLeaseLost    = chain.OutcomeLeaseLost
-	RejectMissingKey    = chain.RejectMissingKey
-	ProcessWithoutDedup = chain.ProcessWithoutDedup
-	KeylessNamespace    = chain.KeylessNamespace
-
-	MetricProcessed          = chain.MetricProcessed
-	MetricDuplicates         = chain.MetricDuplicates
-	MetricInProgress         = chain.MetricInProgress
-	MetricConflicts          = chain.MetricConflicts
-	MetricLeaseTakeovers     = chain.MetricLeaseTakeovers
-	MetricLeaseLost          = chain.MetricLeaseLost
-	MetricRetries            = chain.MetricRetries
-	MetricDeadLetters        = chain.MetricDeadLetters
-	MetricDeadLetterFailures = chain.MetricDeadLetterFailures
-	MetricHandlerDuration    = chain.MetricHandlerDuration
-	MetricEndToEndLatency    = chain.MetricEndToEndLatency
-
-	AttrMetricOutcome    = chain.AttrMetricOutcome
-	AttrReason           = chain.AttrReason
-	AttrOperationKey     = chain.AttrOperationKey
-	AttrAttempt          = chain.AttrAttempt
-	AttrDeliveryCount    = chain.AttrDeliveryCount
-	AttrOutcome          = chain.AttrOutcome
-	AttrPrevious         = chain.AttrPrevious
-	AttrDeadLetterReason = chain.AttrDeadLetterReason
-	AttrLink             = chain.AttrLink
-	LinkCreation         = chain.LinkCreation
-	LinkPreviousAttempt  = chain.LinkPreviousAttempt
-	LinkDeadLetter       = chain.LinkDeadLetter
+	KeylessNamespace = idem.KeylessNamespace
 
 	DefaultStoreTimeout        = defaults.StoreTimeout
 	DefaultDeadLetterRetryWait = defaults.DeadLetterRetryWait

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/middleware"
 )
@@ -74,17 +75,17 @@ func (s *faultStore) Get(ctx context.Context, ns, key string) (idempotency.Recor
 type leaseChain struct {
 	h        message.HandlerFunc
 	mu       sync.Mutex
-	outcomes []middleware.Outcome
+	outcomes []delivery.Outcome
 }
 
 func newLeaseChain(t *testing.T, store idempotency.Store, ns string, h message.HandlerFunc, opts ...middleware.Option) *leaseChain {
 	t.Helper()
 	c := &leaseChain{}
-	obs, err := middleware.Observe(middleware.WithOnOutcome(func(_ context.Context, p middleware.OutcomeParams) middleware.OutcomeResult {
+	obs, err := middleware.Observe(middleware.WithOnOutcome(func(_ context.Context, p delivery.OutcomeParams) delivery.OutcomeResult {
 		c.mu.Lock()
 		c.outcomes = append(c.outcomes, p.Outcome)
 		c.mu.Unlock()
-		return middleware.OutcomeResult{}
+		return delivery.OutcomeResult{}
 	}))
 	require.NoError(t, err)
 	dedup, err := middleware.Dedup(store, ns, opts...)
@@ -99,7 +100,7 @@ func (c *leaseChain) deliver(key string) ([]*message.Message, error) {
 	return c.h(msg)
 }
 
-func (c *leaseChain) lastOutcome() middleware.Outcome {
+func (c *leaseChain) lastOutcome() delivery.Outcome {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.outcomes) == 0 {

@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
@@ -28,7 +29,7 @@ func TestDedupFinalErrorIsCopiedNotWritten(t *testing.T) {
 	require.NoError(t, err)
 	ex, err := idempotency.NewExtractor()
 	require.NoError(t, err)
-	identity, err := middleware.Identity(ex, middleware.RejectMissingKey)
+	identity, err := middleware.Identity(ex, delivery.RejectMissingKey)
 	require.NoError(t, err)
 	h := identity(dedup(func(*message.Message) ([]*message.Message, error) {
 		return nil, fmt.Errorf("charge: %w", errDeclined)

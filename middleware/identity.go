@@ -9,25 +9,24 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/opctx"
 )
 
 // Identity extracts the operation identity of each message and puts it in
 // the message context (the handler reads it with
 // idempotency.OperationFrom), where Dedup finds it. A message without a key
-// follows policy (handler.RejectMissingKey or handler.ProcessWithoutDedup;
+// follows policy (delivery.RejectMissingKey or delivery.ProcessWithoutDedup;
 // see the package doc); an invalid key is a final failure with reason
 // no_key. A message an adapter marked undecodable (delivery.KeyDecodeError)
 // is a final failure with reason decode, before any key is looked for. A key source
 // that panics is a final failure with reason panic (a *PanicError with the
 // stack): without an identity there is no durable budget to retry
 // against, and a panic that escaped would be redelivered without end.
-func Identity(ex *idempotency.Extractor, policy chain.MissingKeyPolicy) (message.HandlerMiddleware, error) {
+func Identity(ex *idempotency.Extractor, policy delivery.MissingKeyPolicy) (message.HandlerMiddleware, error) {
 	if ex == nil {
 		return nil, fmt.Errorf("%w: nil extractor", ErrInvalidOption)
 	}
-	if policy != chain.RejectMissingKey && policy != chain.ProcessWithoutDedup {
+	if policy != delivery.RejectMissingKey && policy != delivery.ProcessWithoutDedup {
 		return nil, fmt.Errorf("%w: unknown missing-key policy %d", ErrInvalidOption, policy)
 	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
@@ -51,7 +50,7 @@ func Identity(ex *idempotency.Extractor, policy chain.MissingKeyPolicy) (message
 			*op = opctx.Op{Operation: idempotency.Operation{Key: id.Key, Fingerprint: id.Fingerprint}}
 			switch {
 			case err == nil:
-			case errors.Is(err, idempotency.ErrNoKey) && policy == chain.ProcessWithoutDedup:
+			case errors.Is(err, idempotency.ErrNoKey) && policy == delivery.ProcessWithoutDedup:
 				op.Key = ""
 			default:
 				return nil, dlq.Final(dlq.ReasonNoKey, err)

@@ -6,6 +6,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/middleware"
@@ -18,7 +19,7 @@ func TestIdentityKeySourcePanicIsPanic(t *testing.T) {
 	t.Parallel()
 	ex, err := idempotency.NewExtractor(idempotency.WithSources(func(*message.Message) (string, error) { panic("bad source") }))
 	require.NoError(t, err)
-	for _, policy := range []middleware.MissingKeyPolicy{middleware.RejectMissingKey, middleware.ProcessWithoutDedup} {
+	for _, policy := range []delivery.MissingKeyPolicy{delivery.RejectMissingKey, delivery.ProcessWithoutDedup} {
 		id, err := middleware.Identity(ex, policy)
 		require.NoError(t, err)
 		ran := false

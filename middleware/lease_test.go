@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
@@ -54,7 +55,7 @@ func TestDedupLeaseLostCancelsHandler(t *testing.T) {
 				_, final := dlq.AsFinal(err)
 				require.False(t, final, "a lost lease is never dead-lettered")
 				require.NotErrorIs(t, err, context.Canceled, "the handler's error is not classified")
-				require.Equal(t, middleware.OutcomeLeaseLost, c.lastOutcome())
+				require.Equal(t, delivery.OutcomeLeaseLost, c.lastOutcome())
 				require.Zero(t, store.completes.Load(), "no Complete on a lost lease")
 				require.Zero(t, store.releases.Load(), "no Release on a lost lease")
 			})
@@ -106,6 +107,6 @@ func TestDedupHungExtendDoesNotDelayComplete(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the delivery did not end while an Extend hangs: Complete waits for it")
 	}
-	require.Equal(t, middleware.OutcomeProcessed, c.lastOutcome())
+	require.Equal(t, delivery.OutcomeProcessed, c.lastOutcome())
 	require.Equal(t, int32(1), store.completes.Load())
 }

@@ -10,8 +10,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
-	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/propagate"
 )
@@ -29,18 +29,18 @@ type metrics struct {
 
 type attrKey struct {
 	topic, handler string
-	outcome        chain.Outcome
+	outcome        delivery.Outcome
 }
 
 // attrs returns the measurement option of the attributes topic, handler
 // and outcome.
-func (m *metrics) attrs(topic, handler string, o chain.Outcome) metric.MeasurementOption {
+func (m *metrics) attrs(topic, handler string, o delivery.Outcome) metric.MeasurementOption {
 	k := attrKey{topic, handler, o}
 	if v, ok := m.opts.Load(k); ok {
 		return v.(metric.MeasurementOption)
 	}
 	v, _ := m.opts.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(
-		chain.AttrTopic.String(topic), chain.AttrHandler.String(handler), chain.AttrMetricOutcome.String(string(o)))))
+		AttrTopic.String(topic), AttrHandler.String(handler), AttrMetricOutcome.String(string(o)))))
 	return v.(metric.MeasurementOption)
 }
 
@@ -60,17 +60,17 @@ func (m *metrics) attrs(topic, handler string, o chain.Outcome) metric.Measureme
 // surely.dead_letters and surely.dead_letter.publish_failures, and the
 // histograms surely.handler.duration and surely.end_to_end.latency (in
 // seconds). Each carries the attributes topic, handler and outcome (a
-// handler.Outcome); surely.dead_letters also reason (a dlq.Reason). No
+// delivery.Outcome); surely.dead_letters also reason (a dlq.Reason). No
 // attribute ever holds a key, a UUID or another value of unbounded
 // cardinality.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		if mp == nil {
 			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
 		}
 		s.Put(options.MeterProvider, mp)
 		return nil
-	}
+	})
 }
 
 func newMetrics(m metric.Meter) (*metrics, error) {
@@ -83,23 +83,23 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 			*dst, err = m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
 		}
 	}
-	counter(&ms.processed, chain.MetricProcessed, "Messages whose effect committed, then acked.", "{message}")
-	counter(&ms.duplicates, chain.MetricDuplicates, "Deliveries of an operation already done: acked without running the handler.", "{message}")
-	counter(&ms.inProgress, chain.MetricInProgress, "Deliveries that found the operation leased by another live owner: nacked with a delay.", "{message}")
-	counter(&ms.conflicts, chain.MetricConflicts, "Messages whose key was first seen with another payload: dead-lettered.", "{message}")
-	counter(&ms.takeovers, chain.MetricLeaseTakeovers, "Claims that took over an expired lease: the previous owner died or hung (previous attempt unknown).", "{claim}")
-	counter(&ms.leaseLost, chain.MetricLeaseLost, "Attempts whose Complete was refused by fencing: their lease had been taken over.", "{attempt}")
-	counter(&ms.retries, chain.MetricRetries, "Attempts that failed transiently and were retried, in process or by redelivery.", "{attempt}")
-	counter(&ms.deadLetters, chain.MetricDeadLetters, "Messages published to the dead letter, then acked.", "{message}")
-	counter(&ms.deadLetterFailures, chain.MetricDeadLetterFailures, "Dead-letter publishes that failed: the source was nacked.", "{message}")
+	counter(&ms.processed, MetricProcessed, "Messages whose effect committed, then acked.", "{message}")
+	counter(&ms.duplicates, MetricDuplicates, "Deliveries of an operation already done: acked without running the handler.", "{message}")
+	counter(&ms.inProgress, MetricInProgress, "Deliveries that found the operation leased by another live owner: nacked with a delay.", "{message}")
+	counter(&ms.conflicts, MetricConflicts, "Messages whose key was first seen with another payload: dead-lettered.", "{message}")
+	counter(&ms.takeovers, MetricLeaseTakeovers, "Claims that took over an expired lease: the previous owner died or hung (previous attempt unknown).", "{claim}")
+	counter(&ms.leaseLost, MetricLeaseLost, "Attempts whose Complete was refused by fencing: their lease had been taken over.", "{attempt}")
+	counter(&ms.retries, MetricRetries, "Attempts that failed transiently and were retried, in process or by redelivery.", "{attempt}")
+	counter(&ms.deadLetters, MetricDeadLetters, "Messages published to the dead letter, then acked.", "{message}")
+	counter(&ms.deadLetterFailures, MetricDeadLetterFailures, "Dead-letter publishes that failed: the source was nacked.", "{message}")
 	if err != nil {
 		return nil, err
 	}
-	if ms.duration, err = m.Float64Histogram(chain.MetricHandlerDuration, metric.WithUnit("s"),
+	if ms.duration, err = m.Float64Histogram(MetricHandlerDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time one delivery spent in the chain, all its in-process attempts included.")); err != nil {
 		return nil, err
 	}
-	if ms.latency, err = m.Float64Histogram(chain.MetricEndToEndLatency, metric.WithUnit("s"),
+	if ms.latency, err = m.Float64Histogram(MetricEndToEndLatency, metric.WithUnit("s"),
 		metric.WithDescription("Time from the message's first publish (propagate.KeyPublishedAt) to the end of this delivery.")); err != nil {
 		return nil, err
 	}
@@ -110,26 +110,26 @@ func newMetrics(m metric.Meter) (*metrics, error) {
 func (m *metrics) record(ctx context.Context, msg *message.Message, rep *report, d time.Duration) {
 	opt := m.attrs(message.SubscribeTopicFromCtx(ctx), message.HandlerNameFromCtx(ctx), rep.outcome)
 	switch rep.outcome {
-	case chain.OutcomeProcessed, chain.OutcomeUnprocessed:
+	case delivery.OutcomeProcessed, delivery.OutcomeProcessedWithoutDedup:
 		m.processed.Add(ctx, 1, opt)
-	case chain.OutcomeDuplicate:
+	case delivery.OutcomeDuplicate:
 		m.duplicates.Add(ctx, 1, opt)
-	case chain.OutcomeInProgress:
+	case delivery.OutcomeInProgress:
 		m.inProgress.Add(ctx, 1, opt)
-	case chain.OutcomeLeaseLost:
+	case delivery.OutcomeLeaseLost:
 		m.leaseLost.Add(ctx, 1, opt)
-	case chain.OutcomeDeadLettered:
-		m.deadLetters.Add(ctx, 1, opt, metric.WithAttributes(chain.AttrReason.String(rep.reason)))
+	case delivery.OutcomeDeadLettered:
+		m.deadLetters.Add(ctx, 1, opt, metric.WithAttributes(AttrReason.String(rep.reason)))
 		if rep.reason == string(dlq.ReasonConflict) {
 			m.conflicts.Add(ctx, 1, opt)
 		}
-	case chain.OutcomeDeadLetterFailed:
+	case delivery.OutcomeDeadLetterFailed:
 		m.deadLetterFailures.Add(ctx, 1, opt)
 	}
 	// Every in-process attempt but the last was a transient failure that
 	// Retry retried; the last one too when the delivery ends in retry.
 	retried := max(rep.attempts, 1) - 1
-	if rep.outcome == chain.OutcomeRetry {
+	if rep.outcome == delivery.OutcomeRetry {
 		retried++
 	}
 	if retried > 0 {

@@ -10,32 +10,32 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/surely-dev/surely/internal/chain"
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/internal/options"
 )
 
 type observeConfig struct {
 	logger    *slog.Logger
 	loggerSet bool
-	onOutcome func(context.Context, chain.OutcomeParams) chain.OutcomeResult
+	onOutcome func(context.Context, delivery.OutcomeParams) delivery.OutcomeResult
 	metrics   *metrics // nil: no metrics
 }
 
 // WithOnOutcome calls fn once per delivery with its outcome, after the
-// chain decided it: fn takes a handler.OutcomeParams and returns a
-// handler.OutcomeResult (the types are package handler's; see "Types named
-// in package handler" in the package doc). A panic in fn is recovered and logged at error level
+// chain decided it: fn takes a delivery.OutcomeParams and returns a
+// delivery.OutcomeResult (handler.WithOnOutcome takes the same callback).
+// A panic in fn is recovered and logged at error level
 // (to slog.Default() without WithLogger); it changes nothing about the
 // delivery, which is acked or nacked as the chain decided. Taken by
 // Observe.
-func WithOnOutcome(fn func(context.Context, chain.OutcomeParams) chain.OutcomeResult) Option {
-	return func(s *options.Set) error {
+func WithOnOutcome(fn func(context.Context, delivery.OutcomeParams) delivery.OutcomeResult) Option {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		if fn == nil {
 			return fmt.Errorf("%w: nil outcome callback", ErrInvalidOption)
 		}
 		s.Put(optOnOutcome, fn)
 		return nil
-	}
+	})
 }
 
 // Observe gives the inner steps a place to report how the delivery ended
@@ -57,10 +57,10 @@ func Observe(opts ...Option) (message.HandlerMiddleware, error) {
 	c := observeConfig{
 		logger:    options.Get(set, options.Logger, slog.New(slog.DiscardHandler)),
 		loggerSet: set.Has(options.Logger),
-		onOutcome: options.Get[func(context.Context, chain.OutcomeParams) chain.OutcomeResult](set, optOnOutcome, nil),
+		onOutcome: options.Get[func(context.Context, delivery.OutcomeParams) delivery.OutcomeResult](set, optOnOutcome, nil),
 	}
 	if mp := options.Get[metric.MeterProvider](set, options.MeterProvider, nil); mp != nil {
-		if c.metrics, err = newMetrics(mp.Meter(chain.ScopeName)); err != nil {
+		if c.metrics, err = newMetrics(mp.Meter(ScopeName)); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 	}
@@ -80,7 +80,7 @@ func Observe(opts ...Option) (message.HandlerMiddleware, error) {
 				c.metrics.record(ctx, msg, rep, d)
 			}
 			if c.onOutcome != nil {
-				c.callOnOutcome(lctx, chain.OutcomeParams{
+				c.callOnOutcome(lctx, delivery.OutcomeParams{
 					Msg: msg, Outcome: rep.outcome, Attempts: rep.attempts, Attempt: rep.attempt,
 					Reason: rep.reason, Cause: rep.cause, Err: err, Duration: d,
 					Key: rep.op.Key, Namespace: rep.op.Namespace, Previous: rep.op.Previous,
@@ -96,7 +96,7 @@ func Observe(opts ...Option) (message.HandlerMiddleware, error) {
 // the delivery keeps the chain's verdict. Were the panic to escape, the
 // router would nack a message already processed or dead-lettered, and
 // every redelivery would panic again, without end.
-func (c *observeConfig) callOnOutcome(ctx context.Context, p chain.OutcomeParams) {
+func (c *observeConfig) callOnOutcome(ctx context.Context, p delivery.OutcomeParams) {
 	defer func() {
 		if pe := recovered(recover(), "outcome callback"); pe != nil {
 			l := c.logger
@@ -110,23 +110,23 @@ func (c *observeConfig) callOnOutcome(ctx context.Context, p chain.OutcomeParams
 	c.onOutcome(ctx, p)
 }
 
-func fallbackOutcome(ctx context.Context, err error) chain.Outcome {
+func fallbackOutcome(ctx context.Context, err error) delivery.Outcome {
 	switch {
 	case err == nil:
-		return chain.OutcomeProcessed
+		return delivery.OutcomeProcessed
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
-		return chain.OutcomeCanceled
+		return delivery.OutcomeCanceled
 	default:
-		return chain.OutcomeRetry
+		return delivery.OutcomeRetry
 	}
 }
 
 func (c *observeConfig) log(ctx context.Context, msg *message.Message, rep *report, err error) {
 	level := slog.LevelDebug
 	switch rep.outcome {
-	case chain.OutcomeDeadLettered, chain.OutcomeDeadLetterFailed, chain.OutcomeLeaseLost, chain.OutcomePaused:
+	case delivery.OutcomeDeadLettered, delivery.OutcomeDeadLetterFailed, delivery.OutcomeLeaseLost, delivery.OutcomePaused:
 		level = slog.LevelWarn
-	case chain.OutcomeRetry:
+	case delivery.OutcomeRetry:
 		level = slog.LevelInfo
 	}
 	if !c.logger.Enabled(ctx, level) {

@@ -11,8 +11,13 @@ import (
 // type. Each option says which step takes it; a step given an option it
 // does not take fails with an error wrapping ErrInvalidOption (an option
 // that does not apply is a configuration error, never silently ignored),
-// as does an option that rejects its value.
-type Option func(*options.Set) error
+// as does an option that rejects its value. Only the With functions of
+// this package make one.
+type Option interface{ option }
+
+// option hides an Option's methods: only the With functions of surely's
+// packages make one.
+type option = options.Option[options.Middleware]
 
 // Names of this package's own options; the shared ones (WithLogger,
 // WithMeterProvider) are in internal/options.
@@ -40,11 +45,11 @@ const (
 //     Records are logged with the message context, so trace IDs
 //     correlate.
 func WithLogger(l *slog.Logger) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		if l == nil {
 			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 		}
 		s.Put(options.Logger, l)
 		return nil
-	}
+	})
 }

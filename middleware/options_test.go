@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/middleware"
 )
@@ -24,8 +25,8 @@ func TestStepsRefuseOptionsTheyDoNotTake(t *testing.T) {
 	require.NoError(t, err)
 	tp := noop.NewTracerProvider()
 	logger := slog.New(slog.DiscardHandler)
-	onOutcome := func(context.Context, middleware.OutcomeParams) middleware.OutcomeResult {
-		return middleware.OutcomeResult{}
+	onOutcome := func(context.Context, delivery.OutcomeParams) delivery.OutcomeResult {
+		return delivery.OutcomeResult{}
 	}
 
 	// WithLogger means the same for both steps that log.

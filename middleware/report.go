@@ -5,8 +5,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/opctx"
 )
 
@@ -16,7 +16,7 @@ import (
 type report struct {
 	// op is the operation slot Identity fills, saving it an allocation.
 	op       opctx.Op
-	outcome  chain.Outcome
+	outcome  delivery.Outcome
 	attempts int // attempts run in this delivery
 	attempt  int // durable attempt number of the last one
 	reason   string
@@ -45,7 +45,7 @@ func withReport(ctx context.Context) (context.Context, *report) {
 	return context.WithValue(ctx, reportKey{}, r), r
 }
 
-func setOutcome(ctx context.Context, o chain.Outcome) {
+func setOutcome(ctx context.Context, o delivery.Outcome) {
 	if r := reportFrom(ctx); r != nil {
 		r.outcome = o
 	}

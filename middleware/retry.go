@@ -11,7 +11,6 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/retry"
 )
@@ -67,7 +66,7 @@ func Retry(policy *retry.Policy, breaker *retry.Breaker) (message.HandlerMiddlew
 				if breaker != nil {
 					permit = breaker.Allow()
 					if !permit.Allowed {
-						setOutcome(ctx, chain.OutcomePaused)
+						setOutcome(ctx, delivery.OutcomePaused)
 						nackAfter(ctx, permit.Wait)
 						return nil, ErrPaused
 					}
@@ -96,7 +95,7 @@ func Retry(policy *retry.Policy, breaker *retry.Breaker) (message.HandlerMiddlew
 					nackAfter(ctx, wait)
 					return nil, err
 				}
-				setOutcome(ctx, chain.OutcomeRetry)
+				setOutcome(ctx, delivery.OutcomeRetry)
 				delay := policy.Delay(durableAttempt(ctx, rep, n), err)
 				if n >= policy.InProcessAttempts() || time.Since(start)+delay > policy.MaxInProcessTime() {
 					// A retry.After delay is a promise ("not before d"):

@@ -42,7 +42,7 @@ func TestPanicCallSite(t *testing.T) {
 	want := fmt.Sprintf("middleware_test.chargePanics (site_test.go:%d)", int(pe.Value.(declinedAt)))
 	require.Equal(t, want, envelope.ErrorSite(err, nil))
 	dead := dlq.Wrap(src, dlq.FailureFrom(err), nil, "", "")
-	require.Equal(t, want, dead.Metadata.Get(envelope.KeyErrorSite))
+	require.Equal(t, want, dead.Metadata.Get(dlq.KeyErrorSite))
 
 	src = leaseMsg("u-2", "k-1", `{}`)
 	_, err = h(src)
@@ -51,5 +51,5 @@ func TestPanicCallSite(t *testing.T) {
 	require.ErrorIs(t, err, middleware.ErrExhausted)
 	require.NotErrorAs(t, err, &pe, "the panic is known from the history only")
 	dead = dlq.Wrap(src, dlq.FailureFrom(fe), nil, "", "")
-	require.Equal(t, want, dead.Metadata.Get(envelope.KeyErrorSite))
+	require.Equal(t, want, dead.Metadata.Get(dlq.KeyErrorSite))
 }

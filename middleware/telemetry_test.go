@@ -21,10 +21,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/faults"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/propagate"
@@ -312,15 +312,15 @@ func TestTraceDeadLetterSpanAndReplayLink(t *testing.T) {
 
 	env := r.dead.Published(deadTopic)
 	require.Len(t, env, 1)
-	tp := env[0].Metadata.Get(envelope.KeyDeadLetterTraceparent)
+	tp := env[0].Metadata.Get(dlq.KeyDeadLetterTraceparent)
 	assert.Equal(t, middleware.Traceparent(dl.SpanContext()), tp)
-	assert.Equal(t, a.SpanContext().SpanID().String(), env[0].Metadata.Get(envelope.KeySpanID), "the envelope names the failing attempt")
+	assert.Equal(t, a.SpanContext().SpanID().String(), env[0].Metadata.Get(dlq.KeySpanID), "the envelope names the failing attempt")
 	assert.Equal(t, msg.Metadata.Get("traceparent"), env[0].Metadata.Get("traceparent"), "original metadata kept byte for byte")
 
 	// A replay republishes with the dead-letter span as its link.
 	replayed := setup(t, failTimes(0, nil), 3)
 	again := redeliver(msg)
-	again.Metadata.Set(envelope.KeyReplayLink, tp)
+	again.Metadata.Set(dlq.KeyReplayLink, tp)
 	_, err = replayed.h(again)
 	require.NoError(t, err)
 	rs := replayed.spans("process")

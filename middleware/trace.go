@@ -15,7 +15,6 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/chain"
 	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/opctx"
 	"github.com/surely-dev/surely/internal/options"
@@ -32,31 +31,31 @@ type tracing struct {
 // (default propagation.TraceContext{}, W3C traceparent and tracestate). It
 // must match the producer's (see package propagate). Taken by Trace.
 func WithPropagator(p propagation.TextMapPropagator) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		if p == nil {
 			return fmt.Errorf("%w: nil propagator", ErrInvalidOption)
 		}
 		s.Put(optPropagator, p)
 		return nil
-	}
+	})
 }
 
 // WithMessagingSystem sets messaging.system ("nats", "rabbitmq", "kafka",
 // "aws_sqs", ...; default "watermill"). Taken by Trace.
 func WithMessagingSystem(name string) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Middleware](func(s *options.Set) error {
 		if name == "" {
 			return fmt.Errorf("%w: empty messaging system", ErrInvalidOption)
 		}
 		s.Put(optSystem, name)
 		return nil
-	}
+	})
 }
 
 // WithConsumerGroup sets messaging.consumer.group.name (default: none).
 // Taken by Trace.
 func WithConsumerGroup(group string) Option {
-	return func(s *options.Set) error { s.Put(optConsumerGroup, group); return nil }
+	return options.Func[options.Middleware](func(s *options.Set) error { s.Put(optConsumerGroup, group); return nil })
 }
 
 // Trace is the outermost surely step: one "process <topic>" span of kind
@@ -111,7 +110,7 @@ func Trace(tp trace.TracerProvider, opts ...Option) (message.HandlerMiddleware, 
 		return nil, err
 	}
 	t := &tracing{
-		tracer: tp.Tracer(chain.ScopeName),
+		tracer: tp.Tracer(ScopeName),
 		prop:   options.Get[propagation.TextMapPropagator](set, optPropagator, propagation.TraceContext{}),
 		system: options.Get(set, optSystem, "watermill"),
 		group:  options.Get(set, optConsumerGroup, ""),
@@ -137,7 +136,7 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 		base, rep := withReport(ctx)
 		ts := &traceState{t: t, msg: msg, parent: trace.SpanFromContext(ctx), topic: message.SubscribeTopicFromCtx(ctx)}
 		ts.creation = t.creation(msg)
-		if v := msg.Metadata.Get(envelope.KeyReplayLink); v != "" {
+		if v := msg.Metadata.Get(dlq.KeyReplayLink); v != "" {
 			ts.replay = parseTraceparent(v)
 		}
 		rep.trace = ts
@@ -148,7 +147,7 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 			if !returned { // a panic passes through (the router recovers it and nacks)
 				msg.SetContext(ctx)
 				ts.span.SetStatus(codes.Error, "panic")
-				ts.end(chain.OutcomeRetry, "")
+				ts.end(delivery.OutcomeRetry, "")
 				rep.trace = nil
 			}
 		}()
@@ -160,8 +159,8 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 			ts.recordError(err)
 		}
 		outcome := rep.outcome
-		if outcome == chain.OutcomePaused && ts.ran {
-			outcome = chain.OutcomeRetry // the paused wait came after a failed attempt
+		if outcome == delivery.OutcomePaused && ts.ran {
+			outcome = delivery.OutcomeRetry // the paused wait came after a failed attempt
 		}
 		ts.end(outcome, rep.reason)
 		rep.trace = nil
@@ -172,7 +171,7 @@ func (t *tracing) middleware(h message.HandlerFunc) message.HandlerFunc {
 // settle gives the report its final outcome when no step set one, or when
 // the chain failed after a step reported success.
 func settle(ctx context.Context, rep *report, err error) {
-	if rep.outcome == "" || (err != nil && (rep.outcome == chain.OutcomeProcessed || rep.outcome == chain.OutcomeDuplicate)) {
+	if rep.outcome == "" || (err != nil && (rep.outcome == delivery.OutcomeProcessed || rep.outcome == delivery.OutcomeDuplicate)) {
 		rep.outcome = fallbackOutcome(ctx, err)
 	}
 }
@@ -202,15 +201,15 @@ func (ts *traceState) start(ctx context.Context) {
 	t := ts.t
 	links := make([]trace.Link, 0, 3)
 	if ts.creation.IsValid() {
-		links = append(links, trace.Link{SpanContext: ts.creation, Attributes: []attribute.KeyValue{chain.AttrLink.String(chain.LinkCreation)}})
+		links = append(links, trace.Link{SpanContext: ts.creation, Attributes: []attribute.KeyValue{AttrLink.String(LinkCreation)}})
 	}
 	if ts.n == 0 && ts.replay.IsValid() {
-		links = append(links, trace.Link{SpanContext: ts.replay, Attributes: []attribute.KeyValue{chain.AttrLink.String(chain.LinkDeadLetter)}})
+		links = append(links, trace.Link{SpanContext: ts.replay, Attributes: []attribute.KeyValue{AttrLink.String(LinkDeadLetter)}})
 	}
 	if ts.prev.IsValid() {
-		la := []attribute.KeyValue{chain.AttrLink.String(chain.LinkPreviousAttempt)}
+		la := []attribute.KeyValue{AttrLink.String(LinkPreviousAttempt)}
 		if ts.prevAttempt > 0 {
-			la = append(la, chain.AttrAttempt.Int(ts.prevAttempt))
+			la = append(la, AttrAttempt.Int(ts.prevAttempt))
 		}
 		links = append(links, trace.Link{SpanContext: ts.prev, Attributes: la})
 	}
@@ -226,7 +225,7 @@ func (ts *traceState) start(ctx context.Context) {
 		attrs = append(attrs, semconv.MessagingConsumerGroupName(t.group))
 	}
 	if info, ok := delivery.InfoFrom(ctx); ok && info.Count > 0 {
-		attrs = append(attrs, chain.AttrDeliveryCount.Int(info.Count))
+		attrs = append(attrs, AttrDeliveryCount.Int(info.Count))
 	}
 	ctx = trace.ContextWithSpan(ctx, ts.parent)
 	name := "process"
@@ -239,10 +238,10 @@ func (ts *traceState) start(ctx context.Context) {
 	ts.errRecorded, ts.attempt = false, 0
 }
 
-func (ts *traceState) end(o chain.Outcome, reason string) {
-	ts.span.SetAttributes(chain.AttrOutcome.String(spanOutcome(o, reason)))
-	if o == chain.OutcomeDeadLettered && reason != "" {
-		ts.span.SetAttributes(chain.AttrDeadLetterReason.String(reason))
+func (ts *traceState) end(o delivery.Outcome, reason string) {
+	ts.span.SetAttributes(AttrOutcome.String(spanOutcome(o, reason)))
+	if o == delivery.OutcomeDeadLettered && reason != "" {
+		ts.span.SetAttributes(AttrDeadLetterReason.String(reason))
 	}
 	ts.span.End()
 	ts.prev, ts.prevAttempt = ts.span.SpanContext(), ts.attempt
@@ -253,7 +252,7 @@ func (ts *traceState) end(o chain.Outcome, reason string) {
 // span (outcome retry) and starts a new one linked to it.
 func (ts *traceState) runAttempt(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
 	if ts.ran {
-		ts.end(chain.OutcomeRetry, "") // Retry goes on only after a transient failure
+		ts.end(delivery.OutcomeRetry, "") // Retry goes on only after a transient failure
 		ts.start(msg.Context())
 		msg.SetContext(ts.ctx) // Retry restores its own context after the attempt
 	}
@@ -267,9 +266,9 @@ func (ts *traceState) runAttempt(h message.HandlerFunc, msg *message.Message) ([
 // on a redelivery, links it to the previous attempt's span from the ledger.
 func (ts *traceState) claimed(ctx context.Context, store idempotency.Store, op *opctx.Op) {
 	ts.attempt = op.Attempt
-	ts.span.SetAttributes(chain.AttrOperationKey.String(op.Key), chain.AttrAttempt.Int(op.Attempt))
+	ts.span.SetAttributes(AttrOperationKey.String(op.Key), AttrAttempt.Int(op.Attempt))
 	if op.Previous != "" {
-		ts.span.SetAttributes(chain.AttrPrevious.String(string(op.Previous)))
+		ts.span.SetAttributes(AttrPrevious.String(string(op.Previous)))
 	}
 	if op.Attempt <= 1 || (ts.prev.IsValid() && ts.prevAttempt == op.Attempt-1) {
 		return // first attempt, or the previous one ran in this delivery (linked at start)
@@ -290,9 +289,9 @@ func (ts *traceState) claimed(ctx context.Context, store idempotency.Store, op *
 		if !sc.IsValid() {
 			return
 		}
-		la := []attribute.KeyValue{chain.AttrLink.String(chain.LinkPreviousAttempt), chain.AttrAttempt.Int(a.Attempt)}
+		la := []attribute.KeyValue{AttrLink.String(LinkPreviousAttempt), AttrAttempt.Int(a.Attempt)}
 		if a.Result != "" {
-			la = append(la, chain.AttrPrevious.String(string(a.Result)))
+			la = append(la, AttrPrevious.String(string(a.Result)))
 		}
 		ts.span.AddLink(trace.Link{SpanContext: sc, Attributes: la})
 		return
@@ -343,14 +342,14 @@ func spanError(err error) bool {
 }
 
 // spanOutcome maps a delivery outcome to surely.outcome.
-func spanOutcome(o chain.Outcome, reason string) string {
+func spanOutcome(o delivery.Outcome, reason string) string {
 	switch {
-	case o == chain.OutcomeDeadLettered && reason == string(dlq.ReasonConflict):
+	case o == delivery.OutcomeDeadLettered && reason == string(dlq.ReasonConflict):
 		return "conflict"
-	case o == chain.OutcomeUnprocessed:
-		return string(chain.OutcomeProcessed)
+	case o == delivery.OutcomeProcessedWithoutDedup:
+		return string(delivery.OutcomeProcessed)
 	case o == "":
-		return string(chain.OutcomeRetry)
+		return string(delivery.OutcomeRetry)
 	}
 	return string(o)
 }
@@ -382,7 +381,7 @@ func startDeadLetter(ctx context.Context, msg *message.Message, f *dlq.Failure, 
 			semconv.MessagingOperationTypeSend,
 			semconv.MessagingOperationName("dead_letter"),
 			semconv.MessagingMessageID(envelope.DeadLetterUUID(msg.UUID)),
-			chain.AttrDeadLetterReason.String(string(f.Reason)),
+			AttrDeadLetterReason.String(string(f.Reason)),
 		))
 	f.Traceparent = traceparent(span.SpanContext())
 	return ctx, span //nolint:spancheck // the caller ends it with endDeadLetter

@@ -37,25 +37,25 @@ const (
 // subscriber (default: discard). Failed publishes are logged at error
 // level. A Forwarder option.
 func WithLogger(l *slog.Logger) Option {
-	return func(s *options.Set) error { return s.PutLogger(ErrInvalidOption, l) }
+	return options.Func[options.Outbox](func(s *options.Set) error { return s.PutLogger(ErrInvalidOption, l) })
 }
 
 // WithPollInterval sets how long an idle forwarder waits before it looks
 // for new rows again (default 1s): the latency of an event published while
 // the outbox is empty. Each look is one short transaction.
 func WithPollInterval(d time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Outbox](func(s *options.Set) error {
 		return s.PutAtLeast(ErrInvalidOption, optPoll, "poll interval", d, time.Millisecond)
-	}
+	})
 }
 
 // WithRetryInterval sets how long the forwarder waits before it publishes
 // an event again after its publisher failed, and before it queries again
 // after a database error (default 1s). It retries for as long as it runs.
 func WithRetryInterval(d time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Outbox](func(s *options.Set) error {
 		return s.PutAtLeast(ErrInvalidOption, optRetry, "retry interval", d, time.Millisecond)
-	}
+	})
 }
 
 // WithPublishTimeout sets how long the forwarding of one event (its publish
@@ -68,9 +68,9 @@ func WithRetryInterval(d time.Duration) Option {
 // doc); it must stay above the longest successful publish, or the event is
 // sent again: a duplicate, never a loss.
 func WithPublishTimeout(d time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Outbox](func(s *options.Set) error {
 		return s.PutAtLeast(ErrInvalidOption, optTimeout, "publish timeout", d, time.Millisecond)
-	}
+	})
 }
 
 // Forwarder publishes the committed events of an outbox to their

@@ -43,8 +43,12 @@ type Outbox struct {
 // Option configures New (WithTable) or Outbox.Forwarder (the other
 // options). Every option validates its argument; an invalid one, or one
 // the constructor does not take, makes it fail with an error wrapping
-// ErrInvalidOption.
-type Option func(*options.Set) error
+// ErrInvalidOption. Only the With functions of this package make one.
+type Option interface{ option }
+
+// option hides an Option's methods: only the With functions of surely's
+// packages make one.
+type option = options.Option[options.Outbox]
 
 const optTable = "WithTable"
 
@@ -57,13 +61,13 @@ var tableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
 // schema, set the connection's search_path. It is also the forwarder's
 // watermill topic. Each outbox (table) has its own forwarders.
 func WithTable(name string) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Outbox](func(s *options.Set) error {
 		if !tableRE.MatchString(name) {
 			return fmt.Errorf("%w: table name %q must match [a-z_][a-z0-9_]{0,47}", ErrInvalidOption, name)
 		}
 		s.Put(optTable, name)
 		return nil
-	}
+	})
 }
 
 // New returns an outbox on db, a PostgreSQL database (13 or later) opened

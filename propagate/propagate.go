@@ -42,20 +42,26 @@ type Publisher struct {
 	fields []string
 }
 
-// Option configures a Publisher.
-type Option func(*Publisher) error
+// Option configures a Publisher. Only the With functions of this package
+// make one.
+type Option interface{ apply(*Publisher) error }
+
+// optionFunc is an Option made of a function.
+type optionFunc func(*Publisher) error
+
+func (f optionFunc) apply(p *Publisher) error { return f(p) }
 
 // WithKeyMetadata sets the metadata entry of the operation key (default
 // idempotency.DefaultMetadataKey, "idempotency_key"). It must match the
 // consumer's extractor.
 func WithKeyMetadata(name string) Option {
-	return func(p *Publisher) error {
+	return optionFunc(func(p *Publisher) error {
 		if name == "" {
 			return fmt.Errorf("%w: empty key metadata name", ErrInvalidOption)
 		}
 		p.field = name
 		return nil
-	}
+	})
 }
 
 // WithKey sets how the key of a message without one is made (default: the
@@ -63,37 +69,37 @@ func WithKeyMetadata(name string) Option {
 // the payload), never from the time or a random source, so that a copy
 // gets the same key.
 func WithKey(fn func(msg *message.Message) (string, error)) Option {
-	return func(p *Publisher) error {
+	return optionFunc(func(p *Publisher) error {
 		if fn == nil {
 			return fmt.Errorf("%w: nil key function", ErrInvalidOption)
 		}
 		p.key = fn
 		return nil
-	}
+	})
 }
 
 // WithPropagator sets how the trace context is written (default
 // propagation.TraceContext{}, W3C traceparent and tracestate). The
 // consumer must use the same one.
 func WithPropagator(prop propagation.TextMapPropagator) Option {
-	return func(p *Publisher) error {
+	return optionFunc(func(p *Publisher) error {
 		if prop == nil {
 			return fmt.Errorf("%w: nil propagator", ErrInvalidOption)
 		}
 		p.prop = prop
 		return nil
-	}
+	})
 }
 
 // WithClock sets the clock of KeyPublishedAt (default time.Now).
 func WithClock(now func() time.Time) Option {
-	return func(p *Publisher) error {
+	return optionFunc(func(p *Publisher) error {
 		if now == nil {
 			return fmt.Errorf("%w: nil clock", ErrInvalidOption)
 		}
 		p.now = now
 		return nil
-	}
+	})
 }
 
 // NewPublisher wraps pub. surely never closes pub: Close on the returned
@@ -107,7 +113,10 @@ func NewPublisher(pub message.Publisher, opts ...Option) (*Publisher, error) {
 		prop: propagation.TraceContext{}, now: time.Now,
 	}
 	for _, o := range opts {
-		if err := o(p); err != nil {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+		}
+		if err := o.apply(p); err != nil {
 			return nil, err
 		}
 	}

@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/faults"
-	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/propagate"
 )
 
@@ -85,7 +85,7 @@ func TestBadKeysAreRejectedAndNothingIsPublished(t *testing.T) {
 		fn   func(*message.Message) (string, error)
 	}{
 		"empty UUID":        {uuid: ""},
-		"too long key":      {uuid: "u", key: strings.Repeat("k", idem.MaxKeyLen+1)},
+		"too long key":      {uuid: "u", key: strings.Repeat("k", defaults.MaxKeyLen+1)},
 		"control character": {uuid: "u", key: "a\x00b"},
 		"key function fails": {uuid: "u", fn: func(*message.Message) (string, error) {
 			return "", errors.New("no order id in payload")
@@ -145,6 +145,7 @@ func TestOptionsAreValidated(t *testing.T) {
 	require.ErrorIs(t, err, propagate.ErrInvalidOption)
 	for _, o := range []propagate.Option{
 		propagate.WithKeyMetadata(""), propagate.WithKey(nil), propagate.WithPropagator(nil), propagate.WithClock(nil),
+		nil, // a nil option is refused, as in every other family
 	} {
 		_, err := propagate.NewPublisher(faults.NewPublisher(0), o)
 		require.ErrorIs(t, err, propagate.ErrInvalidOption)

@@ -186,13 +186,13 @@ func WithMinSamples(n int) Option { return atLeastOne(optMinSamples, n) }
 // WithThreshold sets the ratio of transient failures in the window that
 // opens the breaker. Default 0.8; 0 < ratio <= 1. Taken by [NewBreaker].
 func WithThreshold(ratio float64) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Retry](func(s *options.Set) error {
 		if !(ratio > 0 && ratio <= 1) { // also rejects NaN
 			return fmt.Errorf("%w: WithThreshold(%v): must be in (0, 1]", ErrInvalidOption, ratio)
 		}
 		s.Put(optThreshold, ratio)
 		return nil
-	}
+	})
 }
 
 // WithCooldown sets how long the breaker stays open before it lets a probe
@@ -203,13 +203,13 @@ func WithThreshold(ratio float64) Option {
 // A probe that is never recorded (a caller that lost its Permit) is given up
 // after max, so that a lost probe cannot keep the breaker half-open forever.
 func WithCooldown(initial, maxCooldown time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Retry](func(s *options.Set) error {
 		if initial <= 0 || maxCooldown < initial {
 			return fmt.Errorf("%w: WithCooldown(%v, %v): need 0 < initial <= max", ErrInvalidOption, initial, maxCooldown)
 		}
 		s.Put(optCooldown, bounds{initial, maxCooldown})
 		return nil
-	}
+	})
 }
 
 // State returns the current state. An open breaker whose cooldown has passed

@@ -74,7 +74,7 @@
 //     backoff delay capped at MaxInProcessTime, an [After] delay whole).
 //
 // Every in-process attempt counts against the durable budget too, for a
-// message without a key (handler.ProcessWithoutDedup) as for a keyed
+// message without a key (delivery.ProcessWithoutDedup) as for a keyed
 // one; a delivery the breaker paused, which ran nothing, counts for
 // neither.
 //

@@ -38,8 +38,13 @@ type Policy struct {
 // option says which one takes it. An Option that rejects its value returns
 // an error wrapping [ErrInvalidOption], and so does a constructor given an
 // option it does not take (an option that does not apply is a
-// configuration error, never silently ignored).
-type Option func(*options.Set) error
+// configuration error, never silently ignored). Only the With functions of
+// this package make one.
+type Option interface{ option }
+
+// option hides an Option's methods: only the With functions of surely's
+// packages make one.
+type option = options.Option[options.Retry]
 
 // Names of the options.
 const (
@@ -105,13 +110,13 @@ func WithInProcessAttempts(n int) Option { return atLeastOne(optInProcessAttempt
 // atLeastOne is the option name (its own name, "WithWindow") of a count n,
 // which must be at least 1.
 func atLeastOne(name string, n int) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Retry](func(s *options.Set) error {
 		if n < 1 {
 			return fmt.Errorf("%w: %s(%d): must be >= 1", ErrInvalidOption, name, n)
 		}
 		s.Put(name, n)
 		return nil
-	}
+	})
 }
 
 // WithBackoff sets the bounds of the exponential backoff (multiplier 2, equal
@@ -120,13 +125,13 @@ func atLeastOne(name string, n int) Option {
 // 0 <= initial <= max; initial 0 retries without waiting. Taken by
 // [NewPolicy].
 func WithBackoff(initial, maxDelay time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Retry](func(s *options.Set) error {
 		if initial < 0 || maxDelay < initial {
 			return fmt.Errorf("%w: WithBackoff(%v, %v): need 0 <= initial <= max", ErrInvalidOption, initial, maxDelay)
 		}
 		s.Put(optBackoff, bounds{initial, maxDelay})
 		return nil
-	}
+	})
 }
 
 // WithMaxInProcessTime bounds the total time one delivery spends in
@@ -135,26 +140,26 @@ func WithBackoff(initial, maxDelay time.Duration) Option {
 // message does not hold its broker lease (ack deadline, visibility timeout)
 // for long. Default 10s; d > 0. Taken by [NewPolicy].
 func WithMaxInProcessTime(d time.Duration) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Retry](func(s *options.Set) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: WithMaxInProcessTime(%v): must be > 0", ErrInvalidOption, d)
 		}
 		s.Put(optMaxInProcessTime, d)
 		return nil
-	}
+	})
 }
 
 // WithRand replaces the jitter source, for deterministic tests. rnd must
 // return a float in [0, 1) and be safe for concurrent use; it must not be
 // nil. Default: math/rand/v2's Float64. Taken by [NewPolicy].
 func WithRand(rnd func() float64) Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Retry](func(s *options.Set) error {
 		if rnd == nil {
 			return fmt.Errorf("%w: WithRand(nil)", ErrInvalidOption)
 		}
 		s.Put(optRand, rnd)
 		return nil
-	}
+	})
 }
 
 // MaxAttempts returns the durable attempt budget of one message.

@@ -14,7 +14,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // deliveryCountHeader is the header in which a quorum queue counts the
@@ -123,7 +122,7 @@ func undecodable(d amqp.Delivery, err error) *message.Message {
 	msg := message.NewMessage(id, append([]byte(nil), d.Body...))
 	msg.Metadata.Set(delivery.KeyDecodeError, err.Error())
 	if headers != nil {
-		msg.Metadata.Set(envelope.KeyDecodeHeaders, string(headers))
+		msg.Metadata.Set(delivery.KeyDecodeHeaders, string(headers))
 	}
 	return msg
 }

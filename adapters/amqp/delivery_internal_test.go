@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 type unmarshalFunc func(amqp.Delivery) (*message.Message, error)
@@ -86,7 +85,7 @@ func TestReceiveNeverFails(t *testing.T) {
 		require.NotEmpty(t, text, name)
 		require.Equal(t, "payload", string(msg.Payload), name)
 		require.Len(t, msg.Metadata, 2, name)
-		require.JSONEq(t, `{"t":{"a":1}}`, msg.Metadata.Get(envelope.KeyDecodeHeaders), name)
+		require.JSONEq(t, `{"t":{"a":1}}`, msg.Metadata.Get(delivery.KeyDecodeHeaders), name)
 		require.Equal(t, delivery.Info{Count: 4, Redelivered: true}, info, name)
 		again, _ := receive(u, d)
 		require.Equal(t, msg.UUID, again.UUID, "%s: a stable UUID", name)

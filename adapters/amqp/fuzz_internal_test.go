@@ -11,7 +11,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // fuzzTable builds an AMQP header table from fuzz bytes: each entry is a
@@ -131,13 +130,13 @@ func FuzzReceive(f *testing.F) {
 			t.Fatalf("marked message without an error text (%q) or UUID (%q)", text, msg.UUID)
 		}
 		for k := range msg.Metadata {
-			if k != delivery.KeyDecodeError && k != envelope.KeyDecodeHeaders {
+			if k != delivery.KeyDecodeError && k != delivery.KeyDecodeHeaders {
 				t.Fatalf("marked message carries %q", k)
 			}
 		}
-		if h, ok := msg.Metadata[envelope.KeyDecodeHeaders]; ok {
+		if h, ok := msg.Metadata[delivery.KeyDecodeHeaders]; ok {
 			if !json.Valid([]byte(h)) {
-				t.Fatalf("%s is not JSON: %q", envelope.KeyDecodeHeaders, h)
+				t.Fatalf("%s is not JSON: %q", delivery.KeyDecodeHeaders, h)
 			}
 			var m map[string]any
 			if json.Unmarshal([]byte(h), &m) == nil {
@@ -167,8 +166,8 @@ func TestUndecodableHeadersAreAlwaysJSON(t *testing.T) {
 		if _, marked := delivery.DecodeError(msg); !marked {
 			t.Fatalf("%s: not marked undecodable", name)
 		}
-		if raw := msg.Metadata.Get(envelope.KeyDecodeHeaders); !json.Valid([]byte(raw)) {
-			t.Fatalf("%s: %s is not JSON: %q", name, envelope.KeyDecodeHeaders, raw)
+		if raw := msg.Metadata.Get(delivery.KeyDecodeHeaders); !json.Valid([]byte(raw)) {
+			t.Fatalf("%s: %s is not JSON: %q", name, delivery.KeyDecodeHeaders, raw)
 		}
 	}
 }

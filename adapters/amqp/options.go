@@ -36,13 +36,13 @@ const (
 // channel until the broker confirmed, so with one channel publishing is
 // sequential (about 1k messages/s measured with confirms). Publisher only.
 func WithChannels(n int) delivery.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Delivery](func(s *options.Set) error {
 		if n < 1 || n > maxChannels {
 			return fmt.Errorf("%w: %s(%d) is not in 1..%d", delivery.ErrInvalidOption, optChannels, n, maxChannels)
 		}
 		s.Put(optChannels, n)
 		return nil
-	}
+	})
 }
 
 // WithMarshaler sets the conversion between Watermill messages and AMQP
@@ -57,7 +57,7 @@ func WithChannels(n int) delivery.Option {
 // NotPersistentDeliveryMode: a transient message is lost when the broker
 // restarts.
 func WithMarshaler(m wmamqp.Marshaler) delivery.Option {
-	return func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optMarshaler, m) }
+	return options.Func[options.Delivery](func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optMarshaler, m) })
 }
 
 // WithAMQPConfig sets the configuration passed to amqp.DialConfig (TLS,
@@ -66,7 +66,7 @@ func WithMarshaler(m wmamqp.Marshaler) delivery.Option {
 // uses a copy (with a Properties table of its own), so one *amqp.Config
 // may serve a Publisher and a Subscriber.
 func WithAMQPConfig(c *amqp.Config) delivery.Option {
-	return func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optAMQPConfig, c) }
+	return options.Func[options.Delivery](func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optAMQPConfig, c) })
 }
 
 // subscriberConfig is what a Subscriber's options set.

@@ -17,7 +17,6 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/middleware"
 )
 
@@ -198,10 +197,10 @@ func TestMalformedMessageIsDeadLetteredAndConsumingGoesOn(t *testing.T) {
 	dead := e.dead.Published(deadTopic)[0]
 	require.Equal(t, "raw \x00 bytes", string(dead.Payload), "raw bytes travel to the dead letter")
 	require.Equal(t, string(dlq.ReasonDecode), dead.Metadata.Get(dlq.KeyReason))
-	require.Equal(t, "uuid-bad", dead.Metadata.Get(envelope.KeyOriginalUUID))
+	require.Equal(t, "uuid-bad", dead.Metadata.Get(dlq.KeyOriginalUUID))
 	require.Contains(t, dead.Metadata.Get(delivery.KeyDecodeError), "nested is not a string")
 	require.JSONEq(t, `{"_watermill_message_uuid":"uuid-bad","idempotency_key":"order-bad","nested":{"a":1}}`,
-		dead.Metadata.Get(envelope.KeyDecodeHeaders))
+		dead.Metadata.Get(delivery.KeyDecodeHeaders))
 	require.True(t, strings.Contains(dead.Metadata.Get(dlq.KeyError), middleware.ErrUndecodable.Error()))
 
 	stop()

@@ -11,7 +11,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // strictMarshaler is the default Marshaler and Unmarshaler of the Publisher
@@ -116,7 +115,7 @@ func undecodable(rec *sarama.ConsumerMessage, err error) *message.Message {
 	msg.Metadata.Set(delivery.KeyDecodeError, err.Error())
 	if len(pairs) > 0 {
 		if b, jerr := json.Marshal(pairs); jerr == nil {
-			msg.Metadata.Set(envelope.KeyDecodeHeaders, string(b))
+			msg.Metadata.Set(delivery.KeyDecodeHeaders, string(b))
 		}
 	}
 	return msg

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 func record(headers ...[2]string) *sarama.ConsumerMessage {
@@ -104,7 +103,7 @@ func TestUndecodableRecordsAreMarkedNotFailed(t *testing.T) {
 			require.Equal(t, tc.rec.Value, []byte(got.Payload), "the raw value")
 			if len(tc.rec.Headers) > 0 {
 				var pairs [][2]string
-				require.NoError(t, json.Unmarshal([]byte(got.Metadata.Get(envelope.KeyDecodeHeaders)), &pairs))
+				require.NoError(t, json.Unmarshal([]byte(got.Metadata.Get(delivery.KeyDecodeHeaders)), &pairs))
 				require.Len(t, pairs, len(tc.rec.Headers))
 				require.Len(t, got.Metadata, 2)
 			} else {

@@ -44,7 +44,7 @@ const (
 // subscription: the record is handed out marked undecodable (see the
 // package doc).
 func WithMarshaler(m wmkafka.MarshalerUnmarshaler) delivery.Option {
-	return func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optMarshaler, m) }
+	return options.Func[options.Delivery](func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optMarshaler, m) })
 }
 
 // WithSaramaConfig changes the Sarama client configuration the constructor
@@ -65,14 +65,14 @@ func WithMarshaler(m wmkafka.MarshalerUnmarshaler) delivery.Option {
 // (Idempotent, one request in flight per broker: Net.MaxOpenRequests 1),
 // successes and errors returned, no topic created by publishing to it.
 func WithSaramaConfig(adjust func(*sarama.Config)) delivery.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Delivery](func(s *options.Set) error {
 		if adjust == nil {
 			return fmt.Errorf("%w: %s: nil function", delivery.ErrInvalidOption, optSarama)
 		}
 		prev := options.Get[[]func(*sarama.Config)](s, optSarama, nil)
 		s.Put(optSarama, append(prev[:len(prev):len(prev)], adjust))
 		return nil
-	}
+	})
 }
 
 // saramaConfig returns base with the adjustments of s's WithSaramaConfig.

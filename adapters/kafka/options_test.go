@@ -27,10 +27,10 @@ func TestSubscriberOptions(t *testing.T) {
 		})},
 		// Another adapter's WithMarshaler records a marshaler of its own
 		// broker under its own name.
-		"another package's marshaler": {func(s *options.Set) error { s.Put("nats.WithMarshaler", 42); return nil }},
+		"another package's marshaler": {options.Func[options.Delivery](func(s *options.Set) error { s.Put("nats.WithMarshaler", 42); return nil })},
 		"a shared option not taken":   {delivery.WithConcurrency(2)},
 		// An option of no adapter's Subscriber.
-		"an option it does not take": {func(s *options.Set) error { s.Put("WithChannels", 2); return nil }},
+		"an option it does not take": {options.Func[options.Delivery](func(s *options.Set) error { s.Put("WithChannels", 2); return nil })},
 	} {
 		_, err := surelykafka.NewSubscriber(brokers, "g", opts...)
 		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)
@@ -61,7 +61,7 @@ func TestPublisherOptions(t *testing.T) {
 		"acks from the leader only": {surelykafka.WithSaramaConfig(leaderOnly)},
 		"no Return.Successes":       {surelykafka.WithSaramaConfig(noSuccesses)},
 		"nil marshaler":             {surelykafka.WithMarshaler(nil)},
-		"another marshaler":         {func(s *options.Set) error { s.Put("WithMarshaler", "x"); return nil }},
+		"another marshaler":         {options.Func[options.Delivery](func(s *options.Set) error { s.Put("WithMarshaler", "x"); return nil })},
 	} {
 		_, err := surelykafka.NewPublisher(brokers, opts...)
 		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)

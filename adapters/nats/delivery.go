@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // received is one delivery as the broker handed it out, and what surely's
@@ -110,7 +109,7 @@ func undecodable(raw *nats.Msg, meta *jetstream.MsgMetadata, err error) *message
 	msg.Metadata.Set(delivery.KeyDecodeError, err.Error())
 	if len(raw.Header) > 0 {
 		if b, jerr := json.Marshal(raw.Header); jerr == nil {
-			msg.Metadata.Set(envelope.KeyDecodeHeaders, string(b))
+			msg.Metadata.Set(delivery.KeyDecodeHeaders, string(b))
 		}
 	}
 	return msg

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 type unmarshalFunc func(*nats.Msg) (*message.Message, error)
@@ -61,7 +60,7 @@ func TestReceiveNeverFails(t *testing.T) {
 		require.NotEmpty(t, text, name)
 		require.Equal(t, "payload", string(msg.Payload), name)
 		require.Equal(t, "nats-ORDERS-42", msg.UUID, "%s: stable across redeliveries", name)
-		require.JSONEq(t, `{"k":["a","b"]}`, msg.Metadata.Get(envelope.KeyDecodeHeaders), name)
+		require.JSONEq(t, `{"k":["a","b"]}`, msg.Metadata.Get(delivery.KeyDecodeHeaders), name)
 		require.True(t, r.hasInfo, name)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // wireMsg is a delivered JetStream message built from fuzz input.
@@ -78,12 +77,12 @@ func FuzzReceive(f *testing.F) {
 			t.Fatal("marked without an error text")
 		}
 		for k := range msg.Metadata {
-			if k != delivery.KeyDecodeError && k != envelope.KeyDecodeHeaders {
+			if k != delivery.KeyDecodeError && k != delivery.KeyDecodeHeaders {
 				t.Fatalf("marked message carries %q", k)
 			}
 		}
-		if h, ok := msg.Metadata[envelope.KeyDecodeHeaders]; ok && !json.Valid([]byte(h)) {
-			t.Fatalf("%s is not JSON: %q", envelope.KeyDecodeHeaders, h)
+		if h, ok := msg.Metadata[delivery.KeyDecodeHeaders]; ok && !json.Valid([]byte(h)) {
+			t.Fatalf("%s is not JSON: %q", delivery.KeyDecodeHeaders, h)
 		}
 		if !noMeta && msg.UUID == "" {
 			t.Fatal("a marked JetStream message without a UUID")

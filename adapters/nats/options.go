@@ -31,13 +31,13 @@ const minAckWait = 100 * time.Millisecond
 // delivery; it is not bound to a subscription, so it cannot ack (surely
 // does).
 func WithMarshaler(m wmnats.MarshalerUnmarshaler) delivery.Option {
-	return func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optMarshaler, m) }
+	return options.Func[options.Delivery](func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optMarshaler, m) })
 }
 
 // WithNATSOptions sets options passed to nats.Connect (name, credentials,
 // TLS, reconnect policy). A second WithNATSOptions replaces the first.
 func WithNATSOptions(o ...nats.Option) delivery.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Delivery](func(s *options.Set) error {
 		for _, f := range o {
 			if f == nil {
 				return fmt.Errorf("%w: %s: nil nats.Option", delivery.ErrInvalidOption, optNATSOptions)
@@ -45,7 +45,7 @@ func WithNATSOptions(o ...nats.Option) delivery.Option {
 		}
 		s.Put(optNATSOptions, slices.Clone(o))
 		return nil
-	}
+	})
 }
 
 // subscriberConfig is what a Subscriber's options set.

@@ -29,22 +29,22 @@ const minAckWait = 100 * time.Millisecond
 // and a random suffix). Entries a consumer leaves pending are claimed by
 // others after the ack wait, whatever its name. Subscriber only.
 func WithConsumer(name string) delivery.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Delivery](func(s *options.Set) error {
 		if name == "" {
 			return fmt.Errorf("%w: %s: empty consumer name", delivery.ErrInvalidOption, optConsumer)
 		}
 		s.Put(optConsumer, name)
 		return nil
-	}
+	})
 }
 
 // WithClaimInterval sets how often the subscriber looks for entries idle
 // longer than the ack wait (delivery.WithAckWait): positive and at most
 // the ack wait, default a quarter of it. Subscriber only.
 func WithClaimInterval(d time.Duration) delivery.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Delivery](func(s *options.Set) error {
 		return s.PutPositive(delivery.ErrInvalidOption, optClaimInterval, optClaimInterval, d)
-	}
+	})
 }
 
 // WithMarshaler sets how Watermill messages and stream entries convert,
@@ -54,7 +54,7 @@ func WithClaimInterval(d time.Duration) delivery.Option {
 // fields). The Subscriber marks a message its Unmarshal fails or panics on
 // undecodable; that never ends the subscription.
 func WithMarshaler(m wmredis.MarshallerUnmarshaller) delivery.Option {
-	return func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optMarshaler, m) }
+	return options.Func[options.Delivery](func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optMarshaler, m) })
 }
 
 // subscriberConfig is what a Subscriber's options set.

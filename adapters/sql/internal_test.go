@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 func TestDecodeRow(t *testing.T) {
@@ -30,7 +29,7 @@ func TestDecodeRow(t *testing.T) {
 		text, bad := delivery.DecodeError(msg)
 		require.True(t, bad, raw)
 		require.Contains(t, text, "metadata is not a JSON object of strings")
-		require.Equal(t, raw, msg.Metadata.Get(envelope.KeyDecodeHeaders))
+		require.Equal(t, raw, msg.Metadata.Get(delivery.KeyDecodeHeaders))
 		require.Len(t, msg.Metadata, 2, "only the decoding keys")
 		require.Equal(t, "raw \x00", string(msg.Payload))
 		require.Equal(t, "u-2", msg.UUID)

@@ -47,9 +47,9 @@ const (
 // looks for new rows again (default 1s, at least 1ms): the latency of a
 // message published to an idle topic.
 func WithPollInterval(d time.Duration) delivery.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Delivery](func(s *options.Set) error {
 		return s.PutAtLeast(delivery.ErrInvalidOption, optPollInterval, optPollInterval, d, time.Millisecond)
-	}
+	})
 }
 
 // WithBatchSize sets how many rows one consuming transaction reads
@@ -57,13 +57,13 @@ func WithPollInterval(d time.Duration) delivery.Option {
 // crash, or an ack wait that passes, delivers the batch's acked messages
 // again, and the transaction stays open for the whole batch.
 func WithBatchSize(n int) delivery.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Delivery](func(s *options.Set) error {
 		if n < 1 {
 			return fmt.Errorf("%w: %s(%d): not positive", delivery.ErrInvalidOption, optBatchSize, n)
 		}
 		s.Put(optBatchSize, n)
 		return nil
-	}
+	})
 }
 
 // subscriberConfig is what NewSubscriber's options set.

@@ -12,7 +12,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // schema is watermill-sql's DefaultPostgreSQLSchema with BYTEA payloads and
@@ -60,7 +59,7 @@ func decodeRow(r wmsql.Row, xid uint64) *message.Message {
 	if err := json.Unmarshal(r.Metadata, &md); err != nil {
 		msg.Metadata = message.Metadata{
 			delivery.KeyDecodeError:   "metadata is not a JSON object of strings: " + err.Error(),
-			envelope.KeyDecodeHeaders: string(r.Metadata),
+			delivery.KeyDecodeHeaders: string(r.Metadata),
 		}
 		return msg
 	}

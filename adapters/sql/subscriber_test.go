@@ -50,7 +50,7 @@ func TestConstructors(t *testing.T) {
 		"negative close timeout":           {delivery.WithCloseTimeout(-time.Second)},
 		"a shared option it does not take": {delivery.WithConcurrency(2)},
 		// An option of no adapter's Subscriber.
-		"an option it does not take": {func(s *options.Set) error { s.Put("WithChannels", 2); return nil }},
+		"an option it does not take": {options.Func[options.Delivery](func(s *options.Set) error { s.Put("WithChannels", 2); return nil })},
 	} {
 		_, err := surelysql.NewSubscriber(db, "g", opts...)
 		require.ErrorIs(t, err, delivery.ErrInvalidOption, name)

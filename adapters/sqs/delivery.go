@@ -17,7 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // receiveCountAttribute is the SQS system attribute the Subscriber asks
@@ -243,7 +242,7 @@ func undecodable(m *types.Message, err error) *message.Message {
 	msg.Metadata.Set(delivery.KeyDecodeError, err.Error())
 	if len(m.MessageAttributes) > 0 {
 		if b, jerr := json.Marshal(m.MessageAttributes); jerr == nil {
-			msg.Metadata.Set(envelope.KeyDecodeHeaders, string(b))
+			msg.Metadata.Set(delivery.KeyDecodeHeaders, string(b))
 		}
 	}
 	return msg

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/delivery"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/options"
 )
 
@@ -179,10 +178,10 @@ func TestUnmarshalerMarksUndecodableMessages(t *testing.T) {
 			require.True(t, ok)
 			require.Contains(t, e, tc.errHas)
 			for k := range msg.Metadata {
-				require.Contains(t, []string{delivery.KeyDecodeError, envelope.KeyDecodeHeaders}, k)
+				require.Contains(t, []string{delivery.KeyDecodeError, delivery.KeyDecodeHeaders}, k)
 			}
 			if len(tc.attrs) > 0 {
-				require.NotEmpty(t, msg.Metadata[envelope.KeyDecodeHeaders])
+				require.NotEmpty(t, msg.Metadata[delivery.KeyDecodeHeaders])
 			}
 			r := tc.u.pending.take(msg)
 			require.NotNil(t, r, "the delivery facts are recorded for undecodable messages too")
@@ -226,7 +225,7 @@ func TestOptionValidation(t *testing.T) {
 		"nil marshaler":             {WithMarshaler(nil)},
 		"nil client option":         {WithClientOptions(nil)},
 		"zero close timeout":        {delivery.WithCloseTimeout(0)},
-		"another package's marshal": {func(s *options.Set) error { s.Put("kafka.WithMarshaler", 1); return nil }},
+		"another package's marshal": {options.Func[options.Delivery](func(s *options.Set) error { s.Put("kafka.WithMarshaler", 1); return nil })},
 		"a shared option not taken": {delivery.WithResendInterval(time.Second)},
 	} {
 		_, err := NewSubscriber(creds, opts...)
@@ -240,7 +239,7 @@ func TestOptionValidation(t *testing.T) {
 	require.ErrorContains(t, err, "sqs.NewSubscriber: WithAckWait(1.5s): not whole seconds")
 	_, err = NewSubscriber(creds, delivery.WithAckWait(13*time.Hour))
 	require.ErrorContains(t, err, "sqs.NewSubscriber: WithAckWait(13h0m0s) is not in 1s..12h0m0s")
-	_, err = NewSubscriber(creds, func(s *options.Set) error { s.Put("kafka.WithMarshaler", 1); return nil })
+	_, err = NewSubscriber(creds, options.Func[options.Delivery](func(s *options.Set) error { s.Put("kafka.WithMarshaler", 1); return nil }))
 	require.ErrorContains(t, err, "sqs.NewSubscriber does not take option kafka.WithMarshaler")
 	// Options of the Subscriber only: refused by the Publisher, not ignored.
 	for _, o := range []delivery.Option{delivery.WithAckWait(time.Minute), WithWaitTime(time.Second), delivery.WithConcurrency(2),

@@ -51,7 +51,7 @@ const (
 // Publisher makes from its aws.Config: an endpoint (BaseEndpoint), an HTTP
 // client, retries.
 func WithClientOptions(fns ...func(*awssqs.Options)) delivery.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Delivery](func(s *options.Set) error {
 		for _, f := range fns {
 			if f == nil {
 				return fmt.Errorf("%w: %s: nil function", delivery.ErrInvalidOption, optClientOptions)
@@ -60,20 +60,20 @@ func WithClientOptions(fns ...func(*awssqs.Options)) delivery.Option {
 		prev := options.Get[[]func(*awssqs.Options)](s, optClientOptions, nil)
 		s.Put(optClientOptions, append(prev[:len(prev):len(prev)], fns...))
 		return nil
-	}
+	})
 }
 
 // WithWaitTime sets the long poll of each ReceiveMessage (default 20s;
 // whole seconds, from 1s to 20s): an idle queue costs one request per wait
 // time per receiver.
 func WithWaitTime(d time.Duration) delivery.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Delivery](func(s *options.Set) error {
 		if d < time.Second || d > maxWaitTime || d%time.Second != 0 {
 			return fmt.Errorf("%w: %s(%v): not whole seconds from 1s to %v", delivery.ErrInvalidOption, optWaitTime, d, maxWaitTime)
 		}
 		s.Put(optWaitTime, d)
 		return nil
-	}
+	})
 }
 
 // WithMarshaler sets how Watermill messages and SQS messages convert, for
@@ -86,7 +86,7 @@ func WithMarshaler(m interface {
 	wmsqs.Marshaler
 	wmsqs.Unmarshaler
 }) delivery.Option {
-	return func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optMarshaler, m) }
+	return options.Func[options.Delivery](func(s *options.Set) error { return options.PutNotNil(s, delivery.ErrInvalidOption, optMarshaler, m) })
 }
 
 // subscriberConfig is what NewSubscriber's arguments and options set.

@@ -23,8 +23,8 @@ import (
 	"github.com/surely-dev/surely/adapters/redisstream"
 	surelysql "github.com/surely-dev/surely/adapters/sql"
 	"github.com/surely-dev/surely/adapters/sqs"
+	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/sqsemu"
 	"github.com/surely-dev/surely/internal/testamqp"
 	"github.com/surely-dev/surely/internal/testbroker"
@@ -78,8 +78,8 @@ func consume(t *testing.T, sub message.Subscriber, topic string, fs []failure) {
 			require.True(t, ok, "message %s is none of the replayed ones", m.UUID)
 			assert.Equal(t, f.key, m.Metadata.Get(idempotency.DefaultMetadataKey), "operation key kept")
 			assert.Equal(t, f.payload, []byte(m.Payload))
-			assert.Equal(t, dlqID(f.uuid), m.Metadata.Get(envelope.KeyReplayOf))
-			assert.NotEmpty(t, m.Metadata.Get(envelope.KeyReplayID))
+			assert.Equal(t, dlqID(f.uuid), m.Metadata.Get(dlq.KeyReplayOf))
+			assert.NotEmpty(t, m.Metadata.Get(dlq.KeyReplayID))
 			m.Ack()
 			delete(want, m.UUID)
 		case <-ctx.Done():

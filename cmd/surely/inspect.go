@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/surely-dev/surely/internal/defaults"
 	"io"
 	"maps"
 	"slices"
@@ -141,7 +142,7 @@ func (a *app) inspectEveryNamespace(ctx context.Context, st idempotency.Store, k
 	if err := idem.ValidateKey(key); err != nil {
 		return usageErr("operation key: %w", err)
 	}
-	f := idempotency.ListFilter{Key: key, Limit: idem.MaxListLimit}
+	f := idempotency.ListFilter{Key: key, Limit: defaults.MaxListLimit}
 	page, err := listOps(ctx, st, f)
 	if err != nil {
 		return err

@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // entryJSON is an archived dead letter in ls --json.
@@ -53,7 +53,7 @@ func toEntryJSON(e archive.Entry, now time.Time) entryJSON {
 		out.StateAt = &t
 	}
 	if e.Message != nil {
-		out.OriginalUUID = e.Message.Metadata.Get(envelope.KeyOriginalUUID)
+		out.OriginalUUID = e.Message.Metadata.Get(dlq.KeyOriginalUUID)
 	}
 	return out
 }

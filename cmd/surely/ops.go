@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/surely-dev/surely/internal/defaults"
 	"io"
 	"time"
 
@@ -165,7 +166,7 @@ SCAN call ended, so it may hold a few more than --limit.
 	fl.StringVar(&state, "state", "", "only records in this state: in_progress, failed, exhausted, done")
 	fl.StringVar(&olderThan, "older-than", "", "only records that last changed at least this long ago (90s, 10m, 2h, 7d)")
 	fl.StringVar(&key, "key", "", "only records of this operation key")
-	fl.IntVar(&limit, "limit", idem.DefaultListLimit, fmt.Sprintf("at most about this many records (1..%d)", idem.MaxListLimit))
+	fl.IntVar(&limit, "limit", defaults.ListLimit, fmt.Sprintf("at most about this many records (1..%d)", defaults.MaxListLimit))
 	fl.StringVar(&after, "after", "", "cursor: go on after the previous page (printed by it)")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")
 	storeFlags(cmd)
@@ -174,8 +175,8 @@ SCAN call ended, so it may hold a few more than --limit.
 
 // opsFilterCheck validates the flags of f, reading --older-than.
 func opsFilterCheck(f *idempotency.ListFilter, olderThan string) error {
-	if f.Limit < 1 || f.Limit > idem.MaxListLimit {
-		return usageErr("--limit %d: want 1..%d", f.Limit, idem.MaxListLimit)
+	if f.Limit < 1 || f.Limit > defaults.MaxListLimit {
+		return usageErr("--limit %d: want 1..%d", f.Limit, defaults.MaxListLimit)
 	}
 	if f.State != "" {
 		known := false

@@ -356,8 +356,8 @@ func TestReplayNATS(t *testing.T) {
 		require.True(t, ok, "original UUID %s kept", f.uuid)
 		assert.Equal(t, f.key, m.Metadata.Get(idempotency.DefaultMetadataKey), "operation key kept")
 		assert.Equal(t, f.payload, []byte(m.Payload))
-		assert.Equal(t, "run-0002", m.Metadata.Get(envelope.KeyReplayID))
-		assert.Equal(t, envelope.DeadLetterUUID(f.uuid), m.Metadata.Get(envelope.KeyReplayOf))
+		assert.Equal(t, "run-0002", m.Metadata.Get(dlq.KeyReplayID))
+		assert.Equal(t, envelope.DeadLetterUUID(f.uuid), m.Metadata.Get(dlq.KeyReplayOf))
 		assert.Empty(t, m.Metadata.Get(dlq.KeyReason), "no envelope keys")
 	}
 }

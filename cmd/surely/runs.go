@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/runcancel"
 )
@@ -294,7 +294,7 @@ process the replayed messages.`,
 					again := ""
 					if e.FailedAgainAs != "" {
 						d, err := ar.Get(ctx, e.FailedAgainAs)
-						if err == nil && d.Message != nil && d.Message.Metadata.Get(envelope.KeyReplayID) == id {
+						if err == nil && d.Message != nil && d.Message.Metadata.Get(dlq.KeyReplayID) == id {
 							again = e.FailedAgainAs
 						}
 					}

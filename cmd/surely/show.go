@@ -37,11 +37,11 @@ type showJSON struct {
 
 // shownKeys are the envelope keys show prints as fields of their own.
 var shownKeys = []string{
-	envelope.KeyVersion, dlq.KeyReason, dlq.KeyError, envelope.KeyErrorTypes, envelope.KeyAttempts,
-	envelope.KeyFirstFailureAt, envelope.KeyLastFailureAt, envelope.KeyDeadLetteredAt, envelope.KeyHistory,
-	envelope.KeyOriginalTopic, envelope.KeyHandler, envelope.KeyConsumerGroup, dlq.KeyOperationKey,
-	envelope.KeyFingerprint, envelope.KeyTraceID, envelope.KeySpanID, envelope.KeyHost, envelope.KeyOriginalUUID,
-	envelope.KeyNamespace, envelope.KeyRetention, envelope.KeyErrorSite,
+	dlq.KeyVersion, dlq.KeyReason, dlq.KeyError, dlq.KeyErrorTypes, dlq.KeyAttempts,
+	dlq.KeyFirstFailureAt, dlq.KeyLastFailureAt, dlq.KeyDeadLetteredAt, dlq.KeyHistory,
+	dlq.KeyOriginalTopic, dlq.KeyHandler, dlq.KeyConsumerGroup, dlq.KeyOperationKey,
+	dlq.KeyFingerprint, dlq.KeyTraceID, dlq.KeySpanID, dlq.KeyHost, dlq.KeyOriginalUUID,
+	dlq.KeyNamespace, dlq.KeyRetention, dlq.KeyErrorSite,
 }
 
 func decodeEntry(e archive.Entry, now time.Time) showJSON {
@@ -50,18 +50,18 @@ func decodeEntry(e archive.Entry, now time.Time) showJSON {
 		return out
 	}
 	md := e.Message.Metadata
-	out.Version = md.Get(envelope.KeyVersion)
+	out.Version = md.Get(dlq.KeyVersion)
 	out.ErrorSite = e.ErrorSite
-	out.Fingerprint = md.Get(envelope.KeyFingerprint)
-	out.FirstFailureAt = md.Get(envelope.KeyFirstFailureAt)
-	out.LastFailureAt = md.Get(envelope.KeyLastFailureAt)
-	out.TraceID = md.Get(envelope.KeyTraceID)
-	out.SpanID = md.Get(envelope.KeySpanID)
-	out.Host = md.Get(envelope.KeyHost)
-	out.Retention = md.Get(envelope.KeyRetention)
-	h, err := envelope.ParseHistory(md)
+	out.Fingerprint = md.Get(dlq.KeyFingerprint)
+	out.FirstFailureAt = md.Get(dlq.KeyFirstFailureAt)
+	out.LastFailureAt = md.Get(dlq.KeyLastFailureAt)
+	out.TraceID = md.Get(dlq.KeyTraceID)
+	out.SpanID = md.Get(dlq.KeySpanID)
+	out.Host = md.Get(dlq.KeyHost)
+	out.Retention = md.Get(dlq.KeyRetention)
+	h, err := envelope.ParseHistory(md.Get(dlq.KeyHistory))
 	if err != nil {
-		out.HistoryError = err.Error()
+		out.HistoryError = fmt.Sprintf("dlq: %s: %v", dlq.KeyHistory, err)
 	} else if h != nil {
 		out.History = h
 	}

@@ -38,9 +38,15 @@
 // of attempts stays readable from either end. Filter.States selects by state, Stats
 // counts ByState, and RegisterMetrics reports the open entries only.
 //
+// # Metrics
+//
 // RegisterMetrics exports the backlog as two OTel gauges per original
-// topic and reason, surely.dlq.archived and surely.dlq.oldest_age, read
-// from Stats at most once per interval; its doc has Prometheus alert rules.
+// topic and reason (the attributes middleware.AttrTopic and
+// middleware.AttrReason), read from Stats at most once per interval; its
+// doc has Prometheus alert rules:
+//
+//	surely.dlq.archived    MetricArchived: the number of open dead letters
+//	surely.dlq.oldest_age  MetricOldestAge: the age in seconds of the oldest of them
 //
 // Ingest and RegisterMetrics take the family's options (dlq.Option): the
 // ones of this package (WithRetryDelay, WithMetricsInterval, ...) and

@@ -22,13 +22,13 @@ const namePrefix = "archive.WithPrefix"
 // [a-z_][a-z0-9_]{0,39}). Each archive's New checks the prefix against its
 // rule.
 func WithPrefix(prefix string) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		if prefix == "" {
 			return fmt.Errorf("%w: archive: empty prefix", dlq.ErrInvalidOption)
 		}
 		s.Put(namePrefix, prefix)
 		return nil
-	}
+	})
 }
 
 // copyMessage returns a copy of msg that shares no memory with it.
@@ -62,7 +62,7 @@ func (f Filter) Match(e Entry) bool {
 		len(f.States) > 0 && !slices.Contains(f.States, stateOf(e)):
 		return false
 	case f.ReplayID != "":
-		return e.Message != nil && e.Message.Metadata.Get(envelope.KeyReplayID) == f.ReplayID
+		return e.Message != nil && e.Message.Metadata.Get(dlq.KeyReplayID) == f.ReplayID
 	}
 	return true
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/memarchive"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // Ingest drains a broker's dead-letter topic into an archive: a message is
@@ -38,7 +37,7 @@ func ExampleIngest() {
 		entries, _ = arch.List(ctx, archive.Filter{Topic: "orders"}, archive.Page{})
 	}
 	cancel()
-	fmt.Println(<-done, entries[0].Reason, entries[0].Attempts, entries[0].Message.Metadata.Get(envelope.KeyOriginalUUID))
+	fmt.Println(<-done, entries[0].Reason, entries[0].Attempts, entries[0].Message.Metadata.Get(dlq.KeyOriginalUUID))
 	// Output:
 	// <nil> exhausted 5 order-7
 }

@@ -29,13 +29,13 @@ const nameRetryDelay = "archive.WithRetryDelay"
 // redelivers at once (GoChannel, Redis Streams, Kafka) does not spin
 // against an archive that is down. Zero nacks at once.
 func WithRetryDelay(d time.Duration) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		if d < 0 {
 			return fmt.Errorf("%w: negative ingest retry delay %v", dlq.ErrInvalidOption, d)
 		}
 		s.Put(nameRetryDelay, d)
 		return nil
-	}
+	})
 }
 
 // ingester is the configuration of one Ingest call.

@@ -14,19 +14,23 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/internal/options"
+	"github.com/surely-dev/surely/middleware"
 )
 
-// Names of the archive gauges, documented on RegisterMetrics.
+// The gauges RegisterMetrics registers (the package doc's "Metrics" lists
+// them). Each carries the attributes middleware.AttrTopic (the original
+// topic) and middleware.AttrReason, the keys of the middleware's metrics.
 const (
-	metricArchived  = "surely.dlq.archived"
-	metricOldestAge = "surely.dlq.oldest_age"
+	// MetricArchived is the number of open dead letters.
+	MetricArchived = "surely.dlq.archived"
+	// MetricOldestAge is the age in seconds of the oldest open dead letter.
+	MetricOldestAge = "surely.dlq.oldest_age"
 )
 
-// Attributes of the archive gauges: the original topic and the reason
-// (the same keys as the middleware's metrics).
+// The attributes of the gauges.
 const (
-	attrTopic  = attribute.Key("topic")
-	attrReason = attribute.Key("reason")
+	attrTopic  = middleware.AttrTopic
+	attrReason = middleware.AttrReason
 )
 
 // defaultMetricsInterval is the least time between two archive queries of
@@ -53,22 +57,22 @@ const (
 // RegisterMetrics (default 30s): collections within it
 // report the cached values, so frequent scrapes do not load the archive.
 func WithMetricsInterval(d time.Duration) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		return s.PutPositive(dlq.ErrInvalidOption, nameMetricsInterval, "metrics interval", d)
-	}
+	})
 }
 
 // WithMetricsMaxSeries bounds the (topic, reason) pairs RegisterMetrics
 // reports (default 500); the pairs with the most dead
 // letters are kept and a warning is logged.
 func WithMetricsMaxSeries(n int) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		if n <= 0 {
 			return fmt.Errorf("%w: metrics max series must be positive, got %d", dlq.ErrInvalidOption, n)
 		}
 		s.Put(nameMetricsMaxSeries, n)
 		return nil
-	}
+	})
 }
 
 type archiveGauges struct {
@@ -169,15 +173,15 @@ func RegisterMetrics(meter metric.Meter, a Archive, opts ...dlq.Option) (metric.
 		log:       options.Get(s, options.Logger, slog.New(slog.DiscardHandler)),
 		now:       options.Get(s, options.Clock, time.Now),
 	}
-	count, err := meter.Int64ObservableGauge(metricArchived, metric.WithUnit("{message}"),
+	count, err := meter.Int64ObservableGauge(MetricArchived, metric.WithUnit("{message}"),
 		metric.WithDescription("Dead letters in the archive, per original topic and reason."))
 	if err != nil {
-		return nil, fmt.Errorf("archive: %s: %w", metricArchived, err)
+		return nil, fmt.Errorf("archive: %s: %w", MetricArchived, err)
 	}
-	age, err := meter.Float64ObservableGauge(metricOldestAge, metric.WithUnit("s"),
+	age, err := meter.Float64ObservableGauge(MetricOldestAge, metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest dead letter in the archive, per original topic and reason."))
 	if err != nil {
-		return nil, fmt.Errorf("archive: %s: %w", metricOldestAge, err)
+		return nil, fmt.Errorf("archive: %s: %w", MetricOldestAge, err)
 	}
 	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		series, ok := g.snapshot(ctx)

@@ -80,7 +80,7 @@ func envelope(l letter) *message.Message {
 	f.Topic, f.Handler, f.Namespace, f.At = l.topic, l.handler, l.namespace, l.at
 	out := dlq.Wrap(src, f, nil, "host-1", "group-1")
 	if l.site != "" {
-		out.Metadata.Set(dlqenv.KeyErrorSite, l.site)
+		out.Metadata.Set(dlq.KeyErrorSite, l.site)
 	}
 	return out
 }
@@ -339,11 +339,11 @@ func (e *env) fixtures() []*message.Message {
 		{source: "f0", reason: dlq.ReasonExhausted, topic: "orders", handler: "ship", key: "k0", err: "db timeout", attempts: 5, at: base},
 		{source: "f1", reason: dlq.ReasonPermanent, topic: "orders", handler: "bill", key: "k1", err: "card declined", attempts: 1, at: base.Add(time.Minute)},
 		{source: "f2", reason: dlq.ReasonExhausted, topic: "payments", handler: "ship", key: "k2", err: "db refused", attempts: 5, at: base.Add(2 * time.Minute),
-			md: map[string]string{dlqenv.KeyReplayID: "run-1", dlqenv.KeyReplayOf: "x"}},
+			md: map[string]string{dlq.KeyReplayID: "run-1", dlq.KeyReplayOf: "x"}},
 		{source: "f3", reason: dlq.ReasonConflict, topic: "payments", handler: "bill", key: "k0", err: "Timeout 100%_ [x]", attempts: 1, at: base.Add(3 * time.Minute),
-			md: map[string]string{dlqenv.KeyReplayID: "run-2"}},
+			md: map[string]string{dlq.KeyReplayID: "run-2"}},
 		{source: "f4", reason: dlq.ReasonExhausted, topic: "orders", handler: "ship", key: "k4", err: "db timeout", attempts: 5, at: base.Add(4 * time.Minute),
-			md: map[string]string{dlqenv.KeyReplayID: "run-1"}},
+			md: map[string]string{dlq.KeyReplayID: "run-1"}},
 	}
 	var out []*message.Message
 	for _, l := range letters {

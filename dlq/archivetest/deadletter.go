@@ -85,5 +85,5 @@ func testHandlerDeadLetter(t *testing.T, e *env) {
 	require.Contains(t, got.Error, "card declined")
 	require.Equal(t, []byte(src.Payload), []byte(got.Message.Payload))
 	require.Equal(t, "acme", got.Message.Metadata.Get("tenant"))
-	require.Equal(t, src.UUID, got.Message.Metadata.Get(dlqenv.KeyOriginalUUID))
+	require.Equal(t, src.UUID, got.Message.Metadata.Get(dlq.KeyOriginalUUID))
 }

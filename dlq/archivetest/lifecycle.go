@@ -101,7 +101,7 @@ func testLifecycle(t *testing.T, e *env) {
 }
 
 // testFailedAgain: the dead letter of a replayed message that failed
-// again (its metadata carries dlqenv.KeyReplayOf = the entry it replays) is
+// again (its metadata carries dlq.KeyReplayOf = the entry it replays) is
 // a new open entry, and the replayed entry links to it, also when it
 // arrives before the replay was marked; the dead letter of a later replay
 // that fails again replaces the link.
@@ -113,7 +113,7 @@ func testFailedAgain(t *testing.T, e *env) {
 
 	// The replayed message, as the run publishes it, dead-lettered again.
 	replayed := envelope(letter{source: "fa-src", reason: dlq.ReasonExhausted, topic: "orders", key: "k-fa", at: base.Add(time.Hour),
-		md: map[string]string{dlqenv.KeyReplayOf: first.UUID, dlqenv.KeyReplayID: "run-fa"}})
+		md: map[string]string{dlq.KeyReplayOf: first.UUID, dlq.KeyReplayID: "run-fa"}})
 	replayed.UUID = dlqenv.DeadLetterUUID("fa-src") + "-again" // a new entry, as dlqenv.DeadLetterID gives it
 	e.publish(replayed)
 
@@ -129,7 +129,7 @@ func testFailedAgain(t *testing.T, e *env) {
 	// Replayed once more, and failed again before the mark: the newer
 	// dead letter replaces the link, the mark keeps it.
 	again2 := envelope(letter{source: "fa-src", reason: dlq.ReasonExhausted, topic: "orders", key: "k-fa", at: base.Add(2 * time.Hour),
-		md: map[string]string{dlqenv.KeyReplayOf: first.UUID, dlqenv.KeyReplayID: "run-fa2"}})
+		md: map[string]string{dlq.KeyReplayOf: first.UUID, dlq.KeyReplayID: "run-fa2"}})
 	again2.UUID = dlqenv.DeadLetterUUID("fa-src") + "-again2"
 	e.publish(again2)
 	_, err = e.a.Mark(e.ctx, archive.Mark{To: archive.StateReplayed, Run: "run-fa2"}, first.UUID)
@@ -140,7 +140,7 @@ func testFailedAgain(t *testing.T, e *env) {
 
 	// A dead letter naming an entry that does not exist links nothing.
 	stray := envelope(letter{source: "fa-stray", reason: dlq.ReasonPermanent, at: base,
-		md: map[string]string{dlqenv.KeyReplayOf: "no-such-entry"}})
+		md: map[string]string{dlq.KeyReplayOf: "no-such-entry"}})
 	e.publish(stray)
 	_, err = e.a.Get(e.ctx, "no-such-entry")
 	require.ErrorIs(t, err, archive.ErrNotFound)

@@ -24,7 +24,6 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/internal/archivekit"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/options"
 )
 
@@ -82,7 +81,7 @@ func (a *memArchive) Publish(_ string, msgs ...*message.Message) error {
 		a.order = append(a.order, &e)
 		// The dead letter of a replayed message that failed again links
 		// the entry it replayed to itself.
-		if of, ok := a.entries[m.Metadata.Get(envelope.KeyReplayOf)]; ok && of != &e {
+		if of, ok := a.entries[m.Metadata.Get(dlq.KeyReplayOf)]; ok && of != &e {
 			of.FailedAgainAs = e.ID
 		}
 	}

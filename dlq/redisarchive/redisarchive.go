@@ -66,14 +66,14 @@ const nameWaitReplicas = "redisarchive.WithWaitReplicas"
 // requires; this needs a *redis.Client (single node, Sentinel) or a
 // *redis.ClusterClient.
 func WithWaitReplicas(n int, timeout time.Duration) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		w, err := rediswait.New(n, timeout)
 		if err != nil {
 			return fmt.Errorf("%w: redisarchive: %w", dlq.ErrInvalidOption, err)
 		}
 		s.Put(nameWaitReplicas, w)
 		return nil
-	}
+	})
 }
 
 // New returns an archive on rdb. It never closes rdb. It takes
@@ -215,7 +215,7 @@ func (a *Archive) runsKey() string           { return a.tag + "runs" }
 
 // publishScript stores one entry unless it exists; then it counts a copy.
 // A new entry whose message replays another (KEYS[4], the entry of its
-// envelope.KeyReplayOf; KEYS[1] when it has none) becomes that one's
+// dlq.KeyReplayOf; KEYS[1] when it has none) becomes that one's
 // failed-again link (fa).
 // KEYS: entry, seq counter, index, replayed entry. ARGV: id, archived-at,
 // field/value pairs.
@@ -287,12 +287,12 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 		args = append(args, m.UUID, strconv.FormatInt(now.UnixNano(), 10), "p", []byte(m.Payload),
 			"x:r", string(e.Reason), "x:t", e.OriginalTopic, "x:h", e.Handler, "x:k", e.OperationKey,
 			"x:e", e.Error, "x:y", envelope.RootErrorType(e.ErrorTypes),
-			"x:d", strconv.FormatInt(e.DeadLetteredAt.UnixNano(), 10), "x:p", m.Metadata.Get(envelope.KeyReplayID), "x:s", e.ErrorSite)
+			"x:d", strconv.FormatInt(e.DeadLetteredAt.UnixNano(), 10), "x:p", m.Metadata.Get(dlq.KeyReplayID), "x:s", e.ErrorSite)
 		for k, v := range m.Metadata {
 			args = append(args, "m:"+k, v)
 		}
 		keys := []string{a.entryKey(m.UUID), a.seqKey(), a.idxKey(), a.entryKey(m.UUID)}
-		if of := m.Metadata.Get(envelope.KeyReplayOf); of != "" {
+		if of := m.Metadata.Get(dlq.KeyReplayOf); of != "" {
 			keys[3] = a.entryKey(of)
 		}
 		if err := publishScript.Run(m.Context(), rdb, keys, args...).Err(); err != nil {
@@ -486,7 +486,7 @@ func (a *Archive) summaries(ctx context.Context, ids []string) ([]archive.Entry,
 		}
 		msg := message.NewMessage(ids[i], nil)
 		if r := str(9); r != "" {
-			msg.Metadata[envelope.KeyReplayID] = r
+			msg.Metadata[dlq.KeyReplayID] = r
 		}
 		e := archive.Entry{
 			ID: ids[i], Seq: seq, Message: msg,

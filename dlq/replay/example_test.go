@@ -14,7 +14,6 @@ import (
 	"github.com/surely-dev/surely/dlq/memarchive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // printer is a publisher that prints what it gets.
@@ -23,7 +22,7 @@ type printer struct{}
 func (printer) Publish(topic string, msgs ...*message.Message) error {
 	for _, m := range msgs {
 		fmt.Printf("publish to %s: uuid=%s key=%s replay_of_set=%v\n", topic, m.UUID,
-			m.Metadata.Get(idempotency.DefaultMetadataKey), m.Metadata.Get(envelope.KeyReplayOf) != "")
+			m.Metadata.Get(idempotency.DefaultMetadataKey), m.Metadata.Get(dlq.KeyReplayOf) != "")
 	}
 	return nil
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/archivekit"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 func TestMain(m *testing.M) {
@@ -104,7 +103,7 @@ func (r *recorder) all() []published {
 func (r *recorder) countByReplayOf() map[string]int {
 	out := map[string]int{}
 	for _, p := range r.all() {
-		out[p.msg.Metadata.Get(envelope.KeyReplayOf)]++
+		out[p.msg.Metadata.Get(dlq.KeyReplayOf)]++
 	}
 	return out
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/surely-dev/surely/dlq/memarchive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/testbroker"
 )
 
@@ -111,7 +110,7 @@ func TestReplayThroughNATS(t *testing.T) {
 			_, dup := seen[m.UUID]
 			require.False(t, dup, "message %s stored twice", m.UUID)
 			seen[m.UUID] = m.Metadata.Get(idempotency.DefaultMetadataKey)
-			require.Equal(t, "e2e", m.Metadata.Get(envelope.KeyReplayID))
+			require.Equal(t, "e2e", m.Metadata.Get(dlq.KeyReplayID))
 		}
 		require.NoError(t, batch.Error())
 		require.Positive(t, got, "only %d of %d messages in the stream", len(seen), n)

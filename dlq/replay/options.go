@@ -78,7 +78,7 @@ func newConfig(who string, opts []dlq.Option, used []string) (config, error) {
 
 // put returns an option that records v under name.
 func put(name string, v any) dlq.Option {
-	return func(s *options.Set) error { s.Put(name, v); return nil }
+	return options.Func[options.DLQ](func(s *options.Set) error { s.Put(name, v); return nil })
 }
 
 // WithID names a new run (Run; default: a new random UUID). The ID is at
@@ -89,13 +89,13 @@ func WithID(id string) dlq.Option { return put(nameID, id) }
 // WithTarget republishes every message to topic (Run; default: each
 // entry's original topic).
 func WithTarget(topic string) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		if topic == "" {
 			return fmt.Errorf("%w: replay: empty target topic", dlq.ErrInvalidOption)
 		}
 		s.Put(nameTarget, topic)
 		return nil
-	}
+	})
 }
 
 // WithNewKey gives each replayed message a new operation key (Run): a new
@@ -146,25 +146,25 @@ func WithAbortAfter(n int) dlq.Option { return put(nameAbortAfter, n) }
 // the package doc), and the run reads the record of each replayed message
 // to confirm it done, which resets the count of consecutive re-failures.
 func WithStore(store idempotency.Store) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		if store == nil {
 			return fmt.Errorf("%w: replay: nil store", dlq.ErrInvalidOption)
 		}
 		s.Put(nameStore, store)
 		return nil
-	}
+	})
 }
 
 // WithProgress sets a callback called after every decision, one call at a
 // time (from the run's goroutines): keep it fast.
 func WithProgress(fn func(Progress)) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		if fn == nil {
 			return fmt.Errorf("%w: replay: nil progress callback", dlq.ErrInvalidOption)
 		}
 		s.Put(nameProgress, fn)
 		return nil
-	}
+	})
 }
 
 // WithTracerProvider gives each publish a "replay <topic>" span (kind
@@ -173,13 +173,13 @@ func WithProgress(fn func(Progress)) dlq.Option {
 // message's first attempt links to the dead-letter span too
 // (surely_replay_link).
 func WithTracerProvider(tp trace.TracerProvider) dlq.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.DLQ](func(s *options.Set) error {
 		if tp == nil {
 			return fmt.Errorf("%w: replay: nil tracer provider", dlq.ErrInvalidOption)
 		}
 		s.Put(options.TracerProvider, tp)
 		return nil
-	}
+	})
 }
 
 // withSleep replaces the sleep of the rate limiter (tests: a fake clock

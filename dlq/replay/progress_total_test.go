@@ -13,7 +13,6 @@ import (
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // Progress.Total is the number of entries the call will decide: the
@@ -64,7 +63,7 @@ func TestRunZeroEnvelopeRetentionFallsBack(t *testing.T) {
 		Reason: dlq.ReasonExhausted, Err: errors.New("down"), Topic: "orders",
 		OperationKey: src.Metadata.Get(idempotency.DefaultMetadataKey), At: t0.Add(-time.Minute),
 	}, nil, "host-1", "group-1")
-	env.Metadata.Set(envelope.KeyRetention, "0s")
+	env.Metadata.Set(dlq.KeyRetention, "0s")
 	require.NoError(t, a.Publish("dead-letters", env))
 	res, err := replay.Run(t.Context(), a, &recorder{clock: clock}, archive.Filter{},
 		on(clock, replay.WithDefaultRetention(time.Hour))...)

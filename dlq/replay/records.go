@@ -8,7 +8,6 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // noteDone is the Note of an entry marked resolved because its operation's
@@ -41,7 +40,7 @@ func fingerprintOf(e archive.Entry) string {
 	if e.Message == nil {
 		return ""
 	}
-	return e.Message.Metadata.Get(envelope.KeyFingerprint)
+	return e.Message.Metadata.Get(dlq.KeyFingerprint)
 }
 
 // readRecords reads the dedup records of ps, by entry ID: one GetRecords
@@ -188,5 +187,5 @@ func failedAgainIn(ctx context.Context, ar archive.Archive, e archive.Entry, run
 		return false
 	}
 	d, err := ar.Get(ctx, e.FailedAgainAs)
-	return err == nil && d.Message != nil && d.Message.Metadata.Get(envelope.KeyReplayID) == run
+	return err == nil && d.Message != nil && d.Message.Metadata.Get(dlq.KeyReplayID) == run
 }

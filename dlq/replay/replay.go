@@ -21,8 +21,8 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/middleware"
 )
 
 // ErrAborted is returned when the run stopped itself after AbortAfter consecutive
@@ -436,7 +436,7 @@ func (r *runner) loop(ctx context.Context, filter archive.Filter) (more bool, er
 // its own ID (a copy of itself). Seq order keeps such entries past Until;
 // this also covers a run whose bound was set only when it was resumed.
 func (r *runner) ownRefailure(e archive.Entry) bool {
-	if e.Message == nil || e.Message.Metadata.Get(envelope.KeyReplayID) != r.run.ID {
+	if e.Message == nil || e.Message.Metadata.Get(dlq.KeyReplayID) != r.run.ID {
 		return false
 	}
 	r.log.Debug("replay: skipped the dead letter of this run's own re-failure", slog.String("entry", e.ID))
@@ -554,8 +554,8 @@ func (r *runner) decide(ctx context.Context, e archive.Entry) (topic, reason str
 	if topic == "" {
 		return topic, "no original topic in the envelope and no Target"
 	}
-	if !r.o.NewKey && e.Message.Metadata.Get(envelope.KeyOriginalUUID) == "" {
-		return topic, "no original UUID in the envelope (" + envelope.KeyOriginalUUID + "): the operation key cannot be kept"
+	if !r.o.NewKey && e.Message.Metadata.Get(dlq.KeyOriginalUUID) == "" {
+		return topic, "no original UUID in the envelope (" + dlq.KeyOriginalUUID + "): the operation key cannot be kept"
 	}
 	reason = r.retentionGuard(ctx, e)
 	if reason == "" {
@@ -577,7 +577,7 @@ func (r *runner) decide(ctx context.Context, e archive.Entry) (topic, reason str
 // the package doc).
 func (r *runner) retentionGuard(ctx context.Context, e archive.Entry) string {
 	now := r.o.Clock.Now()
-	ns, key := e.Message.Metadata.Get(envelope.KeyNamespace), e.OperationKey
+	ns, key := e.Message.Metadata.Get(dlq.KeyNamespace), e.OperationKey
 	if r.o.Store != nil && ns != "" && key != "" {
 		rec, err := r.o.Store.Get(ctx, ns, key)
 		switch {
@@ -593,7 +593,7 @@ func (r *runner) retentionGuard(ctx context.Context, e archive.Entry) string {
 	retention, known := retentionOf(e, r.o.DefaultRetention)
 	switch {
 	case !known:
-		return "the dedup retention is unknown (no " + envelope.KeyRetention + " in the envelope, no WithDefaultRetention): the record may be gone"
+		return "the dedup retention is unknown (no " + dlq.KeyRetention + " in the envelope, no WithDefaultRetention): the record may be gone"
 	case e.Reason == dlq.ReasonConflict:
 		// The record is the other payload's: its last write came before
 		// this message's first attempt, up to a whole retention earlier,
@@ -616,7 +616,7 @@ func (r *runner) retentionGuard(ctx context.Context, e archive.Entry) string {
 // than the dead letter, else the dead letter.
 func earliestWrite(e archive.Entry) time.Time {
 	t := e.DeadLetteredAt
-	if s := e.Message.Metadata.Get(envelope.KeyLastFailureAt); s != "" {
+	if s := e.Message.Metadata.Get(dlq.KeyLastFailureAt); s != "" {
 		if lf, err := time.Parse(time.RFC3339Nano, s); err == nil && !lf.IsZero() && lf.Before(t) {
 			t = lf
 		}
@@ -627,7 +627,7 @@ func earliestWrite(e archive.Entry) time.Time {
 // retentionOf returns the dedup retention of e: its envelope's, else def
 // (known when positive).
 func retentionOf(e archive.Entry, def time.Duration) (time.Duration, bool) {
-	if s := e.Message.Metadata.Get(envelope.KeyRetention); s != "" {
+	if s := e.Message.Metadata.Get(dlq.KeyRetention); s != "" {
 		if d, err := time.ParseDuration(s); err == nil && d > 0 {
 			return d, true
 		}
@@ -645,12 +645,12 @@ func (r *runner) build(e archive.Entry) *message.Message {
 			md[k] = v
 		}
 	}
-	md[envelope.KeyReplayOf] = e.ID
-	md[envelope.KeyReplayID] = r.run.ID
-	if tp := src.Metadata.Get(envelope.KeyDeadLetterTraceparent); tp != "" {
-		md[envelope.KeyReplayLink] = tp
+	md[dlq.KeyReplayOf] = e.ID
+	md[dlq.KeyReplayID] = r.run.ID
+	if tp := src.Metadata.Get(dlq.KeyDeadLetterTraceparent); tp != "" {
+		md[dlq.KeyReplayLink] = tp
 	}
-	id := src.Metadata.Get(envelope.KeyOriginalUUID)
+	id := src.Metadata.Get(dlq.KeyOriginalUUID)
 	if r.o.NewKey {
 		id = newKeyFor(r.run.ID, e.ID)
 		md[r.o.KeyMetadata] = id
@@ -826,15 +826,15 @@ func (r *runner) startSpan(ctx context.Context, e archive.Entry, topic string, m
 			attribute.String("messaging.operation.type", "send"),
 			attribute.String("messaging.destination.name", topic),
 			attribute.String("messaging.message.id", msg.UUID),
-			attribute.String("surely.replay_id", r.run.ID),
-			attribute.String("surely.replay_of", e.ID),
+			middleware.AttrReplayID.String(r.run.ID),
+			middleware.AttrReplayOf.String(e.ID),
 		),
 	}
-	if tp := e.Message.Metadata.Get(envelope.KeyDeadLetterTraceparent); tp != "" {
+	if tp := e.Message.Metadata.Get(dlq.KeyDeadLetterTraceparent); tp != "" {
 		carrier := propagation.MapCarrier{"traceparent": tp}
 		if sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier)); sc.IsValid() {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc,
-				Attributes: []attribute.KeyValue{attribute.String("surely.link", "dead_letter")}}))
+				Attributes: []attribute.KeyValue{middleware.AttrLink.String(middleware.LinkDeadLetter)}}))
 		}
 	}
 	ctx, span := r.o.TracerProvider.Tracer(tracerName).Start(ctx, "replay "+topic, opts...) //nolint:spancheck // the caller ends it with endSpan

@@ -21,8 +21,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
 	"github.com/surely-dev/surely/internal/archivekit"
-	"github.com/surely-dev/surely/internal/envelope"
-	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/middleware"
 )
 
@@ -53,9 +52,9 @@ func TestRunRepublishesTheOriginal(t *testing.T) {
 		want := message.Metadata{
 			idempotency.DefaultMetadataKey: src.Metadata.Get(idempotency.DefaultMetadataKey),
 			"tenant":                       "acme",
-			envelope.KeyReplayOf:           ids[i],
-			envelope.KeyReplayID:           "run-1",
-			envelope.KeyReplayLink:         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			dlq.KeyReplayOf:                ids[i],
+			dlq.KeyReplayID:                "run-1",
+			dlq.KeyReplayLink:              "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		}
 		require.Equal(t, want, p.msg.Metadata, "original metadata without the envelope, plus the replay's keys")
 
@@ -82,7 +81,7 @@ func TestRunRepublishesTheOriginal(t *testing.T) {
 	require.Equal(t, 1, res.Replayed)
 	got = pub.all()
 	require.Equal(t, "orders-retry", got[3].topic)
-	require.Equal(t, "run-2", got[3].msg.Metadata.Get(envelope.KeyReplayID))
+	require.Equal(t, "run-2", got[3].msg.Metadata.Get(dlq.KeyReplayID))
 }
 
 // NewKey mints a new UUID, written as the key in the metadata the default
@@ -195,7 +194,7 @@ func TestRunRetentionGuard(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Replayed)
 	require.Equal(t, 2, res.Refused)
-	require.Equal(t, fresh[0], pub.all()[0].msg.Metadata.Get(envelope.KeyReplayOf))
+	require.Equal(t, fresh[0], pub.all()[0].msg.Metadata.Get(dlq.KeyReplayOf))
 	require.Len(t, progress, 3)
 	byID := map[string]replay.Progress{}
 	for _, p := range progress {
@@ -377,7 +376,7 @@ func TestRunCursorWaitsForSlowPublish(t *testing.T) {
 	require.NoError(t, err)
 	release := make(chan struct{})
 	pub := &recorder{clock: c, hook: func(p published) error {
-		if p.msg.Metadata.Get(envelope.KeyReplayOf) == ids[1] {
+		if p.msg.Metadata.Get(dlq.KeyReplayOf) == ids[1] {
 			<-release
 		}
 		return nil
@@ -539,7 +538,7 @@ func TestRunSuccessResetsConsecutiveRefailures(t *testing.T) {
 	dead := refailing(t, a, func(published) bool { return true })
 	consume := func(p published) error {
 		req := idempotency.ClaimRequest{Namespace: "reserve", Key: p.msg.Metadata.Get(idempotency.DefaultMetadataKey),
-			Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 1, Reopen: p.msg.Metadata.Get(envelope.KeyReplayID)}
+			Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 1, Reopen: p.msg.Metadata.Get(dlq.KeyReplayID)}
 		res, err := store.Claim(context.Background(), req)
 		if err != nil || res.Status != idempotency.Acquired {
 			return fmt.Errorf("claim: %v: %w", res.Status, err)
@@ -596,8 +595,8 @@ func TestRunInvalidOptions(t *testing.T) {
 		"negative max":         {replay.WithMax(-1)},
 		"negative retention":   {replay.WithDefaultRetention(-time.Second)},
 		"control byte in ID":   {replay.WithID("run\n1")},
-		"ID too long":          {replay.WithID(strings.Repeat("r", idem.MaxKeyLen+1))},
-		"envelope key":         {replay.WithNewKey(envelope.KeyReplayID)},
+		"ID too long":          {replay.WithID(strings.Repeat("r", defaults.MaxKeyLen+1))},
+		"envelope key":         {replay.WithNewKey(dlq.KeyReplayID)},
 		"empty target":         {replay.WithTarget("")},
 		"nil store":            {replay.WithStore(nil)},
 		"nil progress":         {replay.WithProgress(nil)},
@@ -698,7 +697,7 @@ func TestReplayReopensExhaustedRecord(t *testing.T) {
 	require.True(t, final)
 	require.Equal(t, dlq.ReasonExhausted, fe.Reason)
 	require.NoError(t, a.Publish("dead-letters", dlq.Wrap(src, dlq.Failure{Reason: dlq.ReasonExhausted, Err: fe.Err,
-		Topic: "orders", Namespace: "reserve", OperationKey: "op-7", Retention: idem.DefaultRetention, At: t0}, nil, "", "")))
+		Topic: "orders", Namespace: "reserve", OperationKey: "op-7", Retention: defaults.Retention, At: t0}, nil, "", "")))
 	require.Equal(t, 1, runs)
 
 	// The downstream is back. The replayed message runs again, once.

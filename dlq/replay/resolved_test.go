@@ -14,7 +14,6 @@ import (
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // completeAs leaves the record of key in namespace reserve DONE with
@@ -36,7 +35,7 @@ func claimingConsumer(t *testing.T, a archive.Archive, st idempotency.Store) fun
 	return func(p published) error {
 		key := p.msg.Metadata.Get(idempotency.DefaultMetadataKey)
 		res, err := st.Claim(context.Background(), idempotency.ClaimRequest{Namespace: "reserve", Key: key, Fingerprint: "fp",
-			Lease: time.Minute, MaxAttempts: 9, Reopen: p.msg.Metadata.Get(envelope.KeyReplayID)})
+			Lease: time.Minute, MaxAttempts: 9, Reopen: p.msg.Metadata.Get(dlq.KeyReplayID)})
 		require.NoError(t, err)
 		switch res.Status {
 		case idempotency.Acquired:

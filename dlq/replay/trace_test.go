@@ -14,9 +14,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // With a TracerProvider every publish is a "replay <topic>" producer span
@@ -52,7 +52,7 @@ func TestReplaySpansLinkToTheDeadLetterSpan(t *testing.T) {
 	for i, m := range pub.msgs {
 		require.Equal(t, spans[i].SpanContext().SpanID(), trace.SpanContextFromContext(m.Context()).SpanID(),
 			"the publisher sees the replay span in the message context")
-		require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", m.Metadata.Get(envelope.KeyReplayLink))
+		require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", m.Metadata.Get(dlq.KeyReplayLink))
 	}
 
 	// A failing publish ends its span with an error.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/internal/envelope"
@@ -79,7 +80,7 @@ func (w *watcher) track(e archive.Entry, msg *message.Message, sent time.Time) {
 	defer w.mu.Unlock()
 	w.sinceCheck++
 	w.pending = append(w.pending, tracked{entryID: e.ID, namespace: e.Namespace, key: key,
-		fingerprint: fingerprintOf(e), sent: sent, deadLetter: envelope.DeadLetterID(msg)})
+		fingerprint: fingerprintOf(e), sent: sent, deadLetter: envelope.DeadLetterID(msg.UUID, msg.Metadata.Get(dlq.KeyReplayID))})
 	if limit := watchWindow * max(w.abortAfter, defaultAbortAfter); len(w.pending) > limit {
 		w.pending = append(w.pending[:0:0], w.pending[len(w.pending)-limit:]...)
 	}
@@ -232,8 +233,8 @@ func (w *watcher) scan(ctx context.Context, cursor int64, o *outcomes) (int64, e
 		for _, e := range page {
 			cursor = e.Seq
 			id := e.ID
-			if e.Message != nil && e.Message.Metadata.Get(envelope.KeyReplayOf) != "" {
-				id = e.Message.Metadata.Get(envelope.KeyReplayOf)
+			if e.Message != nil && e.Message.Metadata.Get(dlq.KeyReplayOf) != "" {
+				id = e.Message.Metadata.Get(dlq.KeyReplayOf)
 			}
 			o.refailedIDs = append(o.refailedIDs, id)
 			o.resolved[id] = true

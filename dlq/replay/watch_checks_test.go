@@ -9,11 +9,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/memstore"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // When the watcher checks: one second of the run's clock after the last
@@ -41,7 +41,7 @@ func storeConsumer(store idempotency.Store, ok func(n int32) bool) func(p publis
 	var n atomic.Int32
 	return func(p published) error {
 		req := idempotency.ClaimRequest{Namespace: "reserve", Key: p.msg.Metadata.Get(idempotency.DefaultMetadataKey),
-			Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 1, Reopen: p.msg.Metadata.Get(envelope.KeyReplayID)}
+			Fingerprint: "fp", Lease: time.Minute, MaxAttempts: 1, Reopen: p.msg.Metadata.Get(dlq.KeyReplayID)}
 		res, err := store.Claim(context.Background(), req)
 		if err != nil || res.Status != idempotency.Acquired {
 			return fmt.Errorf("claim: %v: %w", res.Status, err)

@@ -12,7 +12,6 @@ import (
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/replay"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // Dead letters of the run archived before the call are not re-failures of
@@ -23,7 +22,7 @@ func TestRunSkipsEarlierDeadLettersOfTheRunAcrossPages(t *testing.T) {
 	a := newArchive(t, c)
 	for i := range 101 {
 		src := source(i)
-		src.Metadata.Set(envelope.KeyReplayID, "run-1") // dead-lettered by an earlier call of run-1
+		src.Metadata.Set(dlq.KeyReplayID, "run-1") // dead-lettered by an earlier call of run-1
 		env := dlq.Wrap(src, dlq.Failure{
 			Reason: dlq.ReasonExhausted, Err: errors.New("down"), Topic: "orders",
 			OperationKey: src.Metadata.Get(idempotency.DefaultMetadataKey), Namespace: "reserve",

@@ -14,7 +14,6 @@ import (
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // An archive on SQLite: Migrate creates its tables; dead letters go in
@@ -51,7 +50,7 @@ func Example() {
 	fmt.Println("total:", st.Total, "exhausted:", st.ByReason["exhausted"])
 	page, _ := arch.List(ctx, archive.Filter{Reason: dlq.ReasonExhausted}, archive.Page{Limit: 10})
 	for _, e := range page {
-		fmt.Println(e.Seq, e.Message.Metadata.Get(envelope.KeyOriginalUUID), e.Error)
+		fmt.Println(e.Seq, e.Message.Metadata.Get(dlq.KeyOriginalUUID), e.Error)
 	}
 	// Output:
 	// total: 3 exhausted: 2

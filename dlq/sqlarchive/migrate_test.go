@@ -16,7 +16,6 @@ import (
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/testsql"
 )
 
@@ -163,9 +162,9 @@ func TestMigrateMySQLBinaryColumns(t *testing.T) {
 	for i, pad := range []string{"", " "} {
 		m := message.NewMessage(fmt.Sprintf("entry-%d", i), []byte("p"))
 		m.Metadata.Set(dlq.KeyReason, string(dlq.ReasonExhausted))
-		m.Metadata.Set(envelope.KeyOriginalTopic, "orders"+pad)
-		m.Metadata.Set(envelope.KeyHandler, "ship"+pad)
-		m.Metadata.Set(envelope.KeyOperationKey, "k1"+pad)
+		m.Metadata.Set(dlq.KeyOriginalTopic, "orders"+pad)
+		m.Metadata.Set(dlq.KeyHandler, "ship"+pad)
+		m.Metadata.Set(dlq.KeyOperationKey, "k1"+pad)
 		msgs = append(msgs, m)
 	}
 	require.NoError(t, a.Publish("dead", msgs...))
@@ -209,7 +208,7 @@ func TestMigrateMySQLBinaryColumns(t *testing.T) {
 	for _, m := range msgs {
 		e, err := a.Get(ctx, m.UUID)
 		require.NoError(t, err)
-		require.Equal(t, m.Metadata.Get(envelope.KeyOperationKey), e.OperationKey)
+		require.Equal(t, m.Metadata.Get(dlq.KeyOperationKey), e.OperationKey)
 	}
 	run, err := a.LoadReplay(ctx, "run-1")
 	require.NoError(t, err)
@@ -232,7 +231,7 @@ func TestMigrateMySQLBinaryColumns(t *testing.T) {
 	require.Equal(t, map[string]int{"open": 1, "replayed": 1}, st.ByState)
 
 	long := message.NewMessage("long", []byte("p"))
-	long.Metadata.Set(envelope.KeyOriginalTopic, strings.Repeat("t", 249))
+	long.Metadata.Set(dlq.KeyOriginalTopic, strings.Repeat("t", 249))
 	require.NoError(t, a.Publish("dead", long))
 	st, err = a.Stats(ctx, archive.Filter{Topic: strings.Repeat("t", 249)})
 	require.NoError(t, err)
@@ -259,7 +258,7 @@ func TestMigratePostgresIndexesOfAnyLength(t *testing.T) {
 	prefix := strings.TrimSuffix(sqlarchive.Tables(a)[0], "_entries")
 	ctx := t.Context()
 	old := message.NewMessage("old", []byte("p"))
-	old.Metadata.Set(envelope.KeyOriginalTopic, "orders")
+	old.Metadata.Set(dlq.KeyOriginalTopic, "orders")
 	require.NoError(t, a.Publish("dead", old))
 	// The indexes of the earlier versions.
 	for _, stmt := range []string{
@@ -275,7 +274,7 @@ func TestMigratePostgresIndexesOfAnyLength(t *testing.T) {
 	var r [3000]byte
 	_, _ = rand.Read(r[:])
 	topic := hex.EncodeToString(r[:])
-	long.Metadata.Set(envelope.KeyOriginalTopic, topic)
+	long.Metadata.Set(dlq.KeyOriginalTopic, topic)
 	require.ErrorContains(t, a.Publish("dead", long), "index row", "the earlier indexes refuse a long topic")
 
 	require.NoError(t, a.Migrate(ctx))

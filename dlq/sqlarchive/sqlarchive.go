@@ -206,7 +206,7 @@ func (a *Archive) Publish(_ string, msgs ...*message.Message) error {
 				text(idem.Truncate(e.ErrorSite, maxSite)), string(archive.StateOpen)}
 			args := []any{m.UUID, payload, encodeMetadata(m.Metadata), now.UnixNano(),
 				g.reason, g.topic, g.handler, text(e.OperationKey), text(e.Error),
-				g.etype, e.DeadLetteredAt.UnixNano(), text(m.Metadata.Get(envelope.KeyReplayID)), g.site}
+				g.etype, e.DeadLetteredAt.UnixNano(), text(m.Metadata.Get(dlq.KeyReplayID)), g.site}
 			first, err := a.insert(ctx, tx, stmt, args)
 			if err != nil {
 				return fmt.Errorf("sqlarchive: publish %q: %w", m.UUID, err)
@@ -243,11 +243,11 @@ func (a *Archive) insert(ctx context.Context, tx *sql.Tx, stmt string, args []an
 }
 
 // linkFailedAgain makes the entry that m's replayed message came from
-// (envelope.KeyReplayOf) name m as its FailedAgainAs; m was just stored
+// (dlq.KeyReplayOf) name m as its FailedAgainAs; m was just stored
 // as a new entry (its first copy): m is the dead letter of a replay that
 // failed again.
 func (a *Archive) linkFailedAgain(ctx context.Context, tx *sql.Tx, m *message.Message) error {
-	of := m.Metadata.Get(envelope.KeyReplayOf)
+	of := m.Metadata.Get(dlq.KeyReplayOf)
 	if of == "" || of == m.UUID {
 		return nil
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/surely-dev/surely/dlq/archivetest"
 	"github.com/surely-dev/surely/dlq/sqlarchive"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/testsql"
 )
 
@@ -179,10 +178,10 @@ func TestValuesOfAnyLength(t *testing.T) {
 			for i := range 2 {
 				m := message.NewMessage(fmt.Sprintf("long-%d", i), []byte("p"))
 				m.Metadata.Set(dlq.KeyReason, reason)
-				m.Metadata.Set(envelope.KeyOriginalTopic, topic[:len(topic)-i])
-				m.Metadata.Set(envelope.KeyHandler, handler)
-				m.Metadata.Set(envelope.KeyErrorTypes, etype)
-				m.Metadata.Set(envelope.KeyOperationKey, key)
+				m.Metadata.Set(dlq.KeyOriginalTopic, topic[:len(topic)-i])
+				m.Metadata.Set(dlq.KeyHandler, handler)
+				m.Metadata.Set(dlq.KeyErrorTypes, etype)
+				m.Metadata.Set(dlq.KeyOperationKey, key)
 				msgs = append(msgs, m)
 			}
 			require.NoError(t, a.Publish("dead", msgs...))

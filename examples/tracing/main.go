@@ -49,6 +49,7 @@ import (
 
 	surelynats "github.com/surely-dev/surely/adapters/nats"
 	"github.com/surely-dev/surely/internal/childproc"
+	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/propagate"
 )
 
@@ -287,14 +288,14 @@ func collect(spans []*span, uuid string) (*chain, error) {
 	// A span's attempt is its surely.attempt; a span whose process died
 	// before it ended has none yet: the next attempt's link names it.
 	for _, s := range ch.deliveries {
-		if n, err := strconv.Atoi(s.Attrs["surely.attempt"]); err == nil {
+		if n, err := strconv.Atoi(s.Attrs[string(middleware.AttrAttempt)]); err == nil {
 			ch.attemptOf[s.SpanID] = n
 		}
 		for _, l := range s.Links {
-			if l.Attrs["surely.link"] != "previous_attempt" {
+			if l.Attrs[string(middleware.AttrLink)] != middleware.LinkPreviousAttempt {
 				continue
 			}
-			if n, err := strconv.Atoi(l.Attrs["surely.attempt"]); err == nil {
+			if n, err := strconv.Atoi(l.Attrs[string(middleware.AttrAttempt)]); err == nil {
 				if _, known := ch.attemptOf[l.SpanID]; !known && byID[l.SpanID] != nil {
 					ch.attemptOf[l.SpanID] = n
 				}
@@ -313,13 +314,13 @@ func collect(spans []*span, uuid string) (*chain, error) {
 	sort.Slice(ch.attempts, func(i, j int) bool { return ch.attemptOf[ch.attempts[i].SpanID] < ch.attemptOf[ch.attempts[j].SpanID] })
 	for _, s := range ch.attempts {
 		for _, l := range s.Links {
-			if _, ok := ch.attemptOf[l.SpanID]; ok && l.Attrs["surely.link"] == "previous_attempt" {
+			if _, ok := ch.attemptOf[l.SpanID]; ok && l.Attrs[string(middleware.AttrLink)] == middleware.LinkPreviousAttempt {
 				ch.linksBetween++
 			}
 		}
 	}
 	if n := len(ch.attempts); n > 0 {
-		ch.final = ch.attempts[n-1].Attrs["surely.outcome"]
+		ch.final = ch.attempts[n-1].Attrs[string(middleware.AttrOutcome)]
 	}
 	return ch, nil
 }
@@ -335,7 +336,7 @@ func (ch *chain) print(out io.Writer) {
 	}
 	key := ""
 	for _, s := range ch.deliveries {
-		if k := s.Attrs["surely.operation_key"]; k != "" {
+		if k := s.Attrs[string(middleware.AttrOperationKey)]; k != "" {
 			key = k
 		}
 	}
@@ -347,17 +348,17 @@ func (ch *chain) print(out io.Writer) {
 		if n, ok := ch.attemptOf[s.SpanID]; ok {
 			attempt = strconv.Itoa(n)
 		}
-		outcome := s.Attrs["surely.outcome"]
+		outcome := s.Attrs[string(middleware.AttrOutcome)]
 		if !s.Ended {
 			outcome = "(killed)"
 		}
 		say(out, "%-9s %-11s %-10s %-16s %-14s %s\n", "+"+s.Start.Sub(t0).Round(time.Millisecond).String(), s.Process,
 			attempt, shortID(s.SpanID)+" process", outcome, durationOf(s))
 		var notes []string
-		if dc := s.Attrs["surely.delivery_count"]; dc != "" {
+		if dc := s.Attrs[string(middleware.AttrDeliveryCount)]; dc != "" {
 			notes = append(notes, "broker delivery "+dc)
 		}
-		if p := s.Attrs["surely.previous"]; p != "" {
+		if p := s.Attrs[string(middleware.AttrPrevious)]; p != "" {
 			notes = append(notes, "previous attempt "+p)
 		}
 		if !s.Ended {

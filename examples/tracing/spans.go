@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/surely-dev/surely/middleware"
 )
 
 // spanRecord is one line of a process's span file: written when a span
@@ -179,7 +181,7 @@ func durationOf(s *span) string {
 }
 
 func describeLink(l linkRecord, byID map[string]*span, attempts map[string]int) string {
-	what := l.Attrs["surely.link"]
+	what := l.Attrs[string(middleware.AttrLink)]
 	target := shortID(l.SpanID)
 	if n, ok := attempts[l.SpanID]; ok {
 		target = fmt.Sprintf("attempt %d", n)
@@ -187,7 +189,7 @@ func describeLink(l linkRecord, byID map[string]*span, attempts map[string]int) 
 		target = fmt.Sprintf("%q", s.Name)
 	}
 	extra := ""
-	if p := l.Attrs["surely.previous"]; p != "" {
+	if p := l.Attrs[string(middleware.AttrPrevious)]; p != "" {
 		extra = fmt.Sprintf(" (ledger: %s)", p)
 	}
 	return fmt.Sprintf("%s → %s [span %s]%s", what, target, shortID(l.SpanID), extra)

@@ -3,6 +3,7 @@ package idempotencytest
 import (
 	"errors"
 	"fmt"
+	"github.com/surely-dev/surely/internal/defaults"
 	"slices"
 	"testing"
 	"time"
@@ -10,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/oplist"
 )
 
@@ -204,13 +204,13 @@ func testListInvalidFilter(t *testing.T, e *env) {
 	l := e.lister()
 	for _, f := range []idempotency.ListFilter{
 		{State: "stuck"}, {Namespace: "a:b"}, {Namespace: e.ns, Limit: -1},
-		{Namespace: e.ns, Limit: idem.MaxListLimit + 1}, {Namespace: e.ns, OlderThan: -time.Second},
+		{Namespace: e.ns, Limit: defaults.MaxListLimit + 1}, {Namespace: e.ns, OlderThan: -time.Second},
 	} {
 		require.ErrorIs(t, f.Validate(), idempotency.ErrInvalidRequest, "%+v", f)
 		_, err := l.List(e.ctx, f)
 		require.ErrorIs(t, err, idempotency.ErrInvalidRequest, "%+v", f)
 	}
-	require.NoError(t, idempotency.ListFilter{Namespace: e.ns, Limit: idem.MaxListLimit}.Validate())
+	require.NoError(t, idempotency.ListFilter{Namespace: e.ns, Limit: defaults.MaxListLimit}.Validate())
 }
 
 // GetRecords says of each key what Get says: state, reopening run,

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/defaults"
 )
 
 var tests = []struct {
@@ -185,8 +185,8 @@ func testOwnerInHistory(t *testing.T, e *env) {
 
 	// The longest owner accepted is kept whole.
 	req = e.req("long")
-	req.Owner = strings.Repeat("é", idem.MaxOwnerLen/2) + "/"
-	require.Len(t, req.Owner, idem.MaxOwnerLen)
+	req.Owner = strings.Repeat("é", defaults.MaxOwnerLen/2) + "/"
+	require.Len(t, req.Owner, defaults.MaxOwnerLen)
 	e.acquire(req, 1)
 	require.Equal(t, req.Owner, e.get("long").History[0].Owner)
 }
@@ -620,7 +620,7 @@ func testKeysAreOpaque(t *testing.T, e *env) {
 	keys := []string{
 		"a", "A", "a:b", "a:b:c", "b:c", "{a}", "{a}:b", "*", "a*", "?", "[a]", "a b",
 		"a\u00a0b", "größe/支付 ✓", "🙂", "../a", "%s", `"a"`, `a\b`,
-		strings.Repeat("k", idem.MaxKeyLen),
+		strings.Repeat("k", defaults.MaxKeyLen),
 	}
 	for i, key := range keys {
 		req := e.req(key)
@@ -709,7 +709,7 @@ func testInvalidRequests(t *testing.T, e *env) {
 		{"DEL in key", func(r *idempotency.ClaimRequest) { r.Key = "a\x7fb" }},
 		{"C1 control in key", func(r *idempotency.ClaimRequest) { r.Key = "a\u0085b" }},
 		{"key not UTF-8", func(r *idempotency.ClaimRequest) { r.Key = "a\xffb" }},
-		{"key too long", func(r *idempotency.ClaimRequest) { r.Key = strings.Repeat("k", idem.MaxKeyLen+1) }},
+		{"key too long", func(r *idempotency.ClaimRequest) { r.Key = strings.Repeat("k", defaults.MaxKeyLen+1) }},
 		{"empty namespace", func(r *idempotency.ClaimRequest) { r.Namespace = "" }},
 		{"namespace with colon", func(r *idempotency.ClaimRequest) { r.Namespace += ":x" }},
 		{"namespace with space", func(r *idempotency.ClaimRequest) { r.Namespace += " x" }},
@@ -719,7 +719,7 @@ func testInvalidRequests(t *testing.T, e *env) {
 		{"negative lease", func(r *idempotency.ClaimRequest) { r.Lease = -longLease }},
 		{"zero max attempts", func(r *idempotency.ClaimRequest) { r.MaxAttempts = 0 }},
 		{"negative max attempts", func(r *idempotency.ClaimRequest) { r.MaxAttempts = -1 }},
-		{"owner too long", func(r *idempotency.ClaimRequest) { r.Owner = strings.Repeat("o", idem.MaxOwnerLen+1) }},
+		{"owner too long", func(r *idempotency.ClaimRequest) { r.Owner = strings.Repeat("o", defaults.MaxOwnerLen+1) }},
 		{"newline in owner", func(r *idempotency.ClaimRequest) { r.Owner = "host\n/1" }},
 		{"owner not UTF-8", func(r *idempotency.ClaimRequest) { r.Owner = "host\xff/1" }},
 	}
@@ -751,7 +751,7 @@ func testInvalidRequests(t *testing.T, e *env) {
 // The attempt history keeps the newest MaxHistory entries, and error and
 // stack texts are truncated (on a UTF-8 boundary).
 func testHistoryBounded(t *testing.T, e *env) {
-	n := idem.MaxHistory + 5
+	n := defaults.MaxHistory + 5
 	req := e.req("k")
 	req.MaxAttempts = n + 1
 	for i := 1; i <= n; i++ {
@@ -760,29 +760,29 @@ func testHistoryBounded(t *testing.T, e *env) {
 	}
 	rec := e.get("k")
 	require.Equal(t, n, rec.Attempts)
-	require.Len(t, rec.History, idem.MaxHistory)
+	require.Len(t, rec.History, defaults.MaxHistory)
 	for j, h := range rec.History {
-		attempt := n - idem.MaxHistory + 1 + j
+		attempt := n - defaults.MaxHistory + 1 + j
 		require.Equal(t, attempt, h.Attempt, "newest entries are kept, oldest first")
 		require.Equal(t, fmt.Sprintf("err %d", attempt), h.Error)
 	}
 	res := e.acquire(req, n+1)
 	require.Equal(t, fmt.Sprintf("err %d", n), res.PreviousError)
 	rec = e.get("k")
-	require.Len(t, rec.History, idem.MaxHistory)
-	require.Equal(t, n+1, rec.History[idem.MaxHistory-1].Attempt)
-	require.Equal(t, idempotency.ResultInProgress, rec.History[idem.MaxHistory-1].Result)
+	require.Len(t, rec.History, defaults.MaxHistory)
+	require.Equal(t, n+1, rec.History[defaults.MaxHistory-1].Attempt)
+	require.Equal(t, idempotency.ResultInProgress, rec.History[defaults.MaxHistory-1].Result)
 
 	// Truncation: the byte limit falls inside a two-byte rune.
-	longErr := "x" + strings.Repeat("é", idem.MaxErrorLen)
-	longStack := "y" + strings.Repeat("ü", idem.MaxStackLen)
+	longErr := "x" + strings.Repeat("é", defaults.MaxErrorLen)
+	longStack := "y" + strings.Repeat("ü", defaults.MaxStackLen)
 	l := e.acquire(e.req("long"), 1).Lease
 	e.release(l, idempotency.Failure{Error: longErr, Stack: longStack})
 	h := e.get("long").History[0]
-	requireTruncated(t, longErr, h.Error, idem.MaxErrorLen)
-	requireTruncated(t, longStack, h.Stack, idem.MaxStackLen)
+	requireTruncated(t, longErr, h.Error, defaults.MaxErrorLen)
+	requireTruncated(t, longStack, h.Stack, defaults.MaxStackLen)
 	res = e.acquire(e.req("long"), 2)
-	requireTruncated(t, longErr, res.PreviousError, idem.MaxErrorLen)
+	requireTruncated(t, longErr, res.PreviousError, defaults.MaxErrorLen)
 }
 
 func requireTruncated(t *testing.T, full, got string, limit int) {
@@ -1035,7 +1035,7 @@ func testReopenBudgetDiscountsCanceledAttempts(t *testing.T, e *env) {
 
 // A malformed replay ID is an invalid request and stores nothing.
 func testReopenInvalidID(t *testing.T, e *env) {
-	for i, id := range []string{"a\nb", "a\x00b", "a\xffb", strings.Repeat("r", idem.MaxKeyLen+1)} {
+	for i, id := range []string{"a\nb", "a\x00b", "a\xffb", strings.Repeat("r", defaults.MaxKeyLen+1)} {
 		key := fmt.Sprintf("bad-reopen-%d", i)
 		_, err := e.h.Store.Claim(e.ctx, reopen(e.req(key), id))
 		require.ErrorIs(t, err, idempotency.ErrInvalidRequest, "reopen ID %q", id)

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/internal/record"
 )
@@ -44,7 +44,7 @@ func New(opts ...idempotency.Option) (idempotency.Store, error) {
 	}
 	return &store{
 		now:       options.Get(set, options.Clock, time.Now),
-		retention: options.Get(set, options.Retention, idem.DefaultRetention),
+		retention: options.Get(set, options.Retention, defaults.Retention),
 		records:   map[recordKey]*idempotency.Record{},
 	}, nil
 }

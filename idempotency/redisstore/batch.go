@@ -49,14 +49,14 @@ const maxBatch = 4096
 // (a router with many messages in flight); with one handler at a time it
 // changes nothing. n must be between 2 and 4096; 64 is a good start.
 func WithBatching(n int) idempotency.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Idempotency](func(s *options.Set) error {
 		if n < 2 || n > maxBatch {
 			return fmt.Errorf("%w: redisstore: batch size must be between 2 and %d, got %d",
 				idempotency.ErrInvalidOption, maxBatch, n)
 		}
 		s.Put(optBatching, n)
 		return nil
-	}
+	})
 }
 
 // scriptCall is one script call: the script, its one key and its

@@ -1,6 +1,6 @@
 package redisstore
 
-import "github.com/surely-dev/surely/internal/idem"
+import "github.com/surely-dev/surely/internal/defaults"
 
 // Queued returns how many calls wait in s's batch queue, not yet sent.
 func Queued(s *Store) int {
@@ -34,6 +34,6 @@ func Idle(s *Store) bool {
 // The defaults and bounds the package doc states.
 const (
 	DefaultPrefix    = defaultPrefix
-	DefaultRetention = idem.DefaultRetention
+	DefaultRetention = defaults.Retention
 	MaxBatch         = maxBatch
 )

@@ -15,9 +15,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/options"
 	"github.com/surely-dev/surely/internal/record"
+	"github.com/surely-dev/surely/internal/rediswait"
 )
 
 // defaultPrefix is the prefix of the store's keys unless WithPrefix
@@ -69,19 +71,13 @@ const (
 // Do not put a hash tag ({...}) in the prefix on Redis Cluster: it would put
 // every record in one slot.
 func WithPrefix(prefix string) idempotency.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Idempotency](func(s *options.Set) error {
 		if prefix == "" {
 			return fmt.Errorf("%w: redisstore: empty key prefix", idempotency.ErrInvalidOption)
 		}
 		s.Put(optPrefix, prefix)
 		return nil
-	}
-}
-
-// waitReplicas is the value of WithWaitReplicas.
-type waitReplicas struct {
-	n       int
-	timeout time.Duration
+	})
 }
 
 // WithWaitReplicas makes Claim and Complete wait until n replicas
@@ -95,17 +91,14 @@ type waitReplicas struct {
 // *redis.Client (single node, Sentinel) or a *redis.ClusterClient. Claims
 // and Completes under this option are never batched.
 func WithWaitReplicas(n int, timeout time.Duration) idempotency.Option {
-	return func(s *options.Set) error {
-		if n < 1 {
-			return fmt.Errorf("%w: redisstore: WAIT needs at least 1 replica, got %d", idempotency.ErrInvalidOption, n)
+	return options.Func[options.Idempotency](func(s *options.Set) error {
+		w, err := rediswait.New(n, timeout)
+		if err != nil {
+			return fmt.Errorf("%w: redisstore: %w", idempotency.ErrInvalidOption, err)
 		}
-		if timeout < time.Millisecond {
-			// WAIT 0 blocks forever: never let a Complete hang.
-			return fmt.Errorf("%w: redisstore: WAIT timeout must be at least 1ms, got %v", idempotency.ErrInvalidOption, timeout)
-		}
-		s.Put(optWaitReplicas, waitReplicas{n, timeout})
+		s.Put(optWaitReplicas, w)
 		return nil
-	}
+	})
 }
 
 // WithHashRecords makes the store write every record as a hash, the only
@@ -115,10 +108,10 @@ func WithWaitReplicas(n int, timeout time.Duration) idempotency.Option {
 // drop it once none of them runs. The store reads and completes records of
 // both forms either way.
 func WithHashRecords() idempotency.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Idempotency](func(s *options.Set) error {
 		s.Put(optHashRecords, true)
 		return nil
-	}
+	})
 }
 
 // New returns a store on client. It loads the store's Lua scripts (SCRIPT
@@ -156,14 +149,14 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...idempotency.
 		optPrefix, options.Retention, options.Logger, optWaitReplicas, optHashRecords, optBatching); err != nil {
 		return nil, err
 	}
-	wait := options.Get(set, optWaitReplicas, waitReplicas{})
+	wait := options.Get(set, optWaitReplicas, rediswait.Replicas{})
 	s := &Store{
 		client:      client,
 		prefix:      options.Get(set, optPrefix, defaultPrefix),
-		retention:   options.Get(set, options.Retention, idem.DefaultRetention),
+		retention:   options.Get(set, options.Retention, defaults.Retention),
 		logger:      options.Get(set, options.Logger, slog.Default()),
-		waitN:       wait.n,
-		waitTimeout: wait.timeout,
+		waitN:       wait.N,
+		waitTimeout: wait.Timeout,
 		hashRecords: options.Get(set, optHashRecords, false),
 	}
 	if s.retention < time.Millisecond {
@@ -173,11 +166,8 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...idempotency.
 		s.batch = &batcher{s: s, max: n}
 	}
 	if s.waitN > 0 {
-		switch client.(type) {
-		case *redis.Client, *redis.ClusterClient:
-		default:
-			return nil, fmt.Errorf("%w: redisstore: WithWaitReplicas needs a *redis.Client or *redis.ClusterClient, got %T",
-				idempotency.ErrInvalidOption, client)
+		if err := rediswait.Supported(client); err != nil {
+			return nil, fmt.Errorf("%w: redisstore: WithWaitReplicas: %w", idempotency.ErrInvalidOption, err)
 		}
 	}
 	if err := loadScripts(ctx, client); err != nil {
@@ -286,7 +276,7 @@ func (s *Store) claimArgs(req idempotency.ClaimRequest, token string) []any {
 		fast = fastRecord(req, token, lease, retention, ids)
 	}
 	return []any{req.Fingerprint, lease, req.MaxAttempts, token, retention, lease + retention,
-		idem.MaxHistory, ids, req.Reopen, fast}
+		defaults.MaxHistory, ids, req.Reopen, fast}
 }
 
 // Argument positions in claimArgs.
@@ -503,20 +493,10 @@ func (s *Store) Complete(ctx context.Context, lease idempotency.Lease, outcome i
 
 // primaryConn returns a connection to the primary that holds key. WAIT
 // counts the replicas that acknowledged the writes of its own connection,
-// so a write and its WAIT must share one.
+// so a write and its WAIT must share one. New refuses WithWaitReplicas on
+// a client that cannot give one.
 func (s *Store) primaryConn(ctx context.Context, key string) (*redis.Conn, error) {
-	switch c := s.client.(type) {
-	case *redis.Client:
-		return c.Conn(), nil
-	case *redis.ClusterClient:
-		n, err := c.MasterForKey(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		return n.Conn(), nil
-	}
-	// New refuses WithWaitReplicas on any other client.
-	return nil, fmt.Errorf("WAIT needs a *redis.Client or *redis.ClusterClient, got %T", s.client)
+	return rediswait.PrimaryConn(ctx, s.client, key)
 }
 
 // completeAndWait runs the Complete script and then WAIT on one connection.
@@ -648,8 +628,8 @@ func (s *Store) Release(ctx context.Context, lease idempotency.Lease, f idempote
 	}
 	v, err := s.evalSha(ctx, s.client, scriptRelease, s.redisKey(lease.Namespace, lease.Key),
 		lease.Token, newID(), ms(s.retention), flag(f.Canceled), flag(f.Final),
-		idem.Truncate(f.Error, idem.MaxErrorLen), f.ErrorType, f.Reason,
-		idem.Truncate(f.Stack, idem.MaxStackLen), ms(max(f.RetryAfter, 0)))
+		idem.Truncate(f.Error, defaults.MaxErrorLen), f.ErrorType, f.Reason,
+		idem.Truncate(f.Stack, defaults.MaxStackLen), ms(max(f.RetryAfter, 0)))
 	if err != nil {
 		return fmt.Errorf("redisstore: release: %w", err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/redisstore"
-	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/defaults"
 )
 
 // previous runs the scripts of the previous release (testdata/previous),
@@ -47,7 +47,7 @@ func (p *previous) run(name, key string, args ...any) any {
 // claim returns the attempt it acquired.
 func (p *previous) claim(key, token, traceID string) int64 {
 	p.t.Helper()
-	v := p.run("claim", key, "fp", 60000, 5, token, 60000, idem.MaxHistory, traceID, "00f067aa0ba902b7", "")
+	v := p.run("claim", key, "fp", 60000, 5, token, 60000, defaults.MaxHistory, traceID, "00f067aa0ba902b7", "")
 	r, ok := v.([]any)
 	require.True(p.t, ok, "reply %v", v)
 	require.Equal(p.t, "acquired", r[0])
@@ -147,7 +147,7 @@ func TestRollingUpgrade(t *testing.T) {
 			name string
 			args []any
 		}{
-			{"claim", []any{"fp", 60000, 5, "t2", 60000, idem.MaxHistory, "", "", ""}},
+			{"claim", []any{"fp", 60000, 5, "t2", 60000, defaults.MaxHistory, "", "", ""}},
 			{"complete", []any{l.Token, l.Token, "{}", 60000}},
 			{"release", []any{l.Token, randomHex(16), 60000, "0", "0", "boom", "", "", ""}},
 		} {
@@ -156,7 +156,7 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		require.NoError(t, s.Complete(ctx, l, idempotency.Outcome{}))
 		_, err := client.Eval(ctx, old.src["claim"], []string{prefix + "ns:f"},
-			"fp", 60000, 5, "t2", 60000, idem.MaxHistory, "", "", "").Result()
+			"fp", 60000, 5, "t2", 60000, defaults.MaxHistory, "", "", "").Result()
 		require.True(t, redis.HasErrorPrefix(err, "WRONGTYPE"), "claim of a fast DONE record: %v", err)
 		require.Equal(t, []attempt{{1, "done", "", "", ""}}, attempts(history("f")))
 	})

@@ -12,7 +12,6 @@ import (
 
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 // TestInboxPanickingTxHandlerIsBounded: a TxHandler that panics on every
@@ -56,7 +55,7 @@ func TestInboxPanickingTxHandlerIsBounded(t *testing.T) {
 			dead := e.dead.Published(deadTopic)
 			require.Len(t, dead, 1)
 			require.Equal(t, string(dlq.ReasonPanic), dead[0].Metadata.Get(dlq.KeyReason))
-			require.Equal(t, "5", dead[0].Metadata.Get(envelope.KeyAttempts))
+			require.Equal(t, "5", dead[0].Metadata.Get(dlq.KeyAttempts))
 		})
 	}
 }

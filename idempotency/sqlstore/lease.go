@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/record"
 )
@@ -91,9 +92,9 @@ func (s *Store) Release(ctx context.Context, lease idempotency.Lease, f idempote
 	}
 	c0, c1, err := closePieces(closedAttempt{
 		Result: result,
-		Error:  idem.Truncate(f.Error, idem.MaxErrorLen),
+		Error:  idem.Truncate(f.Error, defaults.MaxErrorLen),
 		Type:   f.ErrorType, Reason: f.Reason,
-		Stack: idem.Truncate(f.Stack, idem.MaxStackLen),
+		Stack: idem.Truncate(f.Stack, defaults.MaxStackLen),
 	})
 	if err != nil {
 		return fmt.Errorf("sqlstore: release: %w", err)

@@ -20,7 +20,7 @@ import (
 	"github.com/surely-dev/surely/idempotency"
 	"github.com/surely-dev/surely/idempotency/idempotencytest"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
-	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/sqldialect"
 	"github.com/surely-dev/surely/internal/testsql"
 )
@@ -324,7 +324,7 @@ func TestSchemaFileAppliedByHand(t *testing.T) {
 func TestKeysCompareByteForByte(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
 		s := newStore(t, b.open(t), b.dialect)
-		keys := []string{"k", "K", "k ", "k  ", "é", "e\u0301", "ß", "ss", strings.Repeat("ü", idem.MaxKeyLen/2)}
+		keys := []string{"k", "K", "k ", "k  ", "é", "e\u0301", "ß", "ss", strings.Repeat("ü", defaults.MaxKeyLen/2)}
 		for i, key := range keys {
 			res, err := s.Claim(t.Context(), idempotency.ClaimRequest{
 				Namespace: "ns", Key: key, Fingerprint: fmt.Sprint("fp-", i), Lease: time.Minute, MaxAttempts: 1,

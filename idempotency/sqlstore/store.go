@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/options"
 )
 
@@ -65,13 +65,13 @@ var tableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
 // quoted in every statement. To use another PostgreSQL schema, set the
 // connection's search_path.
 func WithTable(name string) idempotency.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Idempotency](func(s *options.Set) error {
 		if !tableRE.MatchString(name) {
 			return fmt.Errorf("%w: sqlstore: table name %q must match [a-z_][a-z0-9_]{0,47}", idempotency.ErrInvalidOption, name)
 		}
 		s.Put(optTable, name)
 		return nil
-	}
+	})
 }
 
 // WithInTxClaims lets the transactional inbox make the dedup step's claim
@@ -89,10 +89,10 @@ func WithTable(name string) idempotency.Option {
 // default) the dedup step claims first, in a commit of its own, and the
 // inbox marks DONE in the effect's transaction.
 func WithInTxClaims() idempotency.Option {
-	return func(s *options.Set) error {
+	return options.Func[options.Idempotency](func(s *options.Set) error {
 		s.Put(optInTxClaims, true)
 		return nil
-	}
+	})
 }
 
 // New returns a store on db, a database of the given dialect. It neither
@@ -128,7 +128,7 @@ func New(db *sql.DB, dialect Dialect, opts ...idempotency.Option) (*Store, error
 		db:         db,
 		dialect:    dialect,
 		table:      options.Get(set, optTable, defaultTable),
-		retention:  options.Get(set, options.Retention, idem.DefaultRetention),
+		retention:  options.Get(set, options.Retention, defaults.Retention),
 		logger:     options.Get(set, options.Logger, slog.New(slog.DiscardHandler)),
 		inTxClaims: options.Get(set, optInTxClaims, false),
 	}

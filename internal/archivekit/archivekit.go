@@ -46,7 +46,7 @@ func CopyMessage(msg *message.Message) *message.Message {
 // msg.UUID, its Message a copy of msg (CopyMessage), and Reason to
 // DeadLetteredAt and ErrorSite come from the surely_* metadata keys. A key
 // that is missing or does not parse leaves its field zero; a message that
-// is not an envelope at all (no envelope.KeyVersion) gives an entry with
+// is not an envelope at all (no dlq.KeyVersion) gives an entry with
 // only ID and Message. When the message carries no dead-lettering time, DeadLetteredAt
 // is archivedAt, so age windows, stats and retention still see the entry.
 // Seq, Copies and ReplayedBy are the archive's to fill.
@@ -58,21 +58,21 @@ func Entry(msg *message.Message, archivedAt time.Time) archive.Entry {
 		ArchivedAt:     archivedAt,
 		Copies:         1,
 		Reason:         dlq.Reason(md.Get(dlq.KeyReason)),
-		OriginalTopic:  md.Get(envelope.KeyOriginalTopic),
-		Handler:        md.Get(envelope.KeyHandler),
-		ConsumerGroup:  md.Get(envelope.KeyConsumerGroup),
-		Namespace:      md.Get(envelope.KeyNamespace),
+		OriginalTopic:  md.Get(dlq.KeyOriginalTopic),
+		Handler:        md.Get(dlq.KeyHandler),
+		ConsumerGroup:  md.Get(dlq.KeyConsumerGroup),
+		Namespace:      md.Get(dlq.KeyNamespace),
 		OperationKey:   md.Get(dlq.KeyOperationKey),
 		Error:          md.Get(dlq.KeyError),
-		ErrorTypes:     md.Get(envelope.KeyErrorTypes),
-		ErrorSite:      md.Get(envelope.KeyErrorSite),
+		ErrorTypes:     md.Get(dlq.KeyErrorTypes),
+		ErrorSite:      md.Get(dlq.KeyErrorSite),
 		DeadLetteredAt: archivedAt,
 		State:          archive.StateOpen,
 	}
-	if n, err := strconv.Atoi(md.Get(envelope.KeyAttempts)); err == nil {
+	if n, err := strconv.Atoi(md.Get(dlq.KeyAttempts)); err == nil {
 		e.Attempts = n
 	}
-	if t, err := time.Parse(time.RFC3339Nano, md.Get(envelope.KeyDeadLetteredAt)); err == nil {
+	if t, err := time.Parse(time.RFC3339Nano, md.Get(dlq.KeyDeadLetteredAt)); err == nil {
 		e.DeadLetteredAt = t
 	}
 	return e

@@ -11,7 +11,6 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/dlq/archive"
 	"github.com/surely-dev/surely/internal/archivekit"
-	"github.com/surely-dev/surely/internal/envelope"
 )
 
 func TestEntry(t *testing.T) {
@@ -31,8 +30,8 @@ func TestEntry(t *testing.T) {
 	require.Equal(t, byte(0xff), e.Message.Payload[0])
 
 	bad := message.NewMessage("bad", nil)
-	bad.Metadata.Set(envelope.KeyAttempts, "many")
-	bad.Metadata.Set(envelope.KeyDeadLetteredAt, "yesterday")
+	bad.Metadata.Set(dlq.KeyAttempts, "many")
+	bad.Metadata.Set(dlq.KeyDeadLetteredAt, "yesterday")
 	e = archivekit.Entry(bad, archived)
 	require.Zero(t, e.Attempts, "an unparsable key leaves its field zero")
 	require.True(t, archived.Equal(e.DeadLetteredAt), "an unparsable time falls back to ArchivedAt")

@@ -1,8 +1,9 @@
 // Package idem holds what package idempotency shares with the other
-// packages of surely without exporting it: the bounds of keys and of the
-// texts a store keeps, their checks, the context key of the running
-// attempt and the identity of this process as a claim's owner. It imports
-// no package of surely, so that idempotency can import it; idempotency's
+// packages of surely without exporting it: the checks of keys, owners and
+// namespaces (against the bounds in internal/defaults), the reserved
+// keyless namespace, the context key of the running attempt and the
+// identity of this process as a claim's owner. It imports no public
+// package of surely, so that idempotency can import it; idempotency's
 // errors of the same names are these.
 package idem
 
@@ -13,34 +14,17 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/surely-dev/surely/internal/defaults"
 )
 
-// DefaultRetention is every store's retention unless
-// idempotency.WithRetention is given (its doc states it).
-const DefaultRetention = 24 * time.Hour
-
-// Bounds shared by every store and by the dead-letter envelope (the
-// package doc of idempotency states them).
-const (
-	// MaxKeyLen is the longest operation key accepted, in bytes.
-	MaxKeyLen = 512
-	// MaxHistory is how many attempt records a store keeps per key (newest kept).
-	MaxHistory = 20
-	// MaxErrorLen bounds the error text kept per attempt, in bytes.
-	MaxErrorLen = 2048
-	// MaxStackLen bounds the stack kept per attempt, in bytes.
-	MaxStackLen = 4096
-	// MaxOwnerLen bounds a claim's owner (the process that made it), in
-	// bytes.
-	MaxOwnerLen = 255
-	// DefaultListLimit and MaxListLimit bound a page of a listing
-	// (idempotency.ListFilter.Limit).
-	DefaultListLimit = 50
-	MaxListLimit     = 10000
-)
+// KeylessNamespace is the store namespace of the attempt records of
+// messages without a key (delivery.ProcessWithoutDedup). It is reserved:
+// middleware.Dedup and handler.WithStore refuse it as a handler's
+// namespace.
+const KeylessNamespace = "surely.keyless"
 
 // The errors of package idempotency that the checks here return.
 var (
@@ -54,23 +38,23 @@ var (
 type OperationKey struct{}
 
 // ValidateKey checks an operation key: non-empty (else ErrNoKey), at most
-// MaxKeyLen bytes, valid UTF-8 and free of control characters (else an
+// defaults.MaxKeyLen bytes, valid UTF-8 and free of control characters (else an
 // error wrapping ErrInvalidKey).
 func ValidateKey(key string) error {
 	if key == "" {
 		return ErrNoKey
 	}
-	if err := checkText(key, MaxKeyLen); err != nil {
+	if err := checkText(key, defaults.MaxKeyLen); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
 	return nil
 }
 
-// ValidateOwner checks a claim's owner: at most MaxOwnerLen bytes, valid
+// ValidateOwner checks a claim's owner: at most defaults.MaxOwnerLen bytes, valid
 // UTF-8 and free of control characters (else an error wrapping
 // ErrInvalidRequest). The empty owner (none given) is valid.
 func ValidateOwner(owner string) error {
-	if err := checkText(owner, MaxOwnerLen); err != nil {
+	if err := checkText(owner, defaults.MaxOwnerLen); err != nil {
 		return fmt.Errorf("%w: owner: %w", ErrInvalidRequest, err)
 	}
 	return nil
@@ -108,7 +92,7 @@ var ProcessOwner = sync.OnceValue(func() string {
 // Owner is the owner "host/pid" of process pid on host, valid
 // (ValidateOwner) whatever host holds: "unknown" when it is empty, its
 // control characters and invalid UTF-8 replaced by '?', cut to fit
-// MaxOwnerLen.
+// defaults.MaxOwnerLen.
 func Owner(host string, pid int) string {
 	if host == "" {
 		host = "unknown"
@@ -120,7 +104,7 @@ func Owner(host string, pid int) string {
 		return r
 	}, strings.ToValidUTF8(host, "?"))
 	suffix := "/" + strconv.Itoa(pid)
-	return Truncate(host, MaxOwnerLen-len(suffix)) + suffix
+	return Truncate(host, defaults.MaxOwnerLen-len(suffix)) + suffix
 }
 
 // ValidateNamespace checks that ns can be used as a namespace: it must

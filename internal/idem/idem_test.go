@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/surely-dev/surely/internal/defaults"
 )
 
 // TestOwner: the owner of a process is "host/pid", valid whatever the host
@@ -17,7 +19,7 @@ func TestOwner(t *testing.T) {
 		{"", "unknown/42"},
 		{"bad\nhost\x00", "bad?host?/42"},
 		{"caf\xe9", "caf?/42"},
-		{long, long[:MaxOwnerLen-3] + "/42"},
+		{long, long[:defaults.MaxOwnerLen-3] + "/42"},
 		{strings.Repeat("é", 200), strings.Repeat("é", 126) + "/42"},
 	}
 	for _, c := range cases {
@@ -46,15 +48,15 @@ func TestProcessOwner(t *testing.T) {
 	}
 }
 
-// TestValidateOwner: at most MaxOwnerLen bytes of UTF-8 without control
+// TestValidateOwner: at most defaults.MaxOwnerLen bytes of UTF-8 without control
 // characters; empty is valid.
 func TestValidateOwner(t *testing.T) {
-	for _, ok := range []string{"", "h/1", strings.Repeat("o", MaxOwnerLen), "wörker/1"} {
+	for _, ok := range []string{"", "h/1", strings.Repeat("o", defaults.MaxOwnerLen), "wörker/1"} {
 		if err := ValidateOwner(ok); err != nil {
 			t.Errorf("ValidateOwner(%q) = %v, want nil", ok, err)
 		}
 	}
-	for _, bad := range []string{strings.Repeat("o", MaxOwnerLen+1), "h\n/1", "h\x7f/1", "h\u0085/1", "h\xff/1"} {
+	for _, bad := range []string{strings.Repeat("o", defaults.MaxOwnerLen+1), "h\n/1", "h\x7f/1", "h\u0085/1", "h\xff/1"} {
 		if err := ValidateOwner(bad); !errors.Is(err, ErrInvalidRequest) {
 			t.Errorf("ValidateOwner(%q) = %v, want ErrInvalidRequest", bad, err)
 		}

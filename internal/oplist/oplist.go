@@ -11,16 +11,16 @@
 package oplist
 
 import (
+	"github.com/surely-dev/surely/internal/defaults"
 	"time"
 
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/idem"
 )
 
-// PageSize is f.Limit, or idem.DefaultListLimit when it is 0.
+// PageSize is f.Limit, or defaults.ListLimit when it is 0.
 func PageSize(f idempotency.ListFilter) int {
 	if f.Limit == 0 {
-		return idem.DefaultListLimit
+		return defaults.ListLimit
 	}
 	return f.Limit
 }

@@ -16,7 +16,7 @@ import (
 // the same Go name is refused by name, as an option the constructor does
 // not take; the options a family defines once record under their plain
 // name ("WithAckWait").
-func Load[O ~func(*Set) error](invalid error, who string, opts []O, used ...string) (*Set, error) {
+func Load[O applier](invalid error, who string, opts []O, used ...string) (*Set, error) {
 	s, err := Apply(invalid, opts)
 	if err != nil {
 		return nil, err

@@ -5,9 +5,13 @@
 // options, and packages that configure the same kind of thing share one
 // Option type, defined in the family's public package as
 //
-//	type Option func(*options.Set) error
+//	type Option interface{ option }
+//	type option = options.Option[options.Delivery]
 //
-// (delivery.Option for the adapters, for example). An option records its
+// (delivery.Option for the adapters, for example): "go doc" shows an
+// interface with unexported methods, which only the With functions of the
+// family's packages make, as Func[F] values. The tag F keeps families
+// apart: a delivery.Option is not an idempotency.Option. An option records its
 // value in the Set under its own name ("WithLogger"); one name means one
 // thing across the family, so the common options are defined once. A
 // constructor reads the values it uses with Get and rejects, with Check,
@@ -39,6 +43,35 @@ const (
 	ReplayConcurrency      = "replay.WithConcurrency"      // int
 	ReplayAbortAfter       = "replay.WithAbortAfter"       // int
 )
+
+// Option is an option of family F. A family's public Option type embeds
+// it through an unexported alias, so that its methods, and with them the
+// Set, are hidden from the family's users.
+type Option[F any] interface {
+	apply(*Set) error
+	family(F)
+}
+
+// Func is an option of family F made of a function: the one implementation
+// of Option. A With function returns Func[F](func(s *Set) error {...}).
+type Func[F any] func(*Set) error
+
+func (f Func[F]) apply(s *Set) error { return f(s) }
+
+func (Func[F]) family(F) {}
+
+// The families' tags, one per public Option type.
+type (
+	Delivery    struct{} // delivery.Option: the adapters
+	DLQ         struct{} // dlq.Option: dlq, the archives, replay, console
+	Idempotency struct{} // idempotency.Option: the extractor and the stores
+	Middleware  struct{} // middleware.Option
+	Outbox      struct{} // outbox.Option
+	Retry       struct{} // retry.Option
+)
+
+// applier is what Apply and Load take: any family's Option.
+type applier interface{ apply(*Set) error }
 
 // Set is the settings a list of options recorded: values by option name,
 // and the names in the order they were applied.
@@ -88,13 +121,13 @@ func (s *Set) Check(invalid error, who string, used ...string) error {
 // Apply applies opts, in order, to a new Set. A nil option is an error
 // wrapping invalid (the family's ErrInvalidOption); an option's own error
 // is returned as it is (the option wraps invalid itself).
-func Apply[O ~func(*Set) error](invalid error, opts []O) (*Set, error) {
+func Apply[O applier](invalid error, opts []O) (*Set, error) {
 	s := &Set{}
 	for _, o := range opts {
-		if o == nil {
+		if any(o) == nil {
 			return nil, fmt.Errorf("%w: nil option", invalid)
 		}
-		if err := o(s); err != nil {
+		if err := o.apply(s); err != nil {
 			return nil, err
 		}
 	}

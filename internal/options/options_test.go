@@ -8,10 +8,12 @@ import (
 
 var errInvalid = errors.New("x: invalid option")
 
-type option func(*Set) error
+type tag struct{}
+
+type option = Option[tag]
 
 func with(name string, v any) option {
-	return func(s *Set) error { s.Put(name, v); return nil }
+	return Func[tag](func(s *Set) error { s.Put(name, v); return nil })
 }
 
 func TestApplyGetCheck(t *testing.T) {
@@ -41,8 +43,8 @@ func TestApplyStopsAtFirstError(t *testing.T) {
 	bad := errors.New("bad")
 	ran := false
 	_, err := Apply(errInvalid, []option{
-		func(*Set) error { return bad },
-		func(*Set) error { ran = true; return nil },
+		Func[tag](func(*Set) error { return bad }),
+		Func[tag](func(*Set) error { ran = true; return nil }),
 	})
 	if !errors.Is(err, bad) || ran {
 		t.Errorf("Apply = %v, later option ran %v; want the first error and no later option", err, ran)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/surely-dev/surely/idempotency"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/idem"
 )
 
@@ -111,8 +112,8 @@ func acquire(r *idempotency.Record, req idempotency.ClaimRequest, token string, 
 		Attempt: r.Attempts, Started: now, Result: idempotency.ResultInProgress,
 		TraceID: req.TraceID, SpanID: req.SpanID, Owner: req.Owner,
 	})
-	if n := len(r.History); n > idem.MaxHistory {
-		r.History = slices.Clone(r.History[n-idem.MaxHistory:])
+	if n := len(r.History); n > defaults.MaxHistory {
+		r.History = slices.Clone(r.History[n-defaults.MaxHistory:])
 	}
 	return idempotency.ClaimResult{
 		Status: idempotency.Acquired,
@@ -209,7 +210,7 @@ func Complete(cur *idempotency.Record, lease idempotency.Lease, outcome idempote
 
 // Release decides a Release of lease with f at now: the record to store,
 // or idempotency.ErrLeaseLost. The error and stack texts are bounded
-// (idem.MaxErrorLen, idem.MaxStackLen).
+// (defaults.MaxErrorLen, defaults.MaxStackLen).
 func Release(cur *idempotency.Record, lease idempotency.Lease, f idempotency.Failure, now time.Time, retention time.Duration) (*idempotency.Record, error) {
 	if !owned(cur, lease) {
 		return nil, idempotency.ErrLeaseLost
@@ -233,10 +234,10 @@ func Release(cur *idempotency.Record, lease idempotency.Lease, f idempotency.Fai
 		r.ExpiresAt = r.NotBefore.Add(retention)
 	}
 	h := closeAttempt(r, result, now)
-	h.Error = idem.Truncate(f.Error, idem.MaxErrorLen)
+	h.Error = idem.Truncate(f.Error, defaults.MaxErrorLen)
 	h.Type = f.ErrorType
 	h.Reason = f.Reason
-	h.Stack = idem.Truncate(f.Stack, idem.MaxStackLen)
+	h.Stack = idem.Truncate(f.Stack, defaults.MaxStackLen)
 	return r, nil
 }
 

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/idem"
+	"github.com/surely-dev/surely/internal/defaults"
 	"github.com/surely-dev/surely/internal/record"
 )
 
@@ -51,18 +51,18 @@ func TestBounds(t *testing.T) {
 	t.Parallel()
 	var r *idempotency.Record
 	now := t0
-	long := strings.Repeat("é", idem.MaxErrorLen) // two bytes each
-	for i := range idem.MaxHistory + 3 {
+	long := strings.Repeat("é", defaults.MaxErrorLen) // two bytes each
+	for i := range defaults.MaxHistory + 3 {
 		res, next := record.Claim(r, req(100), "t", now, time.Hour)
 		require.Equal(t, idempotency.Acquired, res.Status, "claim %d", i)
 		r, _ = record.Release(next, res.Lease, idempotency.Failure{Error: long, Stack: long}, now, time.Hour)
 		now = now.Add(time.Second)
 	}
-	require.Len(t, r.History, idem.MaxHistory)
-	require.Equal(t, idem.MaxHistory+3, r.History[len(r.History)-1].Attempt)
+	require.Len(t, r.History, defaults.MaxHistory)
+	require.Equal(t, defaults.MaxHistory+3, r.History[len(r.History)-1].Attempt)
 	require.Equal(t, 4, r.History[0].Attempt)
-	require.Len(t, r.History[0].Error, idem.MaxErrorLen)
-	require.Len(t, r.History[0].Stack, idem.MaxStackLen)
+	require.Len(t, r.History[0].Error, defaults.MaxErrorLen)
+	require.Len(t, r.History[0].Stack, defaults.MaxStackLen)
 }
 
 // A lease is current only while its record is in progress under its

@@ -16,8 +16,7 @@ import (
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
 	"github.com/surely-dev/surely/idempotency"
-	"github.com/surely-dev/surely/internal/chain"
-	"github.com/surely-dev/surely/internal/envelope"
+	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/testbroker"
 )
 
@@ -83,9 +82,9 @@ func TestKeylessMessagesBoundedByTheDeliveryCountOnNATS(t *testing.T) {
 	require.Len(t, dead, n)
 	for _, d := range dead {
 		require.Equal(t, string(dlq.ReasonExhausted), d.Metadata.Get(dlq.KeyReason))
-		require.Equal(t, "5", d.Metadata.Get(envelope.KeyAttempts))
+		require.Equal(t, "5", d.Metadata.Get(dlq.KeyAttempts))
 	}
-	rec, err := e.store.Get(t.Context(), chain.KeylessNamespace, "orders/"+dead[0].Metadata.Get(envelope.KeyOriginalUUID))
+	rec, err := e.store.Get(t.Context(), idem.KeylessNamespace, "orders/"+dead[0].Metadata.Get(dlq.KeyOriginalUUID))
 	require.NoError(t, err)
 	require.Equal(t, idempotency.StateExhausted, rec.State)
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/surely-dev/surely/delivery"
 	"github.com/surely-dev/surely/dlq"
 	"github.com/surely-dev/surely/handler"
-	"github.com/surely-dev/surely/internal/envelope"
 	"github.com/surely-dev/surely/internal/testbroker"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
@@ -231,7 +230,7 @@ func TestMalformedMessageIsDeadLetteredAndConsumingGoesOn(t *testing.T) {
 		dead := e.dead.Published(deadTopic)[0]
 		require.Equal(t, "raw \x00 bytes", string(dead.Payload), "raw bytes travel to the dead letter")
 		require.Contains(t, dead.Metadata.Get(delivery.KeyDecodeError), "multiple values")
-		require.JSONEq(t, `{"k":["a","b"]}`, dead.Metadata.Get(envelope.KeyDecodeHeaders))
+		require.JSONEq(t, `{"k":["a","b"]}`, dead.Metadata.Get(delivery.KeyDecodeHeaders))
 		require.Equal(t, string(dlq.ReasonDecode), dead.Metadata.Get(dlq.KeyReason))
 		require.True(t, strings.Contains(dead.Metadata.Get(dlq.KeyError), middleware.ErrUndecodable.Error()))
 		require.Eventually(t, func() bool {

@@ -24,8 +24,6 @@ import (
 	"github.com/surely-dev/surely/idempotency/redisstore"
 	"github.com/surely-dev/surely/idempotency/sqlstore"
 	"github.com/surely-dev/surely/internal/defaults"
-	"github.com/surely-dev/surely/internal/envelope"
-	"github.com/surely-dev/surely/internal/idem"
 	"github.com/surely-dev/surely/internal/testenv"
 	"github.com/surely-dev/surely/middleware"
 	"github.com/surely-dev/surely/retry"
@@ -111,7 +109,7 @@ func memBackend(t *rapid.T) propBackend {
 	return propBackend{
 		store: st, ns: "prop", lease: 30 * time.Second, maxInProc: 10 * time.Second,
 		now: clk.Now, advance: clk.advance,
-		expire: func() { clk.advance(idem.DefaultRetention + time.Hour) },
+		expire: func() { clk.advance(defaults.Retention + time.Hour) },
 	}
 }
 
@@ -199,7 +197,7 @@ func (m *propMsg) message() *message.Message {
 		msg.Metadata.Set(idempotency.DefaultMetadataKey, m.key)
 	}
 	if m.replay != "" {
-		msg.Metadata.Set(envelope.KeyReplayID, m.replay)
+		msg.Metadata.Set(dlq.KeyReplayID, m.replay)
 	}
 	return msg
 }
