@@ -52,7 +52,8 @@ func deadLetter(l letter) *message.Message {
 		l.at = t0.Add(-time.Hour)
 	}
 	f := dlq.Failure{
-		Reason: l.reason, Err: l.err, Attempts: 2, OperationKey: l.key, Topic: l.topic, Handler: l.handler,
+		Fingerprint: fingerprint(l.uuid, l.payload),
+		Reason:      l.reason, Err: l.err, Attempts: 2, OperationKey: l.key, Topic: l.topic, Handler: l.handler,
 		Namespace: "ns", Retention: l.retention, At: l.at, TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
 		History: []idempotency.AttemptRecord{
 			{Attempt: 1, Started: l.at.Add(-2 * time.Second), Ended: l.at.Add(-time.Second), Result: idempotency.ResultFailed, Error: l.err.Error(), Type: "*errors.errorString", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
@@ -61,6 +62,21 @@ func deadLetter(l letter) *message.Message {
 		},
 	}
 	return dlq.Wrap(msg, f, nil, "worker-1", "group")
+}
+
+// fingerprint is the payload's fingerprint, as the dedup step gives it to
+// the dead-letter step (and to its claims): a replay's DONE resolves an
+// entry only when the record's fingerprint is the entry's.
+func fingerprint(uuid string, payload []byte) string {
+	ex, err := idempotency.NewExtractor()
+	if err != nil {
+		panic(err)
+	}
+	op, err := ex.Extract(message.NewMessage(uuid, payload))
+	if err != nil {
+		return "" // no key (a letter without a UUID): the envelope has no fingerprint either
+	}
+	return op.Fingerprint
 }
 
 // newArchive returns a memarchive holding the letters.

@@ -180,7 +180,7 @@ func TestCheckOutcomes(t *testing.T) {
 	// The records the failed attempts left: the retention guard reads them.
 	claim := func(key string) idempotency.ClaimResult {
 		t.Helper()
-		cr, err := store.Claim(ctx, idempotency.ClaimRequest{Namespace: "ns", Key: key, Lease: time.Minute, MaxAttempts: 9})
+		cr, err := store.Claim(ctx, idempotency.ClaimRequest{Namespace: "ns", Key: key, Fingerprint: fingerprint("o1", nil), Lease: time.Minute, MaxAttempts: 9})
 		if err != nil || cr.Status != idempotency.Acquired {
 			t.Fatalf("claim %s: %v %v", key, cr.Status, err)
 		}
