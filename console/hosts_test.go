@@ -34,6 +34,7 @@ func sendAs(t *testing.T, srv *httptest.Server, host, path string, form url.Valu
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = resp.Body.Close() }()
 	return reply{StatusCode: resp.StatusCode, Header: resp.Header, Body: body(t, resp)}
 }
 

@@ -82,10 +82,10 @@ type saveDuringMark struct {
 
 func (a *saveDuringMark) Mark(ctx context.Context, m archive.Mark, ids ...string) (int, error) {
 	a.once.Do(func() {
-		run, err := a.Archive.LoadReplay(ctx, a.id)
+		run, err := a.LoadReplay(ctx, a.id)
 		require.NoError(a.t, err)
 		a.change(&run)
-		require.NoError(a.t, a.Archive.SaveReplay(ctx, run))
+		require.NoError(a.t, a.SaveReplay(ctx, run))
 	})
 	return a.Archive.Mark(ctx, m, ids...)
 }

@@ -76,7 +76,7 @@ func moduleRoot(t *testing.T) string {
 // than the minutes that type-checking every dependency from source takes.
 func exportData(t *testing.T, root string, paths []string) func(string) (io.ReadCloser, error) {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"list", "-export", "-deps", "-f", "{{.ImportPath}}={{.Export}}"}, paths...)...)
+	cmd := exec.CommandContext(t.Context(), "go", append([]string{"list", "-export", "-deps", "-f", "{{.ImportPath}}={{.Export}}"}, paths...)...)
 	cmd.Dir = root
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
@@ -100,7 +100,7 @@ func exportData(t *testing.T, root string, paths []string) func(string) (io.Read
 
 func modulePath(t *testing.T, root string) string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-m")
+	cmd := exec.CommandContext(t.Context(), "go", "list", "-m")
 	cmd.Dir = root
 	out, err := cmd.Output()
 	if err != nil {

@@ -60,15 +60,24 @@ func (f Func[F]) apply(s *Set) error { return f(s) }
 
 func (Func[F]) family(F) {}
 
-// The families' tags, one per public Option type.
-type (
-	Delivery    struct{} // delivery.Option: the adapters
-	DLQ         struct{} // dlq.Option: dlq, the archives, replay, console
-	Idempotency struct{} // idempotency.Option: the extractor and the stores
-	Middleware  struct{} // middleware.Option
-	Outbox      struct{} // outbox.Option
-	Retry       struct{} // retry.Option
-)
+// Delivery is the family tag of delivery.Option (the adapters).
+type Delivery struct{}
+
+// DLQ is the family tag of dlq.Option (dlq, the archives, replay, console).
+type DLQ struct{}
+
+// Idempotency is the family tag of idempotency.Option (the extractor and
+// the stores).
+type Idempotency struct{}
+
+// Middleware is the family tag of middleware.Option.
+type Middleware struct{}
+
+// Outbox is the family tag of outbox.Option.
+type Outbox struct{}
+
+// Retry is the family tag of retry.Option.
+type Retry struct{}
 
 // applier is what Apply and Load take: any family's Option.
 type applier interface{ apply(*Set) error }
