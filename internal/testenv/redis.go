@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os/exec"
@@ -106,4 +108,51 @@ func FreePort(t testing.TB) int {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// UniversalOptions turns a redis:// URL into the options surely's Redis
+// constructors take.
+func UniversalOptions(url string) (*redis.UniversalOptions, error) {
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	return &redis.UniversalOptions{
+		Addrs: []string{o.Addr}, Protocol: o.Protocol, Username: o.Username, Password: o.Password,
+		DB: o.DB, TLSConfig: o.TLSConfig,
+	}, nil
+}
+
+// RedisStream returns a stream name of the test's own on admin's server;
+// every key starting with it is deleted when the test ends (SCAN + DEL,
+// never FLUSH).
+func RedisStream(t testing.TB, admin *redis.Client) string {
+	t.Helper()
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	name := "surely-test:" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var cursor uint64
+		for range 1000 {
+			keys, next, err := admin.Scan(ctx, cursor, name+"*", 500).Result()
+			if err != nil {
+				t.Errorf("cleanup: SCAN %s*: %v", name, err)
+				return
+			}
+			if len(keys) > 0 {
+				if err := admin.Del(ctx, keys...).Err(); err != nil {
+					t.Errorf("cleanup: DEL: %v", err)
+					return
+				}
+			}
+			if cursor = next; cursor == 0 {
+				return
+			}
+		}
+	})
+	return name
 }
